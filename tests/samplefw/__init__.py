@@ -1,0 +1,46 @@
+"""A tiny pure-Python "framework" whose call patterns the tracer tests check."""
+
+from markupsafe._speedups import _escape_inner  # a C function outside the standard library
+
+from tests.samplefw import backend
+
+
+def forward(x, device="cpu"):
+    if device == "gpu":
+        return backend.forward_gpu(x)
+    return backend.forward_cpu(x)
+
+
+def recurse(n):
+    return 0 if n == 0 else recurse(n - 1) + 1
+
+
+def through_callback(fn, x):
+    """Framework -> user code -> framework: the user frame must be transparent."""
+    return fn(x)
+
+
+def handoff(text):
+    len(text)  # a builtin: standard library, not a hand-off
+    return _escape_inner(text)
+
+
+def failing():
+    raise ValueError("boom")
+
+
+def catches():
+    try:
+        failing()
+    except ValueError:
+        return "caught"
+
+
+def gen(n):
+    for i in range(n):
+        yield backend.double(i)
+
+
+GENERATED = {}
+exec(compile("def generated(x):\n    return x + 1\n", "<string>", "exec"), {"__name__": "tests.samplefw.gen_ops"}, GENERATED)
+generated = GENERATED["generated"]

@@ -1,0 +1,92 @@
+"""The Python collector on small, known call patterns."""
+
+import pytest
+
+from tests import samplefw
+from tracer.collect.pytrace import PythonTracer
+
+
+@pytest.fixture()
+def tracer():
+    return PythonTracer(["tests.samplefw"])
+
+
+def labels(tree):
+    return [(d, n.frame.kind, n.frame.name) for d, n in tree.walk()]
+
+
+def child(node, name):
+    (hit,) = [c for c in node.children if c.frame.name == name]
+    return hit
+
+
+def test_tree_nests_framework_calls_with_counts_and_lines(tracer):
+    tree, result = tracer.record(lambda: samplefw.forward(3), "step")
+    assert result == 7
+    assert labels(tree) == [
+        (0, "root", "step"),
+        (1, "python", "forward"),
+        (2, "python", "forward_cpu"),
+        (3, "python", "double"),
+    ]
+    fwd = child(tree, "forward")
+    assert fwd.frame.module == "tests.samplefw"
+    assert fwd.frame.file.endswith("tests/samplefw/__init__.py")
+    src = tracer.sources[(fwd.frame.file, fwd.frame.line)]
+    ran = {src[ln - fwd.frame.line].strip() for ln in fwd.lines}
+    # the branch that ran is recorded, the one that did not is absent
+    assert ran == {'if device == "gpu":', "return backend.forward_cpu(x)"}
+    cpu = child(fwd, "forward_cpu")
+    assert [src[ln - fwd.frame.line].strip() for ln in cpu.call_lines] == ["return backend.forward_cpu(x)"]
+
+
+def test_other_branch_gives_other_child_and_lines(tracer):
+    tree, _ = tracer.record(lambda: samplefw.forward(3, device="gpu"))
+    fwd = child(tree, "forward")
+    assert [c.frame.name for c in fwd.children] == ["forward_gpu"]
+
+
+def test_repeated_calls_merge_and_recursion_nests(tracer):
+    tree, _ = tracer.record(lambda: [samplefw.forward(i) for i in range(4)])
+    assert child(tree, "forward").count == 4
+    tree, _ = tracer.record(lambda: samplefw.recurse(3))
+    depths = [d for d, n in tree.walk() if n.frame.name == "recurse"]
+    assert depths == [1, 2, 3, 4]
+
+
+def test_foreign_frames_are_transparent(tracer):
+    def user_code(x):  # not in the roots: must vanish, its framework callee must not
+        return samplefw.backend.double(x)
+
+    tree, _ = tracer.record(lambda: samplefw.through_callback(user_code, 2))
+    assert labels(tree) == [(0, "root", "probe"), (1, "python", "through_callback"), (2, "python", "double")]
+
+
+def test_c_handoffs_kept_builtins_dropped(tracer):
+    tree, _ = tracer.record(lambda: samplefw.handoff("<a>"))
+    h = child(tree, "handoff")
+    assert [(c.frame.kind, c.frame.module, c.frame.name) for c in h.children] == [("c", "markupsafe._speedups", "_escape_inner")]
+
+
+def test_exceptions_and_generators_keep_the_stack_balanced(tracer):
+    tree, result = tracer.record(samplefw.catches)
+    assert result == "caught"
+    assert labels(tree) == [(0, "root", "probe"), (1, "python", "catches"), (2, "python", "failing")]
+    tree, result = tracer.record(lambda: list(samplefw.gen(3)))
+    assert result == [0, 2, 4]
+    g = child(tree, "gen")
+    assert g.count == 4  # one entry per resumption (3 yields + the final return)
+    assert child(g, "double").count == 3
+
+
+def test_generated_code_matched_by_module_name(tracer):
+    tree, _ = tracer.record(lambda: samplefw.generated(1))
+    (node,) = tree.children
+    assert (node.frame.module, node.frame.name, node.frame.file) == ("tests.samplefw.gen_ops", "generated", "<string>")
+
+
+def test_tracer_is_removed_after_recording(tracer):
+    import sys
+
+    tracer.record(lambda: samplefw.forward(1))
+    assert sys.gettrace() is None and sys.getprofile() is None

@@ -1,0 +1,62 @@
+"""frameworks.yaml: the real registry loads; malformed entries name entry and field."""
+
+import pytest
+
+from tracer import registry
+from tracer.registry import RegistryError
+
+
+def test_real_registry():
+    fws = registry.load()
+    assert set(fws) == {"torch", "tensorflow", "chainer", "mxnet", "jax"}
+    assert fws["torch"].install[0].requirements[0] == "torch==2.13.0"  # never a floating torch
+    assert fws["torch"].variants["onednn-off"].set == {"torch.backends.mkldnn.enabled": False}
+    assert fws["tensorflow"].variants["onednn-off"].env == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert fws["mxnet"].variants["onednn-off"].env == {"MXNET_MKLDNN_ENABLED": "0"}
+    assert fws["jax"].variants["nojit"].env == {"JAX_DISABLE_JIT": "1"}
+    assert fws["jax"].apis == ("functional",)
+    assert fws["chainer"].install[1].options == ("--no-build-isolation",)
+    for fw in fws.values():
+        assert set(fw.devices) == {"cpu", "gpu"}
+        assert fw.probe == f"probes.{fw.name}"
+
+
+GOOD = """
+frameworks:
+  fw:
+    import: json
+    version: "1"
+    probe: probes.fw
+    install: [{requirements: [x]}]
+    devices: {cpu: cpu}
+    source_roots: [json]
+    apis: [functional]
+"""
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s.replace("    import: json\n", ""), "entry 'fw': missing field 'import'"),
+        (lambda s: s.replace("devices: {cpu: cpu}", "devices: {tpu: x, cpu: cpu}"), "entry 'fw': field 'devices' has unknown device 'tpu'"),
+        (lambda s: s.replace("install: [{requirements: [x]}]", "install: [{requirements: []}]"), "entry 'fw': field 'install[0].requirements'"),
+        (lambda s: s.replace("apis: [functional]", "apis: functional"), "entry 'fw': field 'apis' must be a list"),
+        (lambda s: s + "    variants: {fast: {description: x}}\n", "entry 'fw': field 'variants.fast' needs 'env' or 'set'"),
+        (lambda s: s.replace("source_roots: [json]", "source_roots: []"), "entry 'fw': field 'source_roots'"),
+        (lambda s: "frameworks: [", "not valid YAML"),
+    ],
+)
+def test_malformed_entries(tmp_path, edit, message):
+    p = tmp_path / "frameworks.yaml"
+    p.write_text(GOOD)
+    assert list(registry.load(p)) == ["fw"]
+    p.write_text(edit(GOOD))
+    with pytest.raises(RegistryError) as exc:
+        registry.load(p)
+    assert message in str(exc.value)
+
+
+def test_parse_shape():
+    assert registry.parse_shape("8x64x112x112") == (8, 64, 112, 112)
+    with pytest.raises(ValueError):
+        registry.parse_shape("8xfoo")

@@ -1,0 +1,159 @@
+"""Per-framework virtual environments, created and cached by dltrace.
+
+The frameworks cannot share one numpy, so each gets its own venv under
+$DLTRACE_HOME/envs (default ~/.cache/dltrace). A marker file records the hash of
+the install steps it was made from: when frameworks.yaml changes, the env is stale.
+An existing interpreter (e.g. a CUDA machine's) can be used instead: `env use`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tracer.errors import DltraceError, EnvNotReady
+from tracer.registry import Framework
+
+MARKER = "dltrace-env.json"
+
+
+def home() -> Path:
+    return Path(os.environ.get("DLTRACE_HOME") or Path.home() / ".cache" / "dltrace")
+
+
+def env_dir(fw: Framework) -> Path:
+    return home() / "envs" / fw.name
+
+
+def _external_file() -> Path:
+    return home() / "external.json"
+
+
+def _externals() -> dict[str, str]:
+    try:
+        return json.loads(_external_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def spec_hash(fw: Framework) -> str:
+    spec = [[list(s.requirements), list(s.options)] for s in fw.install]
+    text = json.dumps([spec, f"{sys.version_info.major}.{sys.version_info.minor}"])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class EnvStatus:
+    name: str
+    ready: bool
+    python: Path | None
+    version: str = ""
+    size_bytes: int = 0
+    note: str = ""  # why not ready, or "external"
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def status(fw: Framework, sizes: bool = False) -> EnvStatus:
+    external = _externals().get(fw.name)
+    if external:
+        return EnvStatus(fw.name, Path(external).exists(), Path(external), _external_version(fw, external), 0, "external interpreter")
+    d = env_dir(fw)
+    python = d / "bin" / "python"
+    try:
+        marker = json.loads((d / MARKER).read_text())
+    except (OSError, ValueError):
+        return EnvStatus(fw.name, False, None, note="not set up")
+    if marker.get("spec") != spec_hash(fw):
+        return EnvStatus(fw.name, False, python, marker.get("version", ""), note="stale: frameworks.yaml changed")
+    if not python.exists():
+        return EnvStatus(fw.name, False, None, note="interpreter missing")
+    return EnvStatus(fw.name, True, python, marker.get("version", ""), _dir_size(d) if sizes else 0)
+
+
+def _external_version(fw: Framework, python: str) -> str:
+    try:
+        return _import_version(fw, Path(python))
+    except DltraceError:
+        return "?"
+
+
+def python_for(fw: Framework) -> Path:
+    """The interpreter to run fw's probe with, or a one-line error saying how to get one."""
+    st = status(fw)
+    if not st.ready or st.python is None:
+        raise EnvNotReady(f"{fw.name}: environment {st.note or 'not ready'}; run: dltrace env setup {fw.name}")
+    return st.python
+
+
+def _import_version(fw: Framework, python: Path) -> str:
+    env = {**os.environ, **fw.env}
+    code = f"import {fw.import_name} as m; print(getattr(m, '__version__', 'unknown'))"
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise DltraceError(f"{fw.name}: '{python}' cannot import {fw.import_name}: {tail}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambda s: None) -> EnvStatus:
+    """Create (or reuse) fw's venv, install its steps in order, check the import."""
+    st = status(fw)
+    if st.ready and not force:
+        return st
+    d = env_dir(fw)
+    if d.exists():
+        shutil.rmtree(d)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    log(f"{fw.name}: creating {d}")
+    _check(subprocess.run([sys.executable, "-m", "venv", str(d)], capture_output=True, text=True), fw, "venv")
+    python = d / "bin" / "python"
+    for step in fw.install:
+        log(f"{fw.name}: pip install {' '.join(step.options + step.requirements)}")
+        cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *step.options, *step.requirements]
+        _check(subprocess.run(cmd, capture_output=True, text=True), fw, "pip install")
+    version = _import_version(fw, python)
+    if version.split("+")[0] != fw.version:
+        raise DltraceError(f"{fw.name}: installed version {version}, frameworks.yaml declares {fw.version}")
+    marker = {"spec": spec_hash(fw), "version": version, "python": sys.version.split()[0], "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (d / MARKER).write_text(json.dumps(marker, indent=1))
+    return status(fw)
+
+
+def _check(proc: subprocess.CompletedProcess, fw: Framework, what: str) -> None:
+    if proc.returncode != 0:
+        lines = [l for l in (proc.stderr or proc.stdout).splitlines() if l.strip() and not l.startswith("WARNING: Location")]
+        raise DltraceError(f"{fw.name}: {what} failed: {(lines or ['(no output)'])[-1]}")
+
+
+def use(fw: Framework, python: str | None) -> EnvStatus:
+    """Run fw from an existing interpreter (None: go back to dltrace's own env)."""
+    ext = _externals()
+    if python is None:
+        ext.pop(fw.name, None)
+    else:
+        path = Path(python).expanduser()
+        if not path.exists():
+            raise DltraceError(f"{fw.name}: no interpreter at {path}")
+        _import_version(fw, path)
+        ext[fw.name] = str(path.absolute())
+    home().mkdir(parents=True, exist_ok=True)
+    _external_file().write_text(json.dumps(ext, indent=1))
+    return status(fw)

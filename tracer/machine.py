@@ -1,0 +1,44 @@
+"""Describe the machine a trace was recorded on (no hostname): what a reader needs
+to tell an x86 trace from an ARM one, or an AVX-512 machine from an AVX2 one."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+#: ISA feature flags that decide which kernels a library picks.
+_ISA_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+    "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "avx_vnni",
+    "asimd", "asimddp", "sve", "sve2", "bf16", "i8mm", "sme",
+)
+
+
+def _cpuinfo() -> tuple[str, list[str]]:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "Model", "CPU part") and model in ("", platform.machine()):
+                    model = value.strip()
+                elif key in ("flags", "Features"):
+                    flags.update(value.split())
+    except OSError:
+        pass
+    return model, [f for f in _ISA_FLAGS if f in flags]
+
+
+def describe() -> dict:
+    model, flags = _cpuinfo()
+    return {
+        "cpu": model,
+        "arch": platform.machine(),
+        "cores": os.cpu_count(),
+        "isa": flags,
+        "os": platform.platform(terse=True),
+        "python": platform.python_version(),
+        "python_impl": sys.implementation.name,
+    }

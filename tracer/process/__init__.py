@@ -1,0 +1,1 @@
+"""Pure processing functions over loaded traces: no I/O, no framework imported."""

@@ -1,0 +1,175 @@
+"""Runs probes as subprocesses in their framework's environment and reads the traces
+back. The tool's own process never imports a framework: a crash, a hang or a
+missing GPU in the probe becomes a ProbeFailed with one readable line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracer import envs
+from tracer.errors import ProbeFailed, UsageError
+from tracer.registry import PASSES, PRIMITIVES, ROOT, Framework
+from tracer.trace import Trace, TraceFormatError, load, save
+
+DEFAULT_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    primitive: str
+    api: str = "functional"
+    shape: tuple[int, ...] = ()
+    passes: tuple[str, ...] = PASSES
+
+    def resolved_shape(self) -> tuple[int, ...]:
+        return self.shape or PRIMITIVES[self.primitive]
+
+    def slug(self) -> str:
+        shape = "" if not self.shape else "-" + "x".join(map(str, self.shape))
+        return f"{self.primitive}-{self.api}{shape}"
+
+
+@dataclass
+class CaseResult:
+    spec: CaseSpec
+    path: Path | None = None
+    error: str | None = None
+    detail: str = ""  # the traceback, for logs; never printed by default
+
+    def load(self) -> Trace:
+        if self.path is None:
+            raise ProbeFailed(self.error or "no trace")
+        return load(self.path)
+
+
+def _choices(kind: str, value: str, valid) -> UsageError:
+    return UsageError(f"unknown {kind} '{value}' (choose from: {', '.join(valid)})")
+
+
+def check(frameworks: dict[str, Framework], framework: str, primitive: str | None = None,
+          device: str = "cpu", variant: str | None = None, api: str | None = None) -> Framework:
+    """Validate a request against the registry; each problem is one line naming the choices."""
+    if framework not in frameworks:
+        raise _choices("framework", framework, frameworks)
+    fw = frameworks[framework]
+    if primitive is not None and primitive not in PRIMITIVES:
+        raise _choices("primitive", primitive, PRIMITIVES)
+    if device not in fw.devices:
+        raise _choices(f"device for {framework}", device, fw.devices)
+    if variant not in (None, "default") and variant not in fw.variants:
+        raise _choices(f"variant for {framework}", variant, ["default", *fw.variants])
+    if api is not None and api not in fw.apis:
+        raise _choices(f"API level for {framework}", api, fw.apis)
+    return fw
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    keep = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith("done ")]
+    return " | ".join(keep[-lines:])
+
+
+def run_probe(
+    fw: Framework,
+    cases: list[CaseSpec],
+    out_dir: Path,
+    device: str = "cpu",
+    variant: str = "default",
+    timeout: float = DEFAULT_TIMEOUT,
+    warmup: int = 3,
+    command: str = "",
+) -> list[CaseResult]:
+    """Trace ``cases`` in one subprocess (one framework import for all of them).
+
+    Errors that concern the whole run (no environment, no device, crash, hang) raise
+    ProbeFailed; a single case that fails comes back as a CaseResult with ``error``.
+    """
+    python = envs.python_for(fw)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    var = fw.variants.get(variant)
+    with tempfile.TemporaryDirectory(prefix="dltrace-") as tmp:
+        tmpdir = Path(tmp)
+        outs = [out_dir / f"{c.slug()}.json" for c in cases]
+        for p in outs:
+            for stale in (p, Path(f"{p}.error")):
+                stale.unlink(missing_ok=True)
+        request = {
+            "framework": fw.name,
+            "import": fw.import_name,
+            "probe": fw.probe,
+            "device": device,
+            "device_select": fw.devices[device],
+            "variant": variant,
+            "variant_set": dict(var.set) if var else {},
+            "variant_env": dict(var.env) if var else {},
+            "source_roots": list(fw.source_roots),
+            "warmup": warmup,
+            "command": command,
+            "cases": [
+                {"primitive": c.primitive, "api": c.api, "shape": list(c.resolved_shape()), "passes": list(c.passes), "out": str(o)}
+                for c, o in zip(cases, outs)
+            ],
+        }
+        (tmpdir / "request.json").write_text(json.dumps(request))
+        env = {**os.environ, **fw.env, **(var.env if var else {})}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env.setdefault("PYTHONHASHSEED", "0")
+        stderr_path = tmpdir / "stderr.txt"
+        with open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(
+                [str(python), "-m", "tracer.collect.harness", str(tmpdir / "request.json")],
+                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmpdir, start_new_session=True,
+            )
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s; stderr: {_tail(stderr_path) or '(empty)'}", "timeout") from None
+        what = f"{fw.name} probe ({device}, {variant})"
+        if rc == 3:
+            raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "no-device")
+        if rc == 4:
+            raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "import")
+        if rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+            raise ProbeFailed(f"{what} crashed with signal {name} (exit {rc}); stderr: {_tail(stderr_path) or '(empty)'}", "crashed")
+        if rc != 0:
+            raise ProbeFailed(f"{what} failed with exit status {rc}; stderr: {_tail(stderr_path) or '(empty)'}", "failed")
+    results = []
+    for spec, out in zip(cases, outs):
+        err = Path(f"{out}.error")
+        if err.exists():
+            info = json.loads(err.read_text())
+            results.append(CaseResult(spec, None, info.get("error", "failed"), info.get("traceback", "")))
+        elif out.exists():
+            results.append(CaseResult(spec, out))
+        else:
+            results.append(CaseResult(spec, None, "the probe wrote no trace"))
+    return results
+
+
+def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str = "default",
+              timeout: float = DEFAULT_TIMEOUT, out: Path | None = None, command: str = "") -> Trace:
+    """Trace a single case; its failure is a ProbeFailed."""
+    with tempfile.TemporaryDirectory(prefix="dltrace-out-") as tmp:
+        (res,) = run_probe(fw, [spec], Path(tmp), device, variant, timeout, command=command)
+        if res.error:
+            raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}")
+        try:
+            trace = res.load()
+        except TraceFormatError as exc:
+            raise ProbeFailed(str(exc)) from None
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            save(trace, out)
+        return trace
