@@ -2,6 +2,8 @@
 
 import pytest
 
+import markupsafe
+
 from tests import samplefw
 from tracer.collect.pytrace import PythonTracer
 
@@ -55,11 +57,20 @@ def test_repeated_calls_merge_and_recursion_nests(tracer):
 
 
 def test_foreign_frames_are_transparent(tracer):
-    def user_code(x):  # not in the roots: must vanish, its framework callee must not
+    def user_code(x):
+        return helper(x)
+
+    def helper(x):  # two levels outside the framework: transparent
         return samplefw.backend.double(x)
 
     tree, _ = tracer.record(lambda: samplefw.through_callback(user_code, 2))
-    assert labels(tree) == [(0, "root", "probe"), (1, "python", "through_callback"), (2, "python", "double")]
+    # the callback the framework calls directly is a hand-off; below it, only framework frames
+    assert labels(tree) == [
+        (0, "root", "probe"),
+        (1, "python", "through_callback"),
+        (2, "ext", "test_foreign_frames_are_transparent.<locals>.user_code"),
+        (3, "python", "double"),
+    ]
 
 
 def test_c_handoffs_kept_builtins_dropped(tracer):
@@ -90,3 +101,23 @@ def test_tracer_is_removed_after_recording(tracer):
 
     tracer.record(lambda: samplefw.forward(1))
     assert sys.gettrace() is None and sys.getprofile() is None
+
+
+def test_ctypes_calls_are_handoffs(tracer):
+    tree, result = tracer.record(lambda: [samplefw.via_ctypes(-3) for _ in range(2)])
+    assert result == [3, 3]
+    (fn,) = tree.children
+    (lib,) = fn.children
+    assert (lib.frame.kind, lib.frame.name, lib.count) == ("c", "abs", 2)
+    assert lib.call_lines == fn.lines[-1:]
+
+
+def test_direct_calls_into_other_libraries_are_ext_handoffs(tracer):
+    tree, _ = tracer.record(lambda: samplefw.via_library("<a>"))
+    (fn,) = tree.children
+    (ext,) = fn.children
+    assert (ext.frame.kind, ext.frame.module, ext.frame.name) == ("ext", "markupsafe", "escape")
+    assert [(c.frame.kind, c.frame.name) for c in ext.children] == [("c", "_escape_inner")]
+    # user code outside any framework is not an ext hand-off
+    tree, _ = tracer.record(lambda: markupsafe.escape("<a>"))
+    assert tree.children == []

@@ -16,8 +16,11 @@ from typing import Any, Iterator
 FORMAT = "dltrace-trace"
 VERSION = 1
 
-#: Frame kinds. "root" is the synthetic node a tree hangs from (the probe step).
-KINDS = ("root", "python", "c", "op", "native")
+#: Frame kinds. "root" is the synthetic node a tree hangs from (the probe step);
+#: "python" is framework Python code; "c" a builtin/extension/ctypes function it
+#: hands off to; "ext" another library's Python code it calls directly (numpy...);
+#: "op" the framework's own op-level records; "native" a native stack frame.
+KINDS = ("root", "python", "c", "ext", "op", "native")
 
 
 class TraceFormatError(Exception):

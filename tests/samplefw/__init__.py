@@ -1,6 +1,11 @@
 """A tiny pure-Python "framework" whose call patterns the tracer tests check."""
 
+import ctypes
+
+import markupsafe
 from markupsafe._speedups import _escape_inner  # a C function outside the standard library
+
+_LIB = ctypes.CDLL(None)  # as mxnet reaches libmxnet: through ctypes
 
 from tests.samplefw import backend
 
@@ -23,6 +28,15 @@ def through_callback(fn, x):
 def handoff(text):
     len(text)  # a builtin: standard library, not a hand-off
     return _escape_inner(text)
+
+
+def via_ctypes(n):
+    return _LIB.abs(n)
+
+
+def via_library(text):
+    """markupsafe.escape is another library's Python code (an "ext" hand-off)."""
+    return markupsafe.escape(text)
 
 
 def failing():

@@ -2,10 +2,20 @@
 the lines that ran inside framework functions.
 
 Only frames inside the framework's source roots become nodes; other frames (the
-probe, numpy's Python code, the standard library) are transparent, so a framework
-function called through them still hangs under its nearest framework ancestor.
-The decision is cached per code object, and line events are only switched on for
-framework frames, which keeps the cost per event small.
+probe, the standard library, a library's internals) are transparent, so a
+framework function called through them still hangs under its nearest framework
+ancestor. The decision is cached per code object, and line events are only
+switched on for framework frames, which keeps the cost per event small.
+
+Three kinds of hand-off out of the framework are recorded, because each is where
+a port has to look:
+  c    a builtin or extension function (torch._C..., _pywrap_tfe...), seen as c_call;
+  c    a ctypes call (mxnet's ``_LIB.MXImperativeInvokeEx``), which raises no
+       profiler event: found in the bytecode of framework functions, recorded when
+       its line runs;
+  ext  a direct call from framework code into another library's Python code
+       (numpy.tensordot from chainer: numpy >= 1.25 dispatchers raise no c_call),
+       kept one level deep, with the C functions it calls.
 """
 
 from __future__ import annotations
@@ -21,6 +31,35 @@ from tracer.trace import Frame, Node
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"}
 _NEVER = ("tracer", "probes")  # dltrace's own code is never part of a trace
 _SKIP = None
+
+
+def _ctypes_calls(frame: FrameType) -> dict[int, list[tuple[int, str, str]]]:
+    """Where this frame's code calls a function of a ctypes library held in a global
+    (``_LIB.MXNDArrayWaitToRead(...)``): offset of the line start -> [(line, library,
+    symbol)]. Keyed by offset, not line: a call spread over several lines re-enters
+    its first line after the arguments, and must still count once."""
+    import ctypes
+    import dis
+
+    code, g = frame.f_code, frame.f_globals
+    libs = {n: g[n] for n in code.co_names if isinstance(g.get(n), ctypes.CDLL)}
+    if not libs:
+        return {}
+    found: dict[int, list[tuple[int, str, str]]] = {}
+    line, start = code.co_firstlineno, 0
+    pending = None
+    for ins in dis.get_instructions(code):
+        if ins.starts_line is not None:
+            line, start = ins.starts_line, ins.offset
+        if ins.opname == "LOAD_GLOBAL" and ins.argval in libs:
+            pending = libs[ins.argval]
+        elif pending is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+            lib = os.path.basename(getattr(pending, "_name", "") or "") or "ctypes"
+            found.setdefault(start, []).append((line, lib, ins.argval))
+            pending = None
+        elif ins.opname not in ("PRECALL", "CACHE", "NOP"):
+            pending = None
+    return found
 
 
 class _Rec:
@@ -112,19 +151,28 @@ class PythonTracer:
         self.root_name = root_name
         self._code: dict[CodeType, Frame | None] = {}
         self._cfn: dict[Any, Frame | None] = {}
+        self._ctypes: dict[CodeType, dict[int, list[tuple[int, Frame]]]] = {}
         self.sources: dict[tuple[str, int], list[str]] = {}
 
     # ------------------------------------------------------------------ classification
     def _classify_code(self, frame: FrameType) -> Frame | None:
+        """A python Frame (framework code), an ext Frame (another library's code,
+        kept only when framework code calls it directly), or None (transparent)."""
         code = frame.f_code
-        module = frame.f_globals.get("__name__")
-        if module and module.partition(".")[0] in _NEVER:
+        module = frame.f_globals.get("__name__") or ""
+        top = module.partition(".")[0]
+        qual = getattr(code, "co_qualname", code.co_name)
+        if top in _NEVER or code.co_filename.startswith("<frozen"):
             result = _SKIP
         elif self.roots.module_in(module) or self.roots.file_in(code.co_filename):
             rel = self.roots.relative(code.co_filename)
-            qual = getattr(code, "co_qualname", code.co_name)
-            result = Frame("python", module or "", qual, rel, code.co_firstlineno)
+            result = Frame("python", module, qual, rel, code.co_firstlineno)
             self._remember_source(code, rel)
+            calls = _ctypes_calls(frame)
+            if calls:
+                self._ctypes[code] = {off: [(ln, Frame("c", lib, sym)) for ln, lib, sym in c] for off, c in calls.items()}
+        elif top and top not in _STDLIB and top != "__main__":
+            result = Frame("ext", module, qual, self.roots.relative(code.co_filename), code.co_firstlineno)
         else:
             result = _SKIP
         self._code[code] = result
@@ -166,6 +214,7 @@ class PythonTracer:
         starts: list[int] = [0]
         kept_frames: list[FrameType | None] = [None]  # innermost framework frame per entry
         codes = self._code
+        ctypes_lines = self._ctypes
         classify_code = self._classify_code
         classify_c = self._classify_c
         clock = time.perf_counter_ns
@@ -176,16 +225,21 @@ class PythonTracer:
                 if info is False:
                     info = classify_code(frame)
                 parent = stack[-1]
-                if info is None:
+                caller = kept_frames[-1]
+                if info is None or (
+                    info.kind == "ext" and (caller is None or caller is not frame.f_back or parent.frame.kind == "ext")
+                ):
+                    # transparent; an ext frame only counts when framework code calls it directly
                     stack.append(parent)
-                    kept_frames.append(kept_frames[-1])
+                    kept_frames.append(caller)
                     starts.append(0)
                     return
                 rec = parent.kids.get(info)
                 if rec is None:
                     rec = parent.kids[info] = _Rec(info)
                 rec.count += 1
-                caller = kept_frames[-1] or frame.f_back
+                if caller is None:
+                    caller = frame.f_back
                 if caller is not None:
                     rec.call_lines.add(caller.f_lineno)
                 stack.append(rec)
@@ -225,14 +279,24 @@ class PythonTracer:
 
         def on_line(frame: FrameType, event: str, arg: Any):
             if event == "line":
-                stack[-1].lines.add(frame.f_lineno)
+                rec = stack[-1]
+                line = frame.f_lineno
+                rec.lines.add(line)
+                calls = ctypes_lines.get(frame.f_code)
+                if calls is not None and frame.f_lasti in calls:
+                    for ln, info in calls[frame.f_lasti]:
+                        kid = rec.kids.get(info)
+                        if kid is None:
+                            kid = rec.kids[info] = _Rec(info)
+                        kid.count += 1
+                        kid.call_lines.add(ln)
             return on_line
 
         def on_trace(frame: FrameType, event: str, arg: Any):
             info = codes.get(frame.f_code, False)
             if info is False:
                 info = classify_code(frame)
-            return on_line if info is not None else None
+            return on_line if info is not None and info.kind == "python" else None
 
         t0 = clock()
         sys.settrace(on_trace)

@@ -12,12 +12,13 @@ class PathSummary:
     python_functions: int  # distinct framework Python functions
     python_calls: int
     c_handoffs: int  # distinct C functions the framework's Python hands off to
+    ext_handoffs: int  # distinct functions of other Python libraries (numpy...) it calls
     lines: int  # distinct (function, line) pairs that ran
     nodes: int
 
 
 def summarize(tree: Node) -> PathSummary:
-    py, c, lines = set(), set(), set()
+    py, c, ext, lines = set(), set(), set(), set()
     calls = nodes = 0
     for _, node in tree.walk():
         nodes += 1
@@ -28,4 +29,6 @@ def summarize(tree: Node) -> PathSummary:
             lines.update((f.key, ln) for ln in node.lines)
         elif f.kind == "c":
             c.add(f.key)
-    return PathSummary(len(py), calls, len(c), len(lines), nodes)
+        elif f.kind == "ext":
+            ext.add(f.key)
+    return PathSummary(len(py), calls, len(c), len(ext), len(lines), nodes)

@@ -9,7 +9,8 @@ from rich.tree import Tree
 from tracer.process.summary import summarize
 from tracer.trace import Node, Trace
 
-_KIND_STYLE = {"python": "bold", "c": "magenta", "op": "cyan", "native": "green", "root": "bold underline"}
+_KIND_STYLE = {"python": "bold", "c": "magenta", "ext": "yellow", "op": "cyan", "native": "green", "root": "bold underline"}
+_HANDOFF = {"c": "→ C ", "ext": "→ lib "}
 
 
 def _fmt_time(ns: int) -> str:
@@ -21,11 +22,11 @@ def _fmt_time(ns: int) -> str:
 def node_label(node: Node) -> Text:
     f = node.frame
     text = Text()
-    if f.kind == "c":
-        text.append("→ C ", style="magenta")
+    if f.kind in _HANDOFF:
+        text.append(_HANDOFF[f.kind], style=_KIND_STYLE[f.kind])
     text.append(f.label, style=_KIND_STYLE.get(f.kind, ""))
     extra = []
-    if f.file and f.kind == "python":
+    if f.file and f.kind in ("python", "ext"):
         extra.append(f"{f.file}:{f.line}")
     if node.count > 1:
         extra.append(f"×{node.count}")
@@ -78,7 +79,8 @@ def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tup
                 continue
             s = summarize(tree)
             title = Text.assemble((f"{run.pass_}", "bold underline"), f"  [{layer}]  ", (
-                f"{s.python_functions} framework Python functions, {s.c_handoffs} C hand-offs", "dim"))
+                f"{s.python_functions} framework Python functions, {s.c_handoffs} C hand-offs, "
+                f"{s.ext_handoffs} library calls", "dim"))
             console.print(tree_view(tree, title, max_depth, max_nodes))
             st = run.stats
             if st.get("untraced_s"):

@@ -1,0 +1,112 @@
+"""MXNet probe: mx.nd operators (functional) and gluon blocks (layer, not hybridized).
+
+MXNet runs operators asynchronously: ``forward`` waits for its output and
+``backward`` for all pending work, so the traced calls include the computation.
+"""
+
+from __future__ import annotations
+
+import mxnet as mx
+from mxnet import autograd, gluon, nd
+
+from probes import base
+
+#: torch's default batch-norm epsilon (mx.nd.BatchNorm's own default is 1e-3).
+BN_EPS = 1e-5
+BN_MOMENTUM = 0.9
+
+
+def gpu_available() -> bool:
+    try:
+        return mx.context.num_gpus() > 0
+    except Exception:  # noqa: BLE001 - no CUDA build / driver means no GPU
+        return False
+
+
+def _functional(primitive: str, x: nd.NDArray, ctx: mx.Context):
+    c = x.shape[1] if x.ndim > 1 else 1
+
+    def param(a):
+        p = nd.array(a, ctx=ctx, dtype="float32")
+        p.attach_grad()
+        return p
+
+    if primitive == "dense":
+        w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
+        return lambda: nd.FullyConnected(x, w, b, num_hidden=base.DENSE_OUT)
+    if primitive == "conv2d":
+        w, b = param(base.conv_weight(c)), param(base.bias(base.CONV_OUT))
+        k = base.CONV_K
+        return lambda: nd.Convolution(
+            x, w, b, kernel=(k, k), stride=(1, 1), pad=(1, 1), num_filter=base.CONV_OUT
+        )
+    if primitive == "relu":
+        return lambda: nd.relu(x)
+    if primitive == "sigmoid":
+        return lambda: nd.sigmoid(x)
+    if primitive == "tanh":
+        return lambda: nd.tanh(x)
+    if primitive == "softmax":
+        return lambda: nd.softmax(x, axis=-1)
+    if primitive in ("maxpool2d", "avgpool2d"):
+        kind = "max" if primitive == "maxpool2d" else "avg"
+        k = base.POOL_K
+        return lambda: nd.Pooling(x, kernel=(k, k), stride=(k, k), pool_type=kind)
+    if primitive == "batchnorm":
+        g, b = param(base.array((c,), 3) * 0.1 + 1), param(base.bias(c))
+        mean, var = nd.zeros((c,), ctx=ctx), nd.ones((c,), ctx=ctx)
+        return lambda: nd.BatchNorm(
+            x, g, b, mean, var, eps=BN_EPS, momentum=BN_MOMENTUM, fix_gamma=False, use_global_stats=False
+        )
+    raise base.ProbeError(f"unknown primitive {primitive}")
+
+
+def _layer(primitive: str, x: nd.NDArray, ctx: mx.Context):
+    c = x.shape[1] if x.ndim > 1 else 1
+    nn = gluon.nn
+    weights = {}
+    if primitive == "dense":
+        m = nn.Dense(base.DENSE_OUT, in_units=x.shape[1])
+        weights = {"weight": base.dense_weight(x.shape[1]), "bias": base.bias(base.DENSE_OUT)}
+    elif primitive == "conv2d":
+        m = nn.Conv2D(base.CONV_OUT, base.CONV_K, strides=1, padding=1, in_channels=c)
+        weights = {"weight": base.conv_weight(c), "bias": base.bias(base.CONV_OUT)}
+    elif primitive == "batchnorm":
+        m = nn.BatchNorm(momentum=BN_MOMENTUM, epsilon=BN_EPS, in_channels=c)
+    elif primitive in ("relu", "sigmoid", "tanh"):
+        m = nn.Activation(primitive)
+    elif primitive == "softmax":
+        m = nn.HybridLambda("softmax")  # gluon 1.x has no Softmax block; axis -1 by default
+    elif primitive == "maxpool2d":
+        m = nn.MaxPool2D(pool_size=base.POOL_K, strides=base.POOL_K)
+    elif primitive == "avgpool2d":
+        m = nn.AvgPool2D(pool_size=base.POOL_K, strides=base.POOL_K)
+    else:
+        raise base.ProbeError(f"unknown primitive {primitive}")
+    m.initialize(ctx=ctx)
+    for name, value in weights.items():
+        getattr(m, name).set_data(nd.array(value, ctx=ctx, dtype="float32"))
+    return lambda: m(x)
+
+
+def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    base.check_shape(primitive, shape)
+    ctx = mx.gpu(0) if device == "gpu" else mx.cpu()
+    x = nd.array(base.array(shape), ctx=ctx, dtype="float32")
+    x.attach_grad()
+    run = (_functional if api == "functional" else _layer)(primitive, x, ctx)
+
+    def forward() -> nd.NDArray:
+        with autograd.record():
+            y = run()
+        y.wait_to_read()
+        return y
+
+    grad = nd.ones_like(forward())
+    nd.waitall()
+
+    def backward(y: nd.NDArray) -> None:
+        y.backward(grad)
+        nd.waitall()
+
+    return base.Case(forward=forward, backward=backward, sync=nd.waitall)
