@@ -97,7 +97,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     x = chainer.Variable(dev.send(base.array(shape)))
     run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
     leaves = [x, *params]
-    grad = dev.xp.ones_like(run().array)
+    grad = dev.send(dev.xp.ones(base.output_shape(primitive, shape), dtype=dev.xp.float32))
 
     def backward(y: chainer.Variable) -> None:
         for v in leaves:

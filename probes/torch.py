@@ -18,26 +18,26 @@ def _functional(primitive: str, x: torch.Tensor, dev: torch.device):
     param = lambda a: torch.tensor(a, device=dev, requires_grad=True)  # noqa: E731
     if primitive == "dense":
         w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
-        return lambda: F.linear(x, w, b)
+        return (lambda: F.linear(x, w, b)), [w, b]
     if primitive == "conv2d":
         w, b = param(base.conv_weight(c)), param(base.bias(base.CONV_OUT))
-        return lambda: F.conv2d(x, w, b, stride=1, padding=1)
+        return (lambda: F.conv2d(x, w, b, stride=1, padding=1)), [w, b]
     if primitive == "relu":
-        return lambda: F.relu(x)
+        return (lambda: F.relu(x)), []
     if primitive == "sigmoid":
-        return lambda: torch.sigmoid(x)
+        return (lambda: torch.sigmoid(x)), []
     if primitive == "tanh":
-        return lambda: torch.tanh(x)
+        return (lambda: torch.tanh(x)), []
     if primitive == "softmax":
-        return lambda: F.softmax(x, dim=-1)
+        return (lambda: F.softmax(x, dim=-1)), []
     if primitive == "maxpool2d":
-        return lambda: F.max_pool2d(x, base.POOL_K)
+        return (lambda: F.max_pool2d(x, base.POOL_K)), []
     if primitive == "avgpool2d":
-        return lambda: F.avg_pool2d(x, base.POOL_K)
+        return (lambda: F.avg_pool2d(x, base.POOL_K)), []
     if primitive == "batchnorm":
         g, b = param(base.array((c,), 3) * 0.1 + 1), param(base.bias(c))
         mean, var = torch.zeros(c, device=dev), torch.ones(c, device=dev)
-        return lambda: F.batch_norm(x, mean, var, g, b, training=True)
+        return (lambda: F.batch_norm(x, mean, var, g, b, training=True)), [g, b]
     raise base.ProbeError(f"unknown primitive {primitive}")
 
 
@@ -66,18 +66,22 @@ def _layer(primitive: str, x: torch.Tensor, dev: torch.device):
         for name, value in weights.items():
             getattr(m, name).copy_(torch.from_numpy(value))
     m = m.to(dev).train()
-    return lambda: m(x)
+    return (lambda: m(x)), list(m.parameters())
 
 
 def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     base.check_shape(primitive, shape)
     dev = torch.device(device)
     x = torch.tensor(base.array(shape), device=dev, requires_grad=True)
-    run = (_functional if api == "functional" else _layer)(primitive, x, dev)
-    grad = torch.ones_like(run())
+    run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
+    grad = torch.ones(base.output_shape(primitive, shape), device=dev)
+    leaves = [x, *params]
 
     def backward(y: torch.Tensor) -> None:
+        for t in leaves:  # fresh gradients each run, as a training step would have
+            t.grad = None
         y.backward(grad)
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else base._noop
     return base.Case(forward=run, backward=backward, sync=sync)
+

@@ -1,0 +1,116 @@
+"""JAX probe: jax.lax / jax.nn / jax.numpy (functional only; JAX has no layer API).
+
+Each primitive is a jitted function, so the default path is the jit path; the
+``nojit`` variant (JAX_DISABLE_JIT=1) runs the same code eagerly, op by op.
+forward is ``jax.vjp`` (the primal and the pullback, as in training), backward
+applies the pullback to a precomputed cotangent of ones. Everything runs in the
+seeded NCHW layout (lax convolution takes the layout as dimension numbers).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from probes import base
+
+_BN_EPS = 1e-5  # torch's default, so every framework computes the same numbers
+_CONV_DIMS = ("NCHW", "OIHW", "NCHW")
+_POOL = (1, 1, base.POOL_K, base.POOL_K)
+
+
+def gpu_available() -> bool:
+    try:
+        return any(d.platform in ("gpu", "cuda") for d in jax.devices())
+    except RuntimeError:
+        return False
+
+
+def _dense(x, w, b):
+    return jnp.dot(x, w) + b
+
+
+def _conv2d(x, w, b):
+    pad = base.CONV_K // 2
+    y = lax.conv_general_dilated(x, w, (1, 1), ((pad, pad), (pad, pad)), dimension_numbers=_CONV_DIMS)
+    return y + b[None, :, None, None]
+
+
+def _maxpool2d(x):
+    return lax.reduce_window(x, -jnp.inf, lax.max, _POOL, _POOL, "VALID")
+
+
+def _avgpool2d(x):
+    return lax.reduce_window(x, 0.0, lax.add, _POOL, _POOL, "VALID") / (base.POOL_K * base.POOL_K)
+
+
+def _batchnorm(x, g, b):
+    # Training mode: normalise with the batch statistics (biased variance), per channel.
+    mean = jnp.mean(x, axis=(0, 2, 3), keepdims=True)
+    var = jnp.var(x, axis=(0, 2, 3), keepdims=True)
+    return (x - mean) * lax.rsqrt(var + _BN_EPS) * g[None, :, None, None] + b[None, :, None, None]
+
+
+def _softmax(x):
+    return jax.nn.softmax(x, axis=-1)
+
+
+_FUNCS = {
+    "dense": _dense,
+    "conv2d": _conv2d,
+    "relu": jax.nn.relu,
+    "sigmoid": jax.nn.sigmoid,
+    "tanh": jnp.tanh,
+    "softmax": _softmax,
+    "maxpool2d": _maxpool2d,
+    "avgpool2d": _avgpool2d,
+    "batchnorm": _batchnorm,
+}
+
+
+def _params(primitive: str, shape: tuple[int, ...]) -> list[np.ndarray]:
+    c = shape[1] if len(shape) > 1 else 1
+    if primitive == "dense":
+        return [base.dense_weight(shape[1]).T.copy(), base.bias(base.DENSE_OUT)]  # (in, out)
+    if primitive == "conv2d":
+        return [base.conv_weight(c), base.bias(base.CONV_OUT)]  # OIHW, as torch
+    if primitive == "batchnorm":
+        return [base.array((c,), 3) * 0.1 + 1, base.bias(c)]
+    return []
+
+
+def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    base.check_shape(primitive, shape)
+    if api != "functional":
+        raise base.ProbeError(f"jax has no {api!r} api: it has no layer API, only functional (jax.lax / jax.nn)")
+    if primitive not in _FUNCS:
+        raise base.ProbeError(f"unknown primitive {primitive}")
+    try:
+        dev = jax.devices(device)[0]
+    except RuntimeError as exc:
+        raise base.ProbeError(f"jax has no {device!r} device: {exc}") from exc
+    f = jax.jit(_FUNCS[primitive])
+    args = [jax.device_put(a, dev) for a in (base.array(shape), *_params(primitive, shape))]
+    ones = jax.device_put(np.ones(base.output_shape(primitive, shape), np.float32), dev)
+    jax.block_until_ready((args, ones))
+    last: list = [None]  # what sync waits for: the latest output or gradients
+
+    def forward():
+        y, pullback = jax.vjp(f, *args)
+        last[0] = y
+        return y, pullback
+
+    def backward(state):
+        _, pullback = state
+        grads = pullback(ones)
+        jax.block_until_ready(grads)
+        return grads
+
+    def sync() -> None:
+        if last[0] is not None:
+            jax.block_until_ready(last[0])
+
+    info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF"}
+    return base.Case(forward=forward, backward=backward, sync=sync, info=info)

@@ -1,0 +1,123 @@
+"""TensorFlow probe: tf.nn in eager mode (functional) and keras 3 layers (layer).
+
+Both run eagerly under a fresh, non-persistent tf.GradientTape. The 4-d primitives
+(conv2d, the pools, batchnorm) run in NHWC, the layout TF's CPU kernels need: the
+seeded NCHW input is transposed once here, before anything is timed or traced.
+Parameters are tf.Variables (keras layers own theirs), as in training; the input is
+a constant tensor that the tape is told to watch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from probes import base
+
+_NHWC = ("conv2d", "maxpool2d", "avgpool2d", "batchnorm")
+_BN_EPS = 1e-5  # torch's default, so every framework computes the same numbers
+
+
+def gpu_available() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _bn_scale(c: int) -> np.ndarray:
+    return base.array((c,), 3) * 0.1 + 1
+
+
+def _functional(primitive: str, x: tf.Tensor):
+    """(run, params): ``run()`` applies the tf.nn primitive to ``x``."""
+    c = int(x.shape[-1])
+    var = lambda a: tf.Variable(a)  # noqa: E731
+    if primitive == "dense":
+        w, b = var(base.dense_weight(c).T), var(base.bias(base.DENSE_OUT))  # (in, out)
+        return (lambda: tf.nn.bias_add(tf.matmul(x, w), b)), [w, b]
+    if primitive == "conv2d":
+        w = var(base.conv_weight(c).transpose(2, 3, 1, 0))  # OIHW -> HWIO
+        b = var(base.bias(base.CONV_OUT))
+        return (lambda: tf.nn.bias_add(tf.nn.conv2d(x, w, strides=1, padding="SAME"), b)), [w, b]
+    if primitive == "relu":
+        return (lambda: tf.nn.relu(x)), []
+    if primitive == "sigmoid":
+        return (lambda: tf.nn.sigmoid(x)), []
+    if primitive == "tanh":
+        return (lambda: tf.nn.tanh(x)), []
+    if primitive == "softmax":
+        return (lambda: tf.nn.softmax(x, axis=-1)), []
+    if primitive == "maxpool2d":
+        return (lambda: tf.nn.max_pool2d(x, base.POOL_K, base.POOL_K, "VALID")), []
+    if primitive == "avgpool2d":
+        return (lambda: tf.nn.avg_pool2d(x, base.POOL_K, base.POOL_K, "VALID")), []
+    if primitive == "batchnorm":
+        g, b = var(_bn_scale(c)), var(base.bias(c))
+
+        def run():  # training mode: normalises with the batch statistics (biased variance)
+            mean, variance = tf.nn.moments(x, axes=[0, 1, 2])
+            return tf.nn.batch_normalization(x, mean, variance, b, g, _BN_EPS)
+
+        return run, [g, b]
+    raise base.ProbeError(f"unknown primitive {primitive}")
+
+
+def _layer(primitive: str, x: tf.Tensor):
+    """(run, params): ``run()`` calls a built keras layer on ``x`` in training mode."""
+    L = tf.keras.layers
+    c = int(x.shape[-1])
+    if primitive == "dense":
+        layer = L.Dense(base.DENSE_OUT)
+        weights = [base.dense_weight(c).T, base.bias(base.DENSE_OUT)]
+    elif primitive == "conv2d":
+        layer = L.Conv2D(base.CONV_OUT, base.CONV_K, strides=1, padding="same", data_format="channels_last")
+        weights = [base.conv_weight(c).transpose(2, 3, 1, 0), base.bias(base.CONV_OUT)]
+    elif primitive == "batchnorm":
+        # momentum 0.9 is torch's 0.1; the running averages are not what is compared.
+        layer = L.BatchNormalization(axis=-1, momentum=0.9, epsilon=_BN_EPS)
+        weights = None  # gamma, beta, moving mean, moving variance
+    else:
+        layer = {
+            "relu": L.ReLU,
+            "sigmoid": lambda: L.Activation("sigmoid"),
+            "tanh": lambda: L.Activation("tanh"),
+            "softmax": lambda: L.Softmax(axis=-1),
+            "maxpool2d": lambda: L.MaxPooling2D(base.POOL_K, data_format="channels_last"),
+            "avgpool2d": lambda: L.AveragePooling2D(base.POOL_K, data_format="channels_last"),
+        }[primitive]()
+        weights = []
+    layer.build(tuple(x.shape))
+    if primitive == "batchnorm":
+        weights = [_bn_scale(c), base.bias(c), np.zeros(c, np.float32), np.ones(c, np.float32)]
+    if weights:
+        layer.set_weights(weights)
+    return (lambda: layer(x, training=True)), list(layer.trainable_variables)
+
+
+def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    base.check_shape(primitive, shape)
+    if api not in ("functional", "layer"):
+        raise base.ProbeError(f"tensorflow has no api {api!r} (functional, layer)")
+    data = base.array(shape)
+    nhwc = primitive in _NHWC
+    if nhwc:
+        data = np.ascontiguousarray(data.transpose(0, 2, 3, 1))
+    with tf.device(device):
+        x = tf.constant(data)
+        run, params = (_functional if api == "functional" else _layer)(primitive, x)
+        out = base.output_shape(primitive, shape)
+        grad = tf.ones(base.nhwc(out) if nhwc else out, tf.float32)
+    sources = [x, *params]
+
+    def forward():
+        with tf.device(device):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = run()
+        return tape, y
+
+    def backward(state):
+        tape, y = state
+        with tf.device(device):
+            return tape.gradient(y, sources, output_gradients=grad)
+
+    info = {"layout": "NHWC" if nhwc else "NCHW" if len(shape) == 4 else "NF"}
+    return base.Case(forward=forward, backward=backward, info=info)

@@ -1,0 +1,599 @@
+"""The diff engine: where two execution paths of the same primitive split.
+
+Two call trees (CPU vs GPU, default vs a variant, one machine vs another) are
+aligned top-down: the children of two aligned nodes are matched by normalised
+identity (:func:`tracer.process.normalize.identity`), regardless of order. A
+**split point** is a node present in both trees whose children differ: some
+child frames run on one side only. For each split the result carries the common
+path from the root, each side's differing first frames with a summary of what
+they reach (libraries, ISA-specific code), the deciding code fragment and a
+classification of the decision.
+
+Design choices, each for a reason:
+
+* Siblings with the same identity are merged into one group (their counts add
+  up, their children are pooled). Normalisation makes ``f.isra.0`` and
+  ``f.cold`` the same function, and two ``<genexpr>`` of one function are
+  consequences of the same parent; comparing groups keeps alignment one-to-one.
+* Sampled layers (native stacks: ``Node.count`` = samples containing the frame,
+  the root's count = all samples) are noisy. A child is present only if its
+  share of its side's samples is at least ``threshold``; a frame seen in 3 of 800
+  samples is not a split. The threshold is carried in the result.
+* Splits below a common node that lies under an earlier split are nested in that
+  split's ``children``: the reader sees the first decision, then its
+  consequences. Independent splits (in disjoint subtrees) stay side by side, in
+  the order of a depth-first walk of side A.
+* Everything is iterative (traces can be thousands of frames deep) and linear:
+  each node is visited once, identities are cached per Frame object.
+
+Pure: no I/O, no framework imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from tracer.errors import DltraceError
+from tracer.process.normalize import identity, identity_label
+from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, isa_of, library_of
+from tracer.trace import Frame, Node, Run, Trace
+
+LAYERS = ("python", "op", "native")
+DEFAULT_THRESHOLD = 0.02
+CLASSES = ("device dispatch", "library choice", "ISA-specific code", "compilation", "allocation/transfer", "other")
+#: Meta fields that must agree unless forced: diffing conv2d against relu finds nothing useful.
+MUST_MATCH = ("framework", "primitive")
+#: Meta fields whose difference is the point of the diff, shown in the header.
+COMPARED = ("framework_version", "api", "device", "variant", "shape")
+
+HOT = 5  # most-sampled / most-called leaf frames shown per branch
+CONTEXT = 2  # source lines shown around each marked line
+
+
+class DiffError(DltraceError):
+    """Traces that cannot be diffed as asked (mismatched, missing run or layer, bad threshold)."""
+
+
+# ----------------------------------------------------------------------------- result
+
+
+@dataclass
+class Branch:
+    """One side's first differing frame at a split, and what its subtree reaches."""
+
+    label: str
+    kind: str
+    identity: str
+    file: str
+    line: int
+    library: str  # tag of the frame itself
+    count: int  # calls (traced layers) or samples (sampled layers)
+    share: float | None  # sampled layers: share of this side's samples
+    other_share: float | None  # sampled layers: the same frame's share on the other side (below threshold)
+    call_lines: list[int]  # lines of the split frame that called it
+    nodes: int  # frames in its subtree, itself included
+    libraries: list[str]  # library tags reached in the subtree
+    isa: list[str]  # ISA tags reached in the subtree
+    hot: list[str]  # the most counted leaf frames (the kernels, for native layers)
+
+
+@dataclass
+class CodeLine:
+    line: int
+    text: str
+    ran: str = ""  # "A", "B", "AB" (ran on both) or "" (did not run, or unknown)
+    call: str = ""  # "A" / "B" / "AB": a call site of a differing child
+    decision: bool = False  # the statement that chose the path
+    gap_before: bool = False  # lines were left out before this one
+
+
+@dataclass
+class Fragment:
+    """The deciding code. Python: the function's source around the deciding lines.
+    Op/native/C: no source exists in the trace, so the names on each side."""
+
+    kind: str  # "source" | "symbols"
+    side: str  # "AB" (one source for both), "A" or "B" (the sources differ)
+    function: str
+    file: str = ""
+    first_line: int = 0
+    lines: list[CodeLine] = field(default_factory=list)
+    decision_line: int | None = None
+    a_names: list[str] = field(default_factory=list)
+    b_names: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class Split:
+    layer: str
+    frame: str  # label of the split frame
+    kind: str
+    file: str
+    line: int
+    depth: int
+    path: list[str]  # labels from the root to the split frame, both included
+    only_a: list[Branch]
+    only_b: list[Branch]
+    fragments: list[Fragment]
+    classification: str
+    reason: str
+    children: list["Split"] = field(default_factory=list)  # splits further down, consequences of this one
+
+
+@dataclass
+class LayerDiff:
+    layer: str
+    sampled: bool
+    threshold: float  # applies to sampled layers only
+    samples_a: int
+    samples_b: int
+    nodes_a: int
+    nodes_b: int
+    shared: int  # aligned frames
+    ignored_a: int  # frames under the threshold (sampled layers)
+    ignored_b: int
+    splits: list[Split]  # first decisions; nested ones in Split.children
+    a_root: Node | None = field(default=None, repr=False, compare=False, metadata={"json": False})
+    b_root: Node | None = field(default=None, repr=False, compare=False, metadata={"json": False})
+
+    def all_splits(self) -> Iterator[tuple[int, Split]]:
+        """(nesting level, split) in reading order, without recursion."""
+        stack = [(0, s) for s in reversed(self.splits)]
+        while stack:
+            level, s = stack.pop()
+            yield level, s
+            stack.extend((level + 1, c) for c in reversed(s.children))
+
+
+@dataclass
+class DiffResult:
+    a: dict[str, Any]  # what A is: framework, version, primitive, api, device, variant, shape, arch
+    b: dict[str, Any]
+    pass_: str
+    phase: str
+    threshold: float
+    differs: dict[str, list[Any]]  # meta fields that differ: name -> [A's value, B's value]
+    layers: list[LayerDiff]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def split_count(self) -> int:
+        return sum(1 for layer in self.layers for _ in layer.all_splits())
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain types only (dicts, lists, str, numbers): what ``dltrace diff --json`` prints."""
+        doc = _plain(self)
+        doc["pass"] = doc.pop("pass_")
+        doc["split_count"] = self.split_count
+        return doc
+
+
+def _plain(obj: Any) -> Any:
+    """dataclasses.asdict without recursion through nested splits (which can be deep),
+    skipping fields marked ``json: False`` (the retained trees)."""
+    if isinstance(obj, Split):
+        return _splits_json([obj])[0]
+    if dataclasses.is_dataclass(obj):
+        return {f.name: (_splits_json(getattr(obj, f.name)) if f.name == "splits" else _plain(getattr(obj, f.name)))
+                for f in dataclasses.fields(obj) if f.metadata.get("json", True)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _splits_json(splits: list[Split]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    stack = [(s, out) for s in reversed(splits)]
+    while stack:
+        s, dest = stack.pop()
+        doc = {f.name: _plain(getattr(s, f.name)) for f in dataclasses.fields(s) if f.name != "children"}
+        doc["children"] = []
+        dest.append(doc)
+        stack.extend((c, doc["children"]) for c in reversed(s.children))
+    return out
+
+
+# ----------------------------------------------------------------------------- traces
+
+
+def _describe(trace: Trace) -> dict[str, Any]:
+    m = trace.meta
+    machine = m.get("machine") or {}
+    return {
+        "framework": m.get("framework", ""),
+        "framework_version": m.get("framework_version", ""),
+        "primitive": m.get("primitive", ""),
+        "api": m.get("api", ""),
+        "device": m.get("device", ""),
+        "variant": m.get("variant", ""),
+        "shape": list(m.get("shape") or []),
+        "arch": machine.get("arch", "") if isinstance(machine, dict) else "",
+        "cpu": machine.get("cpu", "") if isinstance(machine, dict) else "",
+    }
+
+
+def is_sampled(run: Run, layer: str, root: Node | None) -> bool:
+    """Whether a layer's counts are samples: its run's stats say so (``{"sampled": true}``,
+    per layer or for the run) or its frames are native stack frames."""
+    st = run.stats or {}
+    for holder in (st.get("layers"), st):
+        if isinstance(holder, dict):
+            per = holder.get(layer)
+            if isinstance(per, dict) and per.get("sampled"):
+                return True
+    flag = st.get("sampled")
+    if flag is True or (isinstance(flag, (list, tuple)) and layer in flag):
+        return True
+    return root is not None and _looks_sampled(root)
+
+
+def _looks_sampled(root: Node) -> bool:
+    return any(c.frame.kind == "native" for c in root.children)
+
+
+def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
+                layers: Sequence[str] = LAYERS, threshold: float = DEFAULT_THRESHOLD,
+                force: bool = False) -> DiffResult:
+    """Diff the ``pass_``/``phase`` run of two loaded traces, layer by layer.
+
+    Traces of a different framework or primitive are refused (DiffError) unless
+    ``force``. Layers missing on both sides are skipped; a layer on one side only is
+    a warning; no layer in common is an error.
+    """
+    if not 0 <= threshold < 1:
+        raise DiffError(f"threshold {threshold} is not a share of samples (0 <= threshold < 1)")
+    da, db = _describe(a), _describe(b)
+    warnings: list[str] = []
+    for key in MUST_MATCH:
+        if da[key] != db[key]:
+            msg = f"the traces are of different {key}s (A: {da[key] or '?'}, B: {db[key] or '?'})"
+            if not force:
+                raise DiffError(f"{msg}; use --force to diff them anyway")
+            warnings.append(msg)
+    differs = {k: [da[k], db[k]] for k in (*COMPARED, "arch", "cpu") if da[k] != db[k]}
+    ra, rb = a.run(pass_, phase), b.run(pass_, phase)
+    for side, run, trace in (("A", ra, a), ("B", rb, b)):
+        if run is None:
+            have = ", ".join(f"{r.phase} {r.pass_}" for r in trace.runs) or "none"
+            raise DiffError(f"trace {side} has no {phase} {pass_} run (it has: {have})")
+    assert ra is not None and rb is not None
+    results = []
+    for layer in layers:
+        ta, tb = ra.layers.get(layer), rb.layers.get(layer)
+        if ta is None and tb is None:
+            continue
+        if ta is None or tb is None:
+            warnings.append(f"the {layer} layer is only in trace {'A' if tb is None else 'B'}; not diffed")
+            continue
+        sampled = is_sampled(ra, layer, ta) or is_sampled(rb, layer, tb)
+        results.append(diff_trees(ta, tb, layer, threshold, sampled=sampled, sources_a=a.sources, sources_b=b.sources))
+    if not results:
+        have_a = ", ".join(ra.layers) or "none"
+        have_b = ", ".join(rb.layers) or "none"
+        raise DiffError(f"no {'/'.join(layers)} layer in both traces (A has: {have_a}; B has: {have_b})")
+    return DiffResult(da, db, pass_, phase, threshold, differs, results, warnings)
+
+
+# ----------------------------------------------------------------------------- trees
+
+
+def _total(root: Node) -> int:
+    return root.count or sum(c.count for c in root.children)
+
+
+def _size(nodes: list[Node]) -> int:
+    n, stack = 0, list(nodes)
+    while stack:
+        node = stack.pop()
+        n += 1
+        stack.extend(node.children)
+    return n
+
+
+def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: float = DEFAULT_THRESHOLD, *,
+               sampled: bool | None = None, sources_a: dict[tuple[str, int], list[str]] | None = None,
+               sources_b: dict[tuple[str, int], list[str]] | None = None) -> LayerDiff:
+    """Align two trees of one layer and return their split points.
+
+    ``sampled`` (default: guessed from the frames) makes ``threshold`` apply: a child
+    counts as present only when ``count >= threshold * samples`` on its side. The
+    roots are aligned whatever their names (both are the probe step).
+    """
+    if sampled is None:
+        sampled = _looks_sampled(a_root) or _looks_sampled(b_root)
+    total_a, total_b = (_total(a_root), _total(b_root)) if sampled else (0, 0)
+    min_a, min_b = threshold * total_a, threshold * total_b
+    ctx = _Context(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {})
+
+    cache: dict[int, tuple[str, str, str]] = {}
+    cache_get = cache.get
+    top: list[Split] = []
+    shared = nodes_a = nodes_b = ignored_a = ignored_b = 0
+    # entry: (group A, group B, parent entry, enclosing split, depth)
+    stack: list[tuple[list[Node], list[Node], Any, Split | None, int]] = [([a_root], [b_root], None, None, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        entry = pop()
+        ga, gb, _, enclosing, depth = entry
+        shared += 1
+        nodes_a += len(ga)
+        nodes_b += len(gb)
+        ka = ga[0].children if len(ga) == 1 else [c for n in ga for c in n.children]
+        kb = gb[0].children if len(gb) == 1 else [c for n in gb for c in n.children]
+        if not ka and not kb:
+            continue
+        da: dict[tuple[str, str, str], list[Node]] = {}
+        for c in ka:
+            f = c.frame
+            k = cache_get(id(f))
+            if k is None:
+                k = cache[id(f)] = identity(f)
+            g = da.get(k)
+            if g is None:
+                da[k] = [c]
+            else:
+                g.append(c)
+        db: dict[tuple[str, str, str], list[Node]] = {}
+        for c in kb:
+            f = c.frame
+            k = cache_get(id(f))
+            if k is None:
+                k = cache[id(f)] = identity(f)
+            g = db.get(k)
+            if g is None:
+                db[k] = [c]
+            else:
+                g.append(c)
+        if sampled:
+            da, low_a = _above(da, min_a)
+            db, low_b = _above(db, min_b)
+            ignored_a += _size([n for g in low_a.values() for n in g]) if low_a else 0
+            ignored_b += _size([n for g in low_b.values() for n in g]) if low_b else 0
+        else:
+            low_a = low_b = {}
+        split = enclosing
+        if da.keys() != db.keys():
+            only_a = [(k, g) for k, g in da.items() if k not in db]
+            only_b = [(k, g) for k, g in db.items() if k not in da]
+            split = ctx.split(entry, only_a, only_b, low_a, low_b)
+            for side in split.only_a:
+                nodes_a += side.nodes
+            for side in split.only_b:
+                nodes_b += side.nodes
+            (enclosing.children if enclosing is not None else top).append(split)
+        for k, g in reversed(da.items()):
+            h = db.get(k)
+            if h is not None:
+                push((g, h, entry, split, depth + 1))
+    return LayerDiff(layer, sampled, threshold, total_a, total_b, nodes_a + ignored_a, nodes_b + ignored_b, shared,
+                     ignored_a, ignored_b, top, a_root, b_root)
+
+
+def _above(groups: dict, minimum: float) -> tuple[dict, dict]:
+    """Split child groups into those with at least ``minimum`` samples and the rest."""
+    keep, low = {}, {}
+    for k, g in groups.items():
+        n = g[0].count if len(g) == 1 else sum(x.count for x in g)
+        (keep if n >= minimum else low)[k] = g
+    return keep, low
+
+
+def children_groups(nodes: list[Node]) -> dict[tuple[str, str, str], list[Node]]:
+    """Children of a group of aligned nodes, grouped by identity (for the graph module)."""
+    out: dict[tuple[str, str, str], list[Node]] = {}
+    for n in nodes:
+        for c in n.children:
+            out.setdefault(identity(c.frame), []).append(c)
+    return out
+
+
+def present(groups: dict, total: int, threshold: float, sampled: bool) -> dict:
+    """The child groups that count as present (all of them unless the layer is sampled)."""
+    return _above(groups, threshold * total)[0] if sampled else groups
+
+
+# ----------------------------------------------------------------------------- one split
+
+
+@dataclass
+class _Context:
+    layer: str
+    sampled: bool
+    total_a: int
+    total_b: int
+    sources_a: dict[tuple[str, int], list[str]]
+    sources_b: dict[tuple[str, int], list[str]]
+
+    def split(self, entry: tuple, only_a: list, only_b: list, low_a: dict, low_b: dict) -> Split:
+        ga, gb, _, _, depth = entry
+        path = []
+        e = entry
+        while e is not None:
+            path.append(e[0][0].frame.label)
+            e = e[2]
+        path.reverse()
+        frames_a: dict[int, Frame] = {}
+        frames_b: dict[int, Frame] = {}
+        branches_a = [self._branch(k, g, self.total_a, low_b, self.total_b, frames_a) for k, g in only_a]
+        branches_b = [self._branch(k, g, self.total_b, low_a, self.total_a, frames_b) for k, g in only_b]
+        cls, reason = classify(list(frames_a.values()), list(frames_b.values()))
+        frame = ga[0].frame
+        return Split(self.layer, frame.label, frame.kind, frame.file, frame.line, depth, path, branches_a, branches_b,
+                     self._fragments(ga, gb, only_a, only_b), cls, reason)
+
+    def _branch(self, key: tuple, group: list[Node], total: int, other_low: dict, other_total: int,
+                seen: dict[int, Frame]) -> Branch:
+        frame = group[0].frame
+        count = sum(n.count for n in group)
+        nodes = 0
+        leaves: dict[str, int] = {}
+        mine: dict[int, Frame] = {}
+        stack = list(group)
+        while stack:
+            node = stack.pop()
+            nodes += 1
+            mine[id(node.frame)] = node.frame
+            if node.children:
+                stack.extend(node.children)
+            else:
+                label = node.frame.label
+                leaves[label] = leaves.get(label, 0) + node.count
+        seen.update(mine)
+        subtree = list(mine.values())
+        libs = sorted({t for t in map(library_of, subtree) if t})
+        isas = sorted({t for t in map(isa_of, subtree) if t})
+        hot = [label for label, _ in sorted(leaves.items(), key=lambda kv: -kv[1])[:HOT]]
+        share = other = None
+        if self.sampled:
+            share = count / total if total else 0.0
+            low = other_low.get(key)
+            other = (sum(n.count for n in low) / other_total if other_total else 0.0) if low else 0.0
+        call_lines = sorted({ln for n in group for ln in n.call_lines})
+        return Branch(frame.label, frame.kind, identity_label(key), frame.file, frame.line, library_of(frame), count,
+                      share, other, call_lines, nodes, libs, isas, hot)
+
+    def _fragments(self, ga: list[Node], gb: list[Node], only_a: list, only_b: list) -> list[Fragment]:
+        fa, fb = ga[0].frame, gb[0].frame
+        a_names = [g[0].frame.label for _, g in only_a]
+        b_names = [g[0].frame.label for _, g in only_b]
+        if fa.kind == "python":
+            src_a = self.sources_a.get((fa.file, fa.line))
+            src_b = self.sources_b.get((fb.file, fb.line))
+            ran_a = {ln for n in ga for ln in n.lines}
+            ran_b = {ln for n in gb for ln in n.lines}
+            call_a = {ln for _, g in only_a for n in g for ln in n.call_lines}
+            call_b = {ln for _, g in only_b for n in g for ln in n.call_lines}
+            if src_a is not None and (src_b is None or (src_a == src_b and fa.line == fb.line)):
+                return [source_fragment(fa, src_a, ran_a, ran_b, call_a, call_b, "AB", a_names, b_names)]
+            if src_b is not None and src_a is None:
+                return [source_fragment(fb, src_b, ran_a, ran_b, call_a, call_b, "AB", a_names, b_names)]
+            if src_a is not None and src_b is not None:  # two versions of the function
+                return [source_fragment(fa, src_a, ran_a, set(), call_a, set(), "A", a_names, []),
+                        source_fragment(fb, src_b, set(), ran_b, set(), call_b, "B", [], b_names)]
+            note = "the source of this function was not recorded in the traces"
+        elif fa.kind == "root":
+            note = "split at the probe step itself: the first frames the probes reach differ"
+        elif fa.kind == "c":
+            note = "a C function: its source is not part of the wheel; the callees on each side are shown"
+        elif fa.kind == "op":
+            note = "op-level records carry no source: the ops and kernels on each side are shown"
+        else:
+            note = "native source is not available in wheels: the symbols on each side are shown"
+        return [Fragment("symbols", "AB", fa.label, fa.file, fa.line, a_names=a_names, b_names=b_names, note=note)]
+
+
+_BRANCHING = re.compile(r"^\s*(?:if|elif|else|try|except|case|match|while|for|with)\b|\sif\s.*\selse\s")
+
+
+def source_fragment(frame: Frame, source: list[str], ran_a: set[int], ran_b: set[int], call_a: set[int],
+                    call_b: set[int], side: str, a_names: list[str], b_names: list[str]) -> Fragment:
+    """The function's source around the lines that ran on one side only and the call
+    sites of the differing children, with the deciding statement found."""
+    first, last = frame.line, frame.line + len(source) - 1
+    only = (ran_a - ran_b) | (ran_b - ran_a)
+    calls = call_a | call_b
+    decision = None
+    if only:
+        start = min(only)
+        for ln in range(start - 1, first - 1, -1):
+            if ln in ran_a and ln in ran_b and _BRANCHING.search(source[ln - first]):
+                decision = ln
+                break
+        if decision is None:
+            decision = start
+    elif calls:
+        decision = min(calls)  # same lines ran, different callee: the call dispatches dynamically
+    marked = only | calls | ({decision} if decision else set())
+    marked = {ln for ln in marked if first <= ln <= last}
+    if marked:
+        show = {first}
+        for ln in marked:
+            show.update(range(max(first, ln - CONTEXT), min(last, ln + CONTEXT) + 1))
+    else:
+        show = set(range(first, min(last, first + 14) + 1))
+    lines = []
+    prev = None
+    for ln in sorted(show):
+        ran = ("A" if ln in ran_a else "") + ("B" if ln in ran_b else "")
+        call = ("A" if ln in call_a else "") + ("B" if ln in call_b else "")
+        lines.append(CodeLine(ln, source[ln - first], ran, call, ln == decision,
+                              prev is not None and ln != prev + 1))
+        prev = ln
+    note = "" if ran_a or ran_b else "no line events were recorded for this function"
+    return Fragment("source", side, frame.label, frame.file, first, lines, decision, a_names, b_names, note)
+
+
+# ----------------------------------------------------------------------------- classification
+
+_GPU = re.compile(r"(?<![a-z])(?:cuda\w*|cudnn|cublas\w*|cupy|cupyx|gpu|cutlass|nccl|nvrtc|rocm|hip|miopen|ptx)(?![a-z])")
+_COMPILE = re.compile(r"(?<![a-z])(?:p?jit|jitted|compile[dr]?|compilation|lower|lowering|xla|dynamo|inductor|"
+                      r"torchscript|tf_function|polymorphic_function|__inference|trace_to_jaxpr\w*|jaxpr|"
+                      r"cache_miss)(?![a-z])")
+_ALLOC = re.compile(r"memcpy|memmove|malloc|calloc|realloc|allocat|device_put|device_get|transfer|htod|dtoh|"
+                    r"(?<![a-z])(?:h2d|d2h)(?![a-z])|pin_memory|pinned|empty_strided|to_copy")
+_ALLOC_NAME = re.compile(r"^(?:to|copy_|free|empty|empty_like|asarray|asnumpy|alloc|copyto)$")
+_DEVICE = re.compile(r"(?<![a-z])(?:cpu|device|xpu|mps|tpu|backend|intel64|ideep|mkldnn)(?![a-z])")
+_CODEGEN_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, JIT})
+
+
+def _text(f: Frame) -> str:
+    return f"{f.module}.{f.name} {f.lib}".lower()
+
+
+def _markers(frames: list[Frame], pattern: re.Pattern[str]) -> set[str]:
+    return {m.group(0) for f in frames for m in pattern.finditer(_text(f))}
+
+
+def _last_name(f: Frame) -> str:
+    return re.split(r"[.:]", f.name.split("(")[0])[-1].lower()
+
+
+def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
+    """Classify a split from the frames reached on each side only. First rule that fires:
+
+    1. device dispatch: GPU code (cuda/gpu/cudnn/cublas/cupy names, GPU library tags) on one side only;
+    2. compilation: JIT/compile/XLA/tracing frames on one side only (oneDNN's and BLAS's
+       generated kernels excluded: those are ISA-specific code, not compiling the model);
+    3. library choice: the vendor libraries reached differ (oneDNN vs Eigen vs BLAS...);
+    4. ISA-specific code: the ISA tags reached differ (avx512_core vs avx2, jit code);
+    5. allocation/transfer: memcpy/alloc/transfer/device_put frames on one side only;
+    6. device dispatch: cpu/device/backend names on one side only (forward_cpu vs forward_ideep);
+    7. other.
+    """
+    gpu_a = _markers(frames_a, _GPU) | {t for t in map(library_of, frames_a) if t in GPU_LIBS}
+    gpu_b = _markers(frames_b, _GPU) | {t for t in map(library_of, frames_b) if t in GPU_LIBS}
+    if bool(gpu_a) != bool(gpu_b):
+        side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
+        return "device dispatch", f"{side} reaches GPU code ({', '.join(sorted(words)[:4])}); the other side does not"
+    comp_a = _markers([f for f in frames_a if library_of(f) not in _CODEGEN_LIBS], _COMPILE)
+    comp_b = _markers([f for f in frames_b if library_of(f) not in _CODEGEN_LIBS], _COMPILE)
+    if bool(comp_a) != bool(comp_b):
+        side, words = ("A", comp_a) if comp_a else ("B", comp_b)
+        return "compilation", f"{side} goes through compilation ({', '.join(sorted(words)[:4])}); the other side runs eagerly"
+    libs_a = {t for t in map(library_of, frames_a) if t in VENDOR_LIBS}
+    libs_b = {t for t in map(library_of, frames_b) if t in VENDOR_LIBS}
+    if libs_a != libs_b:
+        return "library choice", f"A reaches {_names(libs_a)}; B reaches {_names(libs_b)}"
+    isa_a = {t for t in map(isa_of, frames_a) if t}
+    isa_b = {t for t in map(isa_of, frames_b) if t}
+    if isa_a != isa_b:
+        return "ISA-specific code", f"A runs {_names(isa_a, 'no ISA-specific')} code; B runs {_names(isa_b, 'no ISA-specific')} code"
+    alloc_a = _markers(frames_a, _ALLOC) | {n for n in map(_last_name, frames_a) if _ALLOC_NAME.match(n)}
+    alloc_b = _markers(frames_b, _ALLOC) | {n for n in map(_last_name, frames_b) if _ALLOC_NAME.match(n)}
+    if bool(alloc_a) != bool(alloc_b):
+        side, words = ("A", alloc_a) if alloc_a else ("B", alloc_b)
+        return "allocation/transfer", f"{side} allocates or moves data ({', '.join(sorted(words)[:4])}); the other side does not"
+    dev_a, dev_b = _markers(frames_a, _DEVICE), _markers(frames_b, _DEVICE)
+    if dev_a != dev_b:
+        return "device dispatch", f"device or backend names differ (A: {_names(dev_a)}; B: {_names(dev_b)})"
+    return "other", "no device, library, ISA, compilation or allocation difference in the frame names"
+
+
+def _names(items: set[str], none: str = "no vendor library") -> str:
+    return ", ".join(sorted(items)) if items else none

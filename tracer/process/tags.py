@@ -1,0 +1,215 @@
+"""Which library a frame belongs to, and which ISA-specific code it is.
+
+This is what a port to a new CPU or accelerator has to replace: the vendor
+libraries a primitive reaches (oneDNN, Eigen, BLAS, cuDNN...) and the code written
+for one instruction set (AVX-512 kernels, JIT-generated code...).
+
+Tags come from data tables of ``(regex, tag)``, tried in order, first match wins:
+
+1. :data:`SYMBOL_LIBS` on the symbol. It comes first because the frameworks link
+   vendor code statically: oneDNN and MKL live inside libtorch_cpu.so, Eigen is
+   compiled into TensorFlow's and MXNet's cores, XLA into jaxlib. A symbol in
+   ``dnnl::`` is oneDNN whatever shared object holds it.
+2. :data:`SONAME_LIBS` on the shared object's basename (``Frame.lib``).
+3. :data:`CORE_SYMBOLS` on the symbol: framework namespaces and libc/libpython
+   names, for frames whose library is unknown.
+4. The library's own basename without its version (an untabled library still
+   gets a stable tag), else "".
+
+Op frames (the framework's own dispatch records) are tagged by :data:`OP_LIBS`
+on the op or kernel name (aten::mkldnn_convolution, _MklConv2D, cudnn...), and
+Python/C frames by :data:`MODULE_LIBS` on their module (cupy, numpy, ideep4py),
+then by :data:`PYTHON_NAME_LIBS` on their name (forward_ideep, torch.cuda...).
+Pure functions over a Frame; no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracer.process.normalize import normalize_lib
+from tracer.trace import Frame
+
+ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW = "oneDNN", "MKL", "OpenBLAS", "BLAS", "Eigen", "XLA", "mshadow"
+CUDNN, CUBLAS, CUDART = "cuDNN", "cuBLAS", "CUDA runtime"
+TORCH, TF, MXNET, JAXLIB = "torch core", "TensorFlow core", "MXNet core", "jaxlib core"
+LIBC, LIBSTDCXX, LIBPYTHON, JIT = "libc", "libstdc++", "libpython", "JIT code"
+
+
+def _t(*rows: tuple[str, str]) -> tuple[tuple[re.Pattern[str], str], ...]:
+    return tuple((re.compile(p), tag) for p, tag in rows)
+
+
+_NS = r"(?:^|[\s*&(,])"  # start of a qualified name inside a demangled symbol
+
+#: Vendor code recognised by its symbol, wherever it is linked.
+SYMBOL_LIBS = _t(
+    (_NS + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|(?:^|[^A-Za-z])jit_(?:uni|sse41|avx|avx2|avx512\w*|brgemm|brdgmm|amx)|brgemm", ONEDNN),
+    (r"(?:^|[^A-Za-z])(?:mkl_|MKL_)|^_?mkl", MKL),
+    (r"(?i)openblas|gotoblas|blas_thread_server|(?:^|[^a-z])exec_blas|(?:^|[^a-z])[sdcz]gemm_(?:kernel|itcopy|incopy|oncopy|otcopy|beta)", OPENBLAS),
+    (_NS + r"Eigen::", EIGEN),
+    (_NS + r"xla::|__xla_cpu_runtime|(?:^|[^A-Za-z])xla_cpu_", XLA),
+    (_NS + r"mshadow::", MSHADOW),
+    (r"(?i)cudnn", CUDNN),
+    (r"(?i)cublas", CUBLAS),
+    (r"(?i)nccl", "NCCL"),
+    (r"(?i)cufft", "cuFFT"),
+    (r"(?i)cudart|^cuda[A-Z]\w*|^cu[A-Z][a-z]\w*", CUDART),
+    (r"(?i)miopen", "MIOpen"),
+    (r"(?i)rocblas|hipblas", "rocBLAS"),
+    (_NS + r"arm_compute::|^arm_compute", "Arm Compute Library"),
+    (r"(?:^|[^A-Za-z])kai_", "KleidiAI"),
+    (r"(?:^|[^A-Za-z])xnn_|xnnpack", "XNNPACK"),
+    (_NS + r"fbgemm::", "FBGEMM"),
+    (r"(?:^|[^A-Za-z])nnp_", "NNPACK"),
+    (r"(?i)sleef_", "SLEEF"),
+)
+
+#: Shared objects by basename.
+SONAME_LIBS = _t(
+    (r"^\[jit\]$", JIT),
+    (r"^lib(?:dnnl|mkldnn|zendnn)", ONEDNN),
+    (r"^libmkl", MKL),
+    (r"^lib(?:iomp|gomp|omp)\b", "OpenMP"),
+    (r"^libopenblas", OPENBLAS),
+    (r"^lib(?:c?blas|flexiblas|blis)\b", BLAS),
+    (r"^libcudnn", CUDNN),
+    (r"^libcublas", CUBLAS),
+    (r"^libcufft", "cuFFT"),
+    (r"^libnccl", "NCCL"),
+    (r"^lib(?:cudart|cuda|nvrtc|nvJitLink)\b", CUDART),
+    (r"^lib(?:torch|c10|shm)|^_C\.", TORCH),
+    (r"^lib(?:tensorflow|tf_)|^_pywrap_", TF),
+    (r"^libmxnet", MXNET),
+    (r"^(?:xla_extension|libjax|_jax|jaxlib)", JAXLIB),
+    (r"^libarm_compute", "Arm Compute Library"),
+    (r"^libxnnpack", "XNNPACK"),
+    (r"^lib(?:c|m|pthread|dl|rt)[.-]|^ld-linux", LIBC),
+    (r"^lib(?:stdc|c)\+\+", LIBSTDCXX),
+    (r"^libgcc_s", "libgcc"),
+    (r"^libpython|^python3", LIBPYTHON),
+)
+
+#: Framework namespaces and system names, for frames whose library is not known.
+CORE_SYMBOLS = _t(
+    (_NS + r"(?:at|c10|torch|caffe2)::", TORCH),
+    (_NS + r"(?:tensorflow|tsl)::", TF),
+    (_NS + r"(?:mxnet|nnvm)::|^MX[A-Z]\w*", MXNET),
+    (_NS + r"(?:jax|jaxlib)::", JAXLIB),
+    (r"^_?Py[A-Z_]\w*|^_PyEval", LIBPYTHON),
+    (r"^(?:__)?(?:memcpy|memmove|memset|malloc|calloc|realloc|free)(?:_\w+)?$|^__libc_|^__GI_|^pthread_|^start_thread$|^clone3?$", LIBC),
+    (r"^(?:std::|__gnu_cxx::|__cxxabiv1::)", LIBSTDCXX),
+)
+
+#: Op-level records: the op or kernel name says which library computes it.
+OP_LIBS = _t(
+    (r"(?i)mkldnn|onednn|dnnl|ideep|^_?mkl(?:native)?[A-Z_]|zendnn", ONEDNN),
+    (r"(?i)cudnn", CUDNN),
+    (r"(?i)cublas|^(?:ampere|volta|turing|hopper|sm\d+)_\w*gemm", CUBLAS),
+    (r"(?i)(?:^|[^a-z])mkl(?:[^a-z]|$)", MKL),
+    (r"(?i)openblas", OPENBLAS),
+    (r"(?i)eigen", EIGEN),
+    (r"(?i)xnnpack|^xnn_", "XNNPACK"),
+    (r"(?i)(?:^|[^a-z])xla(?:[^a-z]|$)|^(?:fusion|custom-call)$", XLA),
+    (r"(?i)mshadow", MSHADOW),
+    (r"(?i)memcpy.*(?:htod|dtoh|dtod)|^cuda", CUDART),
+)
+
+#: Python and C frames by module.
+MODULE_LIBS = _t(
+    (r"^cupy(?:x|_backends)?(?:\.|$)", "CuPy"),
+    (r"^ideep4py(?:\.|$)", ONEDNN),
+    (r"^numpy(?:\.|$)", "NumPy"),
+    (r"^scipy(?:\.|$)", "SciPy"),
+    (r"^(?:jaxlib|jax\._src\.lib)(?:\.|$)|xla_client|xla_extension", JAXLIB),
+)
+
+#: Python and C frames by name, when the module does not say: the framework's
+#: own wrappers around a vendor library (forward_ideep, torch.backends.cudnn...).
+PYTHON_NAME_LIBS = _t(
+    (r"(?i)mkldnn|onednn|dnnl|ideep", ONEDNN),
+    (r"(?i)cudnn", CUDNN),
+    (r"(?i)cublas", CUBLAS),
+    (r"(?i)(?:^|[^a-z])cuda(?:[^a-z]|$)", CUDART),
+)
+
+#: ISA-specific code, by symbol (lower-cased), most specific first.
+ISA_TAGS = _t(
+    (r"(?<![a-z])amx", "amx"),
+    (r"avx512_core_fp16", "avx512_core_fp16"),
+    (r"avx512_core_bf16", "avx512_core_bf16"),
+    (r"avx512_(?:core_)?vnni", "avx512_core_vnni"),
+    (r"avx512_core", "avx512_core"),
+    (r"avx512|(?<![a-z])(?:skylakex|cooperlake|sapphirerapids|skx)(?![a-z])", "avx512"),
+    (r"avx2?_vnni", "avx2_vnni"),
+    (r"avx2|(?<![a-z])(?:haswell|zen)(?![a-z])", "avx2"),
+    (r"(?<![a-z0-9])avx(?![a-z0-9])|(?<![a-z])sandybridge(?![a-z])", "avx"),
+    (r"sse4_?2|(?<![a-z])nehalem(?![a-z])", "sse42"),
+    (r"sse4_?1|(?<![a-z])penryn(?![a-z])", "sse41"),
+    (r"(?<![a-z])sve2?(?:_?(?:128|256|512))?(?![a-z])|(?<![a-z])(?:a64fx|neoversev1)(?![a-z])", "sve"),
+    (r"asimd|(?<![a-z])neon(?![a-z])|aarch64|armv8|(?<![a-z])neoversen1(?![a-z])", "neon"),
+    (r"::x64::|(?<![a-z0-9])x64(?![a-z0-9])|x86_64", "x64"),
+)
+
+#: Groups used by the diff's classification.
+VENDOR_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW, CUDNN, CUBLAS, "cuFFT", "NCCL", "MIOpen",
+                         "rocBLAS", "Arm Compute Library", "KleidiAI", "XNNPACK", "FBGEMM", "NNPACK", "SLEEF",
+                         "CuPy", "NumPy", "SciPy"})
+GPU_LIBS = frozenset({CUDNN, CUBLAS, CUDART, "cuFFT", "NCCL", "MIOpen", "rocBLAS", "CuPy"})
+
+_ADDRESS = re.compile(r"^(?:0x[0-9a-fA-F]+|\?\?|\[unknown\]|)$")
+
+
+def _first(table: tuple[tuple[re.Pattern[str], str], ...], text: str) -> str:
+    for pattern, tag in table:
+        if pattern.search(text):
+            return tag
+    return ""
+
+
+def _bare(symbol: str) -> str:
+    """A demangled symbol without template arguments and parameter lists, so that
+    ``tensorflow::ConvOp<Eigen::ThreadPoolDevice>`` is tagged by its own namespace."""
+    out, depth = [], 0
+    for ch in symbol:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def is_jit(frame: Frame) -> bool:
+    """Native code generated at run time (no symbol, no shared object)."""
+    if frame.kind != "native":
+        return False
+    return frame.lib == "[jit]" or frame.name in ("[jit]", "JIT code") or (not frame.lib and bool(_ADDRESS.match(frame.name)))
+
+
+def library_of(frame: Frame) -> str:
+    """The library tag of a frame ("oneDNN", "Eigen", "cuDNN", "torch core"...), "" if unknown."""
+    kind = frame.kind
+    if kind == "native":
+        if is_jit(frame):
+            return JIT
+        bare = _bare(frame.name)
+        lib = frame.lib.rsplit("/", 1)[-1]
+        return (_first(SYMBOL_LIBS, bare) or (lib and _first(SONAME_LIBS, lib)) or _first(CORE_SYMBOLS, bare)
+                or (normalize_lib(lib) if lib else ""))
+    if kind == "op":
+        return _first(OP_LIBS, frame.name) or (_first(SONAME_LIBS, frame.lib) if frame.lib else "")
+    if kind in ("python", "c"):
+        return _first(MODULE_LIBS, frame.module) or _first(PYTHON_NAME_LIBS, f"{frame.module}.{frame.name}")
+    return ""
+
+
+def isa_of(frame: Frame) -> str:
+    """The ISA a native or op frame's code is written for ("avx2", "avx512_core", "neon",
+    "jit" for run-time generated code...), "" if the name does not say."""
+    if frame.kind not in ("native", "op"):
+        return ""
+    if is_jit(frame):
+        return "jit"
+    return _first(ISA_TAGS, frame.name.lower())
