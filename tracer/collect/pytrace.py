@@ -133,8 +133,9 @@ def _c_identity(fn: Any) -> tuple[Any, str, str]:
         return fn, module or "", getattr(fn, "__qualname__", name)
     cls = owner if isinstance(owner, type) else type(owner)
     module = getattr(fn, "__module__", None) or cls.__module__
-    if cls.__name__.startswith("pybind11_"):
-        # pybind11 module functions are bound to an internal "function record" object.
+    if cls.__name__.startswith("pybind11_") or cls.__name__ == "PyCapsule":
+        # pybind11 module functions are bound to an internal object (a function record,
+        # or a PyCapsule in older pybind11): they are module functions.
         return fn, module, name
     return (cls, name), module, f"{cls.__qualname__}.{name}"
 

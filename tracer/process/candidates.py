@@ -140,7 +140,6 @@ def _analyse(fn: _Function, source: list[str]) -> list[Candidate]:
         return []
     frame = fn.node.frame
     offset = frame.line - 1  # ast line L is file line L + offset
-    text = "\n".join(source)
     top = module.body[0]
     out = []
     for node in sorted(_own_nodes(top) if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else [],
