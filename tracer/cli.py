@@ -146,5 +146,125 @@ def probe(framework, primitive, device, variant, pass_, api, shape, phase, outpu
         err.print(f"trace written to {output}", style="dim", highlight=False)
 
 
+# --------------------------------------------------------------------------- diff
+@main.command()
+@click.argument("trace_a", metavar="A.json")
+@click.argument("trace_b", metavar="[B.json]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--layer", type=click.Choice(["python", "op", "native", "all"]), default="all", show_default=True)
+@click.option("--pass", "pass_", type=click.Choice(list(PASSES)), default="forward", show_default=True)
+@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
+@click.option("--threshold", type=float, default=0.02, show_default=True,
+              help="Sampled layers: a frame counts only when in at least this share of the samples.")
+@click.option("--force", is_flag=True, help="Diff traces of different frameworks or primitives anyway.")
+def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> None:
+    """Where the paths of two traces split (A.json B.json), or, with one trace, the
+    branches on the device or backend that could split it (candidate split points)."""
+    import json
+
+    from tracer.process.candidates import find_candidates
+    from tracer.process.diff import LAYERS, DiffError, diff_traces
+    from tracer.render.diff_console import print_candidates, print_diff
+    from tracer.trace import load
+
+    a = load(trace_a)
+    if trace_b is None:
+        if layer not in ("python", "all"):
+            raise DiffError(f"single-trace mode reads the python layer, not the {layer} layer; give a second trace")
+        if a.run(pass_, phase) is None:
+            raise DiffError(f"{trace_a}: no {phase} {pass_} run")
+        candidates = find_candidates(a, pass_, phase)
+        if as_json:
+            click.echo(json.dumps({"mode": "candidates", "trace": trace_a, "pass": pass_, "phase": phase,
+                                   "candidates": [c.to_json() for c in candidates]}, indent=2))
+        else:
+            from tracer.process.diff import describe
+
+            print_candidates(candidates, out, describe(a), pass_, phase)
+        return
+    b = load(trace_b)
+    result = diff_traces(a, b, pass_, phase, LAYERS if layer == "all" else (layer,), threshold, force)
+    if as_json:
+        click.echo(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json()}, indent=2))
+    else:
+        print_diff(result, out, (trace_a, trace_b))
+
+
 if __name__ == "__main__":
     main()
+
+
+# --------------------------------------------------------------------------- survey / report
+def _split_csv(values: tuple[str, ...]) -> list[str]:
+    return [v for item in values for v in item.split(",") if v]
+
+
+@main.command()
+@click.argument("names", nargs=-1)
+@click.option("--primitives", multiple=True, help="Comma-separated primitives (default: all).")
+@click.option("--devices", multiple=True, default=("cpu",), show_default=True, help="Comma-separated devices.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"), show_default=True)
+@click.option("--jobs", type=int, default=2, show_default=True, help="Probe subprocesses at a time.")
+@click.option("--with-traces", "with_traces", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Add traces recorded elsewhere (a GPU or ARM machine); repeatable.")
+@click.option("--fresh", is_flag=True, help="Probe again even where a trace exists.")
+@click.option("--no-variants", is_flag=True, help="Only the default variant.")
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
+def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, timeout) -> None:
+    """Probe every primitive of NAMES (default: all frameworks) on every device and
+    variant, diff the pairs, and write the HTML report to OUTPUT."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tracer import survey as sv
+
+    fws = _frameworks()
+    for name in names:
+        check(fws, name)
+    prims = _split_csv(primitives) or None
+    for p in prims or ():
+        check(fws, next(iter(fws)), primitive=p)
+    devs = _split_csv(devices)
+    for d in devs:
+        if d not in registry.DEVICES:
+            raise DltraceError(f"unknown device '{d}' (choose from: {', '.join(registry.DEVICES)})")
+    chosen = [fws[n] for n in (names or fws)]
+    ready, missing = sv.ready_frameworks(chosen)
+    for fw in missing:
+        err.print(f"[yellow]![/] {fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap", highlight=False)
+    jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants)
+    t0 = time.monotonic()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
+        total = progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list))
+
+        def on_event(e) -> None:
+            progress.advance(total, e.done)
+            note = f", {len(e.gaps)} gaps" if e.gaps else ""
+            reused = f", {e.reused} reused" if e.reused else ""
+            progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
+
+        gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
+    out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
+    _render(output, [output / "traces", *with_traces], output)
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
+def report(traces, output) -> None:
+    """Render the HTML report from TRACES folders alone (no framework needed)."""
+    _render(output, list(traces), output)
+
+
+def _render(root: Path, folders: list[Path], output: Path) -> None:
+    from tracer import survey as sv
+    from tracer.render.html import write_report
+
+    traces, gaps, problems = sv.collect(folders)
+    for p in problems:
+        err.print(f"[yellow]![/] skipped {p}", highlight=False)
+    if not traces and not gaps:
+        raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
+    index = write_report(traces, gaps, output)
+    out.print(f"report: {index}")

@@ -13,9 +13,11 @@ Pure: works on the trace's recorded sources, imports no framework.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import textwrap
 from dataclasses import dataclass, field
+from typing import Any
 
 from tracer.trace import Node, Trace
 
@@ -59,6 +61,9 @@ class Candidate:
     @property
     def untaken(self) -> list[str]:
         return [a.label for a in self.arms if a.ran is False]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "taken": self.taken, "untaken": self.untaken}
 
 
 @dataclass
@@ -130,7 +135,8 @@ def _calls(nodes: list[ast.AST]) -> list[str]:
     for n in nodes:
         for sub in _own_nodes(n):
             if isinstance(sub, ast.Call):
-                seen[ast.unparse(sub.func)] = None
+                name = ast.unparse(sub.func)
+                seen[name if len(name) <= 60 else name[:28] + "…" + name[-28:]] = None
     return list(seen)
 
 
@@ -141,11 +147,14 @@ def _analyse(fn: _Function, source: list[str]) -> list[Candidate]:
     frame = fn.node.frame
     offset = frame.line - 1  # ast line L is file line L + offset
     top = module.body[0]
+    if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    nodes = sorted(_own_nodes(top), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+    following = _following(nodes)
     out = []
-    for node in sorted(_own_nodes(top) if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else [],
-                       key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
+    for node in nodes:
         if isinstance(node, ast.If):
-            cand = _if(node, fn, source, offset)
+            cand = _if(node, fn, source, offset, following.get(id(node)))
         elif isinstance(node, ast.IfExp):
             cand = _ifexp(node, fn, source, offset)
         elif isinstance(node, ast.Try):
@@ -154,6 +163,17 @@ def _analyse(fn: _Function, source: list[str]) -> list[Candidate]:
             continue
         if cand is not None:
             out.append(cand)
+    return out
+
+
+def _following(nodes: list[ast.AST]) -> dict[int, ast.stmt]:
+    """The statement after each statement in its block (id -> next statement)."""
+    out: dict[int, ast.stmt] = {}
+    for node in nodes:
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                for here, after in zip(value, value[1:]):
+                    out[id(here)] = after
     return out
 
 
@@ -180,7 +200,7 @@ def _candidate(kind: str, node: ast.AST, condition: str, arms: list[Arm], fn: _F
     return Candidate(f.label, f.file, f.line, node.lineno + offset, kind, condition, matched, arms, fn.count)
 
 
-def _if(node: ast.If, fn: _Function, source: list[str], offset: int) -> Candidate | None:
+def _if(node: ast.If, fn: _Function, source: list[str], offset: int, after: ast.stmt | None) -> Candidate | None:
     if node.lineno + offset not in fn.lines:
         return None  # the condition was not evaluated in this run
     first, last = _span(node.body)
@@ -190,6 +210,11 @@ def _if(node: ast.If, fn: _Function, source: list[str], offset: int) -> Candidat
         is_elif = (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)
                    and source[node.orelse[0].lineno - 1].lstrip().startswith("elif"))
         arms.append(_arm("elif" if is_elif else "else", node.orelse, o_first, o_last, fn, source, offset))
+    elif after is not None and isinstance(node.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+        # `if cond: return forward_gpu(x)` then `return forward_cpu(x)`: the next
+        # statement is the other arm
+        a_first, a_last = _span([after])
+        arms.append(_arm("after the if", [after], a_first, a_last, fn, source, offset))
     else:
         arms.append(_arm("else (implicit)", [], 0, 0, fn, source, offset, ran=not arms[0].ran))
     label = "elif" if source[node.lineno - 1].lstrip().startswith("elif") else "if"
@@ -229,5 +254,7 @@ def _try(node: ast.Try, fn: _Function, source: list[str], offset: int) -> Candid
     if node.orelse:
         o_first, o_last = _span(node.orelse)
         arms.append(_arm("else", node.orelse, o_first, o_last, fn, source, offset))
-    condition = f"try: {ast.unparse(node.body[0]).splitlines()[0]} … except {', '.join(types) or '(finally only)'}"
+    head = ast.unparse(node.body[0]).splitlines()[0]
+    head = head if len(head) <= 80 else head[:77] + "…"
+    condition = f"try: {head} … except {', '.join(types) or '(finally only)'}"
     return _candidate("try", node, condition, arms, fn, offset)

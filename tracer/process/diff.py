@@ -34,11 +34,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from itertools import repeat
+from typing import Any, Iterable, Iterator, Sequence
 
 from tracer.errors import DltraceError
 from tracer.process.normalize import identity, identity_label
-from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, isa_of, library_of
+from tracer.process.tags import (GPU_LIBS, JIT, LIBC, LIBPYTHON, LIBSTDCXX, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, isa_of,
+                                 library_of)
 from tracer.trace import Frame, Node, Run, Trace
 
 LAYERS = ("python", "op", "native")
@@ -202,7 +204,8 @@ def _splits_json(splits: list[Split]) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- traces
 
 
-def _describe(trace: Trace) -> dict[str, Any]:
+def describe(trace: Trace) -> dict[str, Any]:
+    """What a trace is, in the fields a diff header shows."""
     m = trace.meta
     machine = m.get("machine") or {}
     return {
@@ -230,10 +233,11 @@ def is_sampled(run: Run, layer: str, root: Node | None) -> bool:
     flag = st.get("sampled")
     if flag is True or (isinstance(flag, (list, tuple)) and layer in flag):
         return True
-    return root is not None and _looks_sampled(root)
+    return root is not None and looks_sampled(root)
 
 
-def _looks_sampled(root: Node) -> bool:
+def looks_sampled(root: Node) -> bool:
+    """Native stack frames are sampled, whatever the stats say."""
     return any(c.frame.kind == "native" for c in root.children)
 
 
@@ -248,7 +252,7 @@ def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
     """
     if not 0 <= threshold < 1:
         raise DiffError(f"threshold {threshold} is not a share of samples (0 <= threshold < 1)")
-    da, db = _describe(a), _describe(b)
+    da, db = describe(a), describe(b)
     warnings: list[str] = []
     for key in MUST_MATCH:
         if da[key] != db[key]:
@@ -283,12 +287,14 @@ def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
 # ----------------------------------------------------------------------------- trees
 
 
-def _total(root: Node) -> int:
+def total_samples(root: Node) -> int:
+    """A sampled layer's sample count: the root's count (or its children's, if unset)."""
     return root.count or sum(c.count for c in root.children)
 
 
-def _size(nodes: list[Node]) -> int:
-    n, stack = 0, list(nodes)
+def _size(groups: Iterable[Any]) -> int:
+    """Frames in the subtrees of some groups (Nodes or lists of Nodes)."""
+    n, stack = 0, [x for g in groups for x in _as_list(g)]
     while stack:
         node = stack.pop()
         n += 1
@@ -306,55 +312,81 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     roots are aligned whatever their names (both are the probe step).
     """
     if sampled is None:
-        sampled = _looks_sampled(a_root) or _looks_sampled(b_root)
-    total_a, total_b = (_total(a_root), _total(b_root)) if sampled else (0, 0)
+        sampled = looks_sampled(a_root) or looks_sampled(b_root)
+    total_a, total_b = (total_samples(a_root), total_samples(b_root)) if sampled else (0, 0)
     min_a, min_b = threshold * total_a, threshold * total_b
     ctx = _Context(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {})
 
-    cache: dict[int, tuple[str, str, str]] = {}
-    cache_get = cache.get
+    # Identities are numbered: int keys hash and compare faster than tuples of strings.
+    # keyof maps id(Frame) to that number: Frame objects are shared by all the nodes
+    # of a loaded trace, and hashing a frozen dataclass costs more than id().
+    keyof: dict[int, int] = {}
+    numbers: dict[tuple[str, str, str], int] = {}
+    idents = ctx.idents
+    kget = keyof.get
+
+    def key_slow(f: Frame) -> int:
+        ident = identity(f)
+        n = numbers.get(ident)
+        if n is None:
+            n = numbers[ident] = len(idents)
+            idents.append(ident)
+        keyof[id(f)] = n
+        return n
+
     top: list[Split] = []
-    shared = nodes_a = nodes_b = ignored_a = ignored_b = 0
-    # entry: (group A, group B, parent entry, enclosing split, depth)
-    stack: list[tuple[list[Node], list[Node], Any, Split | None, int]] = [([a_root], [b_root], None, None, 0)]
-    pop, push = stack.pop, stack.append
+    shared = extra_a = extra_b = ignored_a = ignored_b = 0
+    # entry: (A side, B side, parent entry, enclosing split). A side is one Node, or a
+    # list of Nodes when same-identity siblings were merged.
+    stack: list[tuple[Any, Any, Any, Split | None]] = [(a_root, b_root, None, None)]
+    pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
         entry = pop()
-        ga, gb, _, enclosing, depth = entry
+        a, b, _, enclosing = entry
         shared += 1
-        nodes_a += len(ga)
-        nodes_b += len(gb)
-        ka = ga[0].children if len(ga) == 1 else [c for n in ga for c in n.children]
-        kb = gb[0].children if len(gb) == 1 else [c for n in gb for c in n.children]
+        if a.__class__ is list:
+            extra_a += len(a) - 1
+            ka = [c for n in a for c in n.children]
+        else:
+            ka = a.children
+        if b.__class__ is list:
+            extra_b += len(b) - 1
+            kb = [c for n in b for c in n.children]
+        else:
+            kb = b.children
         if not ka and not kb:
             continue
-        da: dict[tuple[str, str, str], list[Node]] = {}
-        for c in ka:
-            f = c.frame
-            k = cache_get(id(f))
-            if k is None:
-                k = cache[id(f)] = identity(f)
-            g = da.get(k)
-            if g is None:
-                da[k] = [c]
-            else:
-                g.append(c)
-        db: dict[tuple[str, str, str], list[Node]] = {}
-        for c in kb:
-            f = c.frame
-            k = cache_get(id(f))
-            if k is None:
-                k = cache[id(f)] = identity(f)
-            g = db.get(k)
-            if g is None:
-                db[k] = [c]
-            else:
-                g.append(c)
+        if not sampled:
+            # fast paths for the common cases, without building groups
+            if len(ka) == 1 and len(kb) == 1:  # a chain of single calls
+                x, y = ka[0], kb[0]
+                k = kget(id(x.frame))
+                if k is None:
+                    k = key_slow(x.frame)
+                m = kget(id(y.frame))
+                if m is None:
+                    m = key_slow(y.frame)
+                if k == m:
+                    push((x, y, entry, enclosing))
+                    continue
+        ia = [kget(id(c.frame)) for c in ka]
+        if None in ia:
+            ia = [k if k is not None else key_slow(c.frame) for k, c in zip(ia, ka)]
+        ib = [kget(id(c.frame)) for c in kb]
+        if None in ib:
+            ib = [k if k is not None else key_slow(c.frame) for k, c in zip(ib, kb)]
+        if not sampled and ia == ib and len(set(ia)) == len(ia):
+            # the same children in the same order, one per identity
+            n = len(ka)
+            extend(zip(reversed(ka), reversed(kb), repeat(entry, n), repeat(enclosing, n)))
+            continue
+        da = _group(ia, ka)
+        db = _group(ib, kb)
         if sampled:
             da, low_a = _above(da, min_a)
             db, low_b = _above(db, min_b)
-            ignored_a += _size([n for g in low_a.values() for n in g]) if low_a else 0
-            ignored_b += _size([n for g in low_b.values() for n in g]) if low_b else 0
+            ignored_a += _size(low_a.values()) if low_a else 0
+            ignored_b += _size(low_b.values()) if low_b else 0
         else:
             low_a = low_b = {}
         split = enclosing
@@ -362,25 +394,45 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
             only_a = [(k, g) for k, g in da.items() if k not in db]
             only_b = [(k, g) for k, g in db.items() if k not in da]
             split = ctx.split(entry, only_a, only_b, low_a, low_b)
-            for side in split.only_a:
-                nodes_a += side.nodes
-            for side in split.only_b:
-                nodes_b += side.nodes
+            extra_a += sum(side.nodes for side in split.only_a)
+            extra_b += sum(side.nodes for side in split.only_b)
             (enclosing.children if enclosing is not None else top).append(split)
         for k, g in reversed(da.items()):
             h = db.get(k)
             if h is not None:
-                push((g, h, entry, split, depth + 1))
-    return LayerDiff(layer, sampled, threshold, total_a, total_b, nodes_a + ignored_a, nodes_b + ignored_b, shared,
-                     ignored_a, ignored_b, top, a_root, b_root)
+                push((g, h, entry, split))
+    return LayerDiff(layer, sampled, threshold, total_a, total_b, shared + extra_a + ignored_a,
+                     shared + extra_b + ignored_b, shared, ignored_a, ignored_b, top, a_root, b_root)
+
+
+def _group(keys: list[int], nodes: list[Node]) -> dict[int, Any]:
+    """Children by identity number: a Node, or a list of Nodes for repeated identities."""
+    out: dict[int, Any] = {}
+    get = out.get
+    for k, c in zip(keys, nodes):
+        g = get(k)
+        if g is None:
+            out[k] = c
+        elif g.__class__ is list:
+            g.append(c)
+        else:
+            out[k] = [g, c]
+    return out
+
+
+def _as_list(group: Any) -> list[Node]:
+    return group if group.__class__ is list else [group]
+
+
+def _count(group: Any) -> int:
+    return sum(n.count for n in group) if group.__class__ is list else group.count
 
 
 def _above(groups: dict, minimum: float) -> tuple[dict, dict]:
     """Split child groups into those with at least ``minimum`` samples and the rest."""
     keep, low = {}, {}
     for k, g in groups.items():
-        n = g[0].count if len(g) == 1 else sum(x.count for x in g)
-        (keep if n >= minimum else low)[k] = g
+        (keep if _count(g) >= minimum else low)[k] = g
     return keep, low
 
 
@@ -409,15 +461,19 @@ class _Context:
     total_b: int
     sources_a: dict[tuple[str, int], list[str]]
     sources_b: dict[tuple[str, int], list[str]]
+    idents: list[tuple[str, str, str]] = field(default_factory=list)  # identity number -> identity
 
     def split(self, entry: tuple, only_a: list, only_b: list, low_a: dict, low_b: dict) -> Split:
-        ga, gb, _, _, depth = entry
+        ga, gb = _as_list(entry[0]), _as_list(entry[1])
         path = []
         e = entry
         while e is not None:
-            path.append(e[0][0].frame.label)
+            path.append(_as_list(e[0])[0].frame.label)
             e = e[2]
         path.reverse()
+        depth = len(path) - 1
+        only_a = [(k, _as_list(g)) for k, g in only_a]
+        only_b = [(k, _as_list(g)) for k, g in only_b]
         frames_a: dict[int, Frame] = {}
         frames_b: dict[int, Frame] = {}
         branches_a = [self._branch(k, g, self.total_a, low_b, self.total_b, frames_a) for k, g in only_a]
@@ -427,7 +483,7 @@ class _Context:
         return Split(self.layer, frame.label, frame.kind, frame.file, frame.line, depth, path, branches_a, branches_b,
                      self._fragments(ga, gb, only_a, only_b), cls, reason)
 
-    def _branch(self, key: tuple, group: list[Node], total: int, other_low: dict, other_total: int,
+    def _branch(self, key: int, group: list[Node], total: int, other_low: dict, other_total: int,
                 seen: dict[int, Frame]) -> Branch:
         frame = group[0].frame
         count = sum(n.count for n in group)
@@ -453,9 +509,9 @@ class _Context:
         if self.sampled:
             share = count / total if total else 0.0
             low = other_low.get(key)
-            other = (sum(n.count for n in low) / other_total if other_total else 0.0) if low else 0.0
+            other = (_count(low) / other_total if other_total else 0.0) if low is not None else 0.0
         call_lines = sorted({ln for n in group for ln in n.call_lines})
-        return Branch(frame.label, frame.kind, identity_label(key), frame.file, frame.line, library_of(frame), count,
+        return Branch(frame.label, frame.kind, identity_label(self.idents[key]), frame.file, frame.line, library_of(frame), count,
                       share, other, call_lines, nodes, libs, isas, hot)
 
     def _fragments(self, ga: list[Node], gb: list[Node], only_a: list, only_b: list) -> list[Fragment]:
@@ -532,14 +588,17 @@ def source_fragment(frame: Frame, source: list[str], ran_a: set[int], ran_b: set
 # ----------------------------------------------------------------------------- classification
 
 _GPU = re.compile(r"(?<![a-z])(?:cuda\w*|cudnn|cublas\w*|cupy|cupyx|gpu|cutlass|nccl|nvrtc|rocm|hip|miopen|ptx)(?![a-z])")
-_COMPILE = re.compile(r"(?<![a-z])(?:p?jit|jitted|compile[dr]?|compilation|lower|lowering|xla|dynamo|inductor|"
-                      r"torchscript|tf_function|polymorphic_function|__inference|trace_to_jaxpr\w*|jaxpr|"
-                      r"cache_miss)(?![a-z])")
+# Only words that eager execution does not use: eager JAX also builds jaxprs and
+# lowers single primitives, so "jaxpr", "lower" and "xla" do not tell the two apart.
+_COMPILE = re.compile(r"(?<![a-z])(?:p?jit|jitted|jit_compile|compile[dr]?|compilation|dynamo|inductor|torchscript|"
+                      r"tf_function|polymorphic_function|__inference|xla_computation)(?![a-z])")
 _ALLOC = re.compile(r"memcpy|memmove|malloc|calloc|realloc|allocat|device_put|device_get|transfer|htod|dtoh|"
                     r"(?<![a-z])(?:h2d|d2h)(?![a-z])|pin_memory|pinned|empty_strided|to_copy")
 _ALLOC_NAME = re.compile(r"^(?:to|copy_|free|empty|empty_like|asarray|asnumpy|alloc|copyto)$")
 _DEVICE = re.compile(r"(?<![a-z])(?:cpu|device|xpu|mps|tpu|backend|intel64|ideep|mkldnn)(?![a-z])")
 _CODEGEN_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, JIT})
+# glibc picks its own AVX memcpy at load time: not ISA-specific code a port must provide
+_SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc"})
 
 
 def _text(f: Frame) -> str:
@@ -558,10 +617,11 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
     """Classify a split from the frames reached on each side only. First rule that fires:
 
     1. device dispatch: GPU code (cuda/gpu/cudnn/cublas/cupy names, GPU library tags) on one side only;
-    2. compilation: JIT/compile/XLA/tracing frames on one side only (oneDNN's and BLAS's
+    2. compilation: jit/pjit/compile/dynamo/tf.function frames on one side only (oneDNN's and BLAS's
        generated kernels excluded: those are ISA-specific code, not compiling the model);
     3. library choice: the vendor libraries reached differ (oneDNN vs Eigen vs BLAS...);
-    4. ISA-specific code: the ISA tags reached differ (avx512_core vs avx2, jit code);
+    4. ISA-specific code: the ISA tags reached differ (avx512_core vs avx2, jit code), libc's
+       and libpython's own variants (glibc's AVX memcpy) left out;
     5. allocation/transfer: memcpy/alloc/transfer/device_put frames on one side only;
     6. device dispatch: cpu/device/backend names on one side only (forward_cpu vs forward_ideep);
     7. other.
@@ -580,8 +640,8 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
     libs_b = {t for t in map(library_of, frames_b) if t in VENDOR_LIBS}
     if libs_a != libs_b:
         return "library choice", f"A reaches {_names(libs_a)}; B reaches {_names(libs_b)}"
-    isa_a = {t for t in map(isa_of, frames_a) if t}
-    isa_b = {t for t in map(isa_of, frames_b) if t}
+    isa_a = {isa_of(f) for f in frames_a if isa_of(f) and library_of(f) not in _SYSTEM_LIBS}
+    isa_b = {isa_of(f) for f in frames_b if isa_of(f) and library_of(f) not in _SYSTEM_LIBS}
     if isa_a != isa_b:
         return "ISA-specific code", f"A runs {_names(isa_a, 'no ISA-specific')} code; B runs {_names(isa_b, 'no ISA-specific')} code"
     alloc_a = _markers(frames_a, _ALLOC) | {n for n in map(_last_name, frames_a) if _ALLOC_NAME.match(n)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tracer.trace import Frame
 
@@ -92,6 +93,7 @@ def normalize_lib(lib: str) -> str:
     return _SO_VERSION.sub("", lib.rsplit("/", 1)[-1])
 
 
+@lru_cache(maxsize=1 << 16)  # pure; equal frames of two traces are normalised once
 def identity(frame: Frame) -> tuple[str, str, str]:
     """The hashable key under which two frames are "the same function".
 

@@ -26,6 +26,7 @@ Pure functions over a Frame; no I/O.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from tracer.process.normalize import normalize_lib
 from tracer.trace import Frame
@@ -188,6 +189,7 @@ def is_jit(frame: Frame) -> bool:
     return frame.lib == "[jit]" or frame.name in ("[jit]", "JIT code") or (not frame.lib and bool(_ADDRESS.match(frame.name)))
 
 
+@lru_cache(maxsize=1 << 16)  # pure; a trace has a few thousand distinct frames, seen many times
 def library_of(frame: Frame) -> str:
     """The library tag of a frame ("oneDNN", "Eigen", "cuDNN", "torch core"...), "" if unknown."""
     kind = frame.kind
@@ -205,6 +207,7 @@ def library_of(frame: Frame) -> str:
     return ""
 
 
+@lru_cache(maxsize=1 << 16)
 def isa_of(frame: Frame) -> str:
     """The ISA a native or op frame's code is written for ("avx2", "avx512_core", "neon",
     "jit" for run-time generated code...), "" if the name does not say."""

@@ -1,0 +1,71 @@
+"""Which traces to set against which. A survey compares, for each framework,
+primitive and API level: the default CPU path against each variant, against the
+GPU path, and against the same path recorded on another machine (x86 vs ARM)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+from tracer.trace import Trace
+
+#: Pair kinds, in the order a report shows them.
+KINDS = ("device", "variant", "machine")
+
+
+def machine_of(trace: Trace) -> str:
+    m = trace.meta.get("machine", {})
+    return f"{m.get('arch', '?')} {m.get('cpu', '?')}"
+
+
+def side_label(trace: Trace, with_machine: bool = False) -> str:
+    m = trace.meta
+    label = m["device"] if m.get("variant", "default") == "default" else f"{m['device']} {m['variant']}"
+    return f"{label} ({machine_of(trace)})" if with_machine else label
+
+
+def case_key(trace: Trace) -> tuple[str, str, str, tuple[int, ...]]:
+    m = trace.meta
+    return (m["framework"], m["primitive"], m["api"], tuple(m.get("shape", ())))
+
+
+@dataclass(frozen=True)
+class Pair:
+    kind: str  # device | variant | machine
+    a: Trace
+    b: Trace
+
+    @property
+    def title(self) -> str:
+        cross = self.kind == "machine" or machine_of(self.a) != machine_of(self.b)
+        return f"{side_label(self.a, cross)} vs {side_label(self.b, cross)}"
+
+
+def _baseline(candidates: list[Trace], machine: str) -> Trace | None:
+    same = [t for t in candidates if machine_of(t) == machine]
+    return (same or candidates or [None])[0]
+
+
+def pairs(traces: Iterable[Trace]) -> list[Pair]:
+    """Comparable pairs: A is always the default CPU path (on the same machine as B
+    where there is one), B a variant, the GPU, or another machine's default CPU path."""
+    groups: dict[tuple, list[Trace]] = defaultdict(list)
+    for t in traces:
+        groups[case_key(t)].append(t)
+    out: list[Pair] = []
+    for key in sorted(groups):
+        group = groups[key]
+        base = [t for t in group if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"]
+        for t in group:
+            if t in base:
+                continue
+            a = _baseline(base, machine_of(t))
+            if a is not None:
+                out.append(Pair("device" if t.meta["device"] != "cpu" else "variant", a, t))
+        machines = sorted({machine_of(t) for t in base})
+        for i, m1 in enumerate(machines):
+            for m2 in machines[i + 1:]:
+                out.append(Pair("machine", _baseline(base, m1), _baseline(base, m2)))
+    out.sort(key=lambda p: (case_key(p.a), KINDS.index(p.kind), side_label(p.b)))
+    return out

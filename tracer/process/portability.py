@@ -1,0 +1,366 @@
+"""The portability view of a set of traces: for each framework, where its paths
+split, what each path reaches, and what a port to a new backend must provide.
+
+Pure: loaded traces (and the survey's gaps) in, plain data out, for the HTML
+report and the `dltrace audit` command alike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from tracer.process.candidates import Candidate, find_candidates
+from tracer.process.diff import DEFAULT_THRESHOLD, DiffError, DiffResult, Split, diff_traces, total_samples
+from tracer.process.pairs import Pair, case_key, machine_of, pairs, side_label
+from tracer.process.summary import PathSummary, summarize
+from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, isa_of, library_of
+from tracer.registry import PASSES
+from tracer.trace import Node, Trace
+
+LAYER_NAMES = {"python": "Python", "op": "op level", "native": "native"}
+
+
+# ----------------------------------------------------------------------------- what one path reaches
+
+
+@dataclass
+class Reach:
+    """What one trace's warm path reaches, over both passes."""
+
+    libraries: list[str]  # vendor and framework libraries in the native and op layers
+    isa: list[str]  # ISA-specific code (from symbol names)
+    kernels: list[tuple[str, str, int]]  # (pass, native leaf symbol, samples), hottest first
+    ops: list[tuple[str, str]]  # (pass, leaf op): the backend kernels the framework chose
+    handoffs: list[tuple[str, str]]  # (pass, C hand-off) when there is no op layer
+    python: dict[str, PathSummary]  # pass -> summary of the python layer
+    seconds: dict[str, float]  # pass -> untraced seconds per call
+    native_note: str = ""  # why there is no native layer, if there is none
+
+
+def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
+    found: Counter = Counter()
+    for _, node in tree.walk():
+        if node.frame.kind in kinds and not any(c.frame.kind in kinds for c in node.children):
+            found[node.frame.label] += node.count
+    return found
+
+
+def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
+    libs: Counter = Counter()
+    isa: set[str] = set()
+    kernels, ops, handoffs, python, seconds = [], [], [], {}, {}
+    note = ""
+    for pass_ in PASSES:
+        run = trace.run(pass_, "warm")
+        if run is None:
+            continue
+        if "untraced_s" in run.stats:
+            seconds[pass_] = run.stats["untraced_s"]
+        if "python" in run.layers:
+            python[pass_] = summarize(run.layers["python"])
+            handoffs += [(pass_, name) for name in _leaves(run.layers["python"], ("c",))]
+        native = run.layers.get("native")
+        if native is not None:
+            total = total_samples(native) or 1
+            for _, node in native.walk():
+                f = node.frame
+                if f.kind != "native" or node.count / total < threshold:
+                    continue
+                lib = library_of(f)
+                if lib:
+                    libs[lib] += node.count
+                tag = isa_of(f)
+                if tag:
+                    isa.add(tag)
+            kernels += [(pass_, k, n) for k, n in _leaves(native, ("native",)).most_common(5) if n / total >= threshold]
+        elif run.stats.get("native_error"):
+            note = str(run.stats["native_error"])
+        op = run.layers.get("op")
+        if op is not None:
+            ops += [(pass_, name) for name in _leaves(op, ("op",))]
+            for _, node in op.walk():
+                lib = library_of(node.frame) if node.frame.kind == "op" else ""
+                if lib:
+                    libs[lib] += 1
+    return Reach([l for l, _ in libs.most_common()], sorted(isa), kernels, ops, handoffs, python, seconds, note)
+
+
+# ----------------------------------------------------------------------------- one pair
+
+
+@dataclass
+class SideCode:
+    """Backend-specific code on one side of the splits: what a port replaces."""
+
+    python_functions: int = 0
+    python_lines: int = 0
+    native_symbols: int = 0
+    ops: int = 0
+
+
+@dataclass
+class PairReport:
+    kind: str
+    title: str
+    a_label: str
+    b_label: str
+    diffs: dict[str, DiffResult]  # pass -> diff
+    errors: list[str]
+    first_layer: str | None  # the layer of the first decision; None: the paths do not split
+    splits: int  # split points, nested ones included, over both passes and all layers
+    code: dict[str, SideCode]  # "A" / "B"
+    libraries: dict[str, list[str]]  # libraries reached only in the differing branches
+    isa: dict[str, list[str]]
+
+
+def _walk_splits(splits: Iterable[Split]) -> Iterable[Split]:
+    stack = list(splits)
+    while stack:
+        s = stack.pop()
+        yield s
+        stack.extend(s.children)
+
+
+def _branch_code(branches, code: SideCode, libs: set[str], isa: set[str], seen: set) -> None:
+    for b in branches:
+        libs.update(x for x in b.libraries if x)
+        isa.update(x for x in b.isa if x)
+        key = (b.kind, b.identity)
+        if key in seen:
+            continue
+        seen.add(key)
+        if b.kind == "python":
+            code.python_functions += 1
+            code.python_lines += max(1, b.nodes)
+        elif b.kind == "native":
+            code.native_symbols += b.nodes
+        elif b.kind == "op":
+            code.ops += b.nodes
+
+
+def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
+    diffs, errors = {}, []
+    for pass_ in PASSES:
+        try:
+            diffs[pass_] = diff_traces(pair.a, pair.b, pass_=pass_, threshold=threshold)
+        except DiffError as exc:
+            errors.append(f"{pass_}: {exc}")
+    first = None
+    for layer in ("python", "op", "native"):
+        if any(d.layer == layer and d.splits for r in diffs.values() for d in r.layers):
+            first = layer
+            break
+    code = {"A": SideCode(), "B": SideCode()}
+    libs = {"A": set(), "B": set()}
+    isa = {"A": set(), "B": set()}
+    seen: dict[str, set] = {"A": set(), "B": set()}
+    n = 0
+    for result in diffs.values():
+        for layer in result.layers:
+            for s in _walk_splits(layer.splits):
+                n += 1
+                _branch_code(s.only_a, code["A"], libs["A"], isa["A"], seen["A"])
+                _branch_code(s.only_b, code["B"], libs["B"], isa["B"], seen["B"])
+    return PairReport(pair.kind, pair.title, side_label(pair.a), side_label(pair.b), diffs, errors, first, n, code,
+                      {k: sorted(v) for k, v in libs.items()}, {k: sorted(v) for k, v in isa.items()})
+
+
+# ----------------------------------------------------------------------------- per framework
+
+
+@dataclass
+class CaseReport:
+    """One primitive at one API level, on every side that was traced."""
+
+    primitive: str
+    api: str
+    shape: list[int]
+    sides: dict[str, Reach]  # side label -> what it reaches
+    pairs: list[PairReport]
+    candidates: list[Candidate]  # device branches in the default CPU path's Python
+
+
+@dataclass
+class ApiLevelRow:
+    primitive: str
+    functional: PathSummary
+    layer: PathSummary
+    functional_s: float | None
+    layer_s: float | None
+    same_kernel: bool | None  # both levels reach the same op / C hand-off
+    kernel: str
+
+
+@dataclass
+class DispatchPoint:
+    """A frame where paths part: where a new backend hooks in."""
+
+    frame: str
+    layer: str
+    classification: str
+    file: str
+    line: int
+    primitives: list[str]
+    pairs: list[str]
+    a_names: list[str]
+    b_names: list[str]
+
+
+@dataclass
+class AuditRow:
+    primitive: str
+    cpu_libraries: list[str]
+    gpu_libraries: list[str] | None  # None: no GPU trace
+    isa: list[str]
+    provide: list[str]  # the ops / kernels a port must provide (forward and backward)
+    kernels: list[str]
+
+
+@dataclass
+class FrameworkReport:
+    name: str
+    versions: list[str]
+    primitives: list[str]
+    apis: list[str]
+    sides: list[str]  # device/variant labels traced
+    machines: list[str]
+    cases: list[CaseReport]
+    gaps: list[Any]
+    api_level: list[ApiLevelRow]
+    dispatch_points: list[DispatchPoint]
+    audit: list[AuditRow]
+    splits: int = 0
+    first_layer: str | None = None
+    libraries: dict[str, list[str]] = field(default_factory=dict)  # side label -> libraries
+    isa: list[str] = field(default_factory=list)
+    code: dict[str, SideCode] = field(default_factory=dict)  # pair kind/side -> totals
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(s.startswith("gpu") for s in self.sides)
+
+
+def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
+    rows = []
+    for prim in dict.fromkeys(c.primitive for c in cases):
+        f, l = by_case.get((prim, "functional")), by_case.get((prim, "layer"))
+        if not f or not l:
+            continue
+        rf, rl = f.sides.get("cpu"), l.sides.get("cpu")
+        if not rf or not rl or "forward" not in rf.python or "forward" not in rl.python:
+            continue
+        kf = [o for p, o in (rf.ops or rf.handoffs) if p == "forward"]
+        kl = [o for p, o in (rl.ops or rl.handoffs) if p == "forward"]
+        same = bool(kf) and bool(set(kf) & set(kl)) if kf and kl else None
+        rows.append(ApiLevelRow(prim, rf.python["forward"], rl.python["forward"], rf.seconds.get("forward"),
+                                rl.seconds.get("forward"), same, ", ".join(sorted(set(kf) & set(kl))[:3])))
+    return rows
+
+
+def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold: float = DEFAULT_THRESHOLD) -> FrameworkReport:
+    by_key: dict[tuple, list[Trace]] = defaultdict(list)
+    for t in traces:
+        by_key[case_key(t)].append(t)
+    all_pairs = pairs(traces)
+    cases: list[CaseReport] = []
+    by_case: dict[tuple[str, str], CaseReport] = {}
+    points: dict[tuple[str, str], DispatchPoint] = {}
+    totals: dict[str, SideCode] = defaultdict(SideCode)
+    side_libs: dict[str, set] = defaultdict(set)
+    isa_all: set[str] = set()
+    first_layers: Counter = Counter()
+    n_splits = 0
+    for key in sorted(by_key, key=lambda k: (_order(k[1]), k[2], k[3])):
+        group = by_key[key]
+        sides = {}
+        for t in sorted(group, key=lambda t: (t.meta["device"], t.meta.get("variant") != "default", side_label(t))):
+            label = side_label(t, with_machine=len({machine_of(x) for x in group if side_label(x) == side_label(t)}) > 1)
+            sides[label] = r = reach(t, threshold)
+            side_libs[side_label(t)].update(r.libraries)
+            isa_all.update(r.isa)
+        reports = [pair_report(p, threshold) for p in all_pairs if case_key(p.a) == key]
+        for pr in reports:
+            n_splits += pr.splits
+            if pr.first_layer:
+                first_layers[pr.first_layer] += 1
+            for side in ("A", "B"):
+                t = totals[f"{pr.kind}:{side}"]
+                c = pr.code[side]
+                t.python_functions += c.python_functions
+                t.python_lines += c.python_lines
+                t.native_symbols += c.native_symbols
+                t.ops += c.ops
+            for pass_, result in pr.diffs.items():
+                for layer in result.layers:
+                    for s in layer.splits:  # first decisions only: the hook points
+                        dp = points.setdefault((layer.layer, s.frame), DispatchPoint(
+                            s.frame, layer.layer, s.classification, s.file, s.line, [], [],
+                            [b.label for b in s.only_a][:4], [b.label for b in s.only_b][:4]))
+                        if key[1] not in dp.primitives:
+                            dp.primitives.append(key[1])
+                        if pr.title not in dp.pairs:
+                            dp.pairs.append(pr.title)
+        base = next((t for t in group if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"), None)
+        cands = find_candidates(base) if base is not None else []
+        case = CaseReport(key[1], key[2], list(key[3]), sides, reports, cands)
+        cases.append(case)
+        by_case[(key[1], key[2])] = case
+    audit = _audit(cases)
+    return FrameworkReport(
+        name=name,
+        versions=sorted({str(t.meta.get("framework_version", "?")) for t in traces}),
+        primitives=list(dict.fromkeys(c.primitive for c in cases)),
+        apis=sorted({c.api for c in cases}),
+        sides=sorted({side_label(t) for t in traces}),
+        machines=sorted({machine_of(t) for t in traces}),
+        cases=cases,
+        gaps=[g for g in gaps if g.framework == name],
+        api_level=_api_level(cases, by_case),
+        dispatch_points=sorted(points.values(), key=lambda d: (list(LAYER_NAMES).index(d.layer), -len(d.primitives), d.frame)),
+        audit=audit,
+        splits=n_splits,
+        first_layer=first_layers.most_common(1)[0][0] if first_layers else None,
+        libraries={k: sorted(v) for k, v in side_libs.items()},
+        isa=sorted(isa_all),
+        code=dict(totals),
+    )
+
+
+def _order(primitive: str) -> int:
+    from tracer.registry import PRIMITIVES
+
+    return list(PRIMITIVES).index(primitive) if primitive in PRIMITIVES else len(PRIMITIVES)
+
+
+def _audit(cases: list[CaseReport]) -> list[AuditRow]:
+    rows = []
+    for prim in dict.fromkeys(c.primitive for c in cases):
+        cpu_libs, gpu_libs, isa, provide, kernels = set(), None, set(), [], []
+        for case in (c for c in cases if c.primitive == prim):
+            for label, r in case.sides.items():
+                if label.startswith("gpu"):
+                    gpu_libs = (gpu_libs or set()) | {l for l in r.libraries if l in GPU_LIBS or l in VENDOR_LIBS}
+                elif label == "cpu" or label.startswith("cpu ("):
+                    cpu_libs.update(l for l in r.libraries)
+                    isa.update(r.isa)
+                    for pass_, op in (r.ops or r.handoffs):
+                        item = f"{op} ({pass_})"
+                        if item not in provide:
+                            provide.append(item)
+                    for pass_, k, _ in r.kernels:
+                        if k not in kernels:
+                            kernels.append(k)
+        rows.append(AuditRow(prim, sorted(cpu_libs), sorted(gpu_libs) if gpu_libs is not None else None, sorted(isa),
+                             provide, kernels[:6]))
+    return rows
+
+
+def survey_reports(traces: list[Trace], gaps: list[Any], threshold: float = DEFAULT_THRESHOLD) -> list[FrameworkReport]:
+    by_fw: dict[str, list[Trace]] = defaultdict(list)
+    for t in traces:
+        by_fw[t.meta["framework"]].append(t)
+    names = list(dict.fromkeys([*sorted(by_fw), *(g.framework for g in gaps)]))
+    return [framework_report(n, by_fw.get(n, []), gaps, threshold) for n in names]

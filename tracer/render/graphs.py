@@ -1,0 +1,113 @@
+"""Call graphs drawn with Graphviz (`dot`) from the networkx graphs of tracer.process.graph.
+
+A survey's trees can have thousands of frames; a drawing is only useful if the
+split is visible at a glance. ``focus`` keeps the paths from the root to each
+split and the first frames of each side below it, folds long single-child chains
+into one "… N frames …" box, and groups native frames by library.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import networkx as nx
+import pydot
+
+from tracer.process.graph import A_ONLY, B_ONLY, SHARED
+
+FILL = {SHARED: "#eeeeee", A_ONLY: "#c6dbef", B_ONLY: "#fdd0a2"}
+EDGE = {SHARED: "#888888", A_ONLY: "#3182bd", B_ONLY: "#e6550d"}
+MAX_FULL = 1500  # frames beyond which a full drawing is not attempted
+
+
+class GraphvizMissing(RuntimeError):
+    pass
+
+
+def short(label: str, width: int = 48) -> str:
+    """Keep the informative end of a long qualified name."""
+    if len(label) <= width:
+        return label
+    return "…" + label[-(width - 1):]
+
+
+def focus(g: nx.DiGraph, per_side: int = 6, below: int = 1) -> nx.DiGraph:
+    """The part of a merged graph that shows the splits: root-to-split paths, the
+    differing children (``per_side`` per side, ``below`` levels deep) and folded chains."""
+    splits = [n for n, d in g.nodes(data=True) if d.get("split")]
+    if not splits:
+        return nx.DiGraph()
+    root = next(n for n in g if g.in_degree(n) == 0)
+    keep: set = set()
+    for s in splits:
+        keep.update(nx.shortest_path(g, root, s))
+        for side in (A_ONLY, B_ONLY):
+            kids = [c for c in g.successors(s) if g.nodes[c]["side"] == side][:per_side]
+            frontier = kids
+            for _ in range(below + 1):
+                keep.update(frontier)
+                frontier = [c for k in frontier for c in list(g.successors(k))[:2]]
+    sub = g.subgraph(keep).copy()
+    # fold chains of shared nodes that have one kept child and are not splits
+    for n in list(nx.topological_sort(sub)):
+        if n not in sub or n == root:
+            continue
+        chain = []
+        cur = n
+        while (cur in sub and not sub.nodes[cur].get("split") and sub.out_degree(cur) == 1
+               and sub.in_degree(cur) == 1 and sub.nodes[cur]["side"] == SHARED):
+            chain.append(cur)
+            cur = next(iter(sub.successors(cur)))
+        if len(chain) >= 3:
+            parent = next(iter(sub.predecessors(chain[0])))
+            after = next(iter(sub.successors(chain[-1])))
+            fold = ("fold",) + chain[0]
+            sub.add_node(fold, label=f"… {len(chain)} frames …", kind="fold", side=SHARED, split=False, library="")
+            sub.add_edge(parent, fold, side=SHARED)
+            sub.add_edge(fold, after, side=SHARED)
+            sub.remove_nodes_from(chain)
+    return sub
+
+
+def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
+    dot = pydot.Dot(graph_type="digraph", rankdir="TB", fontname="Helvetica", fontsize="10", label=title,
+                    labelloc="t", nodesep="0.15", ranksep="0.3")
+    ids = {n: f"n{i}" for i, n in enumerate(g.nodes)}
+    clusters: dict[str, pydot.Cluster] = {}
+    for n, d in g.nodes(data=True):
+        side = d.get("side", SHARED)
+        kind = d.get("kind", "")
+        attrs = dict(label=short(d.get("label", "")), shape="box", style="filled,rounded", fillcolor=FILL.get(side, "#ffffff"),
+                     fontname="Helvetica", fontsize="9", color="#999999", tooltip=d.get("label", ""))
+        if kind == "fold":
+            attrs.update(style="dashed,rounded", fillcolor="#ffffff", fontcolor="#777777")
+        if d.get("split"):
+            attrs.update(color="#d62728", penwidth="3", fontname="Helvetica-Bold")
+        node = pydot.Node(ids[n], **attrs)
+        lib = d.get("library") if kind == "native" else ""
+        if lib:
+            cl = clusters.get(lib)
+            if cl is None:
+                cl = clusters[lib] = pydot.Cluster(f"lib{len(clusters)}", label=lib, style="dashed", color="#bbbbbb",
+                                                   fontsize="9", fontname="Helvetica")
+                dot.add_subgraph(cl)
+            cl.add_node(node)
+        else:
+            dot.add_node(node)
+    for u, v, d in g.edges(data=True):
+        side = d.get("side", SHARED)
+        dot.add_edge(pydot.Edge(ids[u], ids[v], color=EDGE.get(side, "#888888"), arrowsize="0.6"))
+    return dot
+
+
+def svg(g: nx.DiGraph, title: str = "", timeout: float = 60) -> str:
+    """Run Graphviz; returns the <svg> element (no XML prologue) for inlining."""
+    exe = shutil.which("dot")
+    if exe is None:
+        raise GraphvizMissing("Graphviz 'dot' is not installed (Debian package graphviz)")
+    proc = subprocess.run([exe, "-Tsvg"], input=to_dot(g, title).to_string(), capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"dot failed: {proc.stderr.strip()[:200]}")
+    text = proc.stdout
+    return text[text.find("<svg"):]

@@ -1,0 +1,180 @@
+"""A survey: probe every primitive of every framework on every device and variant
+it can, keep every trace as soon as it exists, and never lose results already had.
+
+Layout of a survey folder (``reports/NAME``)::
+
+    traces/<framework>/<device>-<variant>/<primitive>-<api>.json   one trace per case
+    traces/<framework>/<device>-<variant>/<primitive>-<api>.gap.json  why a case has none
+    index.html, <framework>.html, ...                               the report
+
+Re-running resumes: a case whose trace is already there is not probed again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from tracer import envs
+from tracer.errors import DltraceError, ProbeFailed
+from tracer.registry import PRIMITIVES, Framework
+from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
+from tracer.trace import Trace, TraceFormatError, load
+
+GAP_SUFFIX = ".gap.json"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One probe subprocess: a framework on one device with one variant."""
+
+    framework: Framework
+    device: str
+    variant: str
+    cases: tuple[CaseSpec, ...]
+
+    @property
+    def folder(self) -> str:
+        return f"{self.framework.name}/{self.device}-{self.variant}"
+
+
+@dataclass
+class Gap:
+    """A case the survey could not trace, with the reason, shown in the report."""
+
+    framework: str
+    device: str
+    variant: str
+    primitive: str
+    api: str
+    error: str
+    kind: str = "failed"
+
+
+@dataclass
+class SurveyEvent:
+    job: Job
+    done: int  # cases finished in this job (traced, reused or gap)
+    gaps: list[Gap] = field(default_factory=list)
+    reused: int = 0
+
+
+def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
+         devices: Iterable[str] = ("cpu",), variants: bool = True) -> list[Job]:
+    """The jobs of a survey, heaviest framework first so that parallel jobs end together."""
+    prims = list(primitives or PRIMITIVES)
+    jobs = []
+    for fw in frameworks:
+        cases = tuple(CaseSpec(p, api) for p in prims for api in fw.apis)
+        for device in devices:
+            if device not in fw.devices:
+                continue
+            for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
+                jobs.append(Job(fw, device, variant, cases))
+    return jobs
+
+
+def case_path(root: Path, job: Job, spec: CaseSpec) -> Path:
+    return root / "traces" / job.folder / f"{spec.slug()}.json"
+
+
+def _write_gap(path: Path, gap: Gap) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_name(path.name[: -len(".json")] + GAP_SUFFIX).write_text(json.dumps(gap.__dict__))
+
+
+def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT) -> SurveyEvent:
+    """Probe the cases of ``job`` that have no trace yet; failures become gaps."""
+    todo = []
+    for spec in job.cases:
+        path = case_path(root, job, spec)
+        gap_path = path.with_name(path.name[: -len(".json")] + GAP_SUFFIX)
+        if fresh:
+            path.unlink(missing_ok=True)
+        gap_path.unlink(missing_ok=True)
+        if path.exists():
+            try:
+                load(path)
+                continue
+            except TraceFormatError:
+                path.unlink()  # a broken trace is probed again
+        todo.append(spec)
+    event = SurveyEvent(job, len(job.cases) - len(todo), reused=len(job.cases) - len(todo))
+    if not todo:
+        return event
+    out_dir = case_path(root, job, todo[0]).parent
+    fw = job.framework
+    try:
+        results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey")
+    except (ProbeFailed, DltraceError) as exc:
+        kind = getattr(exc, "kind", "env")
+        for spec in todo:
+            gap = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, str(exc), kind)
+            _write_gap(case_path(root, job, spec), gap)
+            event.gaps.append(gap)
+        event.done = len(job.cases)
+        return event
+    for res in results:
+        if res.error:
+            gap = Gap(fw.name, job.device, job.variant, res.spec.primitive, res.spec.api, res.error)
+            _write_gap(case_path(root, job, res.spec), gap)
+            event.gaps.append(gap)
+    event.done = len(job.cases)
+    return event
+
+
+def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
+        timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None) -> list[Gap]:
+    """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps."""
+    gaps: list[Gap] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(run_job, job, root, fresh, timeout) for job in jobs]
+        for fut in as_completed(futures):
+            event = fut.result()
+            gaps.extend(event.gaps)
+            on_event(event)
+    return gaps
+
+
+def ready_frameworks(frameworks: Iterable[Framework]) -> tuple[list[Framework], list[Framework]]:
+    ready, missing = [], []
+    for fw in frameworks:
+        (ready if envs.status(fw).ready else missing).append(fw)
+    return ready, missing
+
+
+# ----------------------------------------------------------------------------- reading back
+
+
+def trace_files(folders: Iterable[Path]) -> Iterator[Path]:
+    for folder in folders:
+        folder = Path(folder)
+        if folder.is_file():
+            yield folder
+            continue
+        for dirpath, _, files in os.walk(folder):
+            for name in sorted(files):
+                if (name.endswith(".json") or name.endswith(".json.gz")) and not name.endswith(GAP_SUFFIX):
+                    yield Path(dirpath, name)
+
+
+def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
+    """Every trace and gap under ``folders``; unreadable files are reported, not fatal."""
+    traces, gaps, problems = [], [], []
+    for folder in folders:
+        for path in trace_files([folder]):
+            try:
+                traces.append(load(path))
+            except TraceFormatError as exc:
+                problems.append(str(exc))
+        if Path(folder).is_dir():
+            for path in sorted(Path(folder).rglob(f"*{GAP_SUFFIX}")):
+                try:
+                    gaps.append(Gap(**json.loads(path.read_text())))
+                except (ValueError, TypeError) as exc:
+                    problems.append(f"{path}: unreadable gap record ({exc})")
+    return traces, gaps, problems
