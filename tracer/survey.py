@@ -104,25 +104,36 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
                 path.unlink()  # a broken trace is probed again
         todo.append(spec)
     event = SurveyEvent(job, len(job.cases) - len(todo), reused=len(job.cases) - len(todo))
-    if not todo:
-        return event
-    out_dir = case_path(root, job, todo[0]).parent
     fw = job.framework
-    try:
-        results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey")
-    except (ProbeFailed, DltraceError) as exc:
-        kind = getattr(exc, "kind", "env")
-        for spec in todo:
-            gap = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, str(exc), kind)
-            _write_gap(case_path(root, job, spec), gap)
-            event.gaps.append(gap)
-        event.done = len(job.cases)
-        return event
-    for res in results:
-        if res.error:
-            gap = Gap(fw.name, job.device, job.variant, res.spec.primitive, res.spec.api, res.error)
-            _write_gap(case_path(root, job, res.spec), gap)
-            event.gaps.append(gap)
+
+    def gap(spec: CaseSpec, error: str, kind: str = "failed") -> None:
+        g = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, error, kind)
+        _write_gap(case_path(root, job, spec), g)
+        event.gaps.append(g)
+
+    while todo:
+        out_dir = case_path(root, job, todo[0]).parent
+        try:
+            results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey")
+        except ProbeFailed as exc:
+            if exc.kind in ("crashed", "timeout"):
+                # The harness writes each trace as soon as it has it: keep those, mark the
+                # case it died in, and go on with the rest.
+                todo = [s for s in todo if not case_path(root, job, s).exists()]
+                if todo:
+                    gap(todo.pop(0), str(exc), exc.kind)
+                continue
+            for spec in todo:
+                gap(spec, str(exc), exc.kind)
+            break
+        except DltraceError as exc:  # no environment
+            for spec in todo:
+                gap(spec, str(exc), "env")
+            break
+        for res in results:
+            if res.error:
+                gap(res.spec, res.error)
+        break
     event.done = len(job.cases)
     return event
 

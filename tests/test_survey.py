@@ -1,0 +1,103 @@
+"""`dltrace survey` and `dltrace report`: resume, gaps that never lose results,
+traces from elsewhere, and a report rendered from traces alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from tests.conftest import dltrace
+from tracer import survey as sv
+
+CRASHY = """
+frameworks:
+  crashy:
+    import: json
+    version: "0"
+    probe: tests.crashprobe
+    install: [{requirements: [nothing]}]
+    devices: {cpu: cpu, gpu: gpu}
+    source_roots: [json]
+    apis: [functional]
+  broken:
+    import: no_such_framework
+    version: "0"
+    probe: tests.crashprobe
+    install: [{requirements: [nothing]}]
+    devices: {cpu: cpu}
+    source_roots: [json]
+    apis: [functional]
+  absent:
+    import: json
+    version: "0"
+    probe: tests.crashprobe
+    install: [{requirements: [nothing]}]
+    devices: {cpu: cpu}
+    source_roots: [json]
+    apis: [functional]
+"""
+
+
+def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
+    proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "-o", str(survey_root))
+    assert proc.returncode == 0, proc.stderr
+    assert "torch/cpu-default: 4 cases, 4 reused" in proc.stderr
+    assert "torch/cpu-onednn-off: 4 cases, 4 reused" in proc.stderr
+    assert survey_report.exists()
+
+
+@pytest.fixture(scope="module")
+def bad_frameworks(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    reg = home / "frameworks.yaml"
+    reg.write_text(CRASHY)
+    env = {"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg)}
+    proc = dltrace("env", "use", "crashy", sys.executable, env=env)
+    assert proc.returncode == 0, proc.stderr
+    # "broken": an interpreter that cannot import its framework (`env use` refuses
+    # to record one, so it is written directly, as a broken upgrade would leave it)
+    (home / "external.json").write_text(json.dumps({"crashy": sys.executable, "broken": sys.executable}))
+    return env
+
+
+def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(bad_frameworks, tmp_path):
+    out = tmp_path / "s"
+    proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--timeout", "5", "-o", str(out), env=bad_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "absent: environment not set up" in proc.stderr
+    traces, gaps, problems = sv.collect([out / "traces"])
+    assert not problems
+    # the case before the segfault and the one after the hang are kept
+    assert sorted(t.meta["primitive"] for t in traces) == ["dense"]
+    why = {(g.framework, g.primitive): (g.kind, g.error) for g in gaps}
+    assert why[("crashy", "conv2d")][0] == "crashed" and "SIGSEGV" in why[("crashy", "conv2d")][1]
+    assert why[("crashy", "relu")][0] == "timeout" and "timed out after 5 s" in why[("crashy", "relu")][1]
+    assert why[("crashy", "tanh")] == ("failed", "RuntimeError: tanh is broken in this framework")
+    assert {p for (f, p), (k, _) in why.items() if f == "broken"} == {"dense", "conv2d", "relu", "tanh"}
+    assert all(k == "import" for (f, _), (k, _) in why.items() if f == "broken")
+    assert all(k == "env" and "dltrace env setup absent" in e for (f, _), (k, e) in why.items() if f == "absent")
+    index = (out / "index.html").read_text()
+    assert index.count('class="gap-row"') == len(gaps) == 11
+    # a resumed run keeps the trace it has and retries the gaps
+    proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--timeout", "5", "-o", str(out), env=bad_frameworks)
+    assert "crashy/cpu-default: 2 cases, 1 reused, 1 gaps" in proc.stderr
+
+
+def test_report_from_traces_alone_with_traces_from_elsewhere(survey_root, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(survey_root / "traces" / "chainer", elsewhere / "chainer")
+    (elsewhere / "chainer" / "cpu-default" / "junk.json").write_text("{not json")
+    proc = dltrace("report", str(survey_root / "traces" / "torch"), str(elsewhere), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped" in proc.stderr and "junk.json: corrupt or truncated" in proc.stderr
+    assert {p.name for p in (tmp_path / "r").glob("*.html")} == {"index.html", "torch.html", "chainer.html"}
+
+
+def test_report_of_nothing_is_one_line(tmp_path):
+    proc = dltrace("report", str(tmp_path), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("dltrace: error: no traces found in")
