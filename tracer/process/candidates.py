@@ -17,7 +17,7 @@ import dataclasses
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from tracer.trace import Node, Trace
 
@@ -62,8 +62,27 @@ class Candidate:
     def untaken(self) -> list[str]:
         return [a.label for a in self.arms if a.ran is False]
 
+    @property
+    def alternatives(self) -> tuple[list[str], list[str]]:
+        """(calls made only in the arms taken, calls only in the arms not taken), raising
+        an exception left out: when both are non-empty the branch picks an implementation
+        (forward_cpu vs forward_gpu), which is what a port has to provide."""
+        taken = [c for a in self.arms if a.ran for c in a.calls if not _RAISING.search(c)]
+        other = [c for a in self.arms if a.ran is False for c in a.calls if not _RAISING.search(c)]
+        return [c for c in dict.fromkeys(taken) if c not in other], [c for c in dict.fromkeys(other) if c not in taken]
+
+    @property
+    def dispatches(self) -> bool:
+        taken, other = self.alternatives
+        return bool(taken and other)
+
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "taken": self.taken, "untaken": self.untaken}
+        taken_calls, untaken_calls = self.alternatives
+        return {**dataclasses.asdict(self), "taken": self.taken, "untaken": self.untaken,
+                "taken_calls": taken_calls, "untaken_calls": untaken_calls, "dispatches": self.dispatches}
+
+
+_RAISING = re.compile(r"(?:Error|Exception|Warning)$")
 
 
 @dataclass
@@ -117,7 +136,7 @@ def _strip_first_indent(source: list[str]) -> str:
     return "\n".join(l[len(indent):] if l.startswith(indent) else l for l in source)
 
 
-def _own_nodes(root: ast.AST):
+def _own_nodes(root: ast.AST) -> Iterator[ast.AST]:
     """ast.walk that does not enter nested functions, lambdas or classes (their lines
     belong to other frames) except the top-level function itself."""
     stack = [root]
@@ -192,7 +211,8 @@ def _arm(label: str, stmts: list[ast.AST], first: int, last: int, fn: _Function,
     return Arm(label, lo if first else 0, hi if first else 0, ran, calls, observed, src)
 
 
-def _candidate(kind: str, node: ast.AST, condition: str, arms: list[Arm], fn: _Function, offset: int) -> Candidate | None:
+def _candidate(kind: str, node: ast.AST, condition: str, arms: list[Arm], fn: _Function,
+               offset: int) -> Candidate | None:
     matched = sorted({m.group(0).lower() for m in DEVICE_WORDS.finditer(condition)})
     if not matched:
         return None

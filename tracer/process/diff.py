@@ -23,8 +23,12 @@ Design choices, each for a reason:
   split's ``children``: the reader sees the first decision, then its
   consequences. Independent splits (in disjoint subtrees) stay side by side, in
   the order of a depth-first walk of side A.
+* Frames that run wherever they are triggered (garbage-collector callbacks,
+  :data:`NOISE`) never make a split.
 * Everything is iterative (traces can be thousands of frames deep) and linear:
-  each node is visited once, identities are cached per Frame object.
+  each node is visited once, identities are numbered once per Frame object, and
+  the common cases (same children in the same order, single-call chains, leaves)
+  are aligned without building groups, mostly in C (itertools, operator).
 
 Pure: no I/O, no framework imported.
 """
@@ -35,12 +39,13 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, Iterable, Iterator, Sequence
 
 from tracer.errors import DltraceError
 from tracer.process.normalize import identity, identity_label
-from tracer.process.tags import (GPU_LIBS, JIT, LIBC, LIBPYTHON, LIBSTDCXX, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, isa_of,
-                                 library_of)
+from tracer.process.tags import (GPU_LIBS, JIT, LIBC, LIBPYTHON, LIBSTDCXX, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, is_jit,
+                                 isa_of, library_of)
 from tracer.trace import Frame, Node, Run, Trace
 
 LAYERS = ("python", "op", "native")
@@ -51,6 +56,12 @@ MUST_MATCH = ("framework", "primitive")
 #: Meta fields whose difference is the point of the diff, shown in the header.
 COMPARED = ("framework_version", "api", "device", "variant", "shape")
 
+_CHILDREN, _COUNT = attrgetter("children"), attrgetter("count")
+#: Frames that run wherever they happen to be triggered, not where the code decides:
+#: they are aligned when both sides have them in the same place, otherwise ignored.
+NOISE = re.compile(
+    r"gc_callback"  # gc.callbacks (jaxlib's _xla_gc_callback): run wherever the collector triggers
+)
 HOT = 5  # most-sampled / most-called leaf frames shown per branch
 CONTEXT = 2  # source lines shown around each marked line
 
@@ -325,12 +336,16 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     idents = ctx.idents
     kget = keyof.get
 
+    noise: set[int] = set()  # identity numbers of frames that never decide (NOISE)
+
     def key_slow(f: Frame) -> int:
         ident = identity(f)
         n = numbers.get(ident)
         if n is None:
             n = numbers[ident] = len(idents)
             idents.append(ident)
+            if NOISE.search(f.label):
+                noise.add(n)
         keyof[id(f)] = n
         return n
 
@@ -356,8 +371,11 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
             kb = b.children
         if not ka and not kb:
             continue
-        if not sampled:
-            # fast paths for the common cases, without building groups
+        # fast paths for the common cases, without building groups; a sampled layer
+        # takes them where every child is above the threshold (checked in C)
+        fast = not sampled or ((not ka or min(map(_COUNT, ka)) >= min_a)
+                               and (not kb or min(map(_COUNT, kb)) >= min_b))
+        if fast:
             if len(ka) == 1 and len(kb) == 1:  # a chain of single calls
                 x, y = ka[0], kb[0]
                 k = kget(id(x.frame))
@@ -367,7 +385,10 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
                 if m is None:
                     m = key_slow(y.frame)
                 if k == m:
-                    push((x, y, entry, enclosing))
+                    if x.children or y.children:
+                        push((x, y, entry, enclosing))
+                    else:  # two leaves: aligned, nothing below
+                        shared += 1
                     continue
         ia = [kget(id(c.frame)) for c in ka]
         if None in ia:
@@ -375,13 +396,21 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
         ib = [kget(id(c.frame)) for c in kb]
         if None in ib:
             ib = [k if k is not None else key_slow(c.frame) for k, c in zip(ib, kb)]
-        if not sampled and ia == ib and len(set(ia)) == len(ia):
+        if fast and ia == ib and len(set(ia)) == len(ia):
             # the same children in the same order, one per identity
             n = len(ka)
-            extend(zip(reversed(ka), reversed(kb), repeat(entry, n), repeat(enclosing, n)))
+            if any(map(_CHILDREN, ka)) or any(map(_CHILDREN, kb)):
+                extend(zip(reversed(ka), reversed(kb), repeat(entry, n), repeat(enclosing, n)))
+            else:  # leaves only (checked in C): aligned, nothing below
+                shared += n
             continue
         da = _group(ia, ka)
         db = _group(ib, kb)
+        if noise:
+            da, low = _without(da, noise)
+            ignored_a += _size(low)
+            db, low = _without(db, noise)
+            ignored_b += _size(low)
         if sampled:
             da, low_a = _above(da, min_a)
             db, low_b = _above(db, min_b)
@@ -420,6 +449,12 @@ def _group(keys: list[int], nodes: list[Node]) -> dict[int, Any]:
     return out
 
 
+def _without(groups: dict[int, Any], noise: set[int]) -> tuple[dict[int, Any], list[Any]]:
+    if noise.isdisjoint(groups):
+        return groups, []
+    return {k: g for k, g in groups.items() if k not in noise}, [g for k, g in groups.items() if k in noise]
+
+
 def _as_list(group: Any) -> list[Node]:
     return group if group.__class__ is list else [group]
 
@@ -453,6 +488,11 @@ def present(groups: dict, total: int, threshold: float, sampled: bool) -> dict:
 # ----------------------------------------------------------------------------- one split
 
 
+def _label(frame: Frame) -> str:
+    """A frame's label for people: run-time generated code has only an address."""
+    return JIT if is_jit(frame) else frame.label
+
+
 @dataclass
 class _Context:
     layer: str
@@ -468,7 +508,7 @@ class _Context:
         path = []
         e = entry
         while e is not None:
-            path.append(_as_list(e[0])[0].frame.label)
+            path.append(_label(_as_list(e[0])[0].frame))
             e = e[2]
         path.reverse()
         depth = len(path) - 1
@@ -498,7 +538,7 @@ class _Context:
             if node.children:
                 stack.extend(node.children)
             else:
-                label = node.frame.label
+                label = _label(node.frame)
                 leaves[label] = leaves.get(label, 0) + node.count
         seen.update(mine)
         subtree = list(mine.values())
@@ -511,13 +551,13 @@ class _Context:
             low = other_low.get(key)
             other = (_count(low) / other_total if other_total else 0.0) if low is not None else 0.0
         call_lines = sorted({ln for n in group for ln in n.call_lines})
-        return Branch(frame.label, frame.kind, identity_label(self.idents[key]), frame.file, frame.line, library_of(frame), count,
-                      share, other, call_lines, nodes, libs, isas, hot)
+        return Branch(_label(frame), frame.kind, identity_label(self.idents[key]), frame.file, frame.line,
+                      library_of(frame), count, share, other, call_lines, nodes, libs, isas, hot)
 
     def _fragments(self, ga: list[Node], gb: list[Node], only_a: list, only_b: list) -> list[Fragment]:
         fa, fb = ga[0].frame, gb[0].frame
-        a_names = [g[0].frame.label for _, g in only_a]
-        b_names = [g[0].frame.label for _, g in only_b]
+        a_names = [_label(g[0].frame) for _, g in only_a]
+        b_names = [_label(g[0].frame) for _, g in only_b]
         if fa.kind == "python":
             src_a = self.sources_a.get((fa.file, fa.line))
             src_b = self.sources_b.get((fb.file, fb.line))
@@ -587,7 +627,8 @@ def source_fragment(frame: Frame, source: list[str], ran_a: set[int], ran_b: set
 
 # ----------------------------------------------------------------------------- classification
 
-_GPU = re.compile(r"(?<![a-z])(?:cuda\w*|cudnn|cublas\w*|cupy|cupyx|gpu|cutlass|nccl|nvrtc|rocm|hip|miopen|ptx)(?![a-z])")
+_GPU = re.compile(r"(?<![a-z])(?:cuda\w*|cudnn|cublas\w*|cupy|cupyx|gpu|cutlass|nccl|nvrtc|rocm|hip|miopen|ptx)"
+                  r"(?![a-z])")
 # Only words that eager execution does not use: eager JAX also builds jaxprs and
 # lowers single primitives, so "jaxpr", "lower" and "xla" do not tell the two apart.
 _COMPILE = re.compile(r"(?<![a-z])(?:p?jit|jitted|jit_compile|compile[dr]?|compilation|dynamo|inductor|torchscript|"
@@ -630,12 +671,12 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
     gpu_b = _markers(frames_b, _GPU) | {t for t in map(library_of, frames_b) if t in GPU_LIBS}
     if bool(gpu_a) != bool(gpu_b):
         side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
-        return "device dispatch", f"{side} reaches GPU code ({', '.join(sorted(words)[:4])}); the other side does not"
+        return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
     comp_a = _markers([f for f in frames_a if library_of(f) not in _CODEGEN_LIBS], _COMPILE)
     comp_b = _markers([f for f in frames_b if library_of(f) not in _CODEGEN_LIBS], _COMPILE)
     if bool(comp_a) != bool(comp_b):
         side, words = ("A", comp_a) if comp_a else ("B", comp_b)
-        return "compilation", f"{side} goes through compilation ({', '.join(sorted(words)[:4])}); the other side runs eagerly"
+        return "compilation", f"{side} goes through compilation ({_names(words)}); the other side runs eagerly"
     libs_a = {t for t in map(library_of, frames_a) if t in VENDOR_LIBS}
     libs_b = {t for t in map(library_of, frames_b) if t in VENDOR_LIBS}
     if libs_a != libs_b:
@@ -643,17 +684,18 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
     isa_a = {isa_of(f) for f in frames_a if isa_of(f) and library_of(f) not in _SYSTEM_LIBS}
     isa_b = {isa_of(f) for f in frames_b if isa_of(f) and library_of(f) not in _SYSTEM_LIBS}
     if isa_a != isa_b:
-        return "ISA-specific code", f"A runs {_names(isa_a, 'no ISA-specific')} code; B runs {_names(isa_b, 'no ISA-specific')} code"
+        none = "no ISA-specific"
+        return "ISA-specific code", f"A runs {_names(isa_a, none)} code; B runs {_names(isa_b, none)} code"
     alloc_a = _markers(frames_a, _ALLOC) | {n for n in map(_last_name, frames_a) if _ALLOC_NAME.match(n)}
     alloc_b = _markers(frames_b, _ALLOC) | {n for n in map(_last_name, frames_b) if _ALLOC_NAME.match(n)}
     if bool(alloc_a) != bool(alloc_b):
         side, words = ("A", alloc_a) if alloc_a else ("B", alloc_b)
-        return "allocation/transfer", f"{side} allocates or moves data ({', '.join(sorted(words)[:4])}); the other side does not"
+        return "allocation/transfer", f"{side} allocates or moves data ({_names(words)}); the other side does not"
     dev_a, dev_b = _markers(frames_a, _DEVICE), _markers(frames_b, _DEVICE)
     if dev_a != dev_b:
         return "device dispatch", f"device or backend names differ (A: {_names(dev_a)}; B: {_names(dev_b)})"
     return "other", "no device, library, ISA, compilation or allocation difference in the frame names"
 
 
-def _names(items: set[str], none: str = "no vendor library") -> str:
-    return ", ".join(sorted(items)) if items else none
+def _names(items: set[str], none: str = "no vendor library", most: int = 4) -> str:
+    return ", ".join(sorted(items)[:most]) if items else none

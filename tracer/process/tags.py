@@ -45,9 +45,11 @@ _NS = r"(?:^|[\s*&(,])"  # start of a qualified name inside a demangled symbol
 
 #: Vendor code recognised by its symbol, wherever it is linked.
 SYMBOL_LIBS = _t(
-    (_NS + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|(?:^|[^A-Za-z])jit_(?:uni|sse41|avx|avx2|avx512\w*|brgemm|brdgmm|amx)|brgemm", ONEDNN),
+    (_NS + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|brgemm|"
+     r"(?:^|[^A-Za-z])jit_(?:uni|sse41|avx|avx2|avx512\w*|brgemm|brdgmm|amx)", ONEDNN),
     (r"(?:^|[^A-Za-z])(?:mkl_|MKL_)|^_?mkl", MKL),
-    (r"(?i)openblas|gotoblas|blas_thread_server|(?:^|[^a-z])exec_blas|(?:^|[^a-z])[sdcz]gemm_(?:kernel|itcopy|incopy|oncopy|otcopy|beta)", OPENBLAS),
+    (r"(?i)openblas|gotoblas|blas_thread_server|(?:^|[^a-z])exec_blas|"
+     r"(?:^|[^a-z])[sdcz]gemm_(?:kernel|itcopy|incopy|oncopy|otcopy|beta)", OPENBLAS),
     (_NS + r"Eigen::", EIGEN),
     (_NS + r"xla::|__xla_cpu_runtime|(?:^|[^A-Za-z])xla_cpu_", XLA),
     (_NS + r"mshadow::", MSHADOW),
@@ -98,7 +100,8 @@ CORE_SYMBOLS = _t(
     (_NS + r"(?:mxnet|nnvm)::|^MX[A-Z]\w*", MXNET),
     (_NS + r"(?:jax|jaxlib)::", JAXLIB),
     (r"^_?Py[A-Z_]\w*|^_PyEval", LIBPYTHON),
-    (r"^(?:__)?(?:memcpy|memmove|memset|malloc|calloc|realloc|free)(?:_\w+)?$|^__libc_|^__GI_|^pthread_|^start_thread$|^clone3?$", LIBC),
+    (r"^(?:__)?(?:memcpy|memmove|memset|malloc|calloc|realloc|free)(?:_\w+)?$|"
+     r"^__libc_|^__GI_|^pthread_|^start_thread$|^clone3?$", LIBC),
     (r"^(?:std::|__gnu_cxx::|__cxxabiv1::)", LIBSTDCXX),
 )
 
@@ -186,7 +189,9 @@ def is_jit(frame: Frame) -> bool:
     """Native code generated at run time (no symbol, no shared object)."""
     if frame.kind != "native":
         return False
-    return frame.lib == "[jit]" or frame.name in ("[jit]", "JIT code") or (not frame.lib and bool(_ADDRESS.match(frame.name)))
+    if frame.lib == "[jit]" or frame.name in ("[jit]", "JIT code"):
+        return True
+    return not frame.lib and bool(_ADDRESS.match(frame.name))
 
 
 @lru_cache(maxsize=1 << 16)  # pure; a trace has a few thousand distinct frames, seen many times

@@ -58,6 +58,10 @@ def _branch(side: str, b: Branch, show_calls: bool) -> Text:
     return text
 
 
+def _side_style(side: str) -> str:
+    return {"A": A_STYLE, "B": B_STYLE, "AB": "bold"}.get(side, "")
+
+
 def fragment_view(fragment: Fragment) -> RenderableType:
     """The deciding code: highlighted source with side marks, or the names on each side."""
     title = Text.assemble(("deciding code", "underline"), "  ", (fragment.function, "bold"))
@@ -68,6 +72,8 @@ def fragment_view(fragment: Fragment) -> RenderableType:
     parts: list[RenderableType] = [title]
     if fragment.kind == "source" and fragment.lines:
         parts.append(_source(fragment))
+        parts.append(Text("        A/B: ran on that side only · ◆ the deciding statement · →A/→B: call site of a "
+                          "frame on that side only", style="dim"))
     else:
         for side, names in (("A", fragment.a_names), ("B", fragment.b_names)):
             if names:
@@ -89,8 +95,8 @@ def _source(fragment: Fragment) -> Text:
         if cl.gap_before:
             out.append("        ⋮\n", style="dim")
         only = cl.ran if cl.ran in ("A", "B") else ""
-        mark = Text(f"{only or ' ':>2}", style=A_STYLE if only == "A" else B_STYLE if only == "B" else "")
-        call = Text(f"→{cl.call}" if cl.call else "", style=A_STYLE if cl.call == "A" else B_STYLE if cl.call == "B" else "bold")
+        mark = Text(f"{only or ' ':>2}", style=_side_style(only))
+        call = Text(f"→{cl.call}" if cl.call else "", style=_side_style(cl.call))
         out.append(f"  {cl.line:>5} ", style="dim")
         out.append_text(mark)
         out.append(" ◆ " if cl.decision else "   ", style="bold yellow")
@@ -112,7 +118,8 @@ def split_view(split: Split, number: str) -> RenderableType:
                          (f"[{split.classification}]", CLASS_STYLE.get(split.classification, "")))
     if split.file:
         head.append(f"  {split.file}:{split.line}", style="dim")
-    parts: list[RenderableType] = [head, Text("   " + split.reason, style="italic"), Padding(_path(split.path), (0, 0, 0, 3))]
+    parts: list[RenderableType] = [head, Text("   " + split.reason, style="italic"),
+                                   Padding(_path(split.path), (0, 0, 0, 3))]
     for b in split.only_a:
         parts.append(Padding(_branch("A", b, split.kind == "python"), (0, 0, 0, 3)))
     for b in split.only_b:
@@ -126,8 +133,10 @@ def layer_header(layer: LayerDiff) -> Text:
     n = sum(1 for _ in layer.all_splits())
     first = len(layer.splits)
     text = Text.assemble((f"{layer.layer} layer", "bold underline"), "  ")
-    text.append(f"{n} split point{'s' if n != 1 else ''}" + (f" ({first} first decision{'s' if first != 1 else ''})" if n != first else ""),
-                style="bold" if n else "green")
+    count = f"{n} split point{'s' if n != 1 else ''}"
+    if n != first:
+        count += f" ({first} first decision{'s' if first != 1 else ''})"
+    text.append(count, style="bold" if n else "green")
     text.append(f"  ·  A {layer.nodes_a} frames, B {layer.nodes_b}, {layer.shared} aligned", style="dim")
     if layer.sampled:
         text.append(f"\n  sampled: A {layer.samples_a} samples, B {layer.samples_b}; threshold {layer.threshold:.1%}: "
@@ -141,11 +150,11 @@ def print_diff(result: DiffResult, console: Console, names: tuple[str, str] = ("
         console.print(Text.assemble((f"{side}  ", A_STYLE if side == "A" else B_STYLE), (_describe(desc), "bold"),
                                     (f"  {name}" if name else "", "dim")), highlight=False)
     if result.differs:
-        console.print(Text("   differ in: " + "; ".join(f"{k} ({a or '?'} → {b or '?'})" for k, (a, b) in result.differs.items()),
-                           style="dim"), highlight=False)
+        what = "; ".join(f"{k} ({a or '?'} → {b or '?'})" for k, (a, b) in result.differs.items())
+        console.print(Text(f"   differ in: {what}", style="dim"), highlight=False)
     sampled = any(layer.sampled for layer in result.layers)
-    console.print(Text(f"   {result.pass_} pass, {result.phase} phase · threshold {result.threshold:.1%} "
-                       + ("(applied to the sampled layers)" if sampled else "(only applies to sampled layers; none here)"),
+    applies = "(applied to the sampled layers)" if sampled else "(only applies to sampled layers; none here)"
+    console.print(Text(f"   {result.pass_} pass, {result.phase} phase · threshold {result.threshold:.1%} {applies}",
                        style="dim"), highlight=False)
     for warning in result.warnings:
         console.print(Text(f"   warning: {warning}", style="yellow"), highlight=False)
@@ -162,8 +171,10 @@ def print_diff(result: DiffResult, console: Console, names: tuple[str, str] = ("
             numbers[level] += 1
             number = ".".join(map(str, numbers))
             if level:
-                console.print(Padding(Text("consequence of " + number.rsplit(".", 1)[0] + ":", style="dim"), (0, 0, 0, INDENT * level)))
-            console.print(Padding(split_view(split, number), (1 if not level else 0, 0, 0, INDENT * level)), highlight=False)
+                parent = number.rsplit(".", 1)[0]
+                console.print(Padding(Text(f"consequence of {parent}:", style="dim"), (0, 0, 0, INDENT * level)))
+            console.print(Padding(split_view(split, number), (0 if level else 1, 0, 0, INDENT * level)),
+                          highlight=False)
 
 
 # ----------------------------------------------------------------------------- single trace
@@ -185,7 +196,8 @@ def candidate_view(cand: Candidate, number: int) -> RenderableType:
             mark, style = "? unknown  ", "dim"
         text = Text.assemble(("   " + mark + "  ", style), (arm.label, "bold"))
         if arm.first_line:
-            text.append(f"  lines {arm.first_line}-{arm.last_line}" if arm.last_line > arm.first_line else f"  line {arm.first_line}", style="dim")
+            lo, hi = arm.first_line, arm.last_line
+            text.append(f"  lines {lo}-{hi}" if hi > lo else f"  line {lo}", style="dim")
         if arm.calls:
             text.append("  calls: ", style="dim")
             for i, call in enumerate(arm.calls[:6]):
@@ -213,12 +225,21 @@ def print_candidates(candidates: list[Candidate], console: Console, description:
     title.append(f"  ·  {pass_} pass, {phase} phase", style="dim")
     console.print(title, highlight=False)
     functions = len({(c.file, c.first_line) for c in candidates})
-    console.print(Text(f"   {len(candidates)} branch{'es' if len(candidates) != 1 else ''} on the device or backend in "
-                       f"{functions} executed function{'s' if functions != 1 else ''}; bold calls were seen in this run",
+    branches = f"{len(candidates)} branch{'es' if len(candidates) != 1 else ''}"
+    executed = f"{functions} executed function{'s' if functions != 1 else ''}"
+    console.print(Text(f"   {branches} on the device or backend in {executed}; bold calls were seen in this run",
                        style="dim"), highlight=False)
+    dispatching = [c for c in candidates if c.dispatches]
+    if dispatching:
+        console.print(Text("   branches that call a different implementation on each arm:", style="bold"))
+        for c in dispatching:
+            taken, other = c.alternatives
+            console.print(Text.assemble("     ", (c.function, "bold"), (f" ({c.file}:{c.line})  ", "dim"),
+                                        (", ".join(taken), "green"), " taken, ",
+                                        (", ".join(other), "red"), " not taken"), highlight=False)
     if not candidates:
-        console.print(Text("   no executed Python function branches on the device or backend; the decision is "
-                           "below Python (see the op and native layers, or diff against a second trace)", style="green"))
+        console.print(Text("   no executed Python function branches on the device or backend; the decision is below "
+                           "Python (see the op and native layers, or diff against a second trace)", style="green"))
     for i, cand in enumerate(candidates, 1):
         console.print()
         console.print(candidate_view(cand, i), highlight=False)

@@ -1,0 +1,598 @@
+"""The diff engine on synthetic call trees built from Frame and Node (no framework)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tracer.process.candidates import find_candidates
+from tracer.process.diff import DiffError, classify, diff_traces, diff_trees
+from tracer.process.graph import call_graph, merged_graph
+from tracer.process.normalize import identity
+from tracer.process.tags import isa_of, library_of
+from tracer.render.diff_console import print_candidates, print_diff
+from tracer.trace import Frame, Node, Run, Trace, save
+
+DLTRACE = str(Path(sys.executable).parent / "dltrace")
+
+
+def n(name, *children, kind="python", module="fw", count=1, lines=(), call_lines=(), lib="", file="", line=0):
+    """A node; ``name`` may be a Frame."""
+    frame = name if isinstance(name, Frame) else Frame(kind, module if kind in ("python", "c") else "", name,
+                                                       file, line, lib)
+    return Node(frame, count, 0, list(call_lines), list(lines), list(children))
+
+
+def root(*children, count=1):
+    return Node(Frame("root", "", "probe"), count, 0, [], [], list(children))
+
+
+def native(name, *children, count, lib="libtorch_cpu.so"):
+    return n(name, *children, kind="native", count=count, lib=lib)
+
+
+def labels(branches):
+    return [b.label for b in branches]
+
+
+def splits(result):
+    return [(level, s.frame, labels(s.only_a), labels(s.only_b)) for level, s in result.all_splits()]
+
+
+# ----------------------------------------------------------------------------- alignment
+
+
+def test_identical_trees_have_no_split():
+    def make():
+        return root(n("forward", n("conv", n("im2col"), n("gemm")), n("bias")))
+
+    result = diff_trees(make(), make())
+    assert result.splits == []
+    assert result.shared == result.nodes_a == result.nodes_b == 6
+
+
+def test_split_at_root():
+    result = diff_trees(root(n("forward_cpu", n("gemm"))), root(n("forward_gpu", n("cudnn_conv"))))
+    (split,) = result.splits
+    assert (split.frame, split.kind, split.depth, split.path) == ("probe", "root", 0, ["probe"])
+    assert labels(split.only_a) == ["fw.forward_cpu"] and labels(split.only_b) == ["fw.forward_gpu"]
+    assert split.only_a[0].nodes == 2
+    assert split.fragments[0].kind == "symbols" and "probe step" in split.fragments[0].note
+
+
+def test_split_deep_reports_the_common_path():
+    a = root(n("api", n("dispatch", n("impl", n("kernel_a", n("leaf"))))))
+    b = root(n("api", n("dispatch", n("impl", n("kernel_b")))))
+    (split,) = diff_trees(a, b).splits
+    assert split.path == ["probe", "fw.api", "fw.dispatch", "fw.impl"]
+    assert split.depth == 3
+    assert labels(split.only_a) == ["fw.kernel_a"] and split.only_a[0].nodes == 2
+    assert labels(split.only_b) == ["fw.kernel_b"]
+
+
+def test_several_independent_splits_in_order():
+    a = root(n("load", n("read_a")), n("compute", n("x_a")), n("store", n("same")))
+    b = root(n("load", n("read_b")), n("compute", n("x_b")), n("store", n("same")))
+    assert splits(diff_trees(a, b)) == [
+        (0, "fw.load", ["fw.read_a"], ["fw.read_b"]),
+        (0, "fw.compute", ["fw.x_a"], ["fw.x_b"]),
+    ]
+
+
+def test_nested_splits_are_grouped_under_the_first_decision():
+    # forward decides (A calls cpu_helper, B gpu_helper); both still call `common`,
+    # whose own children then differ: a consequence, nested under the first split.
+    a = root(n("forward", n("cpu_helper"), n("common", n("inner", n("eigen_kernel")))), n("other", n("x")))
+    b = root(n("forward", n("gpu_helper"), n("common", n("inner", n("cudnn_kernel")))), n("other", n("y")))
+    result = diff_trees(a, b)
+    assert splits(result) == [
+        (0, "fw.forward", ["fw.cpu_helper"], ["fw.gpu_helper"]),
+        (1, "fw.inner", ["fw.eigen_kernel"], ["fw.cudnn_kernel"]),
+        (0, "fw.other", ["fw.x"], ["fw.y"]),
+    ]
+    first = result.splits[0]
+    assert first.children[0].path == ["probe", "fw.forward", "fw.common", "fw.inner"]
+
+
+def test_reordered_children_are_not_a_split():
+    a = root(n("f", n("a"), n("b", n("b1"), n("b2")), n("c")))
+    b = root(n("f", n("c"), n("b", n("b2"), n("b1")), n("a")))
+    result = diff_trees(a, b)
+    assert result.splits == [] and result.shared == 7
+
+
+def test_same_identity_siblings_are_merged():
+    # two <genexpr> of one function (different lines) on A, one on B: same identity
+    a = root(n("f", n("<genexpr>", n("g"), line=3), n("<genexpr>", n("h"), line=4)))
+    b = root(n("f", n("<genexpr>", n("g"), n("h"), line=3)))
+    assert diff_trees(a, b).splits == []
+
+
+def test_garbage_collector_callbacks_are_not_splits():
+    # gc.callbacks run wherever the collector triggers (seen in real JAX traces)
+    a = root(n("f", n("g"), n("_xla_gc_callback", module="jax._src.lib")))
+    b = root(n("f", n("g")))
+    result = diff_trees(a, b)
+    assert result.splits == [] and result.ignored_a == 1
+
+
+def test_deep_trees_need_no_recursion():
+    depth = 20_000
+
+    def chain(last):
+        node = n(last)
+        for i in range(depth):
+            node = n(f"f{i % 7}", node)
+        return root(node)
+
+    result = diff_trees(chain("kernel_a"), chain("kernel_b"))
+    (split,) = result.splits
+    assert split.depth == depth and len(split.path) == depth + 1
+    json.dumps(result_json(result))
+
+
+def result_json(layer):
+    from tracer.process.diff import _splits_json
+
+    return _splits_json(layer.splits)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def sampled_pair(noise_a, noise_b=0, total=800):
+    def tree(noise, kernel):
+        kids = [native("at::native::conv2d", native(kernel, count=total - 10), count=total - 10)]
+        if noise:
+            kids.append(native("at::native::rare_path", count=noise))
+        return root(*kids, count=total)
+
+    return tree(noise_a, "dnnl::impl::cpu::x64::jit_avx2_conv_fwd_kernel_f32::execute"), \
+        tree(noise_b, "dnnl::impl::cpu::x64::jit_avx2_conv_fwd_kernel_f32::execute")
+
+
+def test_sampling_noise_below_threshold_is_not_a_split():
+    a, b = sampled_pair(noise_a=3)  # 3 of 800 samples
+    result = diff_trees(a, b, "native")
+    assert result.sampled and result.threshold == 0.02
+    assert result.splits == []
+    assert result.ignored_a == 1 and result.samples_a == 800
+
+
+def test_sampling_difference_above_threshold_is_a_split():
+    a, b = sampled_pair(noise_a=120)
+    (split,) = diff_trees(a, b, "native").splits
+    (branch,) = split.only_a
+    assert branch.label == "at::native::rare_path" and branch.share == pytest.approx(0.15)
+    assert branch.other_share == 0.0
+
+
+def test_threshold_is_explicit_and_changes_the_answer():
+    a, b = sampled_pair(noise_a=3)
+    result = diff_trees(a, b, "native", threshold=0.001)
+    assert result.threshold == 0.001 and len(result.splits) == 1
+
+
+def test_frame_present_on_both_sides_but_rare_on_one():
+    a, b = sampled_pair(noise_a=200, noise_b=4)
+    (split,) = diff_trees(a, b, "native").splits
+    assert split.only_a[0].share == pytest.approx(0.25) and split.only_a[0].other_share == pytest.approx(0.005)
+    assert split.only_b == []
+
+
+def test_sampled_flag_in_run_stats():
+    a, b = sampled_pair(noise_a=3)
+    for t in (a, b):  # op-level frames: not native, so sampling comes from the stats
+        for _, node in t.walk():
+            if node.frame.kind == "native":
+                node.frame = Frame("op", "", node.frame.name)
+    ta = Trace(META, [Run("forward", "warm", {"op": a}, {"sampled": True})])
+    tb = Trace(META, [Run("forward", "warm", {"op": b}, {"layers": {"op": {"sampled": True}}})])
+    (layer,) = diff_traces(ta, tb).layers
+    assert layer.sampled and layer.splits == []
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+SAME = [
+    (("native", "foo(int) [clone .isra.0]"), ("native", "foo(int)")),
+    (("native", "at::native::conv.constprop.1"), ("native", "at::native::conv.cold")),
+    (("native", "std::__cxx11::basic_string<char> f[abi:cxx11]()"), ("native", "std::basic_string<char> f()")),
+    (("native", "(anonymous namespace)::run"), ("native", "{anonymous}::run")),
+    (("native", "std::vector<std::vector<int> >"), ("native", "std::vector<std::vector<int>>")),
+    (("native", "kernel+0x1a"), ("native", "kernel")),
+    (("native", "0x7f12deadbeef"), ("native", "0x55aa00001234")),
+    (("python", "<lambda at 0x7f0012>"), ("python", "<lambda at 0x55ff34>")),
+    (("op", "__inference_conv2d_1234"), ("op", "__inference_conv2d_99")),
+    (("op", "convolution.3"), ("op", "convolution.12")),
+    (("op", "Conv2D_1"), ("op", "Conv2D")),
+    (("c", "pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1._get_tracing_state"),
+     ("c", "pybind11_detail_function_record_v2_clang_libcpp._get_tracing_state")),
+]
+DIFFERENT = [
+    (("python", "forward_cpu"), ("python", "forward_gpu")),
+    (("op", "conv2d"), ("op", "conv3d")),
+    (("native", "jit_avx2_conv"), ("native", "jit_avx512_core_conv")),
+    (("python", "Module.cold"), ("python", "Module")),  # C++ clone rules never touch Python names
+    (("python", "f_1"), ("python", "f_2")),
+]
+
+
+@pytest.mark.parametrize("x, y", SAME)
+def test_normalised_identities_match(x, y):
+    assert identity(Frame(x[0], "", x[1])) == identity(Frame(y[0], "", y[1]))
+
+
+@pytest.mark.parametrize("x, y", DIFFERENT)
+def test_different_functions_stay_different(x, y):
+    assert identity(Frame(x[0], "", x[1])) != identity(Frame(y[0], "", y[1]))
+
+
+def test_normalisation_prevents_false_splits():
+    a = root(n("f", native("conv_impl.isra.0", count=1, lib="libtorch_cpu.so"),
+               n("<lambda at 0x7f00aa>"), n("__inference_step_17", kind="op"), file="a.py", line=3))
+    b = root(n("f", native("conv_impl.constprop.2", count=1, lib="libtorch_cpu.so.2.1"),
+               n("<lambda at 0x55bb01>"), n("__inference_step_4242", kind="op"), file="a.py", line=9))
+    assert diff_trees(a, b, sampled=False).splits == []
+
+
+def test_unsymbolised_frames_are_identified_by_library():
+    a = native("0x7f0001", count=1, lib="libdnnl.so.3")
+    b = native("0x55aa02", count=1, lib="libdnnl.so.2")
+    c = native("0x7f0001", count=1, lib="[jit]")
+    assert identity(a.frame) == identity(b.frame) != identity(c.frame)
+
+
+# ----------------------------------------------------------------------------- tags
+
+
+@pytest.mark.parametrize("name, lib, expect_lib, expect_isa", [
+    ("dnnl::impl::cpu::x64::jit_avx512_core_bf16_1x1_conv_kernel::execute", "libtorch_cpu.so", "oneDNN",
+     "avx512_core_bf16"),
+    ("jit_avx2_conv_fwd_kernel_f32::generate", "libdnnl.so.3", "oneDNN", "avx2"),
+    ("ideep::convolution_forward::compute", "libtorch_cpu.so", "oneDNN", ""),
+    ("mkl_blas_avx2_sgemm_kernel_0", "libmkl_core.so", "MKL", "avx2"),
+    ("sgemm_kernel_HASWELL", "libopenblas.so.0", "OpenBLAS", "avx2"),
+    ("Eigen::internal::TensorExecutor<Expr, Eigen::ThreadPoolDevice>::run", "_pywrap_tensorflow.so", "Eigen", ""),
+    ("tensorflow::ConvOp<Eigen::ThreadPoolDevice, float>::Compute", "_pywrap_tensorflow.so", "TensorFlow core", ""),
+    ("xla::cpu::CpuExecutable::ExecuteComputeFunction", "xla_extension.so", "XLA", ""),
+    ("mshadow::expr::MapPlan<float>", "libmxnet.so", "mshadow", ""),
+    ("cudnn::cnn::conv_kernel", "libcudnn_engines_precompiled.so.9", "cuDNN", ""),
+    ("cublasLtMatmul", "libcublasLt.so.12", "cuBLAS", ""),
+    ("cudaLaunchKernel", "libcudart.so.12", "CUDA runtime", ""),
+    ("at::native::add_kernel", "libtorch_cpu.so", "torch core", ""),
+    ("MXImperativeInvoke", "libmxnet.so", "MXNet core", ""),
+    ("__memcpy_avx_unaligned_erms", "libc.so.6", "libc", "avx"),
+    ("_PyEval_EvalFrameDefault", "libpython3.11.so.1.0", "libpython", ""),
+    ("dnnl::impl::cpu::aarch64::jit_sve_512_conv_kernel::execute", "libdnnl.so", "oneDNN", "sve"),
+    ("arm_compute::NEConvolutionLayer::run", "libarm_compute.so", "Arm Compute Library", ""),
+    ("brgemm_kernel_amx_tile", "libdnnl.so", "oneDNN", "amx"),
+    ("dnnl::impl::cpu::x64::jit_generator::create_kernel", "libdnnl.so", "oneDNN", "x64"),
+    ("0x7f00beef", "[jit]", "JIT code", "jit"),
+    ("0x7f00beef", "", "JIT code", "jit"),
+    ("some_symbol", "libfoo.so.1.2", "libfoo", ""),
+])
+def test_native_tags(name, lib, expect_lib, expect_isa):
+    f = Frame("native", "", name, lib=lib)
+    assert (library_of(f), isa_of(f)) == (expect_lib, expect_isa)
+
+
+@pytest.mark.parametrize("frame, expect", [
+    (Frame("op", "", "aten::mkldnn_convolution"), "oneDNN"),
+    (Frame("op", "", "_MklNativeConv2D"), "oneDNN"),
+    (Frame("op", "", "aten::cudnn_convolution"), "cuDNN"),
+    (Frame("op", "", "aten::_slow_conv2d_forward"), ""),
+    (Frame("c", "cupy._core._kernel", "ElementwiseKernel.__call__"), "CuPy"),
+    (Frame("python", "chainer.functions.connection.convolution_2d", "Convolution2DFunction._forward_ideep"), "oneDNN"),
+    (Frame("python", "torch.cuda", "is_available"), "CUDA runtime"),
+    (Frame("python", "fw", "forward"), ""),
+])
+def test_op_and_python_tags(frame, expect):
+    assert library_of(frame) == expect
+
+
+# ----------------------------------------------------------------------------- deciding code
+
+SOURCE = [
+    "def forward(self, x):",
+    "    xp = get_array_module(x)",
+    "    if xp is numpy:",
+    "        y = self.forward_cpu(x)",
+    "    else:",
+    "        y = self.forward_gpu(x)",
+    "    return y",
+]
+
+
+def forward_trees():
+    a = root(n("Conv.forward", n("Conv.forward_cpu", call_lines=[13]), file="fw/conv.py", line=10,
+               lines=[11, 12, 13, 16]))
+    b = root(n("Conv.forward", n("Conv.forward_gpu", call_lines=[15]), file="fw/conv.py", line=10,
+               lines=[11, 12, 15, 16]))
+    return a, b
+
+
+def test_deciding_fragment_marks_the_lines_of_each_side():
+    a, b = forward_trees()
+    (split,) = diff_trees(a, b, sources_a={("fw/conv.py", 10): SOURCE}).splits
+    (frag,) = split.fragments
+    assert frag.kind == "source" and frag.side == "AB" and frag.decision_line == 12
+    marks = {cl.line: (cl.ran, cl.call, cl.decision) for cl in frag.lines}
+    assert marks[12] == ("AB", "", True)
+    assert marks[13] == ("A", "A", False)
+    assert marks[15] == ("B", "B", False)
+    assert marks[10] == ("", "", False)  # the def line, for context
+    assert [cl.text.strip() for cl in frag.lines if cl.line == 12] == ["if xp is numpy:"]
+
+
+def test_deciding_fragment_for_two_versions_of_the_source():
+    a, b = forward_trees()
+    other = SOURCE[:2] + ["    # a comment added in another version"] + SOURCE[2:]
+    (split,) = diff_trees(a, b, sources_a={("fw/conv.py", 10): SOURCE},
+                          sources_b={("fw/conv.py", 10): other}).splits
+    assert [f.side for f in split.fragments] == ["A", "B"]
+
+
+def test_native_split_names_symbols_and_says_source_is_unavailable():
+    a = root(native("at::native::conv", native("dnnl::impl::cpu::x64::jit_avx2_conv::execute", count=700), count=800),
+             count=800)
+    b = root(native("at::native::conv", native("at::native::slow_conv2d_forward_out_cpu", count=700), count=800),
+             count=800)
+    (split,) = diff_trees(a, b, "native").splits
+    (frag,) = split.fragments
+    assert frag.kind == "symbols" and "not available in wheels" in frag.note
+    assert frag.a_names == ["dnnl::impl::cpu::x64::jit_avx2_conv::execute"]
+    assert split.classification == "library choice"
+    assert split.only_a[0].libraries == ["oneDNN"] and split.only_a[0].isa == ["avx2"]
+
+
+# ----------------------------------------------------------------------------- classification
+
+
+def frames(*names, kind="native", lib="", module=""):
+    return [Frame(kind, module, name, lib=lib) for name in names]
+
+
+@pytest.mark.parametrize("a, b, expect", [
+    (frames("forward_cpu", kind="python"), frames("forward_gpu", kind="python"), "device dispatch"),
+    (frames("at::native::conv"), frames("cudnn::conv_kernel", lib="libcudnn.so.9"), "device dispatch"),
+    (frames("_cpp_pjit", "pjit_call_impl", kind="python"), frames("apply_primitive", kind="python"), "compilation"),
+    (frames("dnnl::impl::conv_fwd"), frames("Eigen::internal::TensorExecutor::run"), "library choice"),
+    (frames("jit_avx512_core_conv::execute", lib="libdnnl.so"), frames("jit_avx2_conv::execute", lib="libdnnl.so"),
+     "ISA-specific code"),
+    (frames("__memcpy_avx_unaligned", lib="libc.so.6"), frames("at::native::fill"), "allocation/transfer"),
+    (frames("__memcpy_avx_unaligned", lib="libc.so.6"), frames("__memmove_sse2", lib="libc.so.6"), "other"),
+    (frames("_copy_from", "to", kind="python"), [], "allocation/transfer"),
+    (frames("forward_ideep_path_cpu", kind="c"), frames("forward_plain", kind="c"), "library choice"),
+    (frames("helper_a", kind="python"), frames("helper_b", kind="python"), "other"),
+])
+def test_classification_rules(a, b, expect):
+    assert classify(a, b)[0] == expect
+
+
+# ----------------------------------------------------------------------------- traces
+
+META = {"framework": "fw", "framework_version": "1.0", "primitive": "conv2d", "api": "functional", "device": "cpu",
+        "variant": "default", "shape": [2, 3, 8, 8], "machine": {"arch": "x86_64", "cpu": "test"}}
+
+
+def trace(tree, **meta):
+    return Trace({**META, **meta}, [Run("forward", "warm", {"python": tree})], {("fw/conv.py", 10): SOURCE})
+
+
+def test_diff_of_a_trace_with_itself_has_no_split():
+    a, _ = forward_trees()
+    t = trace(a)
+    result = diff_traces(t, t)
+    assert result.split_count == 0 and result.differs == {}
+
+
+def test_mismatched_traces_are_refused_unless_forced():
+    a, b = forward_trees()
+    with pytest.raises(DiffError, match="different primitives .*--force"):
+        diff_traces(trace(a), trace(b, primitive="relu"))
+    result = diff_traces(trace(a), trace(b, framework="other"), force=True)
+    assert result.split_count == 1 and "different frameworks" in result.warnings[0]
+
+
+def test_missing_run_or_layer_is_a_clear_error():
+    a, b = forward_trees()
+    with pytest.raises(DiffError, match="trace A has no warm backward run"):
+        diff_traces(trace(a), trace(b), pass_="backward")
+    with pytest.raises(DiffError, match="no native layer in both traces"):
+        diff_traces(trace(a), trace(b), layers=("native",))
+    with pytest.raises(DiffError, match="threshold"):
+        diff_traces(trace(a), trace(b), threshold=2)
+
+
+def test_differences_and_json():
+    a, b = forward_trees()
+    result = diff_traces(trace(a), trace(b, variant="gpu-ish", device="gpu"))
+    assert result.differs == {"device": ["cpu", "gpu"], "variant": ["default", "gpu-ish"]}
+    doc = json.loads(json.dumps(result.to_json()))
+    assert doc["pass"] == "forward" and doc["split_count"] == 1
+    (split,) = doc["layers"][0]["splits"]
+    assert split["classification"] == "device dispatch" and split["children"] == []
+    assert "a_root" not in doc["layers"][0]
+
+
+def test_console_rendering_shows_decision_and_threshold():
+    a, b = forward_trees()
+    console = Console(record=True, width=120, color_system=None)
+    print_diff(diff_traces(trace(a), trace(b, device="gpu")), console, ("a.json", "b.json"))
+    text = console.export_text()
+    assert "split in fw.Conv.forward" in text and "[device dispatch]" in text
+    assert "threshold 2.0%" in text
+    assert re.search(r"12 +◆ +if xp is numpy:", text)
+    assert re.search(r"13  A +y = self.forward_cpu\(x\)  →A", text)
+    assert "A only: fw.Conv.forward_cpu" in text and "B only: fw.Conv.forward_gpu" in text
+
+
+# ----------------------------------------------------------------------------- candidates
+
+CAND_SOURCE = [
+    "    def forward(self, inputs):",
+    "        xp = backend.get_array_module(*inputs)",
+    "        if xp is numpy:",
+    "            return self.forward_cpu(inputs)",
+    "        else:",
+    "            return self.forward_gpu(inputs)",
+]
+BRANCHES = [
+    "    def apply(self, x):",
+    "        if x.ndim == 4:",
+    "            x = x.reshape(2)",
+    "        y = fast(x) if self._use_cudnn else slow(x)",
+    "        try:",
+    "            import cupy",
+    "        except ImportError:",
+    "            cupy = None",
+    "        if isinstance(x, cuda.ndarray):",
+    "            return self.on_gpu(x)",
+    "        return self.on_cpu(x)",
+]
+
+
+def candidate_trace():
+    tree = root(
+        n("Conv.forward", n("Conv.forward_cpu", call_lines=[103]), file="fw/conv.py", line=100, lines=[101, 102, 103]),
+        n("F.apply", n("slow", call_lines=[203]), n("F.on_cpu", call_lines=[210]), file="fw/f.py", line=200,
+          lines=[201, 203, 204, 205, 206, 207, 208, 210]),
+    )
+    return Trace(META, [Run("forward", "warm", {"python": tree})],
+                 {("fw/conv.py", 100): CAND_SOURCE, ("fw/f.py", 200): BRANCHES})
+
+
+def test_candidates_name_the_taken_and_untaken_arms():
+    cands = find_candidates(candidate_trace())
+    first = cands[0]
+    assert (first.function, first.line, first.kind, first.condition) == ("fw.Conv.forward", 102, "if", "xp is numpy")
+    assert first.matched == ["numpy", "xp"]
+    arms = {a.label: a for a in first.arms}
+    assert arms["if"].ran and arms["if"].calls == ["self.forward_cpu"] and arms["if"].observed == ["self.forward_cpu"]
+    assert arms["else"].ran is False and arms["else"].calls == ["self.forward_gpu"]
+    assert first.taken == ["if"] and first.untaken == ["else"]
+
+
+def test_candidates_other_branch_kinds():
+    cands = find_candidates(candidate_trace())[1:]
+    by_line = {c.line: c for c in cands}
+    assert 201 not in by_line  # `x.ndim == 4` is not about the device
+    ifexp = by_line[203]
+    assert ifexp.kind == "ifexp" and ifexp.condition == "self._use_cudnn"
+    assert [(a.label, a.ran) for a in ifexp.arms] == [("then", False), ("else", True)]
+    tried = by_line[204]
+    assert tried.kind == "try" and "cupy" in tried.matched
+    assert [(a.label, a.ran) for a in tried.arms] == [("try", True), ("except ImportError", True)]
+    typed = by_line[208]
+    assert typed.condition == "isinstance(x, cuda.ndarray)"
+    assert [(a.label, a.ran, a.calls) for a in typed.arms] == [("if", False, ["self.on_gpu"]),
+                                                               ("after the if", True, ["self.on_cpu"])]
+
+
+def test_candidates_render():
+    console = Console(record=True, width=120, color_system=None)
+    print_candidates(find_candidates(candidate_trace()), console, None)
+    text = console.export_text()
+    assert "xp is numpy" in text and "✗ not taken" in text and "self.forward_gpu" in text
+
+
+# ----------------------------------------------------------------------------- graphs
+
+
+def test_call_graph_and_merged_graph_sides():
+    a = root(n("f", n("shared_leaf"), n("cpu_only", n("deep_a"))))
+    b = root(n("f", n("shared_leaf"), n("gpu_only")))
+    g = call_graph(a)
+    assert g.number_of_nodes() == 5 and g.number_of_edges() == 4
+    m = merged_graph(a, b)
+    side = {data["label"]: data["side"] for _, data in m.nodes(data=True)}
+    assert side == {"probe": "shared", "fw.f": "shared", "fw.shared_leaf": "shared", "fw.cpu_only": "A-only",
+                    "fw.deep_a": "A-only", "fw.gpu_only": "B-only"}
+    assert [data["label"] for _, data in m.nodes(data=True) if data["split"]] == ["fw.f"]
+    # from a diff result: same graph, same split
+    result = diff_trees(a, b)
+    assert set(merged_graph(result).nodes) == set(m.nodes)
+
+
+def test_merged_graph_respects_the_sampling_threshold():
+    a, b = sampled_pair(noise_a=3)
+    m = merged_graph(diff_trees(a, b, "native"))
+    assert not any(d["split"] for _, d in m.nodes(data=True))
+    assert all(d["side"] == "shared" for _, d in m.nodes(data=True))
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def dltrace(*args):
+    proc = subprocess.run([DLTRACE, *args], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    d = tmp_path_factory.mktemp("traces")
+    a, b = forward_trees()
+    save(trace(a), d / "a.json")
+    save(trace(b, device="gpu"), d / "b.json.gz")
+    save(trace(b, primitive="relu"), d / "relu.json")
+    save(candidate_trace(), d / "one.json")
+    (d / "corrupt.json").write_text('{"format": "dltrace-trace", "version": 1, "meta"')
+    return d
+
+
+def one_line_error(rc, out, err):
+    assert rc == 1, (rc, out, err)
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("dltrace: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_cli_json(saved):
+    rc, out, err = dltrace("diff", str(saved / "a.json"), str(saved / "b.json.gz"), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["mode"] == "diff" and doc["split_count"] == 1 and doc["threshold"] == 0.02
+    assert doc["layers"][0]["splits"][0]["frame"] == "fw.Conv.forward"
+
+
+def test_cli_text(saved):
+    rc, out, err = dltrace("diff", str(saved / "a.json"), str(saved / "b.json.gz"), "--layer", "python")
+    assert rc == 0, err
+    assert "split in fw.Conv.forward" in out and "device dispatch" in out
+
+
+def test_cli_single_trace_candidates(saved):
+    rc, out, err = dltrace("diff", str(saved / "one.json"), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["mode"] == "candidates"
+    first = doc["candidates"][0]
+    assert first["untaken"] == ["else"] and first["arms"][1]["calls"] == ["self.forward_gpu"]
+    assert first["dispatches"] and first["untaken_calls"] == ["self.forward_gpu"]
+    rc, out, err = dltrace("diff", str(saved / "one.json"))
+    assert rc == 0 and "Candidate split points" in out
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["corrupt.json", "a.json"], "corrupt or truncated trace"),
+    (["a.json", "missing.json"], "cannot read"),
+    (["a.json", "relu.json"], "different primitives (A: conv2d, B: relu); use --force"),
+    (["a.json", "b.json.gz", "--layer", "native"], "no native layer in both traces"),
+    (["a.json", "b.json.gz", "--threshold", "1.5"], "threshold 1.5"),
+    (["a.json", "b.json.gz", "--pass", "backward"], "no warm backward run"),
+])
+def test_cli_errors_are_one_line(saved, args, expected):
+    args = [str(saved / a) if a.endswith((".json", ".gz")) else a for a in args]
+    assert expected in one_line_error(*dltrace("diff", *args))
+
+
+def test_cli_force(saved):
+    rc, out, err = dltrace("diff", str(saved / "a.json"), str(saved / "relu.json"), "--force", "--json")
+    assert rc == 0, err
+    assert "different primitives" in json.loads(out)["warnings"][0]
