@@ -83,6 +83,17 @@ def test_several_independent_splits_in_order():
     ]
 
 
+def test_independent_splits_nearest_the_root_come_first():
+    # a deep, incidental split met first in depth-first order must not hide the
+    # shallower decision that follows it
+    a = root(n("setup", n("cache", n("lookup", n("hit")))), n("dispatch", n("jit")))
+    b = root(n("setup", n("cache", n("lookup", n("miss")))), n("dispatch", n("eager")))
+    assert splits(diff_trees(a, b)) == [
+        (0, "fw.dispatch", ["fw.jit"], ["fw.eager"]),
+        (0, "fw.lookup", ["fw.hit"], ["fw.miss"]),
+    ]
+
+
 def test_nested_splits_are_grouped_under_the_first_decision():
     # forward decides (A calls cpu_helper, B gpu_helper); both still call `common`,
     # whose own children then differ: a consequence, nested under the first split.

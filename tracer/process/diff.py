@@ -430,6 +430,9 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
             h = db.get(k)
             if h is not None:
                 push((g, h, entry, split))
+    # First decisions first: independent splits nearest the root lead (the sort is
+    # stable, so splits at one depth keep their depth-first order).
+    top.sort(key=lambda s: s.depth)
     return LayerDiff(layer, sampled, threshold, total_a, total_b, shared + extra_a + ignored_a,
                      shared + extra_b + ignored_b, shared, ignored_a, ignored_b, top, a_root, b_root)
 
