@@ -101,3 +101,14 @@ def test_report_of_nothing_is_one_line(tmp_path):
     proc = dltrace("report", str(tmp_path), "-o", str(tmp_path / "r"))
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("dltrace: error: no traces found in")
+
+
+def test_audit_names_the_dispatch_points(survey_root, tmp_path):
+    proc = dltrace("audit", "jax", "--traces", str(survey_root / "traces"), env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "Dispatch points: where a new backend hooks in" in proc.stdout
+    assert "jax._src.interpreters.ad.linearize" in proc.stdout and "compilation" in proc.stdout
+    assert "What each primitive needs from a backend" in proc.stdout and "no GPU trace" in proc.stdout
+    proc = dltrace("audit", "torch", "--traces", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"dltrace: error: no torch traces in {tmp_path}; run: dltrace survey torch"
