@@ -1,12 +1,26 @@
-"""What every probe shares: the case interface, seeded inputs and primitive sizes.
+"""What every probe shares: the case interface, seeded inputs, primitive sizes, and
+the op-level record a probe's ``record_ops`` hook returns.
 
-Imported inside framework environments: numpy and the standard library only.
+Imported inside framework environments: numpy, the standard library and
+tracer.trace (stdlib only) only.
+
+The op-level hook (optional, one per probe module)::
+
+    def record_ops(case: Case, pass_: str, run: Callable[[], object]) -> OpRecord
+
+runs ``run()`` (exactly the step the Python layer traces: ``case.forward()``, or
+``case.backward(state)`` on a fresh state) once under the framework's own
+instrumentation and returns the ops it saw, nested (:func:`nest`). The harness
+hangs them under the run's root in ``Run.layers["op"]``. The hook lives in the
+probe because only the probe knows its framework's profiler.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
+
+from tracer.trace import Frame, Node
 
 #: Sizes of the primitives' parameters (the input shape comes from the command line).
 CONV_OUT, CONV_K = 4, 3  # output channels, kernel size (stride 1, padding 1)
@@ -33,6 +47,9 @@ class Case:
     backward: Callable[[Any], Any]
     sync: Callable[[], None] = _noop
     info: dict[str, Any] = field(default_factory=dict)
+    #: Objects the probe's own hooks need (the jitted function, its arguments...);
+    #: never written to the trace.
+    private: dict[str, Any] = field(default_factory=dict)
 
 
 class ProbeError(Exception):
@@ -82,3 +99,70 @@ def check_shape(primitive: str, shape: tuple[int, ...]) -> None:
     if want is not None and len(shape) != want:
         layout = "NxF" if want == 2 else "NxCxHxW"
         raise ProbeError(f"{primitive} needs a {want}-d shape ({layout}), got {'x'.join(map(str, shape))}")
+
+
+# ----------------------------------------------------------------------------- op level
+
+
+@dataclass
+class OpEvent:
+    """One record of a framework's profiler: an op (or kernel) and when it ran.
+    ``start``/``end`` are in the profiler's unit, ``scale_ns`` in :func:`nest`
+    converts; ``children`` are fixed sub-records (e.g. the GPU kernels an op launched)."""
+
+    name: str
+    start: float
+    end: float
+    module: str = ""
+    lib: str = ""
+    thread: Any = 0
+    children: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class OpRecord:
+    """What ``record_ops`` returns: the top-level op nodes, which instrumentation
+    saw them (``source``, e.g. "torch.profiler"), and facts worth keeping (``info``)."""
+
+    ops: list[Node]
+    source: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def op_node(name: str, module: str, lib: str = "", count: int = 1, time_ns: int = 0,
+            children: Iterable[Node] = ()) -> Node:
+    return Node(Frame("op", module, name, lib=lib), count, time_ns, children=list(children))
+
+
+def merge_siblings(nodes: list[Node]) -> list[Node]:
+    """Siblings that are the same op merge (counts and times add, children merge):
+    a step that calls aten::empty three times shows it once, ×3."""
+    out: dict[Frame, Node] = {}
+    for n in nodes:
+        have = out.get(n.frame)
+        if have is None:
+            out[n.frame] = Node(n.frame, n.count, n.time_ns, children=list(n.children))
+        else:
+            have.count += n.count
+            have.time_ns += n.time_ns
+            have.children.extend(n.children)
+    merged = list(out.values())
+    for n in merged:
+        n.children = merge_siblings(n.children)
+    return merged
+
+
+def nest(events: Iterable[OpEvent], scale_ns: float = 1.0) -> list[Node]:
+    """A profiler's flat records -> the op hierarchy: an event inside another's time
+    interval (same thread) is its child (aten::conv2d > aten::convolution >
+    aten::_convolution > aten::mkldnn_convolution)."""
+    roots: list[Node] = []
+    by_thread: dict[Any, list[tuple[float, Node]]] = {}
+    for ev in sorted(events, key=lambda e: (e.start, -e.end)):
+        node = op_node(ev.name, ev.module, ev.lib, 1, int(round((ev.end - ev.start) * scale_ns)), ev.children)
+        stack = by_thread.setdefault(ev.thread, [])
+        while stack and ev.start >= stack[-1][0]:
+            stack.pop()
+        (stack[-1][1].children if stack else roots).append(node)
+        stack.append((ev.end, node))
+    return merge_siblings(roots)

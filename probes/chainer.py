@@ -107,3 +107,47 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
 
     sync = dev.device.synchronize if isinstance(dev, chainer.backend.GpuDevice) else base._noop
     return base.Case(forward=run, backward=backward, sync=sync)
+
+
+class _OpHook(chainer.FunctionHook):
+    """Records each FunctionNode's forward and backward, with wall-clock intervals."""
+
+    name = "dltrace_ops"
+
+    def __init__(self) -> None:
+        import time
+
+        self._now = time.perf_counter_ns
+        self.events: list[base.OpEvent] = []
+        self._open: list[tuple[str, str, int]] = []
+
+    def _pre(self, function, what: str) -> None:
+        self._open.append((f"{function.label}.{what}", type(function).__module__, self._now()))
+
+    def _post(self, function, what: str) -> None:
+        name, module, t0 = self._open.pop()
+        self.events.append(base.OpEvent(name, t0, self._now(), module))
+
+    def forward_preprocess(self, function, in_data):
+        self._pre(function, "forward")
+
+    def forward_postprocess(self, function, in_data):
+        self._post(function, "forward")
+
+    def backward_preprocess(self, function, in_data, out_grad):
+        self._pre(function, "backward")
+
+    def backward_postprocess(self, function, in_data, out_grad):
+        self._post(function, "backward")
+
+
+def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+    """Chainer's FunctionNodes as they run (a FunctionHook's forward/backward
+    pre/post-process), nested by time: Convolution2DFunction.forward, and in
+    backward Convolution2DGradW.forward... (a backward runs new FunctionNodes)."""
+    hook = _OpHook()
+    with hook:
+        run()
+        case.sync()
+    info = {"use_ideep": chainer.config.use_ideep}
+    return base.OpRecord(base.nest(hook.events), "chainer.FunctionHook", info)

@@ -113,4 +113,106 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
             jax.block_until_ready(last[0])
 
     info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF"}
-    return base.Case(forward=forward, backward=backward, sync=sync, info=info)
+    private = {"f": f, "args": args, "ones": ones, "device": dev}
+    return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
+
+
+_HLO_STRUCTURAL = {"parameter", "constant", "tuple", "get-tuple-element"}
+
+
+def _hlo_computations(text: str) -> tuple[dict[str, list[str]], str]:
+    """Compiled HLO text -> {computation: instruction lines}, entry computation name."""
+    comps: dict[str, list[str]] = {}
+    entry, current = "", None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.endswith("{") and " -> " in s and "=" not in s.split("(", 1)[0]:
+            is_entry = s.startswith("ENTRY ")
+            name = s.removeprefix("ENTRY ").split(" ", 1)[0].lstrip("%")
+            current = comps.setdefault(name, [])
+            entry = name if is_entry else entry
+        elif s == "}":
+            current = None
+        elif current is not None and " = " in s:
+            current.append(s)
+    return comps, entry
+
+
+def _hlo_opcode(instr: str) -> tuple[str, str]:
+    """(opcode, called computation or "") of one HLO instruction line."""
+    rest = instr.split(" = ", 1)[1]
+    if rest.startswith("("):  # a tuple type: skip the balanced parentheses
+        depth = 0
+        for i, ch in enumerate(rest):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                rest = rest[i + 1 :].lstrip()
+                break
+    else:
+        rest = rest.split(" ", 1)[1] if " " in rest else rest
+    opcode = rest.split("(", 1)[0].strip()
+    calls = ""
+    if "calls=" in rest:
+        calls = rest.split("calls=", 1)[1].split(",", 1)[0].split("}", 1)[0].strip().lstrip("%{")
+    if opcode == "fusion" and "kind=" in rest:
+        opcode = f"fusion({rest.split('kind=', 1)[1].split(',', 1)[0].strip()})"
+    elif opcode == "custom-call" and 'custom_call_target="' in rest:
+        target = rest.split('custom_call_target="', 1)[1].split('"', 1)[0]
+        opcode = f"custom-call:{target}"
+    return opcode, calls
+
+
+def _hlo_nodes(text: str) -> list:
+    """The instructions XLA compiled, by opcode, fusions with what they fuse."""
+    comps, entry = _hlo_computations(text)
+
+    def nodes(comp: str, depth: int) -> list:
+        out = []
+        for instr in comps.get(comp, []):
+            opcode, calls = _hlo_opcode(instr)
+            if opcode in _HLO_STRUCTURAL:
+                continue
+            kids = nodes(calls, depth + 1) if calls and depth < 4 else []
+            out.append(base.op_node(opcode, "xla", "XLA", children=kids))
+        return out
+
+    return base.merge_siblings(nodes(entry, 0))
+
+
+def _jaxpr_nodes(jaxpr) -> list:
+    """A closed jaxpr's equations as op nodes; a pjit's inner jaxpr nests under it."""
+    out = []
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        kids = []
+        inner = eqn.params.get("jaxpr")
+        if inner is not None:
+            kids = _jaxpr_nodes(getattr(inner, "jaxpr", inner))
+            if eqn.params.get("name"):
+                name = f"{name}:{eqn.params['name']}"
+        out.append(base.op_node(name, "jax", children=kids))
+    return base.merge_siblings(out)
+
+
+def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+    """JAX's own view, which is static: the primitives of the step's jaxpr, then the
+    platform it is lowered for and the HLO instructions XLA compiled (convolution,
+    fusion(kLoop) > transpose...). Forward is the jitted primitive, backward the
+    pullback of ``jax.vjp``, each jitted and compiled as a whole here (``run`` is not
+    needed: nothing is learnt from running it again)."""
+    p = case.private
+    f, args, ones = p["f"], p["args"], p["ones"]
+    if pass_ == "forward":
+        target, targs = f, args
+    else:
+        _, pullback = jax.vjp(f, *args)
+        target, targs = pullback, (ones,)
+    closed = jax.make_jaxpr(target)(*targs)
+    ops = _jaxpr_nodes(closed.jaxpr)
+    platform = p["device"].platform
+    info = {"platform": platform, "jit": not jax.config.jax_disable_jit}
+    if not jax.config.jax_disable_jit:
+        compiled = jax.jit(target).lower(*targs).compile()
+        ops.append(base.op_node(f"XLA:{platform}", "xla", "XLA", children=_hlo_nodes(compiled.as_text())))
+    return base.OpRecord(ops, "jax (jaxpr, compiled HLO)", info)

@@ -109,3 +109,61 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         nd.waitall()
 
     return base.Case(forward=forward, backward=backward, sync=nd.waitall)
+
+
+_PROFILE: dict[str, str] = {}  # MXNet's profiler can be configured once per process
+
+
+def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+    """The operator profiler's records for one step (``Convolution``,
+    ``_backward_Convolution``...), nested by time. MXNet names the operator, not
+    whether its MKL-DNN (FComputeEx) or its mshadow (FCompute) kernel ran: that
+    is in ``info`` (the build's and the process's MKL-DNN switch) and in the native layer."""
+    import json
+    import os
+    import tempfile
+    import time
+
+    if "file" not in _PROFILE:
+        _PROFILE["file"] = os.path.join(tempfile.mkdtemp(prefix="dltrace-mxprof-"), "profile.json")
+        mx.profiler.set_config(profile_imperative=True, profile_symbolic=True, profile_memory=False,
+                               profile_api=False, aggregate_stats=False, filename=_PROFILE["file"])
+    nd.waitall()
+    t0 = time.time() * 1e6
+    mx.profiler.set_state("run")
+    try:
+        run()
+        nd.waitall()
+    finally:
+        mx.profiler.set_state("stop")
+    t1 = time.time() * 1e6
+    mx.profiler.dump(finished=False)  # keeps the profiler usable, leaves the JSON unterminated
+    with open(_PROFILE["file"]) as fh:
+        text = fh.read()
+    try:
+        trace = json.loads(text).get("traceEvents", [])
+    except ValueError:
+        trace = json.loads(text.rstrip().rstrip(",") + "\n]}").get("traceEvents", [])
+    opened: dict[tuple, float] = {}
+    events = []
+    for ev in trace:
+        ph, name, ts = ev.get("ph"), ev.get("name"), ev.get("ts")
+        if ev.get("cat") != "operator" or ts is None or not t0 <= ts <= t1:
+            continue
+        key = (name, ev.get("tid"))
+        if ph == "B":
+            opened[key] = ts
+        elif ph == "E" and key in opened:
+            events.append(base.OpEvent(name, opened.pop(key), ts, "mxnet", "", ev.get("tid")))
+        elif ph == "X":
+            events.append(base.OpEvent(name, ts, ts + ev.get("dur", 0), "mxnet", "", ev.get("tid")))
+    info = {"mkldnn_built": _mkldnn_built(), "MXNET_MKLDNN_ENABLED": os.environ.get("MXNET_MKLDNN_ENABLED", ""),
+            "MXNET_ENGINE_TYPE": os.environ.get("MXNET_ENGINE_TYPE", "")}
+    return base.OpRecord(base.nest(events, scale_ns=1000.0), "mx.profiler (operator records)", info)
+
+
+def _mkldnn_built() -> bool | None:
+    try:
+        return bool(mx.runtime.Features().is_enabled("MKLDNN"))
+    except Exception:  # noqa: BLE001 - older builds have no feature list
+        return None

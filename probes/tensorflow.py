@@ -119,5 +119,68 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         with tf.device(device):
             return tape.gradient(y, sources, output_gradients=grad)
 
-    info = {"layout": "NHWC" if nhwc else "NCHW" if len(shape) == 4 else "NF"}
+    info = {"layout": "NHWC" if nhwc else "NCHW" if len(shape) == 4 else "NF", "onednn_enabled": _onednn_enabled()}
     return base.Case(forward=forward, backward=backward, info=info)
+
+
+#: Eager-runtime bookkeeping in the profiler's host trace, not part of the op path.
+_TF_NOISE = ("TFE_DeleteTensorHandle", "ValidateInputTypeAndPlacement", "EagerCopyToDevice", "EagerExecute",
+             "EagerKernelExecute", "TFE_Py_FastPathExecute_C", "ThreadpoolListener::Record", "convert_to_tensor")
+
+
+def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+    """The ops TensorFlow's eager runtime executed, from the profiler's host trace
+    (``EagerLocalExecute: Conv2D`` -> op Conv2D), with how each ran below it
+    (``KernelAndDeviceFunc::Run``: as a single-op function; ``ParallelFor``: sharded
+    over the intra-op pool). Device planes (GPU) add their kernels under the plane."""
+    import glob
+    import shutil
+    import tempfile
+
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    logdir = tempfile.mkdtemp(prefix="dltrace-tfprof-")
+    try:
+        opts = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0, device_tracer_level=1)
+        tf.profiler.experimental.start(logdir, opts)
+        try:
+            run()
+        finally:
+            tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
+            with open(path, "rb") as fh:
+                space.ParseFromString(fh.read())
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    host, devices = [], []
+    for plane in space.planes:
+        meta = plane.event_metadata
+        on_host = plane.name.startswith("/host:")
+        events = []
+        for line in plane.lines:
+            for ev in line.events:
+                name = meta[ev.metadata_id].name
+                if on_host and (name in _TF_NOISE or not name):
+                    continue
+                op = name.split(": ", 1)[1] if name.startswith("EagerLocalExecute: ") else name
+                module = "tensorflow" if op != name or not on_host else "tensorflow.eager"
+                start = line.timestamp_ns * 1000 + ev.offset_ps
+                events.append(base.OpEvent(op, start, start + ev.duration_ps, module, "", line.id))
+        if on_host:
+            host.extend(events)
+        elif events:
+            devices.append(base.op_node(plane.name, "tensorflow", children=base.nest(events, 1e-3)))
+    info = {"onednn_enabled": _onednn_enabled()}
+    return base.OpRecord(base.nest(host, scale_ns=1e-3) + devices, "tf.profiler (host trace)", info)
+
+
+def _onednn_enabled() -> bool | None:
+    """Whether TensorFlow's oneDNN ops are on in this process: by default only on CPUs
+    with AVX512-VNNI/BF16/AMX-class features, whatever TF_ENABLE_ONEDNN_OPTS does not force."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except Exception:  # noqa: BLE001 - a private module: absent in some builds
+        return None

@@ -83,5 +83,31 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         y.backward(grad)
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else base._noop
-    return base.Case(forward=run, backward=backward, sync=sync)
+    info = {"device_type": dev.type, "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
+            "mkldnn_available": bool(torch.backends.mkldnn.is_available())}
+    return base.Case(forward=run, backward=backward, sync=sync, info=info)
 
+
+
+def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+    """The dispatcher's op hierarchy from torch.profiler (CPU events nested by time),
+    which names the backend op that was chosen: aten::_convolution >
+    aten::mkldnn_convolution (oneDNN) or > aten::thnn_conv2d > aten::_slow_conv2d_forward.
+    On CUDA the kernels each op launched hang under it (cudnn, cublas...)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU]
+    cuda = torch.cuda.is_available() and case.info.get("device_type") == "cuda"
+    if cuda:
+        acts.append(ProfilerActivity.CUDA)
+    with profile(activities=acts, record_shapes=False, with_stack=False) as prof:
+        run()
+        case.sync()
+    events = []
+    for e in prof.events():
+        if e.device_type.name != "CPU":
+            continue
+        kernels = [base.op_node(k.name, "cuda", "", 1, int(k.duration * 1000)) for k in getattr(e, "kernels", [])]
+        module = "aten" if e.name.startswith("aten::") else "torch"
+        events.append(base.OpEvent(e.name, e.time_range.start, e.time_range.end, module, "", e.thread, kernels))
+    return base.OpRecord(base.nest(events, scale_ns=1000.0), "torch.profiler")

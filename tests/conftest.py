@@ -8,6 +8,7 @@ part, so no test re-runs a probe that the survey already ran.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 
 from tracer import registry
 from tracer import survey as sv
-from tracer.runner import CaseResult
+from tracer.registry import LAYERS
+from tracer.runner import CaseResult, CaseSpec
 
 DLTRACE = str(Path(sys.executable).parent / "dltrace")
 
@@ -33,11 +35,40 @@ def frameworks() -> dict[str, registry.Framework]:
     return registry.load()
 
 
+#: Native stacks cost seconds per case, so they are sampled only where tests read them,
+#: inside the survey's own probe runs: one extra conv2d case per torch/tensorflow/mxnet
+#: job, at a shape where the kernel is a visible share of the step (at the default
+#: 2x3x8x8 the convolution is ~14k MACs: TensorFlow's kernel was in 3 of 85 samples,
+#: MXNet's oneDNN execute in 1 of 131; the dispatch around it is the rest), and the
+#: default-shape conv2d of jax and chainer (default variant).
+NATIVE_SHAPE = (4, 8, 32, 32)
+NATIVE_KERNEL_FRAMEWORKS = ("torch", "tensorflow", "mxnet")
+
+
+def native_case(job: sv.Job) -> CaseSpec | None:
+    """The case of ``job`` whose trace has a native layer, if any."""
+    if job.framework.name in NATIVE_KERNEL_FRAMEWORKS:
+        return CaseSpec("conv2d", "functional", NATIVE_SHAPE, layers=LAYERS)
+    if job.variant == "default":
+        return CaseSpec("conv2d", "functional", layers=LAYERS)
+    return None
+
+
+def with_native(jobs: list[sv.Job]) -> list[sv.Job]:
+    out = []
+    for job in jobs:
+        nat = native_case(job)
+        cases = [c for c in job.cases if nat is None or c.slug() != nat.slug()]
+        out.append(dataclasses.replace(job, cases=tuple(cases + ([nat] if nat else []))))
+    return out
+
+
 @pytest.fixture(scope="session")
 def survey_root(frameworks, tmp_path_factory) -> Path:
-    """A CPU survey of all five frameworks with their variants (traces only)."""
+    """A CPU survey of all five frameworks with their variants (traces only), with the
+    op layer everywhere and the native layer in the cases :func:`native_case` names."""
     root = tmp_path_factory.mktemp("survey")
-    gaps = sv.run(sv.plan(frameworks.values()), root, workers=2, timeout=900)
+    gaps = sv.run(with_native(sv.plan(frameworks.values())), root, workers=2, timeout=900)
     assert not gaps, [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in gaps]
     return root
 
@@ -51,6 +82,19 @@ def cpu_traces(frameworks, survey_root) -> dict[tuple[str, str, str, str], CaseR
             path = sv.case_path(survey_root, job, spec)
             out[(job.framework.name, job.variant, spec.primitive, spec.api)] = CaseResult(
                 spec, path if path.exists() else None, None if path.exists() else "no trace")
+    return out
+
+
+@pytest.fixture(scope="session")
+def native_traces(frameworks, survey_root) -> dict[tuple[str, str], CaseResult]:
+    """(framework, variant) -> the survey's trace with a native layer."""
+    out = {}
+    for job in sv.plan(frameworks.values()):
+        spec = native_case(job)
+        if spec is not None:
+            path = sv.case_path(survey_root, job, spec)
+            out[(job.framework.name, job.variant)] = CaseResult(spec, path if path.exists() else None,
+                                                                None if path.exists() else "no trace")
     return out
 
 

@@ -12,7 +12,8 @@ def test_real_registry():
     assert fws["torch"].install[0].requirements[0] == "torch==2.13.0"  # never a floating torch
     assert fws["torch"].variants["onednn-off"].set == {"torch.backends.mkldnn.enabled": False}
     assert fws["tensorflow"].variants["onednn-off"].env == {"TF_ENABLE_ONEDNN_OPTS": "0"}
-    assert fws["mxnet"].variants["onednn-off"].env == {"MXNET_MKLDNN_ENABLED": "0"}
+    assert fws["tensorflow"].variants["onednn-on"].env == {"TF_ENABLE_ONEDNN_OPTS": "1"}
+    assert fws["mxnet"].variants["onednn-off"].env["MXNET_MKLDNN_ENABLED"] == "0"
     assert fws["jax"].variants["nojit"].env == {"JAX_DISABLE_JIT": "1"}
     assert fws["jax"].apis == ("functional",)
     assert fws["chainer"].install[1].options == ("--no-build-isolation",)

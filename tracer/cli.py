@@ -120,6 +120,19 @@ def env_use(name: str, python: str | None) -> None:
 
 
 # --------------------------------------------------------------------------- probe
+def _layer_list(text: str) -> list[str]:
+    """'python,native' -> ['python', 'native']; an unknown layer is a UsageError naming the choices."""
+    from tracer.errors import UsageError
+
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    for name in names:
+        if name not in registry.LAYERS:
+            raise UsageError(f"unknown layer '{name}' (choose from: {', '.join(registry.LAYERS)})")
+    if not names:
+        raise UsageError(f"no layer given (choose from: {', '.join(registry.LAYERS)})")
+    return names
+
+
 @main.command()
 @click.argument("framework")
 @click.argument("primitive")
@@ -133,15 +146,21 @@ def env_use(name: str, python: str | None) -> None:
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
 @click.option("--max-depth", type=int, default=40, show_default=True)
 @click.option("--max-nodes", type=int, default=400, show_default=True)
-def probe(framework, primitive, device, variant, pass_, api, shape, phase, output, timeout, max_depth, max_nodes) -> None:
+@click.option("--layers", default=",".join(registry.LAYERS), show_default=True,
+              help="Layers to record and print, comma-separated: python (always recorded), op (the framework's "
+                   "own op records), native (py-spy native stacks, warm runs; takes a few seconds).")
+def probe(framework, primitive, device, variant, pass_, api, shape, phase, output, timeout, max_depth, max_nodes,
+          layers) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
     fw = check(_frameworks(), framework, primitive, device, variant, api)
-    spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,))
+    chosen = tuple(l for l in registry.LAYERS if l in _layer_list(layers))
+    spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,),
+                    layers=("python", *(l for l in chosen if l != "python")))
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
         trace = probe_one(fw, spec, device, variant, timeout, output, _command_line())
     from tracer.render.console import print_trace
 
-    print_trace(trace, out, phase=phase, max_depth=max_depth, max_nodes=max_nodes)
+    print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes)
     if output:
         err.print(f"trace written to {output}", style="dim", highlight=False)
 
@@ -268,3 +287,58 @@ def _render(root: Path, folders: list[Path], output: Path) -> None:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
     index = write_report(traces, gaps, output)
     out.print(f"report: {index}")
+
+
+# --------------------------------------------------------------------------- export
+@main.command()
+@click.argument("trace_file", metavar="TRACE")
+@click.option("--format", "fmt", type=click.Choice(["speedscope", "collapsed"]), required=True,
+              help="speedscope: JSON for https://www.speedscope.app; collapsed: 'a;b;c N' lines for flamegraph.pl.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
+@click.option("--layer", "layers", multiple=True, help="python, op or native (repeatable or comma-separated; default: all in the trace).")
+@click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
+@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
+def export(trace_file, fmt, output, layers, pass_, phase) -> None:
+    """Write TRACE's call trees in a format other tools read: native layers as samples,
+    python and op layers weighted by time (nanoseconds) or, without times, by calls."""
+    from tracer.render.export import select_trees
+    from tracer.trace import load
+
+    trace = load(trace_file)
+    wanted = tuple(_layer_list(",".join(layers))) if layers else registry.LAYERS
+    trees = select_trees(trace, wanted, PASSES if pass_ == "both" else (pass_,), phase)
+    if not trees:
+        have = sorted({f"{r.phase} {r.pass_}: {', '.join(r.layers)}" for r in trace.runs})
+        raise DltraceError(f"{trace_file}: no {'/'.join(wanted)} layer in the {phase} runs asked for "
+                           f"(it has: {'; '.join(have) or 'no runs'})")
+    if fmt == "speedscope":
+        from tracer.render.speedscope import render
+    else:
+        from tracer.render.collapsed import render
+    text = render(trace, trees)
+    if output:
+        output.write_text(text)
+        err.print(f"{fmt} written to {output} ({len(trees)} trees)", style="dim", highlight=False)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command()
+@click.argument("framework")
+@click.option("--traces", "folders", multiple=True, type=click.Path(exists=True, path_type=Path),
+              default=(Path("reports/survey/traces"),), show_default=True, help="Trace folders (a survey's, a GPU machine's...).")
+def audit(framework: str, folders: tuple[Path, ...]) -> None:
+    """The porting audit of FRAMEWORK from its traces: the dispatch points a new
+    backend must hook into, and what each primitive needs from it."""
+    from tracer import survey as sv
+    from tracer.process.portability import framework_report
+    from tracer.render.audit_console import print_audit
+
+    check(_frameworks(), framework)
+    traces, gaps, problems = sv.collect(folders)
+    for p in problems:
+        err.print(f"[yellow]![/] skipped {p}", highlight=False)
+    mine = [t for t in traces if t.meta.get("framework") == framework]
+    if not mine:
+        raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
+    print_audit(framework_report(framework, mine, gaps), out)

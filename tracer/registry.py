@@ -24,6 +24,8 @@ PRIMITIVES: dict[str, tuple[int, ...]] = {
     "batchnorm": (2, 3, 8, 8),
 }
 PASSES = ("forward", "backward")
+#: Trace layers: Python frames, the framework's own op records, sampled native stacks.
+LAYERS = ("python", "op", "native")
 APIS = ("functional", "layer")
 DEVICES = ("cpu", "gpu")
 
@@ -54,6 +56,24 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class NativeSpec:
+    """How the native layer is sampled for a framework (frameworks.yaml ``native``).
+
+    ``env`` is set for the whole probe process when native stacks are captured
+    (it must be set before the import): switches that move the kernels onto the
+    Python thread py-spy can see (MXNet's NaiveEngine, a one-thread intra-op pool).
+    ``rate`` (samples/s) and ``seconds`` (per pass) bound the cost; ``idle`` keeps
+    samples of a thread that waits; ``prime`` runs the loops unattributed first, until
+    py-spy has loaded the symbols they reach."""
+
+    rate: int = 100
+    seconds: float = 1.0
+    idle: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    prime: bool = True
+
+
+@dataclass(frozen=True)
 class Framework:
     name: str
     import_name: str
@@ -65,6 +85,7 @@ class Framework:
     source_roots: tuple[str, ...]
     apis: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
+    native: NativeSpec = field(default_factory=NativeSpec)
 
 
 def _need(entry: str, data: dict, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
@@ -114,6 +135,14 @@ def _framework(name: str, data: Any) -> Framework:
     for api in apis:
         if api not in APIS:
             raise RegistryError(f"frameworks.yaml: entry '{name}': field 'apis' has unknown API '{api}' (known: {', '.join(APIS)})")
+    nat = _need(name, data, "native", dict, {}) or {}
+    try:
+        native = NativeSpec(int(nat.get("rate", 100)), float(nat.get("seconds", 1.0)), bool(nat.get("idle", False)),
+                            _str_map(name, "native.env", nat.get("env") or {}), bool(nat.get("prime", True)))
+    except (TypeError, ValueError):
+        raise RegistryError(f"frameworks.yaml: entry '{name}': field 'native' needs a numeric rate and seconds") from None
+    if native.rate <= 0 or native.seconds <= 0:
+        raise RegistryError(f"frameworks.yaml: entry '{name}': field 'native' needs a positive rate and seconds")
     roots = _need(name, data, "source_roots", list)
     if not roots:
         raise RegistryError(f"frameworks.yaml: entry '{name}': field 'source_roots' must not be empty")
@@ -128,6 +157,7 @@ def _framework(name: str, data: Any) -> Framework:
         source_roots=tuple(map(str, roots)),
         apis=apis,
         env=_str_map(name, "env", _need(name, data, "env", dict, {})),
+        native=native,
     )
 
 

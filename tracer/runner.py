@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,9 @@ class CaseSpec:
     api: str = "functional"
     shape: tuple[int, ...] = ()
     passes: tuple[str, ...] = PASSES
+    #: "python" is always traced; "op" is cheap; "native" costs seconds per case
+    #: (py-spy sampling), so it is asked for: `dltrace probe` does by default.
+    layers: tuple[str, ...] = ("python", "op")
 
     def resolved_shape(self) -> tuple[int, ...]:
         return self.shape or PRIMITIVES[self.primitive]
@@ -69,6 +74,18 @@ def check(frameworks: dict[str, Framework], framework: str, primitive: str | Non
     return fw
 
 
+def find_pyspy() -> str:
+    """py-spy for the native layer: $DLTRACE_PYSPY, else the one installed beside this
+    Python (dltrace's own environment: the framework environments do not have it),
+    else the PATH. "" if none: the traces then say so in their native_error."""
+    if os.environ.get("DLTRACE_PYSPY"):
+        return os.environ["DLTRACE_PYSPY"]
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("py-spy") or ""
+
+
 def _tail(path: Path, lines: int = 3) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -87,8 +104,13 @@ def run_probe(
     timeout: float = DEFAULT_TIMEOUT,
     warmup: int = 3,
     command: str = "",
+    pyspy: str | None = None,
 ) -> list[CaseResult]:
     """Trace ``cases`` in one subprocess (one framework import for all of them).
+
+    Cases whose ``layers`` include "native" are sampled with py-spy (``pyspy``, or
+    :func:`find_pyspy`) after all cases ran, with the framework's native env set for
+    the whole subprocess.
 
     Errors that concern the whole run (no environment, no device, crash, hang) raise
     ProbeFailed; a single case that fails comes back as a CaseResult with ``error``.
@@ -102,6 +124,8 @@ def run_probe(
         for p in outs:
             for stale in (p, Path(f"{p}.error")):
                 stale.unlink(missing_ok=True)
+        wants_native = any("native" in c.layers for c in cases)
+        nat = fw.native
         request = {
             "framework": fw.name,
             "import": fw.import_name,
@@ -114,13 +138,17 @@ def run_probe(
             "source_roots": list(fw.source_roots),
             "warmup": warmup,
             "command": command,
+            "native": {"pyspy": find_pyspy() if pyspy is None else pyspy, "rate": nat.rate, "seconds": nat.seconds,
+                       "idle": nat.idle, "prime": nat.prime} if wants_native else None,
+            "native_env": dict(nat.env) if wants_native else {},
             "cases": [
-                {"primitive": c.primitive, "api": c.api, "shape": list(c.resolved_shape()), "passes": list(c.passes), "out": str(o)}
+                {"primitive": c.primitive, "api": c.api, "shape": list(c.resolved_shape()), "passes": list(c.passes),
+                 "layers": list(c.layers), "out": str(o)}
                 for c, o in zip(cases, outs)
             ],
         }
         (tmpdir / "request.json").write_text(json.dumps(request))
-        env = {**os.environ, **fw.env, **(var.env if var else {})}
+        env = {**os.environ, **fw.env, **(nat.env if wants_native else {}), **(var.env if var else {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
         stderr_path = tmpdir / "stderr.txt"
@@ -159,10 +187,11 @@ def run_probe(
 
 
 def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str = "default",
-              timeout: float = DEFAULT_TIMEOUT, out: Path | None = None, command: str = "") -> Trace:
+              timeout: float = DEFAULT_TIMEOUT, out: Path | None = None, command: str = "",
+              pyspy: str | None = None) -> Trace:
     """Trace a single case; its failure is a ProbeFailed."""
     with tempfile.TemporaryDirectory(prefix="dltrace-out-") as tmp:
-        (res,) = run_probe(fw, [spec], Path(tmp), device, variant, timeout, command=command)
+        (res,) = run_probe(fw, [spec], Path(tmp), device, variant, timeout, command=command, pyspy=pyspy)
         if res.error:
             raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}")
         try:

@@ -1,6 +1,9 @@
 """Runs inside a framework's environment (``python -m tracer.collect.harness REQUEST``):
 imports the probe, applies the variant, traces each case and writes one trace file
-per case. The tool talks to it only through files and the exit status:
+per case. Layers: "python" always; "op" through the probe's ``record_ops`` hook;
+"native" through py-spy, for all cases that ask for it in one session at the end
+(see tracer.collect.native), after which their traces are written again.
+The tool talks to it only through files and the exit status:
 
   0  ran (a case that failed is written as CASE.error next to its trace path)
   3  the requested device is not available (message on stderr)
@@ -13,15 +16,18 @@ import datetime
 import importlib
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any, Callable
 
 from tracer import __version__, machine
+from tracer.collect import native
 from tracer.collect.pytrace import PythonTracer
-from tracer.trace import Run, Trace, save
+from tracer.trace import Frame, Node, Run, Trace, save
 
 EXIT_NO_DEVICE = 3
 EXIT_IMPORT = 4
@@ -51,11 +57,30 @@ def _timed(step: Callable[[], Any], sync: Callable[[], None], budget_s: float = 
     return statistics.median(times)
 
 
-def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: dict) -> Trace:
+def _op_layer(probe: Any, case: Any, pass_: str, label: str) -> tuple[Node | None, dict]:
+    """The probe's op-level record of one warm step, hung under a root like the
+    Python layer's; (None, {"op_error": ...}) when the hook fails."""
+    if pass_ == "forward":
+        run: Callable[[], Any] = case.forward
+    else:
+        state = case.forward()
+        run = lambda: case.backward(state)  # noqa: E731
+    t0 = time.perf_counter()
+    try:
+        rec = probe.record_ops(case, pass_, run)
+    except Exception as exc:  # noqa: BLE001 - the other layers are still worth writing
+        return None, {"op_error": f"{type(exc).__name__}: {exc}"}
+    case.sync()
+    root = Node(Frame("root", "", label), 1, sum(n.time_ns for n in rec.ops), children=list(rec.ops))
+    return root, {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
+
+
+def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: dict) -> tuple[Trace, Any]:
     shape = tuple(case_req["shape"])
     case = probe.make_case(case_req["primitive"], case_req["api"], req["device_select"], shape)
     tracer = PythonTracer(req["source_roots"], root_name=f"{case_req['primitive']}")
     passes = case_req["passes"]
+    layers = case_req.get("layers", ["python"])
     runs: list[Run] = []
 
     def traced(pass_: str) -> Callable[[], tuple]:
@@ -96,7 +121,15 @@ def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: di
             "traced_s": _timed(lambda: traced(pass_)[1], case.sync, most=20),
         }
         stats["overhead"] = stats["traced_s"] / stats["untraced_s"] if stats["untraced_s"] else None
-        runs.append(Run(pass_, "warm", {"python": tree}, stats))
+        run = Run(pass_, "warm", {"python": tree}, stats)
+        if "op" in layers and hasattr(probe, "record_ops"):
+            ops, info = _op_layer(probe, case, pass_, f"{case_req['primitive']}.{pass_}")
+            if ops is None:
+                stats.update(info)
+            else:
+                run.layers["op"] = ops
+                stats.setdefault("layers", {})["op"] = info
+        runs.append(run)
 
     meta = {
         "framework": req["framework"],
@@ -115,9 +148,51 @@ def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: di
         "tool_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": req.get("command", ""),
+        "layers_requested": [l for l in ("python", "op", "native") if l in layers],
     }
+    if req.get("native_env"):  # set for this whole process (before the import), so every case says so
+        meta["native_env"] = req["native_env"]
     meta.update(case.info)
-    return Trace(meta, runs, tracer.sources)
+    return Trace(meta, runs, tracer.sources), case
+
+
+def _native_layers(req: dict, pending: list[tuple[dict, Trace, Any]]) -> None:
+    """Sample every pending case's warm passes in one py-spy session and add the
+    native trees to their traces; if py-spy cannot run, each trace says why."""
+    cfg = req.get("native") or {}
+    jobs, where = [], {}
+    for ci, (case_req, trace, case) in enumerate(pending):
+        for pass_ in case_req["passes"]:
+            marker = f"_dltrace_native_{ci}_{pass_}"
+            if pass_ == "forward":
+                step = native.Step(lambda _, c=case: c.forward(), None, case.sync)
+            else:
+                step = native.Step(case.backward, case.forward, case.sync)
+            jobs.append(native.Job(marker, step, Frame("root", "", f"{case_req['primitive']}.{pass_}"), cfg.get("seconds", 1.0)))
+            where[marker] = (trace, pass_)
+    error, results, session = None, {}, {}
+    workdir = tempfile.mkdtemp(prefix="dltrace-native-")
+    try:
+        results, session = native.capture(cfg.get("pyspy", ""), jobs, workdir, rate=int(cfg.get("rate", 100)),
+                                          idle=bool(cfg.get("idle", False)), prime=bool(cfg.get("prime", True)))
+    except native.NativeUnavailable as exc:
+        error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - the traces without native stacks are still written
+        error = f"native capture failed: {type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    for _, trace, _ in pending:
+        trace.meta["native"] = {**session, "seconds": cfg.get("seconds", 1.0)} if error is None else {"error": error}
+    for marker, (trace, pass_) in where.items():
+        run = trace.run(pass_, "warm")
+        if run is None:
+            continue
+        if error is not None:
+            run.stats["native_error"] = error
+        else:
+            tree, stats = results[marker]
+            run.layers["native"] = tree
+            run.stats.setdefault("layers", {})["native"] = stats
 
 
 def main(argv: list[str]) -> int:
@@ -134,15 +209,28 @@ def main(argv: list[str]) -> int:
         print(f"no {req['device'].upper()} visible to {req['framework']} on this machine", file=sys.stderr)
         return EXIT_NO_DEVICE
     version = str(getattr(fw, "__version__", "unknown"))
+    pending: list[tuple[dict, Trace, Any]] = []  # cases that want native stacks, kept alive
     for case_req in req["cases"]:
         out = case_req["out"]
         try:
-            save(_trace_case(req, case_req, probe, version, applied), out)
+            trace, case = _trace_case(req, case_req, probe, version, applied)
+            save(trace, out)
+            if "native" in case_req.get("layers", ()):
+                pending.append((case_req, trace, case))
         except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
-            with open(out + ".error", "w") as fh:
-                json.dump({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}, fh)
+            _write_error(out, exc)
         print(f"done {case_req['primitive']} {case_req['api']}", file=sys.stderr, flush=True)
+    if pending:
+        _native_layers(req, pending)
+        for case_req, trace, _ in pending:
+            save(trace, case_req["out"])
+        print(f"done native ({len(pending)} cases)", file=sys.stderr, flush=True)
     return 0
+
+
+def _write_error(out: str, exc: BaseException) -> None:
+    with open(out + ".error", "w") as fh:
+        json.dump({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}, fh)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Terminal rendering of a call tree (rich)."""
+"""Terminal rendering of a trace's layers (rich): the Python tree as recorded, the op
+tree, and the native tree compacted (plumbing libraries hidden, rare branches
+pruned, C++ templates shortened), each with what it hid."""
 
 from __future__ import annotations
 
@@ -6,8 +8,13 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from tracer.process.compact import hide_plumbing, prune, short_symbol
 from tracer.process.summary import summarize
-from tracer.trace import Node, Trace
+from tracer.process.tags import isa_of, library_of
+from tracer.trace import Node, Run, Trace
+
+#: The native tree hides branches under this share of the samples.
+NATIVE_MIN_SHARE = 0.02
 
 _KIND_STYLE = {"python": "bold", "c": "magenta", "ext": "yellow", "op": "cyan", "native": "green", "root": "bold underline"}
 _HANDOFF = {"c": "→ C ", "ext": "→ lib "}
@@ -19,12 +26,24 @@ def _fmt_time(ns: int) -> str:
     return f"{ns / 1e3:.1f} µs"
 
 
-def node_label(node: Node) -> Text:
+def node_label(node: Node, total: int = 0) -> Text:
+    """One node; ``total`` (the root's samples) marks a sampled layer: counts are
+    shown as shares, native frames with their library and ISA tags."""
     f = node.frame
     text = Text()
     if f.kind in _HANDOFF:
         text.append(_HANDOFF[f.kind], style=_KIND_STYLE[f.kind])
+    if total:
+        text.append(short_symbol(f.label) if f.kind == "native" else f.label, style=_KIND_STYLE.get(f.kind, ""))
+        tags = [t for t in (library_of(f), isa_of(f)) if t] if f.kind in ("native", "op") else []
+        extra = [f"{100 * node.count / total:.0f}%"] + ([f.lib] if f.lib and f.kind == "native" else []) + tags
+        text.append("  " + "  ".join(extra), style="dim")
+        return text
     text.append(f.label, style=_KIND_STYLE.get(f.kind, ""))
+    if f.kind == "op":
+        tags = [t for t in (library_of(f), isa_of(f)) if t]
+        if tags:
+            text.append("  [" + ", ".join(tags) + "]", style="cyan dim")
     extra = []
     if f.file and f.kind in ("python", "ext"):
         extra.append(f"{f.file}:{f.line}")
@@ -37,9 +56,10 @@ def node_label(node: Node) -> Text:
     return text
 
 
-def tree_view(root: Node, title: Text | str | None = None, max_depth: int = 40, max_nodes: int = 400) -> Tree:
+def tree_view(root: Node, title: Text | str | None = None, max_depth: int = 40, max_nodes: int = 400,
+              total: int = 0) -> Tree:
     """A rich Tree; deeper or further nodes are summarised, not silently dropped."""
-    view = Tree(title if title is not None else node_label(root))
+    view = Tree(title if title is not None else node_label(root, total))
     shown = 0
     stack = [(view, root, 0)]
     while stack:
@@ -55,9 +75,44 @@ def tree_view(root: Node, title: Text | str | None = None, max_depth: int = 40, 
                 branch.add(Text(f"… more frames not shown (raise --max-nodes)", style="dim"))
                 break
             shown += 1
-            added.append((branch.add(node_label(child)), child, depth + 1))
+            added.append((branch.add(node_label(child, total)), child, depth + 1))
         stack.extend(reversed(added))
     return view
+
+
+def _python_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+    s = summarize(tree)
+    title = Text.assemble((f"{run.pass_}", "bold underline"), "  [python]  ", (
+        f"{s.python_functions} framework Python functions, {s.c_handoffs} C hand-offs, "
+        f"{s.ext_handoffs} library calls", "dim"))
+    console.print(tree_view(tree, title, max_depth, max_nodes))
+    st = run.stats
+    if st.get("untraced_s"):
+        console.print(Text(
+            f"  per call: {st['untraced_s'] * 1e6:.1f} µs untraced, {st['traced_s'] * 1e6:.1f} µs traced "
+            f"(×{st['overhead']:.2f})", style="dim"))
+
+
+def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+    info = (run.stats.get("layers") or {}).get("op") or {}
+    ops = sum(1 for _, n in tree.walk() if n.frame.kind == "op")
+    title = Text.assemble((f"{run.pass_}", "bold underline"), "  [op]  ",
+                          (f"{ops} op records, from {info.get('source', 'the framework')}", "dim"))
+    console.print(tree_view(tree, title, max_depth, max_nodes))
+
+
+def _native_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+    st = (run.stats.get("layers") or {}).get("native") or {}
+    total = tree.count or sum(c.count for c in tree.children)
+    compact, dropped = prune(hide_plumbing(tree), NATIVE_MIN_SHARE)
+    slow = f", loop time ×{st['slowdown']:.1f} of unsampled" if st.get("slowdown") else ""
+    title = Text.assemble((f"{run.pass_}", "bold underline"), "  [native]  ", (
+        f"{total} samples at {st.get('rate', '?')}/s, {st.get('errors', 0)} unwinding errors{slow}; "
+        f"libc/libstdc++/libpython frames hidden, {dropped} frames under {NATIVE_MIN_SHARE:.0%} not shown", "dim"))
+    console.print(tree_view(compact, title, max_depth, max_nodes, total=total or 1))
+
+
+_LAYER_VIEWS = {"python": _python_layer, "op": _op_layer, "native": _native_layer}
 
 
 def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tuple[str, ...] = ("python",),
@@ -70,20 +125,17 @@ def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tup
             f"shape={'x'.join(map(str, m['shape']))}  phase={phase}",
         )
     )
+    if "native" in layers and m.get("native_env"):
+        console.print(Text(f"  native capture env: {m['native_env']}", style="dim"))
     for run in trace.runs:
         if run.phase != phase:
             continue
         for layer in layers:
             tree = run.layers.get(layer)
             if tree is None:
+                why = run.stats.get(f"{layer}_error")
+                if why:
+                    console.print(Text.assemble((f"{run.pass_}", "bold underline"), f"  [{layer}]  ",
+                                                (f"not captured: {why}", "yellow")))
                 continue
-            s = summarize(tree)
-            title = Text.assemble((f"{run.pass_}", "bold underline"), f"  [{layer}]  ", (
-                f"{s.python_functions} framework Python functions, {s.c_handoffs} C hand-offs, "
-                f"{s.ext_handoffs} library calls", "dim"))
-            console.print(tree_view(tree, title, max_depth, max_nodes))
-            st = run.stats
-            if st.get("untraced_s"):
-                console.print(Text(
-                    f"  per call: {st['untraced_s'] * 1e6:.1f} µs untraced, {st['traced_s'] * 1e6:.1f} µs traced "
-                    f"(×{st['overhead']:.2f})", style="dim"))
+            _LAYER_VIEWS[layer](run, tree, console, max_depth, max_nodes)

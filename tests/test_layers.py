@@ -1,0 +1,273 @@
+"""The op and native layers on the real frameworks (CPU), from the session survey:
+each framework's own op path for conv2d, the native kernel that computed it, and
+the kernels the oneDNN-off variants reach instead."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from tests.conftest import dltrace
+from tracer.process.tags import library_of
+from tracer.registry import LAYERS
+from tracer.runner import CaseSpec, run_probe
+
+FRAMEWORKS = ["torch", "tensorflow", "chainer", "mxnet", "jax"]
+
+
+def load(results, key):
+    res = results[key]
+    assert res.error is None, f"{key}: {res.error}\n{res.detail}"
+    return res.load()
+
+
+def op_names(tree):
+    return {n.frame.name for _, n in tree.walk() if n.frame.kind == "op"}
+
+
+def native_frames(trace, passes=("forward", "backward")):
+    """(frame, samples) of every native node of the warm runs."""
+    out = []
+    for pass_ in passes:
+        tree = trace.layer(pass_, "native")
+        assert tree is not None, (pass_, trace.run(pass_).stats.get("native_error"))
+        out += [(n.frame, n.count) for _, n in tree.walk() if n.frame.kind == "native"]
+    return out
+
+
+def samples_in(trace, pattern, passes=("forward", "backward")):
+    """Samples that passed through a native frame whose symbol matches ``pattern``."""
+    rx = re.compile(pattern)
+
+    def reach(node):
+        return sum(c.count if c.frame.kind == "native" and rx.search(c.frame.name) else reach(c) for c in node.children)
+
+    return sum(reach(trace.layer(p, "native")) for p in passes)
+
+
+# ----------------------------------------------------------------------------- op layer
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_every_case_has_an_op_layer(cpu_traces, fw):
+    for (name, variant, primitive, api) in cpu_traces:
+        if name == fw:
+            t = load(cpu_traces, (fw, variant, primitive, api))
+            for pass_ in ("forward", "backward"):
+                run = t.run(pass_, "warm")
+                assert "op_error" not in run.stats, (variant, primitive, api, pass_, run.stats["op_error"])
+                tree = run.layers["op"]
+                assert tree.frame.name == f"{primitive}.{pass_}" and op_names(tree), (variant, primitive, api, pass_)
+                assert run.stats["layers"]["op"]["source"]
+
+
+EXPECTED_OPS = {  # (forward, backward): ops each framework's own instrumentation names for conv2d
+    "torch": ({"aten::conv2d", "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution"},
+              {"aten::convolution_backward"}),
+    "tensorflow": ({"Conv2D", "BiasAdd"}, {"Conv2DBackpropInput", "Conv2DBackpropFilter", "BiasAddGrad"}),
+    "mxnet": ({"Convolution"}, {"_backward_Convolution"}),
+    "jax": ({"conv_general_dilated", "XLA:cpu", "convolution"}, {"conv_general_dilated", "convolution"}),
+    "chainer": ({"Convolution2DFunction.forward"}, {"Convolution2DFunction.backward", "Convolution2DGradW.forward"}),
+}
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_conv2d_op_path(cpu_traces, fw):
+    t = load(cpu_traces, (fw, "default", "conv2d", "functional"))
+    fwd, bwd = (op_names(t.layer(p, "op")) for p in ("forward", "backward"))
+    assert EXPECTED_OPS[fw][0] <= fwd, sorted(fwd)
+    assert EXPECTED_OPS[fw][1] <= bwd, sorted(bwd)
+
+
+def test_torch_op_path_nests_the_dispatcher_chain(cpu_traces):
+    tree = load(cpu_traces, ("torch", "default", "conv2d", "functional")).layer("forward", "op")
+    chain, node = [], tree
+    while node.children:
+        node = max(node.children, key=lambda c: c.size())  # the deepest branch: the dispatch chain
+        chain.append(node.frame.name)
+    assert chain[:4] == ["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution"]
+
+
+def test_torch_default_shape_picks_onednn_and_onednn_off_the_slow_path(cpu_traces):
+    # The default 2x3x8x8 already goes to oneDNN; with it off, to THNN's im2col + gemm.
+    on = op_names(load(cpu_traces, ("torch", "default", "conv2d", "functional")).layer("forward", "op"))
+    off_t = load(cpu_traces, ("torch", "onednn-off", "conv2d", "functional"))
+    off = op_names(off_t.layer("forward", "op"))
+    assert "aten::mkldnn_convolution" in on and "aten::mkldnn_convolution" not in off
+    assert {"aten::thnn_conv2d", "aten::_slow_conv2d_forward"} <= off
+    assert "aten::_slow_conv2d_backward" in op_names(off_t.layer("backward", "op"))
+
+
+def test_jax_op_layer_names_platform_and_compiled_hlo(cpu_traces):
+    t = load(cpu_traces, ("jax", "default", "conv2d", "functional"))
+    run = t.run("forward", "warm")
+    assert run.stats["layers"]["op"]["platform"] == "cpu"
+    (xla,) = [c for c in run.layers["op"].children if c.frame.name == "XLA:cpu"]
+    assert {c.frame.name for c in xla.children} >= {"convolution"}
+    assert all(c.frame.module == "xla" and c.frame.lib == "XLA" for c in xla.children)
+
+
+# ----------------------------------------------------------------------------- native layer
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_native_layer_is_recorded_with_its_stats(native_traces, frameworks, fw):
+    t = load(native_traces, (fw, "default"))
+    assert t.meta["native"]["startup_s"] > 0 and "error" not in t.meta["native"]
+    assert t.meta.get("native_env", {}) == frameworks[fw].native.env
+    for pass_ in ("forward", "backward"):
+        run = t.run(pass_, "warm")
+        st = run.stats["layers"]["native"]
+        assert st["sampled"] is True and st["rate"] == frameworks[fw].native.rate
+        assert st["samples"] > 0 and st["samples"] == run.layers["native"].count
+        assert st["errors"] >= 0 and st["duration_s"] >= frameworks[fw].native.seconds and st["slowdown"] > 0
+        tree = run.layers["native"]
+        assert tree.frame.name == f"conv2d.{pass_}"
+        # dltrace's own frames (the loop, the probe) are never in the tree
+        assert not any(n.frame.module.startswith(("tracer.", "probes.")) for _, n in tree.walk())
+        # native frames name their shared object, never a path
+        libs = {n.frame.lib for _, n in tree.walk() if n.frame.kind == "native"}
+        assert libs and not any("/" in lib for lib in libs)
+
+
+def test_torch_native_kernel_is_onednn(native_traces):
+    t = load(native_traces, ("torch", "default"))
+    frames = native_frames(t)
+    names = {f.name for f, _ in frames}
+    assert "at::native::mkldnn_convolution" in names
+    kernel = [(f, n) for f, n in frames if re.match(r"dnnl::impl::cpu::\w+::\w*convolution\w*_t::execute", f.name)]
+    assert kernel, sorted(names)[:50]
+    assert all(f.lib == "libtorch_cpu.so" and library_of(f) == "oneDNN" for f, _ in kernel)
+    assert any(f.name == "[JIT code]" and f.lib == "[jit]" for f, _ in frames)  # oneDNN's generated code, kept
+
+
+def test_mxnet_native_kernel_is_mkldnn_under_naive_engine(native_traces):
+    t = load(native_traces, ("mxnet", "default"))
+    assert t.meta["native_env"] == {"MXNET_ENGINE_TYPE": "NaiveEngine"}
+    frames = native_frames(t)
+    names = {f.name for f, _ in frames}
+    assert {"mxnet::op::MKLDNNConvolutionForward", "mxnet::engine::NaiveEngine::PushAsync"} <= names
+    assert {f.lib for f, _ in frames if "MKLDNN" in f.name} == {"libmxnet.so"}
+    # MXNet links MKL-DNN statically with its symbols stripped: below MXNet's own
+    # MKLDNN* wrappers the frames are unnamed addresses in libmxnet.so, then oneDNN's JIT code
+    assert samples_in(t, r"MKLDNNConvolution(Forward|Backward)") > 0
+    assert any(f.name == "[unknown]" and f.lib == "libmxnet.so" for f, _ in frames)
+    assert sum(run.stats["layers"]["native"]["jit_samples"] for run in t.runs if run.phase == "warm") > 0
+
+
+def test_tensorflow_native_kernel_is_named(native_traces):
+    # On CPUs without AVX512-VNNI-class features TF's default is the Eigen path; its
+    # contraction's gemm is oneDNN's sgemm (TF builds Eigen with it).
+    t = load(native_traces, ("tensorflow", "default"))
+    frames = native_frames(t)
+    kernels = [(f, n) for f, n in frames if library_of(f) in ("Eigen", "oneDNN") or re.search(r"Conv2D\w*Op<", f.name)]
+    assert kernels, sorted({f.name for f, _ in frames})[:80]
+    assert any(f.lib.startswith("libtensorflow") for f, _ in kernels)
+
+
+def test_onednn_off_reaches_other_kernels_torch(native_traces):
+    on, off = load(native_traces, ("torch", "default")), load(native_traces, ("torch", "onednn-off"))
+    assert samples_in(on, r"mkldnn_convolution") > 0 and samples_in(off, r"mkldnn|dnnl|ideep") == 0
+    assert samples_in(off, r"at::native::.*slow_conv2d") > 0
+    assert "aten::_slow_conv2d_forward" in op_names(off.layer("forward", "op"))
+
+
+def test_onednn_off_reaches_other_kernels_mxnet(native_traces):
+    on, off = load(native_traces, ("mxnet", "default")), load(native_traces, ("mxnet", "onednn-off"))
+    # (MXNet decides in mxnet::MKLDNNStorageType, which runs either way: only the compute frames differ)
+    mkldnn_compute = r"MKLDNN(Run|Stream|Convolution)|dnnl::|mkldnn::"
+    assert samples_in(on, mkldnn_compute) > 0 and samples_in(off, mkldnn_compute) == 0
+    # without MKL-DNN the mshadow/FCompute convolution: im2col and a BLAS gemm
+    off_frames = native_frames(off)
+    assert any(re.search(r"ConvolutionOp<|ConvolutionCompute|im2col", f.name) for f, _ in off_frames)
+    assert any(library_of(f) in ("OpenBLAS", "BLAS", "MKL", "mshadow") for f, _ in off_frames)
+
+
+def test_onednn_off_reaches_other_kernels_tensorflow(native_traces, cpu_traces):
+    default = load(native_traces, ("tensorflow", "default"))
+    # TF enables oneDNN by default only on CPUs with AVX512-VNNI/BF16/AMX-class features:
+    # where it left it off, compare forcing it on against forcing it off.
+    on_key = ("tensorflow", "default") if default.meta["onednn_enabled"] else ("tensorflow", "onednn-on")
+    on, off = load(native_traces, on_key), load(native_traces, ("tensorflow", "onednn-off"))
+    assert on.meta["onednn_enabled"] is True and off.meta["onednn_enabled"] is False
+    assert samples_in(on, r"Mkl\w*Conv|_MklNative|jit_\w*conv") > 0
+    assert samples_in(off, r"Mkl\w*Conv|_MklNative|jit_\w*conv") == 0
+    assert samples_in(off, r"Conv2D\w*Op<|Eigen::|sgemm") > 0
+
+
+def test_native_layer_renders_compactly(native_traces):
+    from tracer.render.console import print_trace
+
+    t = load(native_traces, ("torch", "default"))
+    console = Console(record=True, width=220)
+    print_trace(t, console, layers=LAYERS)
+    text = console.export_text()
+    assert "[python]" in text and "[op]" in text and "[native]" in text
+    assert "mkldnn_convolution" in text and "oneDNN" in text and "samples at 100/s" in text
+    assert "libc.so.6" not in text and "libpython3" not in text  # plumbing frames hidden
+
+
+# ----------------------------------------------------------------------------- py-spy missing
+
+
+def test_without_pyspy_the_trace_says_so_and_keeps_the_rest(frameworks, tmp_path):
+    (res,) = run_probe(frameworks["chainer"], [CaseSpec("relu", "functional", layers=LAYERS)], tmp_path,
+                       pyspy=str(tmp_path / "no-such" / "py-spy"), timeout=300)
+    assert res.error is None, res.detail
+    t = res.load()
+    assert "py-spy not found" in t.meta["native"]["error"]
+    for pass_ in ("forward", "backward"):
+        run = t.run(pass_, "warm")
+        assert "py-spy not found" in run.stats["native_error"]
+        assert set(run.layers) == {"python", "op"}
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def test_export_speedscope(native_traces, tmp_path):
+    path = native_traces[("torch", "default")].path
+    out = tmp_path / "t.speedscope.json"
+    proc = dltrace("export", str(path), "--format", "speedscope", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    frames = doc["shared"]["frames"]
+    assert frames and all(isinstance(f["name"], str) and f["name"] for f in frames)
+    names = [p["name"] for p in doc["profiles"]]
+    assert len(names) == 6 and any("[native]" in n for n in names) and any("[op]" in n for n in names)
+    for p in doc["profiles"]:
+        assert p["type"] == "sampled" and p["unit"] in ("none", "nanoseconds")
+        assert len(p["samples"]) == len(p["weights"]) > 0
+        assert p["startValue"] == 0 and p["endValue"] == sum(p["weights"])
+        assert all(w > 0 for w in p["weights"])
+        assert all(0 <= i < len(frames) for s in p["samples"] for i in s)
+    native = next(p for p in doc["profiles"] if p["name"].startswith("conv2d.forward [native]"))
+    t = native_traces[("torch", "default")].load()
+    assert native["endValue"] == t.layer("forward", "native").count  # every sample, once
+    assert any("mkldnn_convolution" in frames[i]["name"] for s in native["samples"] for i in s)
+
+
+def test_export_collapsed(native_traces):
+    path = native_traces[("torch", "default")].path
+    proc = dltrace("export", str(path), "--format", "collapsed", "--layer", "native", "--pass", "forward")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and all(re.fullmatch(r"[^;\n]+(;[^;\n]+)* \d+", l) for l in lines), lines[:3]
+    assert all(l.startswith("conv2d.forward [native]") for l in lines)  # the root alone: a sample in the loop itself
+    t = native_traces[("torch", "default")].load()
+    assert sum(int(l.rsplit(" ", 1)[1]) for l in lines) == t.layer("forward", "native").count
+    assert any("(libtorch_cpu.so)" in l for l in lines)
+
+
+def test_export_and_probe_reject_unknown_layers(native_traces):
+    path = native_traces[("torch", "default")].path
+    for args in (["export", str(path), "--format", "collapsed", "--layer", "gpu"], ["probe", "torch", "conv2d", "--layers", "gpu"]):
+        proc = dltrace(*args)
+        assert proc.returncode == 1 and "unknown layer 'gpu'" in proc.stderr and "Traceback" not in proc.stderr
+    # the cold runs have no native layer (it is sampled on the warm path only)
+    proc = dltrace("export", str(path), "--format", "speedscope", "--layer", "native", "--phase", "cold")
+    assert proc.returncode == 1 and "no native layer in the cold runs" in proc.stderr

@@ -1,0 +1,110 @@
+"""The native collector's parsing, on py-spy output captured from real probe loops
+(tests/data: torch conv2d with oneDNN JIT kernels; TensorFlow conv2d with bogus
+frames from failed unwinds, and py-spy's warnings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracer.collect import native
+from tracer.trace import Frame
+
+DATA = Path(__file__).parent / "data"
+
+
+def _maps(name: str) -> native.Maps:
+    out = []
+    for line in (DATA / name).read_text().splitlines():
+        parts = line.split(None, 5)
+        lo, hi = parts[0].split("-")
+        out.append(native.Mapping(int(lo, 16), int(hi, 16), parts[1], parts[5].strip() if len(parts) > 5 else ""))
+    return native.Maps(out)
+
+
+def _groups(name: str):
+    samples = native.parse_raw((DATA / f"{name}.raw").read_text())
+    namer = native.FrameNamer(_maps(f"{name}.maps"), ["/root/.cache/dltrace/envs/torch/lib/python3.11/site-packages",
+                                                      "/root/.cache/dltrace/envs/tensorflow/lib/python3.11/site-packages"])
+    return samples, native.split_by_marker(samples, ["_dltrace_native_0_forward", "_dltrace_native_0_backward"], namer)
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("<module> (t1.py:12)", native.RawFrame("<module>", "t1.py", True, 12)),
+    ("Convolution (<string>:43)", native.RawFrame("Convolution", "<string>", True, 43)),
+    ("at::native::conv2d_symint (/x/libtorch_cpu.so)", native.RawFrame("at::native::conv2d_symint", "/x/libtorch_cpu.so", False)),
+    # C++ symbols carry parentheses: the library is the last group
+    ("std::_Function_handler<void (int, int), f(ctx const&) const::{lambda(int, int)#1}>::_M_invoke (libtorch_cpu.so)",
+     native.RawFrame("std::_Function_handler<void (int, int), f(ctx const&) const::{lambda(int, int)#1}>::_M_invoke",
+                     "libtorch_cpu.so", False)),
+    ("0x7eff16aab032 (?)", native.RawFrame("0x7eff16aab032", "?", False)),
+    # a native function of a library with debug info: its source file, not a Python frame
+    ("_ctypes_callproc (callproc.c:1186)", native.RawFrame("_ctypes_callproc", "callproc.c", False, 1186)),
+    ("<module> (<frozen runpy>:88)", native.RawFrame("<module>", "<frozen runpy>", True, 88)),
+    ("0x7f234624524a (libc.so.6)", native.RawFrame("0x7f234624524a", "libc.so.6", False)),
+])
+def test_parse_frame(text, expect):
+    assert native.parse_frame(text) == expect
+
+
+def test_parse_raw_lines_and_counts():
+    samples = native.parse_raw("a (x.py:1);b (libb.so) 3\n\nnot a sample\nc (y.py:2) 1\n")
+    assert [(len(s), n) for s, n in samples] == [(2, 3), (1, 1)]
+    assert samples[0][0][1] == native.RawFrame("b", "libb.so", False)
+
+
+def test_torch_sample_splits_by_marker_and_keeps_jit_code():
+    samples, (groups, outside) = _groups("pyspy_torch_conv2d")
+    fwd, bwd = groups["_dltrace_native_0_forward"], groups["_dltrace_native_0_backward"]
+    total = sum(n for _, n in samples)
+    assert fwd.samples > 0 and bwd.samples > 0 and outside > 0
+    assert fwd.samples + bwd.samples + outside == total
+    # oneDNN's generated kernels: an executable anonymous mapping, kept as JIT code under its caller
+    assert bwd.jit > 0 and bwd.bad_frames == 0
+    jit_parents = {frames[i - 1].name for frames, _ in bwd.stacks for i, f in enumerate(frames) if f.lib == native.JIT_LIB}
+    assert any("jit_avx2_convolution" in p or "_M_invoke" in p or "parallel" in p for p in jit_parents), jit_parents
+    # frames below the marker only, and none of dltrace's own code
+    for frames, _ in fwd.stacks + bwd.stacks:
+        assert not any(f.kind == "python" and f.module.startswith(("tracer.", "probes.")) for f in frames)
+    # the native frames hang under the Python frame that called into C (here the capture script's lambda)
+    first_native = {next(f for f in frames if f.kind == "native") for frames, _ in fwd.stacks}
+    assert first_native == {Frame("native", "", "torch::autograd::THPVariable_conv2d", lib="libtorch_python.so")}
+    names = {f.name for frames, _ in fwd.stacks for f in frames}
+    assert "at::native::mkldnn_convolution" in names
+    libs = {f.lib for frames, _ in fwd.stacks for f in frames if f.kind == "native"}
+    assert "libtorch_cpu.so" in libs and not any("/" in lib for lib in libs)
+
+
+def test_tf_sample_drops_bogus_frames_and_counts_them():
+    samples, (groups, _) = _groups("pyspy_tf_conv2d")
+    fwd = groups["_dltrace_native_0_forward"]
+    assert fwd.bad_frames > 0  # heap/stack addresses from failed unwinds
+    for frames, _ in fwd.stacks:
+        assert not any(f.name.startswith("0x") for f in frames)
+    # Python frames keep their module (from the file, relative to site-packages) and first line
+    py = [f for frames, _ in fwd.stacks for f in frames if f.kind == "python"]
+    assert any(f.module == "tensorflow.python.ops.nn_ops" and f.file.startswith("tensorflow/") and f.line for f in py)
+
+
+def test_build_tree_counts_samples_per_context():
+    a, b, c = (Frame("native", "", n, lib="l.so") for n in "abc")
+    tree = native.build_tree([([a, b], 3), ([a, c], 2), ([a, b], 1), ([], 4)], Frame("root", "", "conv2d.forward"))
+    assert tree.count == 10
+    (na,) = tree.children
+    assert na.count == 6 and {(k.frame.name, k.count) for k in na.children} == {("b", 4), ("c", 2)}
+
+
+def test_maps_classify():
+    maps = native.Maps([native.Mapping(0x1000, 0x2000, "rwxp", ""), native.Mapping(0x2000, 0x3000, "r-xp", "/lib/libm.so.6"),
+                        native.Mapping(0x3000, 0x4000, "rw-p", "[heap]")])
+    assert maps.classify(0x1800) == (native.JIT_NAME, native.JIT_LIB)
+    assert maps.classify(0x2800) == (native.UNKNOWN_NAME, "libm.so.6")
+    assert maps.classify(0x3800) is None and maps.classify(0x10) is None
+
+
+def test_warnings_are_timed_unwinding_errors():
+    warns = native.parse_warnings((DATA / "pyspy_tf_conv2d.log").read_text())
+    assert len(warns) == 6
+    assert all(t > 1.7e9 for t, _ in warns) and warns == sorted(warns)
+    assert {native.error_kind(m) for _, m in warns} <= {"merge", "UNW_EBADREG", "UNW_EINVAL"}
