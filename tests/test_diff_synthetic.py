@@ -607,3 +607,14 @@ def test_cli_force(saved):
     rc, out, err = dltrace("diff", str(saved / "a.json"), str(saved / "relu.json"), "--force", "--json")
     assert rc == 0, err
     assert "different primitives" in json.loads(out)["warnings"][0]
+
+
+@pytest.mark.parametrize("frame, tag", [
+    (Frame("native", "", "mxnet::op::MKLDNNConvolutionForward::Execute", lib="libmxnet.so"), "oneDNN"),
+    (Frame("native", "", "tensorflow::MklConvOp<Eigen::ThreadPoolDevice, float>::Compute", lib="_pywrap_tensorflow_internal.so"), "oneDNN"),
+    (Frame("native", "", "tensorflow::Conv2DOp<Eigen::ThreadPoolDevice, float>::Compute", lib="_pywrap_tensorflow_internal.so"), "TensorFlow core"),
+    (Frame("op", "xla", "fusion.1"), "XLA"),
+    (Frame("op", "xla", "convolution"), "XLA"),
+])
+def test_framework_onednn_integrations_and_xla_ops(frame, tag):
+    assert library_of(frame) == tag

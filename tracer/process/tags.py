@@ -45,7 +45,9 @@ _NS = r"(?:^|[\s*&(,])"  # start of a qualified name inside a demangled symbol
 
 #: Vendor code recognised by its symbol, wherever it is linked.
 SYMBOL_LIBS = _t(
-    (_NS + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|brgemm|"
+    # the frameworks' oneDNN integrations count as oneDNN: mxnet::op::MKLDNNConvolutionForward,
+    # tensorflow::MklConvOp, MklEagerOpRewrite (a port replaces them together with the library)
+    (r"(?:^|::)MKLDNN[A-Z]\w*|(?:^|::)_?Mkl[A-Z]\w*|" + _NS + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|brgemm|"
      r"(?:^|[^A-Za-z])jit_(?:uni|sse41|avx|avx2|avx512\w*|brgemm|brdgmm|amx)", ONEDNN),
     (r"(?:^|[^A-Za-z])(?:mkl_|MKL_)|^_?mkl", MKL),
     (r"(?i)openblas|gotoblas|blas_thread_server|(?:^|[^a-z])exec_blas|"
@@ -206,7 +208,9 @@ def library_of(frame: Frame) -> str:
         return (_first(SYMBOL_LIBS, bare) or (lib and _first(SONAME_LIBS, lib)) or _first(CORE_SYMBOLS, bare)
                 or (normalize_lib(lib) if lib else ""))
     if kind == "op":
-        return _first(OP_LIBS, frame.name) or (_first(SONAME_LIBS, frame.lib) if frame.lib else "")
+        # the op layer's own record of who computes it: a library tag in lib, or XLA's HLO ops
+        return (_first(OP_LIBS, frame.name) or (_first(SONAME_LIBS, frame.lib) if frame.lib else "")
+                or (frame.lib if frame.lib in VENDOR_LIBS else "") or (XLA if frame.module == "xla" else ""))
     if kind in ("python", "c"):
         return _first(MODULE_LIBS, frame.module) or _first(PYTHON_NAME_LIBS, f"{frame.module}.{frame.name}")
     return ""
