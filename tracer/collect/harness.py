@@ -75,10 +75,12 @@ def _op_layer(probe: Any, case: Any, pass_: str, label: str) -> tuple[Node | Non
     return root, {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
 
 
-def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: dict) -> tuple[Trace, Any]:
+def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: dict,
+                tracer: PythonTracer) -> tuple[Trace, Any]:
+    """``tracer`` is shared by the cases of one request, so that each function is
+    classified once per process, not once per case."""
     shape = tuple(case_req["shape"])
     case = probe.make_case(case_req["primitive"], case_req["api"], req["device_select"], shape)
-    tracer = PythonTracer(req["source_roots"], root_name=f"{case_req['primitive']}")
     passes = case_req["passes"]
     layers = case_req.get("layers", ["python"])
     runs: list[Run] = []
@@ -118,7 +120,7 @@ def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: di
         case.sync()
         stats = {
             "untraced_s": _timed(lambda: untraced(pass_), case.sync),
-            "traced_s": _timed(lambda: traced(pass_)[1], case.sync, most=20),
+            "traced_s": _timed(lambda: traced(pass_)[1], case.sync, budget_s=0.1, most=5),
         }
         stats["overhead"] = stats["traced_s"] / stats["untraced_s"] if stats["untraced_s"] else None
         run = Run(pass_, "warm", {"python": tree}, stats)
@@ -153,7 +155,9 @@ def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: di
     if req.get("native_env"):  # set for this whole process (before the import), so every case says so
         meta["native_env"] = req["native_env"]
     meta.update(case.info)
-    return Trace(meta, runs, tracer.sources), case
+    used = {(n.frame.file, n.frame.line) for r in runs for tree in r.layers.values() for _, n in tree.walk()
+            if n.frame.kind == "python"}
+    return Trace(meta, runs, {k: v for k, v in tracer.sources.items() if k in used}), case
 
 
 def _native_layers(req: dict, pending: list[tuple[dict, Trace, Any]]) -> None:
@@ -210,10 +214,11 @@ def main(argv: list[str]) -> int:
         return EXIT_NO_DEVICE
     version = str(getattr(fw, "__version__", "unknown"))
     pending: list[tuple[dict, Trace, Any]] = []  # cases that want native stacks, kept alive
+    tracer = PythonTracer(req["source_roots"])
     for case_req in req["cases"]:
         out = case_req["out"]
         try:
-            trace, case = _trace_case(req, case_req, probe, version, applied)
+            trace, case = _trace_case(req, case_req, probe, version, applied, tracer)
             save(trace, out)
             if "native" in case_req.get("layers", ()):
                 pending.append((case_req, trace, case))

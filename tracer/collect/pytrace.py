@@ -20,6 +20,9 @@ a port has to look:
 
 from __future__ import annotations
 
+import dis
+import gc
+import inspect
 import os
 import sys
 import time
@@ -62,28 +65,78 @@ def _ctypes_calls(frame: FrameType) -> dict[int, list[tuple[int, str, str]]]:
     return found
 
 
-class _Rec:
-    """Mutable node used while recording (plain slots, no per-event allocation)."""
+# Opcodes after which different lines may run: a function without any of them (and
+# without exception handlers) runs all its lines whenever it runs to completion.
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_RESUME = dis.opmap["RESUME"]
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
-    __slots__ = ("frame", "count", "time_ns", "call_lines", "lines", "kids")
+
+def _may_branch(code: CodeType) -> bool:
+    """Whether which lines run can differ between calls: only such functions need
+    line events (which cost a Python callback per line), the others' lines are known
+    from the code itself."""
+    return bool(code.co_exceptiontable) or bool(code.co_flags & _RESUMABLE) or not _JUMPS.isdisjoint(code.co_code[::2])
+
+
+def _static_lines(code: CodeType) -> frozenset[int]:
+    """The lines a branch-free function reports when it runs (all but RESUME's);
+    one that raises part-way is credited with them all, the price of not tracing
+    it. co_positions() has one entry per code unit, as co_code has two bytes."""
+    return frozenset(pos[0] for op, pos in zip(code.co_code[::2], code.co_positions())
+                     if op != _RESUME and pos[0] is not None)
+
+
+class _Kind:
+    """One distinct Frame while recording: children are keyed by it (identity hash,
+    no dataclass __hash__ per event)."""
+
+    __slots__ = ("frame", "is_c", "is_ext")
 
     def __init__(self, frame: Frame):
         self.frame = frame
+        self.is_c = frame.kind == "c"
+        self.is_ext = frame.kind == "ext"
+
+
+class _Rec:
+    """Mutable node used while recording. A node is open at most once at a time (a
+    recursive call is a child node), so its start time and the frame that opened it
+    live on the node itself: no per-event allocation of stack entries."""
+
+    __slots__ = ("kind", "count", "time_ns", "call_lines", "lines", "static", "kids", "owner", "t0", "is_c", "is_ext")
+
+    def __init__(self, kind: _Kind):
+        self.kind = kind
+        self.is_c = kind.is_c
+        self.is_ext = kind.is_ext
         self.count = 0
         self.time_ns = 0
+        self.t0 = 0
+        self.owner: FrameType | None = None  # the frame running it (for a C call: its caller)
         self.call_lines: set[int] = set()
         self.lines: set[int] = set()
-        self.kids: dict[Any, _Rec] = {}
+        # The line sets of the branch-free code objects that ran as this node (one
+        # Frame can have several, e.g. dataclass-generated __init__s): known statically.
+        self.static: set[frozenset[int]] = set()
+        self.kids: dict[_Kind, _Rec] = {}
 
     def to_node(self) -> Node:
-        root = Node(self.frame, self.count, self.time_ns, sorted(self.call_lines), sorted(self.lines))
+        """The finished tree (GC off, few calls per node: this runs once per record)."""
+        lines = self.lines.union(*self.static) if self.static else self.lines
+        root = Node(self.kind.frame, self.count, self.time_ns, sorted(self.call_lines), sorted(lines))
         stack = [(self, root)]
         while stack:
             rec, node = stack.pop()
+            children = node.children
             for kid in rec.kids.values():
-                child = Node(kid.frame, kid.count, kid.time_ns, sorted(kid.call_lines), sorted(kid.lines))
-                node.children.append(child)
-                stack.append((kid, child))
+                lines = kid.lines.union(*kid.static) if kid.static else kid.lines
+                calls = kid.call_lines
+                child = Node(kid.kind.frame, kid.count, kid.time_ns, sorted(calls) if len(calls) > 1 else [*calls],
+                             sorted(lines) if len(lines) > 1 else [*lines])
+                children.append(child)
+                if kid.kids:
+                    stack.append((kid, child))
         return root
 
 
@@ -102,6 +155,13 @@ class Roots:
         self.dirs = tuple(dirs)
         # Relative file names: strip the sys.path entry so traces compare across machines.
         self._bases = sorted({os.path.realpath(p) + os.sep for p in sys.path if p}, key=len, reverse=True)
+        self._real: dict[str, str] = {}  # realpath costs a stat per path component: once per file
+
+    def _realpath(self, filename: str) -> str:
+        real = self._real.get(filename)
+        if real is None:
+            real = self._real[filename] = os.path.realpath(filename)
+        return real
 
     def module_in(self, module: str | None) -> bool:
         if not module:
@@ -112,12 +172,12 @@ class Roots:
         return any(module == m or module.startswith(m + ".") for m in self.modules)
 
     def file_in(self, filename: str) -> bool:
-        return bool(self.dirs) and os.path.realpath(filename).startswith(self.dirs)
+        return bool(self.dirs) and self._realpath(filename).startswith(self.dirs)
 
     def relative(self, filename: str) -> str:
         if filename.startswith("<"):
             return filename
-        real = os.path.realpath(filename)
+        real = self._realpath(filename)
         for base in self._bases:
             if real.startswith(base):
                 return real[len(base):]
@@ -150,33 +210,50 @@ class PythonTracer:
     def __init__(self, roots: Iterable[str], root_name: str = "probe"):
         self.roots = Roots(roots)
         self.root_name = root_name
-        self._code: dict[CodeType, Frame | None] = {}
-        self._cfn: dict[Any, Frame | None] = {}
-        self._ctypes: dict[CodeType, dict[int, list[tuple[int, Frame]]]] = {}
+        self._kinds: dict[Frame, _Kind] = {}
+        # Caches keyed by id(code): hashing a code object hashes its constants, names
+        # and line table each time (~0.5 µs), an id costs nothing. The code objects are
+        # kept alive in _alive, so that an id is never reused while cached.
+        self._code: dict[int, tuple[_Kind, str | frozenset[int]] | None] = {}
+        self._alive: list[CodeType] = []
+        self._cfn: dict[Any, tuple[_Kind | None, _Kind | None]] = {}
+        self._ctypes: dict[int, dict[int, list[tuple[int, _Kind]]]] = {}
         self.sources: dict[tuple[str, int], list[str]] = {}
 
+    def _kind(self, frame: Frame) -> _Kind:
+        kind = self._kinds.get(frame)
+        if kind is None:
+            kind = self._kinds[frame] = _Kind(frame)
+        return kind
+
     # ------------------------------------------------------------------ classification
-    def _classify_code(self, frame: FrameType) -> Frame | None:
-        """A python Frame (framework code), an ext Frame (another library's code,
-        kept only when framework code calls it directly), or None (transparent)."""
+    def _classify_code(self, frame: FrameType) -> tuple[_Kind, str | frozenset[int]] | None:
+        """(kind, how its lines are known) or None (transparent). The kind is a python
+        Frame (framework code) or an ext Frame (another library's code, kept only when
+        framework code calls it directly). Lines: "lines" (traced: it may branch),
+        "ctypes" (traced: it calls ctypes), a frozenset (branch-free: known), "" (none)."""
         code = frame.f_code
         module = frame.f_globals.get("__name__") or ""
         top = module.partition(".")[0]
         qual = getattr(code, "co_qualname", code.co_name)
+        result: tuple[_Kind, str | frozenset[int]] | None = _SKIP
         if top in _NEVER or code.co_filename.startswith("<frozen"):
-            result = _SKIP
+            pass
         elif self.roots.module_in(module) or self.roots.file_in(code.co_filename):
             rel = self.roots.relative(code.co_filename)
-            result = Frame("python", module, qual, rel, code.co_firstlineno)
+            kind = self._kind(Frame("python", module, qual, rel, code.co_firstlineno))
             self._remember_source(code, rel)
             calls = _ctypes_calls(frame)
             if calls:
-                self._ctypes[code] = {off: [(ln, Frame("c", lib, sym)) for ln, lib, sym in c] for off, c in calls.items()}
+                self._ctypes[id(code)] = {off: [(ln, self._kind(Frame("c", lib, sym))) for ln, lib, sym in c]
+                                          for off, c in calls.items()}
+                result = (kind, "ctypes")
+            else:
+                result = (kind, "lines" if _may_branch(code) else _static_lines(code))
         elif top and top not in _STDLIB and top != "__main__":
-            result = Frame("ext", module, qual, self.roots.relative(code.co_filename), code.co_firstlineno)
-        else:
-            result = _SKIP
-        self._code[code] = result
+            result = (self._kind(Frame("ext", module, qual, self.roots.relative(code.co_filename), code.co_firstlineno)), "")
+        self._code[id(code)] = result
+        self._alive.append(code)
         return result
 
     def _remember_source(self, code: CodeType, rel: str) -> None:
@@ -192,120 +269,144 @@ class PythonTracer:
         last = min(last, code.co_firstlineno + 400)
         self.sources[key] = [l.rstrip("\n") for l in lines[code.co_firstlineno - 1 : last]]
 
-    def _classify_c(self, fn: Any, caller_kept: bool) -> tuple[Any, Frame | None]:
+    def _classify_c(self, fn: Any) -> tuple[_Kind | None, _Kind | None]:
+        """(kind when called from a kept frame, kind otherwise) of a builtin or C
+        method; cached by the function itself where it is bound to something that
+        lives on (a module, a class), else by (owner's class, name)."""
+        owner = getattr(fn, "__self__", None)
+        cls = type(owner)
+        if owner is not None and cls is not ModuleType and not isinstance(owner, type):
+            hit = self._cfn.get((cls, fn.__name__))  # a method of an instance: list.append, Tensor.size
+            if hit is not None:
+                return hit
         key, module, qual = _c_identity(fn)
         try:
-            hit = self._cfn[(key, caller_kept)]
-            return key, hit
-        except KeyError:
-            pass
+            hit = self._cfn.get(key)
         except TypeError:  # unhashable owner
             key = (type(fn), qual)
-        keep = self.roots.module_in(module) or (caller_kept and module.partition(".")[0] not in _STDLIB)
-        result = Frame("c", module, qual) if keep else _SKIP
-        self._cfn[(key, caller_kept)] = result
-        return key, result
+            hit = self._cfn.get(key)
+        if hit is None:
+            inside = self.roots.module_in(module)
+            kind = self._kind(Frame("c", module, qual))
+            hit = self._cfn[key] = (kind if inside or module.partition(".")[0] not in _STDLIB else _SKIP,
+                                    kind if inside else _SKIP)
+        if isinstance(owner, type):
+            self._cfn[fn] = hit  # a class method lives as long as its class: found by itself next time
+        return hit
 
     # ------------------------------------------------------------------ recording
     def record(self, fn: Callable[[], Any], label: str | None = None) -> tuple[Node, Any]:
-        """Call ``fn()`` under the tracer; return (call tree, fn's result)."""
-        root = _Rec(Frame("root", "", label or self.root_name))
+        """Call ``fn()`` under the tracer; return (call tree, fn's result).
+
+        Calls come from sys.setprofile. Line events need a trace function too, but
+        only framework functions that may branch (or call ctypes) get one, set on
+        their frame from the profile callback; the global trace function is the
+        builtin ``getattr`` (``getattr(frame, "call", None)`` is None: no frame gets a
+        local tracer from it), so every other frame costs no Python callback.
+        """
+        root = _Rec(self._kind(Frame("root", "", label or self.root_name)))
         root.count = 1
-        stack: list[_Rec] = [root]  # one entry per open frame; transparent frames repeat the parent
-        starts: list[int] = [0]
-        kept_frames: list[FrameType | None] = [None]  # innermost framework frame per entry
-        codes = self._code
+        stack: list[_Rec] = [root]  # open kept nodes; transparent frames push nothing
+        push, pop = stack.append, stack.pop
+        codes_get = self._code.get
         ctypes_lines = self._ctypes
+        cfn_get = self._cfn.get
         classify_code = self._classify_code
         classify_c = self._classify_c
         clock = time.perf_counter_ns
 
         def on_profile(frame: FrameType, event: str, arg: Any) -> None:
             if event == "call":
-                info = codes.get(frame.f_code, False)
-                if info is False:
-                    info = classify_code(frame)
-                parent = stack[-1]
-                caller = kept_frames[-1]
-                if info is None or (
-                    info.kind == "ext" and (caller is None or caller is not frame.f_back or parent.frame.kind == "ext")
-                ):
-                    # transparent; an ext frame only counts when framework code calls it directly
-                    stack.append(parent)
-                    kept_frames.append(caller)
-                    starts.append(0)
+                hit = codes_get(id(frame.f_code), False)
+                if hit is None:
                     return
-                rec = parent.kids.get(info)
+                if hit is False:
+                    hit = classify_code(frame)
+                    if hit is None:
+                        return
+                info, how = hit
+                top = stack[-1]
+                caller = top.owner  # innermost kept frame (a C call's caller); None at the root
+                if info.is_ext and (caller is None or caller is not frame.f_back or top.is_ext):
+                    return  # an ext frame only counts when framework code calls it directly
+                rec = top.kids.get(info)
                 if rec is None:
-                    rec = parent.kids[info] = _Rec(info)
+                    rec = top.kids[info] = _Rec(info)
                 rec.count += 1
                 if caller is None:
                     caller = frame.f_back
                 if caller is not None:
                     rec.call_lines.add(caller.f_lineno)
-                stack.append(rec)
-                kept_frames.append(frame)
-                starts.append(clock())
+                rec.owner = frame
+                if how:
+                    if how.__class__ is frozenset:
+                        rec.static.add(how)
+                    else:
+                        frame.f_trace = on_line if how == "lines" else on_line_ctypes
+                push(rec)
+                rec.t0 = clock()
             elif event == "return":
-                if len(stack) > 1:
-                    rec = stack.pop()
-                    kept_frames.pop()
-                    t0 = starts.pop()
-                    if t0:
-                        rec.time_ns += clock() - t0
+                top = stack[-1]
+                if top.owner is frame and not top.is_c:
+                    top.time_ns += clock() - top.t0
+                    top.owner = None
+                    pop()
             elif event == "c_call":
-                caller_kept = kept_frames[-1] is frame
-                key, info = classify_c(arg, caller_kept)
-                parent = stack[-1]
+                top = stack[-1]
+                hit = cfn_get(arg)
+                if hit is None:
+                    hit = classify_c(arg)
+                info = hit[0] if top.owner is frame else hit[1]
                 if info is None:
-                    stack.append(parent)
-                    kept_frames.append(kept_frames[-1])
-                    starts.append(0)
                     return
-                rec = parent.kids.get(info)
+                rec = top.kids.get(info)
                 if rec is None:
-                    rec = parent.kids[info] = _Rec(info)
+                    rec = top.kids[info] = _Rec(info)
                 rec.count += 1
                 rec.call_lines.add(frame.f_lineno)
-                stack.append(rec)
-                kept_frames.append(kept_frames[-1])
-                starts.append(clock())
+                rec.owner = frame
+                push(rec)
+                rec.t0 = clock()
             else:  # c_return, c_exception
-                if len(stack) > 1:
-                    rec = stack.pop()
-                    kept_frames.pop()
-                    t0 = starts.pop()
-                    if t0:
-                        rec.time_ns += clock() - t0
+                top = stack[-1]
+                if top.owner is frame and top.is_c:
+                    top.time_ns += clock() - top.t0
+                    top.owner = None
+                    pop()
 
-        def on_line(frame: FrameType, event: str, arg: Any):
+        def on_line(frame: FrameType, event: str, arg: Any) -> None:
+            if event == "line":
+                stack[-1].lines.add(frame.f_lineno)
+
+        def on_line_ctypes(frame: FrameType, event: str, arg: Any) -> None:
             if event == "line":
                 rec = stack[-1]
-                line = frame.f_lineno
-                rec.lines.add(line)
-                calls = ctypes_lines.get(frame.f_code)
-                if calls is not None and frame.f_lasti in calls:
-                    for ln, info in calls[frame.f_lasti]:
+                rec.lines.add(frame.f_lineno)
+                calls = ctypes_lines[id(frame.f_code)].get(frame.f_lasti)
+                if calls is not None:
+                    for ln, info in calls:
                         kid = rec.kids.get(info)
                         if kid is None:
                             kid = rec.kids[info] = _Rec(info)
                         kid.count += 1
                         kid.call_lines.add(ln)
-            return on_line
 
-        def on_trace(frame: FrameType, event: str, arg: Any):
-            info = codes.get(frame.f_code, False)
-            if info is False:
-                info = classify_code(frame)
-            return on_line if info is not None and info.kind == "python" else None
-
-        t0 = clock()
-        sys.settrace(on_trace)
-        sys.setprofile(on_profile)
+        # The cyclic GC is off while recording, as timeit does: the tracer's own
+        # bookkeeping objects would otherwise trigger collections inside the traced
+        # program (slowing it, and putting GC callbacks such as jax's into the trace).
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
-            result = fn()
+            t0 = clock()
+            sys.settrace(getattr)
+            sys.setprofile(on_profile)
+            try:
+                result = fn()
+            finally:
+                sys.setprofile(None)
+                sys.settrace(None)
+            root.time_ns = clock() - t0
+            return root.to_node(), result
         finally:
-            sys.setprofile(None)
-            sys.settrace(None)
-        root.time_ns = clock() - t0
-        return root.to_node(), result
+            if gc_was_enabled:
+                gc.enable()
