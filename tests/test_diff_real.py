@@ -1,0 +1,115 @@
+"""The diff engine on real traces from the session survey: the oneDNN switches of
+torch, TensorFlow and MXNet, JAX's jit switch, Chainer's device branch from one
+trace, and no split between a trace and itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import dltrace
+from tracer.process.candidates import find_candidates
+from tracer.process.diff import diff_traces
+
+
+def load(results, key):
+    res = results[key]
+    assert res.error is None, f"{key}: {res.error}"
+    return res.load()
+
+
+def first_splits(result, layer):
+    (ld,) = [l for l in result.layers if l.layer == layer]
+    return ld.splits
+
+
+def all_splits(result, layer):
+    (ld,) = [l for l in result.layers if l.layer == layer]
+    return [s for _, s in ld.all_splits()]
+
+
+def side_names(split):
+    return {b.label for b in split.only_a}, {b.label for b in split.only_b}
+
+
+def test_torch_onednn_split_names_the_kernels(native_traces):
+    a, b = load(native_traces, ("torch", "default")), load(native_traces, ("torch", "onednn-off"))
+    result = diff_traces(a, b)
+    assert first_splits(result, "python") == []  # F.conv2d is one C call on both sides
+    (split,) = first_splits(result, "op")
+    assert split.frame == "aten::_convolution"
+    only_a, only_b = side_names(split)
+    assert "aten::mkldnn_convolution" in only_a and "aten::thnn_conv2d" in only_b
+    assert split.classification == "library choice"
+    native = all_splits(result, "native")
+    assert any("oneDNN" in br.libraries for s in native for br in s.only_a)
+    assert not any("oneDNN" in br.libraries for s in native for br in s.only_b)
+
+
+def test_mxnet_onednn_split_is_below_python(native_traces):
+    a, b = load(native_traces, ("mxnet", "default")), load(native_traces, ("mxnet", "onednn-off"))
+    result = diff_traces(a, b)
+    assert first_splits(result, "python") == []  # the same ctypes call on both sides
+    native = all_splits(result, "native")
+    assert native, "the MKL-DNN switch acts inside libmxnet: the native layer must show it"
+    reached_a = {lib for s in native for br in s.only_a for lib in br.libraries}
+    reached_b = {lib for s in native for br in s.only_b for lib in br.libraries}
+    assert "oneDNN" in reached_a and "oneDNN" not in reached_b, (reached_a, reached_b)
+
+
+def test_tensorflow_onednn_split(native_traces):
+    default = load(native_traces, ("tensorflow", "default"))
+    on = default if default.meta["onednn_enabled"] else load(native_traces, ("tensorflow", "onednn-on"))
+    off = load(native_traces, ("tensorflow", "onednn-off"))
+    result = diff_traces(on, off)
+    native = all_splits(result, "native")
+    assert native
+    labels_a = {b.label for s in native for b in s.only_a} | {h for s in native for b in s.only_a for h in b.hot}
+    assert any("Mkl" in l or "jit_" in l for l in labels_a), labels_a
+    reached_a = {lib for s in native for br in s.only_a for lib in br.libraries}
+    assert "oneDNN" in reached_a
+
+
+def test_jax_jit_split_is_in_python_and_named(cpu_traces):
+    a = load(cpu_traces, ("jax", "default", "conv2d", "functional"))
+    b = load(cpu_traces, ("jax", "nojit", "conv2d", "functional"))
+    result = diff_traces(a, b)
+    first = first_splits(result, "python")[0]
+    assert first.frame == "jax._src.interpreters.ad.linearize"
+    assert first.classification == "compilation"
+    only_a, only_b = side_names(first)
+    assert any("conv_general_dilated" in n for n in only_b)
+    (fragment,) = [f for f in first.fragments if f.kind == "source"]
+    assert fragment.decision_line is not None
+    # and the op layer: the compiled HLO on one side only
+    assert first_splits(result, "op")
+
+
+def test_chainer_single_trace_names_the_device_branch(cpu_traces):
+    t = load(cpu_traces, ("chainer", "default", "conv2d", "functional"))
+    cands = find_candidates(t)
+    branch = next(c for c in cands if c.function.endswith("FunctionNode.forward") and "cuda" in c.condition)
+    taken = {call for arm in branch.arms if arm.ran for call in arm.calls}
+    untaken = {call for arm in branch.arms if arm.ran is False for call in arm.calls}
+    assert any(c.endswith("forward_cpu") for c in taken) and any(c.endswith("forward_gpu") for c in untaken)
+
+
+@pytest.mark.parametrize("fw", ["torch", "mxnet", "tensorflow"])
+def test_a_trace_against_itself_has_no_split(native_traces, fw):
+    t = load(native_traces, (fw, "default"))
+    for pass_ in ("forward", "backward"):
+        assert all(not l.splits for l in diff_traces(t, t, pass_=pass_).layers)
+
+
+def test_cli_diff_json_and_mismatch(native_traces, cpu_traces):
+    a, b = native_traces[("torch", "default")].path, native_traces[("torch", "onednn-off")].path
+    proc = dltrace("diff", str(a), str(b), "--json", "--layer", "op")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    (op,) = doc["layers"]
+    assert op["splits"][0]["frame"] == "aten::_convolution"
+    other = cpu_traces[("mxnet", "default", "conv2d", "functional")].path
+    proc = dltrace("diff", str(a), str(other))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("dltrace: error: the traces are of different frameworks")
