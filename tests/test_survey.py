@@ -64,8 +64,10 @@ def bad_frameworks(tmp_path_factory):
 
 
 def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(bad_frameworks, tmp_path):
-    out = tmp_path / "s"
-    proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--timeout", "5", "-o", str(out), env=bad_frameworks)
+    out = tmp_path / "reports" / "s"
+    # a relative -o, as in the README's `make survey` (the probe itself runs in another directory)
+    proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--timeout", "5", "-o", "reports/s",
+                   env=bad_frameworks, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "absent: environment not set up" in proc.stderr
@@ -83,7 +85,8 @@ def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(bad_framewo
     index = (out / "index.html").read_text()
     assert index.count('class="gap-row"') == len(gaps) == 11
     # a resumed run keeps the trace it has and retries the gaps
-    proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--timeout", "5", "-o", str(out), env=bad_frameworks)
+    proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--timeout", "5", "-o", "reports/s",
+                   env=bad_frameworks, cwd=tmp_path)
     assert "crashy/cpu-default: 2 cases, 1 reused, 1 gaps" in proc.stderr
 
 

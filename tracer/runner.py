@@ -116,6 +116,7 @@ def run_probe(
     ProbeFailed; a single case that fails comes back as a CaseResult with ``error``.
     """
     python = envs.python_for(fw)
+    out_dir = Path(out_dir).resolve()  # the probe runs in a temporary working directory
     out_dir.mkdir(parents=True, exist_ok=True)
     var = fw.variants.get(variant)
     with tempfile.TemporaryDirectory(prefix="dltrace-") as tmp:
