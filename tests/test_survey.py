@@ -115,3 +115,16 @@ def test_audit_names_the_dispatch_points(survey_root, tmp_path):
     proc = dltrace("audit", "torch", "--traces", str(tmp_path))
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"dltrace: error: no torch traces in {tmp_path}; run: dltrace survey torch"
+
+
+def test_audit_lists_the_kernel_ops_a_port_must_provide(cpu_traces):
+    from tracer.process.portability import framework_report
+
+    traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items() if fw == "torch" and prim == "conv2d"]
+    rep = framework_report("torch", traces, [])
+    (conv,) = [r for r in rep.audit if r.primitive == "conv2d"]
+    assert "aten::mkldnn_convolution (forward)" in conv.provide
+    assert "aten::convolution_backward (backward)" in conv.provide
+    # allocation and view ops below the kernel are not what a port provides
+    assert not any(p.startswith(("aten::empty", "aten::as_strided", "aten::resize_")) for p in conv.provide)
+    assert "oneDNN" in conv.cpu_libraries

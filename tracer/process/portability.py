@@ -7,6 +7,7 @@ report and the `dltrace audit` command alike.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -39,10 +40,31 @@ class Reach:
     native_note: str = ""  # why there is no native layer, if there is none
 
 
+#: Ops that allocate, view or copy: every backend has them, and they hang below the
+#: kernel op in the op tree, so they must not hide it ("what a port must provide").
+_UTILITY_OPS = re.compile(
+    r"(?:^|::)(?:empty\w*|zeros\w*|ones\w*|full\w*|as_strided_?|resize_?|view\w*|reshape|_?unsafe_view|expand\w*|"
+    r"copy_?|clone|contiguous|fill_|zero_|detach_?|resolve_(?:conj|neg)|t|transpose_?|permute|squeeze_?|unsqueeze_?|"
+    r"select|slice|alias|_to_copy|to|lift_fresh|ShapeN|Identity|_nnpack_available|Reshape|Shape|"
+    r"broadcast_in_dim|convert_element_type|copy_p|device_put|_zeros|ReadVariableOp)$"
+    # the runtimes' own records around a kernel: executors, engines, autograd bookkeeping
+    r"|KernelAndDevice\w*::Run|ParallelFor|EagerExecute|^tf\.constant$|DeleteVariable|ImperativeBulk|"
+    r"AccumulateGrad$|(?:^|: )\w+Backward\d*$")
+
+
 def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
+    """Leaf frames of ``kinds``; for ops, the deepest op that is not a utility op."""
     found: Counter = Counter()
     for _, node in tree.walk():
-        if node.frame.kind in kinds and not any(c.frame.kind in kinds for c in node.children):
+        if node.frame.kind not in kinds:
+            continue
+        if node.frame.kind == "op":
+            if _UTILITY_OPS.search(node.frame.name):
+                continue
+            inner = (c for _, c in node.walk() if c is not node and c.frame.kind == "op" and not _UTILITY_OPS.search(c.frame.name))
+            if next(inner, None) is None:
+                found[node.frame.label] += node.count
+        elif not any(c.frame.kind in kinds for c in node.children):
             found[node.frame.label] += node.count
     return found
 
