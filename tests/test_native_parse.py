@@ -25,8 +25,8 @@ def _maps(name: str) -> native.Maps:
 
 def _groups(name: str):
     samples = native.parse_raw((DATA / f"{name}.raw").read_text())
-    namer = native.FrameNamer(_maps(f"{name}.maps"), ["/root/.cache/dltrace/envs/torch/lib/python3.11/site-packages",
-                                                      "/root/.cache/dltrace/envs/tensorflow/lib/python3.11/site-packages"])
+    namer = native.FrameNamer(_maps(f"{name}.maps"), ["/home/user/.cache/dltrace/envs/torch/lib/python3.11/site-packages",
+                                                      "/home/user/.cache/dltrace/envs/tensorflow/lib/python3.11/site-packages"])
     return samples, native.split_by_marker(samples, ["_dltrace_native_0_forward", "_dltrace_native_0_backward"], namer)
 
 
