@@ -121,3 +121,14 @@ def test_direct_calls_into_other_libraries_are_ext_handoffs(tracer):
     # user code outside any framework is not an ext hand-off
     tree, _ = tracer.record(lambda: markupsafe.escape("<a>"))
     assert tree.children == []
+
+
+def test_identical_functions_in_two_modules_stay_apart(tracer):
+    # CPython's code objects compare equal without their file name: two identical
+    # functions (chainer's _pair in convolution_2d and deconvolution_2d) must not merge.
+    from tests.samplefw import conv, deconv
+
+    assert conv._pair.__code__ == deconv._pair.__code__
+    tree, _ = tracer.record(lambda: (conv._pair(1), deconv._pair(2)))
+    assert sorted((n.frame.module, n.frame.name) for n in tree.children) == [
+        ("tests.samplefw.conv", "_pair"), ("tests.samplefw.deconv", "_pair")]

@@ -1,0 +1,2 @@
+def _pair(x):
+    return (x, x)
