@@ -65,10 +65,13 @@ def test_tensorflow_onednn_split(native_traces):
     result = diff_traces(on, off)
     native = all_splits(result, "native")
     assert native
-    labels_a = {b.label for s in native for b in s.only_a} | {h for s in native for b in s.only_a for h in b.hot}
-    assert any("Mkl" in l or "jit_" in l for l in labels_a), labels_a
+    # TF's sampled stacks are sparse (many failed unwinds), so which oneDNN symbol leads
+    # a branch varies from run to run; that the oneDNN side reaches oneDNN code in
+    # branches the other side lacks does not. (The Eigen path may call oneDNN's sgemm
+    # too, so B is not asserted to be free of it: the kernels are in test_layers.)
     reached_a = {lib for s in native for br in s.only_a for lib in br.libraries}
-    assert "oneDNN" in reached_a
+    assert "oneDNN" in reached_a, reached_a
+    assert any(s.only_b for s in native)
 
 
 def test_jax_jit_split_is_in_python_and_named(cpu_traces):
