@@ -10,17 +10,7 @@ import importlib
 import json
 import sys
 
-
-def _set_dotted(dotted: str, value: object) -> None:
-    """A variant's ``set`` entry (e.g. torch.backends.mkldnn.enabled = False)."""
-    parts = dotted.split(".")
-    obj = importlib.import_module(parts[0])
-    for i, part in enumerate(parts[1:-1], start=1):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            obj = importlib.import_module(".".join(parts[: i + 1]))
-    setattr(obj, parts[-1], value)
+from tracer.collect.harness import set_dotted  # the harness's own switch, so both apply variants alike
 
 
 def main(path: str) -> int:
@@ -28,7 +18,7 @@ def main(path: str) -> int:
         req = json.load(fh)
     importlib.import_module(req["import"])
     for dotted, value in req["variant_set"].items():
-        _set_dotted(dotted, value)
+        set_dotted(dotted, value)
     probe = importlib.import_module(req["probe"])
     for c in req["cases"]:
         try:

@@ -265,7 +265,7 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
 
         gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
     out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
-    _render(output, [output / "traces", *with_traces], output)
+    _render([output / "traces", *with_traces], output)
 
 
 @main.command()
@@ -273,10 +273,10 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
 def report(traces, output) -> None:
     """Render the HTML report from TRACES folders alone (no framework needed)."""
-    _render(output, list(traces), output)
+    _render(list(traces), output)
 
 
-def _render(root: Path, folders: list[Path], output: Path) -> None:
+def _render(folders: list[Path], output: Path) -> None:
     from tracer import survey as sv
     from tracer.render.html import write_report
 

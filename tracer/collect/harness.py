@@ -33,7 +33,7 @@ EXIT_NO_DEVICE = 3
 EXIT_IMPORT = 4
 
 
-def _set_dotted(dotted: str, value: Any) -> Any:
+def set_dotted(dotted: str, value: Any) -> Any:
     """Apply a variant's ``set`` entry, e.g. torch.backends.mkldnn.enabled = False;
     returns the value read back, so the trace shows that the switch took effect."""
     parts = dotted.split(".")
@@ -204,7 +204,7 @@ def main(argv: list[str]) -> int:
         req = json.load(fh)
     try:
         fw = importlib.import_module(req["import"])
-        applied = {dotted: _set_dotted(dotted, value) for dotted, value in req.get("variant_set", {}).items()}
+        applied = {dotted: set_dotted(dotted, value) for dotted, value in req.get("variant_set", {}).items()}
         probe = importlib.import_module(req["probe"])
     except Exception as exc:  # noqa: BLE001 - reported as one line to the tool
         print(f"cannot import {req['import']} / {req['probe']}: {type(exc).__name__}: {exc}", file=sys.stderr)
