@@ -9,6 +9,7 @@ part, so no test re-runs a probe that the survey already ran.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,62 @@ def dltrace(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path
     """Run the real `dltrace` command."""
     return subprocess.run([DLTRACE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """Assert that the command failed with exactly one `dltrace: error:` line; return it."""
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("dltrace: error: ")
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+FAKE_REGISTRY = """
+frameworks:
+  crashy:
+    import: json
+    version: "0"
+    probe: tests.crashprobe
+    install: [{requirements: [nothing]}]
+    devices: {cpu: cpu, gpu: gpu}
+    source_roots: [json]
+    apis: [functional]
+  broken:
+    import: no_such_framework
+    version: "0"
+    probe: tests.crashprobe
+    install: [{requirements: [nothing]}]
+    devices: {cpu: cpu}
+    source_roots: [json]
+    apis: [functional]
+  absent:
+    import: json
+    version: "0"
+    probe: tests.crashprobe
+    install: [{requirements: [nothing]}]
+    devices: {cpu: cpu}
+    source_roots: [json]
+    apis: [functional]
+"""
+
+
+@pytest.fixture(scope="session")
+def fake_frameworks(tmp_path_factory) -> dict[str, str]:
+    """Environment variables for a dltrace whose registry holds three fake frameworks
+    (tests/crashprobe.py): crashy (segfaults, hangs, raises), broken (its interpreter
+    cannot import it) and absent (never set up)."""
+    home = tmp_path_factory.mktemp("home")
+    reg = home / "frameworks.yaml"
+    reg.write_text(FAKE_REGISTRY)
+    env = {"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg)}
+    proc = dltrace("env", "use", "crashy", sys.executable, env=env)
+    assert proc.returncode == 0, proc.stderr
+    # "broken": an interpreter that cannot import its framework (`env use` refuses
+    # to record one, so it is written directly, as a broken upgrade would leave it)
+    (home / "external.json").write_text(json.dumps({"crashy": sys.executable, "broken": sys.executable}))
+    return env
 
 
 @pytest.fixture(scope="session")

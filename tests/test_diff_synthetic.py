@@ -2,13 +2,11 @@
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from tests.conftest import dltrace, one_line_error
 from tracer.process.candidates import find_candidates
 from tracer.process.diff import DiffError, classify, diff_traces, diff_trees
 from tracer.process.graph import call_graph, merged_graph
@@ -16,9 +14,6 @@ from tracer.process.normalize import identity
 from tracer.process.tags import isa_of, library_of
 from tracer.render.diff_console import print_candidates, print_diff
 from tracer.trace import Frame, Node, Run, Trace, save
-
-DLTRACE = str(Path(sys.executable).parent / "dltrace")
-
 
 def n(name, *children, kind="python", module="fw", count=1, lines=(), call_lines=(), lib="", file="", line=0):
     """A node; ``name`` may be a Frame."""
@@ -540,11 +535,6 @@ def test_merged_graph_respects_the_sampling_threshold():
 # ----------------------------------------------------------------------------- CLI
 
 
-def dltrace(*args):
-    proc = subprocess.run([DLTRACE, *args], capture_output=True, text=True, timeout=120)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     d = tmp_path_factory.mktemp("traces")
@@ -557,37 +547,30 @@ def saved(tmp_path_factory):
     return d
 
 
-def one_line_error(rc, out, err):
-    assert rc == 1, (rc, out, err)
-    lines = [l for l in err.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("dltrace: error: ") and "Traceback" not in err, err
-    return lines[0]
-
-
 def test_cli_json(saved):
-    rc, out, err = dltrace("diff", str(saved / "a.json"), str(saved / "b.json.gz"), "--json")
-    assert rc == 0, err
-    doc = json.loads(out)
+    proc = dltrace("diff", str(saved / "a.json"), str(saved / "b.json.gz"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
     assert doc["mode"] == "diff" and doc["split_count"] == 1 and doc["threshold"] == 0.02
     assert doc["layers"][0]["splits"][0]["frame"] == "fw.Conv.forward"
 
 
 def test_cli_text(saved):
-    rc, out, err = dltrace("diff", str(saved / "a.json"), str(saved / "b.json.gz"), "--layer", "python")
-    assert rc == 0, err
-    assert "split in fw.Conv.forward" in out and "device dispatch" in out
+    proc = dltrace("diff", str(saved / "a.json"), str(saved / "b.json.gz"), "--layer", "python")
+    assert proc.returncode == 0, proc.stderr
+    assert "split in fw.Conv.forward" in proc.stdout and "device dispatch" in proc.stdout
 
 
 def test_cli_single_trace_candidates(saved):
-    rc, out, err = dltrace("diff", str(saved / "one.json"), "--json")
-    assert rc == 0, err
-    doc = json.loads(out)
+    proc = dltrace("diff", str(saved / "one.json"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
     assert doc["mode"] == "candidates"
     first = doc["candidates"][0]
     assert first["untaken"] == ["else"] and first["arms"][1]["calls"] == ["self.forward_gpu"]
     assert first["dispatches"] and first["untaken_calls"] == ["self.forward_gpu"]
-    rc, out, err = dltrace("diff", str(saved / "one.json"))
-    assert rc == 0 and "Candidate split points" in out
+    proc = dltrace("diff", str(saved / "one.json"))
+    assert proc.returncode == 0 and "Candidate split points" in proc.stdout
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -600,13 +583,13 @@ def test_cli_single_trace_candidates(saved):
 ])
 def test_cli_errors_are_one_line(saved, args, expected):
     args = [str(saved / a) if a.endswith((".json", ".gz")) else a for a in args]
-    assert expected in one_line_error(*dltrace("diff", *args))
+    assert expected in one_line_error(dltrace("diff", *args))
 
 
 def test_cli_force(saved):
-    rc, out, err = dltrace("diff", str(saved / "a.json"), str(saved / "relu.json"), "--force", "--json")
-    assert rc == 0, err
-    assert "different primitives" in json.loads(out)["warnings"][0]
+    proc = dltrace("diff", str(saved / "a.json"), str(saved / "relu.json"), "--force", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "different primitives" in json.loads(proc.stdout)["warnings"][0]
 
 
 @pytest.mark.parametrize("frame, tag", [

@@ -3,43 +3,12 @@ traces from elsewhere, and a report rendered from traces alone."""
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 
 import pytest
 
 from tests.conftest import dltrace
 from tracer import survey as sv
-
-CRASHY = """
-frameworks:
-  crashy:
-    import: json
-    version: "0"
-    probe: tests.crashprobe
-    install: [{requirements: [nothing]}]
-    devices: {cpu: cpu, gpu: gpu}
-    source_roots: [json]
-    apis: [functional]
-  broken:
-    import: no_such_framework
-    version: "0"
-    probe: tests.crashprobe
-    install: [{requirements: [nothing]}]
-    devices: {cpu: cpu}
-    source_roots: [json]
-    apis: [functional]
-  absent:
-    import: json
-    version: "0"
-    probe: tests.crashprobe
-    install: [{requirements: [nothing]}]
-    devices: {cpu: cpu}
-    source_roots: [json]
-    apis: [functional]
-"""
-
 
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
     proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "-o", str(survey_root))
@@ -49,25 +18,11 @@ def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
     assert survey_report.exists()
 
 
-@pytest.fixture(scope="module")
-def bad_frameworks(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    reg = home / "frameworks.yaml"
-    reg.write_text(CRASHY)
-    env = {"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg)}
-    proc = dltrace("env", "use", "crashy", sys.executable, env=env)
-    assert proc.returncode == 0, proc.stderr
-    # "broken": an interpreter that cannot import its framework (`env use` refuses
-    # to record one, so it is written directly, as a broken upgrade would leave it)
-    (home / "external.json").write_text(json.dumps({"crashy": sys.executable, "broken": sys.executable}))
-    return env
-
-
-def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(bad_frameworks, tmp_path):
+def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_frameworks, tmp_path):
     out = tmp_path / "reports" / "s"
     # a relative -o, as in the README's `make survey` (the probe itself runs in another directory)
     proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--timeout", "5", "-o", "reports/s",
-                   env=bad_frameworks, cwd=tmp_path)
+                   env=fake_frameworks, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "absent: environment not set up" in proc.stderr
@@ -86,7 +41,7 @@ def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(bad_framewo
     assert index.count('class="gap-row"') == len(gaps) == 11
     # a resumed run keeps the trace it has and retries the gaps
     proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--timeout", "5", "-o", "reports/s",
-                   env=bad_frameworks, cwd=tmp_path)
+                   env=fake_frameworks, cwd=tmp_path)
     assert "crashy/cpu-default: 2 cases, 1 reused, 1 gaps" in proc.stderr
 
 
