@@ -8,7 +8,7 @@ from rich.console import Console
 
 from tests.conftest import dltrace, one_line_error
 from tracer.process.candidates import find_candidates
-from tracer.process.diff import DiffError, classify, diff_traces, diff_trees
+from tracer.process.diff import ALPHA, DiffError, classify, diff_traces, diff_trees, miss_chance
 from tracer.process.graph import call_graph, merged_graph
 from tracer.process.normalize import identity
 from tracer.process.tags import isa_of, library_of
@@ -178,9 +178,24 @@ def test_sampling_difference_above_threshold_is_a_split():
 
 
 def test_threshold_is_explicit_and_changes_the_answer():
-    a, b = sampled_pair(noise_a=3)
+    a, b = sampled_pair(noise_a=10)  # 1.25% of 800 samples: under the default 2%
+    assert diff_trees(a, b, "native").splits == []
     result = diff_trees(a, b, "native", threshold=0.001)
     assert result.threshold == 0.001 and len(result.splits) == 1
+
+
+def test_one_sided_frame_is_a_split_only_if_the_miss_is_not_chance():
+    # 3 of 138 samples against 0 of 50: the other side misses a 2.2% frame in 33% of runs
+    assert miss_chance(0, 50, 3 / 138) == pytest.approx((1 - 3 / 138) ** 50)
+    a, b = sampled_pair(noise_a=3, total=138), sampled_pair(noise_a=0, total=50)[1]
+    result = diff_trees(a[0], b, "native")
+    assert result.alpha == ALPHA and result.splits == [] and result.ignored_a == 1
+    # the same share against 800 samples on the other side is no accident (p = 2e-8)
+    a, b = sampled_pair(noise_a=3, total=138)[0], sampled_pair(noise_a=0, total=800)[1]
+    (split,) = diff_trees(a, b, "native").splits
+    assert split.only_a[0].label == "at::native::rare_path"
+    # and a real kernel split over few samples stays one: 66 of 138 against 0 of 50
+    assert miss_chance(0, 50, 66 / 138) < 1e-12 and miss_chance(2, 50, 0.5) == pytest.approx(1.13e-12, rel=0.01)
 
 
 def test_frame_present_on_both_sides_but_rare_on_one():

@@ -14,6 +14,7 @@ from tests.conftest import dltrace
 from tracer.process.tags import library_of
 from tracer.registry import LAYERS
 from tracer.runner import CaseSpec, run_probe
+from tracer.trace import Frame
 
 FRAMEWORKS = ["torch", "tensorflow", "chainer", "mxnet", "jax"]
 
@@ -141,7 +142,11 @@ def test_torch_native_kernel_is_onednn(native_traces):
     kernel = [(f, n) for f, n in frames if re.match(r"dnnl::impl::cpu::\w+::\w*convolution\w*_t::execute", f.name)]
     assert kernel, sorted(names)[:50]
     assert all(f.lib == "libtorch_cpu.so" and library_of(f) == "oneDNN" for f, _ in kernel)
-    assert any(f.name == "[JIT code]" and f.lib == "[jit]" for f, _ in frames)  # oneDNN's generated code, kept
+    # oneDNN's generated code is kept and named from the perf map oneDNN writes when asked
+    jit = {f.name for f, _ in frames if f.lib == "[jit]"}
+    assert any(name.startswith("jit_") and "conv" in name for name in jit), jit
+    assert all(library_of(Frame("native", "", n, lib="[jit]")) == "oneDNN" for n in jit if n.startswith("jit_"))
+    assert t.meta["native"]["jit_named"] > 0
 
 
 def test_mxnet_native_kernel_is_mkldnn_under_naive_engine(native_traces):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracer.collect import native
+from tracer.process.tags import isa_of, library_of
 from tracer.trace import Frame
 
 DATA = Path(__file__).parent / "data"
@@ -108,3 +109,20 @@ def test_warnings_are_timed_unwinding_errors():
     assert len(warns) == 6
     assert all(t > 1.7e9 for t, _ in warns) and warns == sorted(warns)
     assert {native.error_kind(m) for _, m in warns} <= {"merge", "UNW_EBADREG", "UNW_EINVAL"}
+
+
+def test_perf_map_names_jit_code(tmp_path):
+    # oneDNN's perf map: "START SIZE name.N" (hex), one line per generated kernel
+    path = tmp_path / "perf-1.map"
+    path.write_text("1000 200 jit_brgemm_kernel_t.0\n1400 100 jit_avx_gemm_f32_xbyak_gemm.12\nnot a line\n")
+    kernels = native.PerfMap.read(str(path))
+    maps = native.Maps([native.Mapping(0x1000, 0x2000, "r-xp", "")], kernels)
+    assert maps.classify(0x1010) == ("jit_brgemm_kernel_t", native.JIT_LIB)  # the per-process number is dropped
+    assert maps.classify(0x14ff) == ("jit_avx_gemm_f32_xbyak_gemm", native.JIT_LIB)
+    assert maps.classify(0x1300) == (native.JIT_NAME, native.JIT_LIB)  # JIT code the map does not name
+    assert native.PerfMap.read(str(tmp_path / "missing.map")).entries == []
+    named, unnamed = Frame("native", "", "jit_t", lib="[jit]"), Frame("native", "", native.JIT_NAME, lib="[jit]")
+    assert (library_of(named), isa_of(named)) == ("oneDNN", "jit")
+    assert library_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]")) == "oneDNN"
+    assert isa_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]")) == "avx2"
+    assert (library_of(unnamed), isa_of(unnamed)) == ("JIT code", "jit")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracer import envs
+from tracer.collect import native
 from tracer.errors import ProbeFailed, UsageError
 from tracer.registry import PASSES, PRIMITIVES, ROOT, Framework
 from tracer.trace import Trace, TraceFormatError, load, save
@@ -140,7 +141,8 @@ def run_probe(
             "warmup": warmup,
             "command": command,
             "native": {"pyspy": find_pyspy() if pyspy is None else pyspy, "rate": nat.rate, "seconds": nat.seconds,
-                       "idle": nat.idle, "prime": nat.prime} if wants_native else None,
+                       "idle": nat.idle, "prime": nat.prime,
+                       "own_perfmap": not any(k in os.environ for k in native.PERFMAP_ENV)} if wants_native else None,
             "native_env": dict(nat.env) if wants_native else {},
             "cases": [
                 {"primitive": c.primitive, "api": c.api, "shape": list(c.resolved_shape()), "passes": list(c.passes),
@@ -149,7 +151,9 @@ def run_probe(
             ],
         }
         (tmpdir / "request.json").write_text(json.dumps(request))
-        env = {**os.environ, **fw.env, **(nat.env if wants_native else {}), **(var.env if var else {})}
+        # the perf map names oneDNN's JIT kernels in native stacks (tracer.collect.native)
+        env = {**(native.PERFMAP_ENV if wants_native else {}), **os.environ, **fw.env,
+               **(nat.env if wants_native else {}), **(var.env if var else {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
         stderr_path = tmpdir / "stderr.txt"

@@ -17,8 +17,13 @@ Why this shape (each point was measured on the five frameworks):
   generated at run time (oneDNN's and XLA's JIT kernels: an executable anonymous
   mapping) or a bogus return address from a failed unwind (heap, stack, 0x1).
   :class:`Maps` tells them apart with this process's /proc/self/maps; JIT code
-  becomes a "[JIT code]" frame (lib "[jit]") under its caller, bogus frames are
-  dropped and counted.
+  becomes a frame with lib "[jit]" under its caller, bogus frames are dropped and
+  counted. oneDNN names its kernels when asked to (:data:`PERFMAP_ENV`: it writes
+  the Linux perf map ``/tmp/perf-PID.map``); :class:`PerfMap` reads it, so that a
+  JIT frame says which kernel it is (``jit_avx2_conv_fwd_kernel_f32_t``), else it
+  is "[JIT code]". Unwinding stops inside JIT code (it has no unwind tables), so
+  most JIT samples hang straight under the Python frame: the name is what tells
+  the conv kernel from the gemm.
 * Unwinding failures (samples py-spy could not take) are attributed to loops by
   the timestamps of py-spy's own warnings (``RUST_LOG=warn``).
 
@@ -43,6 +48,10 @@ from typing import Any, Callable, Iterable
 from tracer.trace import Frame, Node
 
 JIT_NAME, JIT_LIB = "[JIT code]", "[jit]"
+#: Set for a probe process whose native stacks are captured, before the framework
+#: loads oneDNN: 2 = "basic Linux perf integration", a perf map of the kernels it
+#: generates, always at /tmp/perf-PID.map (oneDNN reads either prefix).
+PERFMAP_ENV = {"ONEDNN_JIT_PROFILE": "2", "DNNL_JIT_PROFILE": "2"}
 UNKNOWN_NAME = "[unknown]"  # an address inside a known library that has no symbol
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _OWN = tuple(os.path.join(_ROOT, d) + os.sep for d in ("tracer", "probes"))  # dltrace's own code
@@ -51,6 +60,7 @@ _LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z\s+WARN\s+p
 _ANY_LOG = re.compile(r"^\[\d{4}-\d\d-\d\dT")  # an env_logger line (RUST_LOG), not py-spy's own message
 _LOADING = re.compile(r"(?:loading symbols|loading debug info|loading file|opening \S+ for symbols)")
 _TOTALS = re.compile(r"Samples: (\d+) Errors: (\d+)")
+_COUNTER = re.compile(r"\.\d+$")
 
 
 class NativeUnavailable(Exception):
@@ -137,15 +147,48 @@ class Mapping:
     path: str
 
 
+class PerfMap:
+    """A Linux perf map (``START SIZE name`` per line, hex): the names a JIT gives
+    the code it generates. oneDNN numbers its kernels per process
+    (``jit_brgemm_kernel_t.3``); the number is dropped so that names align."""
+
+    def __init__(self, entries: Iterable[tuple[int, int, str]] = ()):
+        self.entries = sorted(entries)
+        self._starts = [e[0] for e in self.entries]
+
+    @classmethod
+    def read(cls, path: str) -> "PerfMap":
+        out = []
+        try:
+            with open(path, errors="replace") as fh:
+                for line in fh:
+                    parts = line.rstrip("\n").split(" ", 2)
+                    if len(parts) == 3:
+                        try:
+                            out.append((int(parts[0], 16), int(parts[1], 16), _COUNTER.sub("", parts[2].strip())))
+                        except ValueError:
+                            continue
+        except OSError:
+            pass
+        return cls(out)
+
+    def name(self, addr: int) -> str | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0 and addr < self.entries[i][0] + self.entries[i][1]:
+            return self.entries[i][2] or None
+        return None
+
+
 class Maps:
     """This process's memory map, to place addresses py-spy could not."""
 
-    def __init__(self, mappings: Iterable[Mapping]):
+    def __init__(self, mappings: Iterable[Mapping], perfmap: PerfMap | None = None):
         self.maps = sorted(mappings, key=lambda m: m.start)
         self._starts = [m.start for m in self.maps]
+        self.perfmap = perfmap or PerfMap()
 
     @classmethod
-    def read(cls, pid: int | str = "self") -> "Maps":
+    def read(cls, pid: int | str = "self", perfmap: PerfMap | None = None) -> "Maps":
         out = []
         try:
             with open(f"/proc/{pid}/maps") as fh:
@@ -155,7 +198,7 @@ class Maps:
                     out.append(Mapping(int(lo, 16), int(hi, 16), parts[1], parts[5].strip() if len(parts) > 5 else ""))
         except OSError:
             pass
-        return cls(out)
+        return cls(out, perfmap)
 
     def find(self, addr: int) -> Mapping | None:
         i = bisect.bisect_right(self._starts, addr) - 1
@@ -165,13 +208,14 @@ class Maps:
 
     def classify(self, addr: int) -> tuple[str, str] | None:
         """(name, lib) for an unplaced address: JIT code in an executable anonymous
-        mapping, "[unknown]" in a file's executable mapping; None for anything else
-        (not executable, not mapped): a bogus frame from a failed unwind."""
+        mapping (named by the perf map if it has the address), "[unknown]" in a
+        file's executable mapping; None for anything else (not executable, not
+        mapped): a bogus frame from a failed unwind."""
         m = self.find(addr)
         if m is None or "x" not in m.perms:
             return None
         if not m.path or m.path.startswith(("[anon", "/memfd:", "[heap")) or m.path.endswith("(deleted)"):
-            return (JIT_NAME, JIT_LIB)
+            return (self.perfmap.name(addr) or JIT_NAME, JIT_LIB)
         return (UNKNOWN_NAME, os.path.basename(m.path))
 
 
@@ -516,12 +560,19 @@ class Job:
     seconds: float
 
 
+def perfmap_path(pid: int | None = None) -> str:
+    """Where a JIT writes this process's perf map (fixed by the perf convention)."""
+    return f"/tmp/perf-{os.getpid() if pid is None else pid}.map"
+
+
 def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bool = False,
-            baseline_s: float = 0.3, startup_timeout: float = 60.0, prime: bool = True) -> tuple[dict[str, tuple[Node, dict]], dict]:
+            baseline_s: float = 0.3, startup_timeout: float = 60.0, prime: bool = True,
+            perfmap: str = "") -> tuple[dict[str, tuple[Node, dict]], dict]:
     """Sample every job's loop in one py-spy session.
 
     Returns marker -> (native tree, layer stats), and the session's stats (startup
-    time, py-spy's own totals, samples outside the loops). NativeUnavailable when
+    time, py-spy's own totals, samples outside the loops, named JIT kernels).
+    ``perfmap`` names JIT code (see :class:`PerfMap`). NativeUnavailable when
     py-spy cannot run or attach; the caller records why and keeps the rest."""
     baselines = {j.marker: j.step.time(baseline_s) for j in jobs}  # before py-spy attaches
     sampler = Sampler(pyspy, workdir, rate, idle, startup_timeout)
@@ -535,7 +586,8 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
         raw = sampler.stop()
     for w, j in zip(sampler.windows, jobs):  # again after: other load on the machine drifts
         w.baseline_s = (w.baseline_s + j.step.time(baseline_s)) / 2
-    namer = FrameNamer(Maps.read(), sys.path)  # read while the JIT code is still mapped
+    kernels = PerfMap.read(perfmap) if perfmap else PerfMap()
+    namer = FrameNamer(Maps.read(perfmap=kernels), sys.path)  # read while the JIT code is still mapped
     groups, outside = split_by_marker(parse_raw(raw), [j.marker for j in jobs], namer)
     errors = sampler.errors_by_window()
     windows = {w.marker: w for w in sampler.windows}
@@ -549,6 +601,7 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
         "pyspy_samples": sampler.totals[0] if sampler.totals else None,
         "pyspy_errors": sampler.totals[1] if sampler.totals else None,
         "outside_samples": outside,
+        "jit_named": len(kernels.entries),
         "rate": rate,
         "idle": idle,
     }

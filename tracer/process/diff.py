@@ -18,7 +18,11 @@ Design choices, each for a reason:
 * Sampled layers (native stacks: ``Node.count`` = samples containing the frame,
   the root's count = all samples) are noisy. A child is present only if its
   share of its side's samples is at least ``threshold``; a frame seen in 3 of 800
-  samples is not a split. The threshold is carried in the result.
+  samples is not a split. A frame above the threshold on one side only is a split
+  only if its absence on the other side is not chance either: the binomial
+  probability that the other side's samples would miss a frame of that share
+  must be under ``ALPHA`` (3 of 138 samples against 0 of 50 is chance, p = 0.33;
+  66 of 138 against 0 of 50 is not). Both are carried in the result.
 * Splits below a common node that lies under an earlier split are nested in that
   split's ``children``: the reader sees the first decision, then its
   consequences. Independent splits (in disjoint subtrees) stay side by side, in
@@ -36,6 +40,7 @@ Pure: no I/O, no framework imported.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -44,12 +49,15 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tracer.errors import DltraceError
 from tracer.process.normalize import identity, identity_label
-from tracer.process.tags import (GPU_LIBS, JIT, LIBC, LIBPYTHON, LIBSTDCXX, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, is_jit,
+from tracer.process.tags import (GPU_LIBS, JIT, LIBC, LIBPYTHON, LIBSTDCXX, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, is_jit, is_unnamed,
                                  isa_of, library_of)
 from tracer.trace import Frame, Node, Run, Trace
 
 LAYERS = ("python", "op", "native")
 DEFAULT_THRESHOLD = 0.02
+#: Sampled layers: a one-sided frame whose absence on the other side has at least this
+#: probability under the binomial model is not a split (see the module docstring).
+ALPHA = 0.01
 CLASSES = ("device dispatch", "library choice", "ISA-specific code", "compilation", "allocation/transfer", "other")
 #: Meta fields that must agree unless forced: diffing conv2d against relu finds nothing useful.
 MUST_MATCH = ("framework", "primitive")
@@ -142,12 +150,13 @@ class LayerDiff:
     layer: str
     sampled: bool
     threshold: float  # applies to sampled layers only
+    alpha: float  # sampled layers: the significance a one-sided frame needs (ALPHA)
     samples_a: int
     samples_b: int
     nodes_a: int
     nodes_b: int
     shared: int  # aligned frames
-    ignored_a: int  # frames under the threshold (sampled layers)
+    ignored_a: int  # frames under the threshold, or one-sided by chance (sampled layers)
     ignored_b: int
     splits: list[Split]  # first decisions; nested ones in Split.children
     a_root: Node | None = field(default=None, repr=False, compare=False, metadata={"json": False})
@@ -414,6 +423,8 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
         if sampled:
             da, low_a = _above(da, min_a)
             db, low_b = _above(db, min_b)
+            if da.keys() != db.keys():
+                da, db = _significant(da, db, low_a, low_b, total_a, total_b)
             ignored_a += _size(low_a.values()) if low_a else 0
             ignored_b += _size(low_b.values()) if low_b else 0
         else:
@@ -433,7 +444,7 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     # First decisions first: independent splits nearest the root lead (the sort is
     # stable, so splits at one depth keep their depth-first order).
     top.sort(key=lambda s: s.depth)
-    return LayerDiff(layer, sampled, threshold, total_a, total_b, shared + extra_a + ignored_a,
+    return LayerDiff(layer, sampled, threshold, ALPHA, total_a, total_b, shared + extra_a + ignored_a,
                      shared + extra_b + ignored_b, shared, ignored_a, ignored_b, top, a_root, b_root)
 
 
@@ -474,6 +485,37 @@ def _above(groups: dict, minimum: float) -> tuple[dict, dict]:
     return keep, low
 
 
+def miss_chance(hits: int, samples: int, share: float) -> float:
+    """P(at most ``hits`` of ``samples`` samples contain a frame that takes ``share``
+    of the time): the binomial CDF, how likely a side's miss is sampling chance."""
+    if share <= 0:
+        return 1.0
+    if share >= 1:
+        return 0.0 if hits < samples else 1.0
+    lp, lq = math.log(share), math.log1p(-share)
+    lg = math.lgamma(samples + 1)
+    return min(1.0, sum(math.exp(lg - math.lgamma(i + 1) - math.lgamma(samples - i + 1) + i * lp + (samples - i) * lq)
+                        for i in range(min(hits, samples) + 1)))
+
+
+def _significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, total_b: int) -> tuple[dict, dict]:
+    """Move the one-sided groups whose absence on the other side could be chance
+    (:func:`miss_chance` >= ALPHA) to their side's ``low`` dict: not a split."""
+    out = []
+    for mine, theirs, low, their_low, total, their_total in ((da, db, low_a, low_b, total_a, total_b),
+                                                             (db, da, low_b, low_a, total_b, total_a)):
+        keep = {}
+        for k, g in mine.items():
+            if k not in theirs and total:
+                other = their_low.get(k)
+                if miss_chance(_count(other) if other is not None else 0, their_total, _count(g) / total) >= ALPHA:
+                    low[k] = g
+                    continue
+            keep[k] = g
+        out.append(keep)
+    return out[0], out[1]
+
+
 def children_groups(nodes: list[Node]) -> dict[tuple[str, str, str], list[Node]]:
     """Children of a group of aligned nodes, grouped by identity (for the graph module)."""
     out: dict[tuple[str, str, str], list[Node]] = {}
@@ -493,7 +535,7 @@ def present(groups: dict, total: int, threshold: float, sampled: bool) -> dict:
 
 def _label(frame: Frame) -> str:
     """A frame's label for people: run-time generated code has only an address."""
-    return JIT if is_jit(frame) else frame.label
+    return JIT if is_jit(frame) and is_unnamed(frame) else frame.label
 
 
 @dataclass

@@ -75,7 +75,7 @@ RULES: tuple[Rule, ...] = (
        "XLA names HLO instructions with a per-module counter (convolution.3, fusion.12)"),
 )
 
-_ADDRESS_ONLY = re.compile(r"^(?:0x…|\?\?|\[unknown\]|\[jit\]|JIT code|)$")
+_ADDRESS_ONLY = re.compile(r"^(?:0x…|\?\?|\[unknown\]|\[jit\]|\[?JIT code\]?|)$")
 _SO_VERSION = re.compile(r"(?:\.cpython-[^.]*|\.abi3)?\.so(?:\.[0-9.]+)?$|\.dylib$|\.dll$")
 
 
@@ -106,7 +106,7 @@ def identity(frame: Frame) -> tuple[str, str, str]:
     module = normalize(frame.module, kind) if frame.module else ""
     if kind == "native" and _ADDRESS_ONLY.match(name):
         lib = frame.lib
-        name = "[jit]" if lib in ("", "[jit]") or name in ("[jit]", "JIT code") else f"[{normalize_lib(lib)}]"
+        name = "[jit]" if lib in ("", "[jit]") or name in ("[jit]", "JIT code", "[JIT code]") else f"[{normalize_lib(lib)}]"
     return (kind, module, name)
 
 

@@ -70,6 +70,12 @@ SYMBOL_LIBS = _t(
     (r"(?i)sleef_", "SLEEF"),
 )
 
+#: JIT code named by a perf map, by the generator's naming: oneDNN names each kernel
+#: after its generator class (jit_t, jit_brgemm_kernel_t, jit_avx_gemm_f32_xbyak_gemm).
+JIT_NAMES = _t(
+    (r"^(?:jit_|brg)", ONEDNN),
+)
+
 #: Shared objects by basename.
 SONAME_LIBS = _t(
     (r"^\[jit\]$", JIT),
@@ -196,13 +202,18 @@ def is_jit(frame: Frame) -> bool:
     return not frame.lib and bool(_ADDRESS.match(frame.name))
 
 
+def is_unnamed(frame: Frame) -> bool:
+    """A native frame with no symbol: a bare address, or JIT code no perf map named."""
+    return frame.name in ("[jit]", "JIT code", "[JIT code]", "[unknown]") or bool(_ADDRESS.match(frame.name))
+
+
 @lru_cache(maxsize=1 << 16)  # pure; a trace has a few thousand distinct frames, seen many times
 def library_of(frame: Frame) -> str:
     """The library tag of a frame ("oneDNN", "Eigen", "cuDNN", "torch core"...), "" if unknown."""
     kind = frame.kind
     if kind == "native":
-        if is_jit(frame):
-            return JIT
+        if is_jit(frame):  # named by a perf map (jit_avx2_conv_fwd_kernel_f32_t: oneDNN's), else unknown
+            return (not is_unnamed(frame) and (_first(SYMBOL_LIBS, frame.name) or _first(JIT_NAMES, frame.name))) or JIT
         bare = _bare(frame.name)
         lib = frame.lib.rsplit("/", 1)[-1]
         return (_first(SYMBOL_LIBS, bare) or (lib and _first(SONAME_LIBS, lib)) or _first(CORE_SYMBOLS, bare)
@@ -223,5 +234,5 @@ def isa_of(frame: Frame) -> str:
     if frame.kind not in ("native", "op"):
         return ""
     if is_jit(frame):
-        return "jit"
+        return (not is_unnamed(frame) and _first(ISA_TAGS, frame.name.lower())) or "jit"
     return _first(ISA_TAGS, frame.name.lower())

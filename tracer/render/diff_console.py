@@ -140,7 +140,8 @@ def layer_header(layer: LayerDiff) -> Text:
     text.append(f"  ·  A {layer.nodes_a} frames, B {layer.nodes_b}, {layer.shared} aligned", style="dim")
     if layer.sampled:
         text.append(f"\n  sampled: A {layer.samples_a} samples, B {layer.samples_b}; threshold {layer.threshold:.1%}: "
-                    f"frames in fewer samples ignored (A {layer.ignored_a}, B {layer.ignored_b} frames)", style="dim")
+                    f"frames in fewer samples, or on one side by chance (p ≥ {layer.alpha:g}), ignored "
+                    f"(A {layer.ignored_a}, B {layer.ignored_b} frames)", style="dim")
     return text
 
 

@@ -18,7 +18,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from tracer import __version__
-from tracer.process.diff import DEFAULT_THRESHOLD, DiffResult, Fragment, LayerDiff
+from tracer.process.diff import ALPHA, DEFAULT_THRESHOLD, DiffResult, Fragment, LayerDiff
 from tracer.process.graph import merged_graph
 from tracer.process.portability import LAYER_NAMES, FrameworkReport, survey_reports
 from tracer.registry import ROOT
@@ -92,6 +92,7 @@ def write_report(traces: list[Trace], gaps: list[Any], out: Path, threshold: flo
         "version": __version__,
         "generated": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "threshold": threshold,
+        "alpha": ALPHA,
         "css": Markup(HtmlFormatter().get_style_defs(".hl")),
         "frameworks": reports,
         "machines": sorted({m for r in reports for m in r.machines}),
