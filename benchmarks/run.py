@@ -205,7 +205,7 @@ def survey_time(frameworks: list[Framework], workers: int = 2) -> dict[str, Any]
     from tracer import survey as sv
     from tracer.trace import load
 
-    jobs = sv.plan(frameworks)
+    jobs = sv.plan(frameworks, native=False)  # Python and op layers: native sampling is table 2
     print(f"  bare baseline: {len(jobs)} jobs, {sum(len(j.cases) for j in jobs)} cases, {workers} at a time ...", flush=True)
     bare_total, bare_cpu, bare_per = _timed_jobs(jobs, _bare_job, workers)
     print(f"  survey ...", flush=True)

@@ -11,17 +11,35 @@ from tests.conftest import dltrace
 from tracer import survey as sv
 
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
-    proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "-o", str(survey_root))
+    proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "--no-native", "-o", str(survey_root))
     assert proc.returncode == 0, proc.stderr
     assert "torch/cpu-default: 4 cases, 4 reused" in proc.stderr
     assert "torch/cpu-onednn-off: 4 cases, 4 reused" in proc.stderr
     assert survey_report.exists()
 
 
+def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_path):
+    # resumed from traces without a native layer: only the functional case is probed again
+    shutil.copytree(survey_root / "traces" / "chainer", tmp_path / "traces" / "chainer")
+    proc = dltrace("survey", "chainer", "--primitives", "relu", "-o", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "chainer/cpu-default: 2 cases, 1 reused" in proc.stderr
+    traces, gaps, _ = sv.collect([tmp_path / "traces"])
+    relu = {t.meta["api"]: t for t in traces if t.meta["primitive"] == "relu"}
+    assert not gaps and set(relu) == {"functional", "layer"}
+    fn = relu["functional"]
+    assert fn.layer("forward", "native") is not None and fn.meta["native"]["pyspy_samples"] > 0
+    assert relu["layer"].layer("forward", "native") is None
+    assert "libraries reached" in (tmp_path / "index.html").read_text()
+    # and a second run reuses both
+    proc = dltrace("survey", "chainer", "--primitives", "relu", "-o", str(tmp_path))
+    assert "chainer/cpu-default: 2 cases, 2 reused" in proc.stderr
+
+
 def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_frameworks, tmp_path):
     out = tmp_path / "reports" / "s"
     # a relative -o, as in the README's `make survey` (the probe itself runs in another directory)
-    proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--timeout", "5", "-o", "reports/s",
+    proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--no-native", "--timeout", "5", "-o", "reports/s",
                    env=fake_frameworks, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -40,7 +58,7 @@ def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_framew
     index = (out / "index.html").read_text()
     assert index.count('class="gap-row"') == len(gaps) == 11
     # a resumed run keeps the trace it has and retries the gaps
-    proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--timeout", "5", "-o", "reports/s",
+    proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--no-native", "--timeout", "5", "-o", "reports/s",
                    env=fake_frameworks, cwd=tmp_path)
     assert "crashy/cpu-default: 2 cases, 1 reused, 1 gaps" in proc.stderr
 

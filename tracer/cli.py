@@ -228,8 +228,11 @@ def _split_csv(values: tuple[str, ...]) -> list[str]:
               help="Add traces recorded elsewhere (a GPU or ARM machine); repeatable.")
 @click.option("--fresh", is_flag=True, help="Probe again even where a trace exists.")
 @click.option("--no-variants", is_flag=True, help="Only the default variant.")
+@click.option("--native/--no-native", default=True, show_default=True,
+              help="Sample native stacks (py-spy) of each framework's functional cases: the libraries and "
+                   "ISA-specific code each primitive reaches (seconds per case).")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
-def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, timeout) -> None:
+def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, timeout) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
     import time
@@ -252,7 +255,7 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
     ready, missing = sv.ready_frameworks(chosen)
     for fw in missing:
         err.print(f"[yellow]![/] {fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap", highlight=False)
-    jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants)
+    jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native)
     t0 = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
         total = progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list))

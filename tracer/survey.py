@@ -64,12 +64,17 @@ class SurveyEvent:
 
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
-         devices: Iterable[str] = ("cpu",), variants: bool = True) -> list[Job]:
-    """The jobs of a survey, heaviest framework first so that parallel jobs end together."""
+         devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False) -> list[Job]:
+    """The jobs of a survey, heaviest framework first so that parallel jobs end together.
+
+    ``native`` samples native stacks (py-spy) for the cases of each framework's first
+    API (functional): the layer API reaches the same kernels, and sampling costs
+    seconds per case and pass."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
-        cases = tuple(CaseSpec(p, api) for p in prims for api in fw.apis)
+        cases = tuple(CaseSpec(p, api, layers=("python", "op", "native") if native and api == fw.apis[0] else ("python", "op"))
+                      for p in prims for api in fw.apis)
         for device in devices:
             if device not in fw.devices:
                 continue
@@ -98,10 +103,14 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
         gap_path.unlink(missing_ok=True)
         if path.exists():
             try:
-                load(path)
-                continue
+                had = load(path)
             except TraceFormatError:
                 path.unlink()  # a broken trace is probed again
+            else:
+                # reused unless it lacks a layer now asked for (native capture that
+                # failed still counts: the trace says why, probing again would not help)
+                if "native" not in spec.layers or "native" in had.meta:
+                    continue
         todo.append(spec)
     event = SurveyEvent(job, len(job.cases) - len(todo), reused=len(job.cases) - len(todo))
     fw = job.framework
