@@ -11,7 +11,7 @@ from tracer.process.candidates import find_candidates
 from tracer.process.diff import ALPHA, DiffError, classify, diff_traces, diff_trees, miss_chance
 from tracer.process.graph import call_graph, merged_graph
 from tracer.process.normalize import identity
-from tracer.process.tags import isa_of, library_of
+from tracer.process.tags import isa_of, library_of, library_order
 from tracer.render.diff_console import print_candidates, print_diff
 from tracer.trace import Frame, Node, Run, Trace, save
 
@@ -296,10 +296,21 @@ def test_unsymbolised_frames_are_identified_by_library():
     ("0x7f00beef", "[jit]", "JIT code", "jit"),
     ("0x7f00beef", "", "JIT code", "jit"),
     ("some_symbol", "libfoo.so.1.2", "libfoo", ""),
+    # numpy's C core and bundled BLAS, TensorFlow's Python bindings, by shared object
+    ("PyArray_MatrixProduct2", "_multiarray_umath.cpython-311-x86_64-linux-gnu.so", "NumPy", ""),
+    ("sgemm_kernel_HASWELL", "libscipy_openblas64_-ff651d7f.so", "OpenBLAS", "avx2"),
+    ("TFE_Py_FastPathExecute_C", "lib_pywrap_tensorflow_common.so", "TensorFlow core", ""),
+    ("pybind11::cpp_function::dispatcher", "_dtypes.so", "TensorFlow core", ""),
+    ("clock_gettime", "[vdso]", "libc", ""),
 ])
 def test_native_tags(name, lib, expect_lib, expect_isa):
     f = Frame("native", "", name, lib=lib)
     assert (library_of(f), isa_of(f)) == (expect_lib, expect_isa)
+
+
+def test_libraries_are_listed_by_what_a_port_replaces():
+    libs = ["libc", "torch core", "libstdc++", "oneDNN", "MKL", "OpenMP", "libfoo"]
+    assert sorted(libs, key=library_order) == ["MKL", "oneDNN", "torch core", "libfoo", "libc", "libstdc++", "OpenMP"]
 
 
 @pytest.mark.parametrize("frame, expect", [

@@ -143,8 +143,9 @@ def test_torch_native_kernel_is_onednn(native_traces):
     assert kernel, sorted(names)[:50]
     assert all(f.lib == "libtorch_cpu.so" and library_of(f) == "oneDNN" for f, _ in kernel)
     # oneDNN's generated code is kept and named from the perf map oneDNN writes when asked
+    # (which kernels are sampled varies: jit_t, jit_avx2_conv_bwd_weights_kernel_f32_t...)
     jit = {f.name for f, _ in frames if f.lib == "[jit]"}
-    assert any(name.startswith("jit_") and "conv" in name for name in jit), jit
+    assert any(name.startswith("jit_") for name in jit), jit
     assert all(library_of(Frame("native", "", n, lib="[jit]")) == "oneDNN" for n in jit if n.startswith("jit_"))
     assert t.meta["native"]["jit_named"] > 0
 
@@ -175,7 +176,9 @@ def test_tensorflow_native_kernel_is_named(native_traces):
 
 def test_onednn_off_reaches_other_kernels_torch(native_traces):
     on, off = load(native_traces, ("torch", "default")), load(native_traces, ("torch", "onednn-off"))
-    assert samples_in(on, r"mkldnn_convolution") > 0 and samples_in(off, r"mkldnn|dnnl|ideep") == 0
+    # oneDNN's code (dnnl::, ideep::) never runs with it off; torch's own gemm still
+    # asks at::native::mkldnn_gemm<float> whether to use it (seen in 1 of 70 samples)
+    assert samples_in(on, r"mkldnn_convolution") > 0 and samples_in(off, r"dnnl::|ideep::|mkldnn_convolution") == 0
     assert samples_in(off, r"at::native::.*slow_conv2d") > 0
     assert "aten::_slow_conv2d_forward" in op_names(off.layer("forward", "op"))
 

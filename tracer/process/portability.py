@@ -16,7 +16,7 @@ from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DEFAULT_THRESHOLD, DiffError, DiffResult, Split, diff_traces, total_samples
 from tracer.process.pairs import Pair, case_key, machine_of, pairs, side_label
 from tracer.process.summary import PathSummary, summarize
-from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, isa_of, library_of
+from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, isa_of, library_of, library_order
 from tracer.registry import PASSES
 from tracer.trace import Node, Trace
 
@@ -106,7 +106,7 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
                 lib = library_of(node.frame) if node.frame.kind == "op" else ""
                 if lib:
                     libs[lib] += 1
-    return Reach([l for l, _ in libs.most_common()], sorted(isa), kernels, ops, handoffs, python, seconds, note)
+    return Reach(sorted(libs, key=library_order), sorted(isa), kernels, ops, handoffs, python, seconds, note)
 
 
 # ----------------------------------------------------------------------------- one pair
@@ -186,7 +186,7 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
                 _branch_code(s.only_a, code["A"], libs["A"], isa["A"], seen["A"])
                 _branch_code(s.only_b, code["B"], libs["B"], isa["B"], seen["B"])
     return PairReport(pair.kind, pair.title, side_label(pair.a), side_label(pair.b), diffs, errors, first, n, code,
-                      {k: sorted(v) for k, v in libs.items()}, {k: sorted(v) for k, v in isa.items()})
+                      {k: sorted(v, key=library_order) for k, v in libs.items()}, {k: sorted(v) for k, v in isa.items()})
 
 
 # ----------------------------------------------------------------------------- per framework
@@ -345,7 +345,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         audit=audit,
         splits=n_splits,
         first_layer=first_layers.most_common(1)[0][0] if first_layers else None,
-        libraries={k: sorted(v) for k, v in side_libs.items()},
+        libraries={k: sorted(v, key=library_order) for k, v in side_libs.items()},
         isa=sorted(isa_all),
         code=dict(totals),
     )
@@ -375,7 +375,8 @@ def _audit(cases: list[CaseReport]) -> list[AuditRow]:
                     for pass_, k, _ in r.kernels:
                         if k not in kernels:
                             kernels.append(k)
-        rows.append(AuditRow(prim, sorted(cpu_libs), sorted(gpu_libs) if gpu_libs is not None else None, sorted(isa),
+        rows.append(AuditRow(prim, sorted(cpu_libs, key=library_order),
+                             sorted(gpu_libs, key=library_order) if gpu_libs is not None else None, sorted(isa),
                              provide, kernels[:6]))
     return rows
 

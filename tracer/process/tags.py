@@ -82,7 +82,7 @@ SONAME_LIBS = _t(
     (r"^lib(?:dnnl|mkldnn|zendnn)", ONEDNN),
     (r"^libmkl", MKL),
     (r"^lib(?:iomp|gomp|omp)\b", "OpenMP"),
-    (r"^libopenblas", OPENBLAS),
+    (r"^lib(?:scipy_)?openblas", OPENBLAS),
     (r"^lib(?:c?blas|flexiblas|blis)\b", BLAS),
     (r"^libcudnn", CUDNN),
     (r"^libcublas", CUBLAS),
@@ -95,10 +95,13 @@ SONAME_LIBS = _t(
     (r"^(?:xla_extension|libjax|_jax|jaxlib)", JAXLIB),
     (r"^libarm_compute", "Arm Compute Library"),
     (r"^libxnnpack", "XNNPACK"),
-    (r"^lib(?:c|m|pthread|dl|rt)[.-]|^ld-linux", LIBC),
+    (r"^_multiarray_umath|^_umath_linalg|^_pocketfft|^lapack_lite", "NumPy"),  # numpy's C core
+    (r"^lib_?pywrap_|^_dtypes\.so|^flags_pybind\.so", TF),  # TF's Python bindings
+    (r"^lib(?:c|m|pthread|dl|rt)[.-]|^ld-linux|^\[vdso\]$", LIBC),
     (r"^lib(?:stdc|c)\+\+", LIBSTDCXX),
     (r"^libgcc_s", "libgcc"),
-    (r"^libpython|^python3", LIBPYTHON),
+    (r"^libpython|^python3|^_ctypes\.", LIBPYTHON),
+    (r"^libffi\.", "libffi"),
 )
 
 #: Framework namespaces and system names, for frames whose library is not known.
@@ -168,6 +171,17 @@ VENDOR_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW, CUDNN
                          "rocBLAS", "Arm Compute Library", "KleidiAI", "XNNPACK", "FBGEMM", "NNPACK", "SLEEF",
                          "CuPy", "NumPy", "SciPy"})
 GPU_LIBS = frozenset({CUDNN, CUBLAS, CUDART, "cuFFT", "NCCL", "MIOpen", "rocBLAS", "CuPy"})
+CORE_LIBS = frozenset({TORCH, TF, MXNET, JAXLIB})
+#: What every native stack passes through whatever the backend: shown last, muted.
+SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc", "libffi", "OpenMP"})
+
+
+def library_order(lib: str) -> tuple[int, str]:
+    """Sort key for lists of libraries: what a port replaces first (vendor and GPU
+    libraries, JIT code), then the framework's core, then the rest, system last."""
+    rank = (0 if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT else 1 if lib in CORE_LIBS
+            else 3 if lib in SYSTEM_LIBS else 2)
+    return rank, lib.lower()
 
 _ADDRESS = re.compile(r"^(?:0x[0-9a-fA-F]+|\?\?|\[unknown\]|)$")
 

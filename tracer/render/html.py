@@ -21,6 +21,7 @@ from tracer import __version__
 from tracer.process.diff import ALPHA, DEFAULT_THRESHOLD, DiffResult, Fragment, LayerDiff
 from tracer.process.graph import merged_graph
 from tracer.process.portability import LAYER_NAMES, FrameworkReport, survey_reports
+from tracer.process.tags import SYSTEM_LIBS
 from tracer.registry import ROOT
 from tracer.render import graphs
 from tracer.trace import Trace
@@ -36,6 +37,7 @@ def _env() -> jinja2.Environment:
     env.filters["slug"] = slug
     env.filters["seconds"] = lambda s: "" if s is None else (f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} µs")
     env.globals["LAYER_NAMES"] = LAYER_NAMES
+    env.globals["SYSTEM_LIBS"] = SYSTEM_LIBS
     return env
 
 
