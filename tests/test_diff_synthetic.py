@@ -489,14 +489,23 @@ BRANCHES = [
 ]
 
 
+GUARD = [
+    "    def check(self, device):",
+    "        if callable(device):",
+    "            raise RuntimeError('functions are not devices')",
+    "        return place(device)",
+]
+
+
 def candidate_trace():
     tree = root(
         n("Conv.forward", n("Conv.forward_cpu", call_lines=[103]), file="fw/conv.py", line=100, lines=[101, 102, 103]),
         n("F.apply", n("slow", call_lines=[203]), n("F.on_cpu", call_lines=[210]), file="fw/f.py", line=200,
           lines=[201, 203, 204, 205, 206, 207, 208, 210]),
+        n("G.check", n("place", call_lines=[303]), file="fw/g.py", line=300, lines=[301, 303]),
     )
     return Trace(META, [Run("forward", "warm", {"python": tree})],
-                 {("fw/conv.py", 100): CAND_SOURCE, ("fw/f.py", 200): BRANCHES})
+                 {("fw/conv.py", 100): CAND_SOURCE, ("fw/f.py", 200): BRANCHES, ("fw/g.py", 300): GUARD})
 
 
 def test_candidates_name_the_taken_and_untaken_arms():
@@ -526,11 +535,20 @@ def test_candidates_other_branch_kinds():
                                                                ("after the if", True, ["self.on_cpu"])]
 
 
+def test_a_branch_that_only_raises_on_the_other_arm_is_a_guard():
+    cands = find_candidates(candidate_trace())
+    (guard,) = [c for c in cands if c.guard]
+    assert guard.function == "fw.G.check" and guard.condition == "callable(device)"
+    assert [(a.label, a.ran, a.raises) for a in guard.arms] == [("if", False, True), ("after the if", True, False)]
+    assert not any(c.guard for c in cands if c is not guard) and guard.to_json()["guard"] is True
+
+
 def test_candidates_render():
     console = Console(record=True, width=120, color_system=None)
     print_candidates(find_candidates(candidate_trace()), console, None)
     text = console.export_text()
     assert "xp is numpy" in text and "✗ not taken" in text and "self.forward_gpu" in text
+    assert "1 more only raise on the arm not taken (input checks), not shown" in text and "callable(device)" not in text
 
 
 # ----------------------------------------------------------------------------- graphs

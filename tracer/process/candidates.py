@@ -40,6 +40,7 @@ class Arm:
     calls: list[str]  # calls written in the arm
     observed: list[str]  # of those, the ones seen as children of the function in this run
     source: list[tuple[int, str]] = field(default_factory=list)
+    raises: bool = False  # the arm only raises (or asserts): an error path, nothing to implement
 
 
 @dataclass
@@ -76,10 +77,18 @@ class Candidate:
         taken, other = self.alternatives
         return bool(taken and other)
 
+    @property
+    def guard(self) -> bool:
+        """Input validation, not dispatch: every arm not taken only raises
+        (``if callable(device_name): raise RuntimeError(...)``)."""
+        untaken = [a for a in self.arms if a.ran is False]
+        return bool(untaken) and all(a.raises for a in untaken)
+
     def to_json(self) -> dict[str, Any]:
         taken_calls, untaken_calls = self.alternatives
         return {**dataclasses.asdict(self), "taken": self.taken, "untaken": self.untaken,
-                "taken_calls": taken_calls, "untaken_calls": untaken_calls, "dispatches": self.dispatches}
+                "taken_calls": taken_calls, "untaken_calls": untaken_calls, "dispatches": self.dispatches,
+                "guard": self.guard}
 
 
 _RAISING = re.compile(r"(?:Error|Exception|Warning)$")
@@ -95,7 +104,7 @@ class _Function:
 
 def find_candidates(trace: Trace, pass_: str = "forward", phase: str = "warm") -> list[Candidate]:
     """Device/backend branches in the executed Python functions of one run, in the
-    order the functions were first called."""
+    order the functions were first called (guards included: see Candidate.guard)."""
     tree = trace.layer(pass_, "python", phase)
     if tree is None:
         return []
@@ -208,7 +217,8 @@ def _arm(label: str, stmts: list[ast.AST], first: int, last: int, fn: _Function,
     calls = _calls(stmts)
     observed = [c for c in calls if _last(c) in fn.callees]
     src = [(ln, source[ln - offset - 1]) for ln in range(lo, hi + 1)] if first else []
-    return Arm(label, lo if first else 0, hi if first else 0, ran, calls, observed, src)
+    raises = bool(stmts) and all(isinstance(st, (ast.Raise, ast.Assert)) for st in stmts)
+    return Arm(label, lo if first else 0, hi if first else 0, ran, calls, observed, src, raises)
 
 
 def _candidate(kind: str, node: ast.AST, condition: str, arms: list[Arm], fn: _Function,

@@ -225,11 +225,16 @@ def print_candidates(candidates: list[Candidate], console: Console, description:
         title.append(f"  {_describe(description)}", style="bold")
     title.append(f"  ·  {pass_} pass, {phase} phase", style="dim")
     console.print(title, highlight=False)
+    guards = [c for c in candidates if c.guard]
+    candidates = [c for c in candidates if not c.guard]
     functions = len({(c.file, c.first_line) for c in candidates})
     branches = f"{len(candidates)} branch{'es' if len(candidates) != 1 else ''}"
     executed = f"{functions} executed function{'s' if functions != 1 else ''}"
     console.print(Text(f"   {branches} on the device or backend in {executed}; bold calls were seen in this run",
                        style="dim"), highlight=False)
+    if guards:
+        console.print(Text(f"   {len(guards)} more only raise on the arm not taken (input checks), not shown",
+                           style="dim"), highlight=False)
     dispatching = [c for c in candidates if c.dispatches]
     if dispatching:
         console.print(Text("   branches that call a different implementation on each arm:", style="bold"))
