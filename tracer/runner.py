@@ -168,6 +168,10 @@ def run_probe(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s; stderr: {_tail(stderr_path) or '(empty)'}", "timeout") from None
+            finally:
+                if request["native"] and request["native"]["own_perfmap"]:
+                    # the probe removes it, unless it died first: not left in /tmp
+                    Path(native.perfmap_path(proc.pid)).unlink(missing_ok=True)
         what = f"{fw.name} probe ({device}, {variant})"
         if rc == 3:
             raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "no-device")
