@@ -198,6 +198,26 @@ def test_one_sided_frame_is_a_split_only_if_the_miss_is_not_chance():
     assert miss_chance(0, 50, 66 / 138) < 1e-12 and miss_chance(2, 50, 0.5) == pytest.approx(1.13e-12, rel=0.01)
 
 
+def test_sampled_python_frames_split_only_in_the_python_layer():
+    # a short Python call caught by 5 of 50 samples on one side: not a native split
+    # when the traces have a python layer, which records every call
+    def tree(extra):
+        kids = [native("at::native::conv2d", count=40)] + ([n("fw.check", kind="python", count=5)] if extra else [])
+        return root(n("fw.conv2d", *kids, count=50), count=50)
+
+    a, b = tree(True), tree(False)
+    assert len(diff_trees(a, b, "native", sampled=True).splits) == 1  # p = 0.9 ** 50 = 0.005
+    result = diff_trees(a, b, "native", sampled=True, python_elsewhere=True)
+    assert result.splits == [] and result.ignored_a == 1
+    stats = {"layers": {"native": {"sampled": True}}}
+    ta = Trace(META, [Run("forward", "warm", {"python": root(), "native": a}, stats)])
+    tb = Trace(META, [Run("forward", "warm", {"python": root(), "native": b}, stats)])
+    assert diff_traces(ta, tb, layers=("native",)).split_count == 0
+    ta.runs[0].layers.pop("python")
+    tb.runs[0].layers.pop("python")
+    assert diff_traces(ta, tb, layers=("native",)).split_count == 1
+
+
 def test_frame_present_on_both_sides_but_rare_on_one():
     a, b = sampled_pair(noise_a=200, noise_b=4)
     (split,) = diff_trees(a, b, "native").splits
@@ -401,6 +421,12 @@ def frames(*names, kind="native", lib="", module=""):
     (frames("_copy_from", "to", kind="python"), [], "allocation/transfer"),
     (frames("forward_ideep_path_cpu", kind="c"), frames("forward_plain", kind="c"), "library choice"),
     (frames("helper_a", kind="python"), frames("helper_b", kind="python"), "other"),
+    # oneDNN's generated kernels (jit_uni_softmax_fwd_t) are not model compilation, even
+    # when the frame holding the name is a std::function wrapper in the framework's library
+    (frames("tensorflow::SoftmaxOp<Eigen::ThreadPoolDevice, float>::Compute", lib="libtensorflow_cc.so.2"),
+     frames("tensorflow::MklSoftmaxOp<Eigen::ThreadPoolDevice, float>::Compute",
+            "std::_Function_handler<void (int), dnnl::impl::cpu::x64::jit_uni_softmax_fwd_t::execute() const::"
+            "{lambda(int)#1}>::_M_invoke", lib="libtensorflow_cc.so.2"), "library choice"),
 ])
 def test_classification_rules(a, b, expect):
     assert classify(a, b)[0] == expect

@@ -22,7 +22,11 @@ Design choices, each for a reason:
   only if its absence on the other side is not chance either: the binomial
   probability that the other side's samples would miss a frame of that share
   must be under ``ALPHA`` (3 of 138 samples against 0 of 50 is chance, p = 0.33;
-  66 of 138 against 0 of 50 is not). Both are carried in the result.
+  66 of 138 against 0 of 50 is not). Both are carried in the result. And when
+  the traces have a python layer, a sampled layer's Python frames on one side
+  only are not splits either: the python layer records every call, so it alone
+  says whether the Python path differs; in a sampled stack a short Python call
+  is there or not by chance.
 * Splits below a common node that lies under an earlier split are nested in that
   split's ``children``: the reader sees the first decision, then its
   consequences. Independent splits (in disjoint subtrees) stay side by side, in
@@ -50,7 +54,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from tracer.errors import DltraceError
 from tracer.process.normalize import identity, identity_label
 from tracer.process.tags import (GPU_LIBS, JIT, LIBC, LIBPYTHON, LIBSTDCXX, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, is_jit, is_unnamed,
-                                 isa_of, library_of)
+                                 isa_of, library_of, vendor_named)
 from tracer.trace import Frame, Node, Run, Trace
 
 LAYERS = ("python", "op", "native")
@@ -296,7 +300,9 @@ def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
             warnings.append(f"the {layer} layer is only in trace {'A' if tb is None else 'B'}; not diffed")
             continue
         sampled = is_sampled(ra, layer, ta) or is_sampled(rb, layer, tb)
-        results.append(diff_trees(ta, tb, layer, threshold, sampled=sampled, sources_a=a.sources, sources_b=b.sources))
+        python_elsewhere = layer != "python" and "python" in ra.layers and "python" in rb.layers
+        results.append(diff_trees(ta, tb, layer, threshold, sampled=sampled, sources_a=a.sources, sources_b=b.sources,
+                                  python_elsewhere=python_elsewhere))
     if not results:
         have_a = ", ".join(ra.layers) or "none"
         have_b = ", ".join(rb.layers) or "none"
@@ -324,12 +330,16 @@ def _size(groups: Iterable[Any]) -> int:
 
 def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: float = DEFAULT_THRESHOLD, *,
                sampled: bool | None = None, sources_a: dict[tuple[str, int], list[str]] | None = None,
-               sources_b: dict[tuple[str, int], list[str]] | None = None) -> LayerDiff:
+               sources_b: dict[tuple[str, int], list[str]] | None = None,
+               python_elsewhere: bool = False) -> LayerDiff:
     """Align two trees of one layer and return their split points.
 
     ``sampled`` (default: guessed from the frames) makes ``threshold`` apply: a child
-    counts as present only when ``count >= threshold * samples`` on its side. The
-    roots are aligned whatever their names (both are the probe step).
+    counts as present only when ``count >= threshold * samples`` on its side, and one
+    side's frame is a split only if the other's miss is not chance. With
+    ``python_elsewhere`` (the traces have a python layer) a sampled layer's Python
+    frames never split. The roots are aligned whatever their names (both are the
+    probe step).
     """
     if sampled is None:
         sampled = looks_sampled(a_root) or looks_sampled(b_root)
@@ -346,6 +356,7 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     kget = keyof.get
 
     noise: set[int] = set()  # identity numbers of frames that never decide (NOISE)
+    python_keys: set[int] = set()  # identity numbers of Python frames
 
     def key_slow(f: Frame) -> int:
         ident = identity(f)
@@ -355,6 +366,8 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
             idents.append(ident)
             if NOISE.search(f.label):
                 noise.add(n)
+            if f.kind == "python":
+                python_keys.add(n)
         keyof[id(f)] = n
         return n
 
@@ -424,7 +437,8 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
             da, low_a = _above(da, min_a)
             db, low_b = _above(db, min_b)
             if da.keys() != db.keys():
-                da, db = _significant(da, db, low_a, low_b, total_a, total_b)
+                da, db = _significant(da, db, low_a, low_b, total_a, total_b,
+                                      python_keys if python_elsewhere else _NONE)
             ignored_a += _size(low_a.values()) if low_a else 0
             ignored_b += _size(low_b.values()) if low_b else 0
         else:
@@ -446,6 +460,9 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     top.sort(key=lambda s: s.depth)
     return LayerDiff(layer, sampled, threshold, ALPHA, total_a, total_b, shared + extra_a + ignored_a,
                      shared + extra_b + ignored_b, shared, ignored_a, ignored_b, top, a_root, b_root)
+
+
+_NONE: frozenset[int] = frozenset()
 
 
 def _group(keys: list[int], nodes: list[Node]) -> dict[int, Any]:
@@ -498,9 +515,11 @@ def miss_chance(hits: int, samples: int, share: float) -> float:
                         for i in range(min(hits, samples) + 1)))
 
 
-def _significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, total_b: int) -> tuple[dict, dict]:
+def _significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, total_b: int,
+                 python_keys: set[int]) -> tuple[dict, dict]:
     """Move the one-sided groups whose absence on the other side could be chance
-    (:func:`miss_chance` >= ALPHA) to their side's ``low`` dict: not a split."""
+    (:func:`miss_chance` >= ALPHA), and those of Python frames in ``python_keys``
+    (compared in the python layer), to their side's ``low`` dict: not a split."""
     out = []
     for mine, theirs, low, their_low, total, their_total in ((da, db, low_a, low_b, total_a, total_b),
                                                              (db, da, low_b, low_a, total_b, total_a)):
@@ -508,7 +527,8 @@ def _significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, tot
         for k, g in mine.items():
             if k not in theirs and total:
                 other = their_low.get(k)
-                if miss_chance(_count(other) if other is not None else 0, their_total, _count(g) / total) >= ALPHA:
+                if k in python_keys or miss_chance(_count(other) if other is not None else 0, their_total,
+                                                   _count(g) / total) >= ALPHA:
                     low[k] = g
                     continue
             keep[k] = g
@@ -695,6 +715,11 @@ def _markers(frames: list[Frame], pattern: re.Pattern[str]) -> set[str]:
     return {m.group(0) for f in frames for m in pattern.finditer(_text(f))}
 
 
+def _codegen(f: Frame) -> bool:
+    """A kernel generator's frame (oneDNN's jit_* kernels, BLAS): not model compilation."""
+    return library_of(f) in _CODEGEN_LIBS or vendor_named(f) in _CODEGEN_LIBS
+
+
 def _last_name(f: Frame) -> str:
     return re.split(r"[.:]", f.name.split("(")[0])[-1].lower()
 
@@ -717,8 +742,8 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
     if bool(gpu_a) != bool(gpu_b):
         side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
         return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
-    comp_a = _markers([f for f in frames_a if library_of(f) not in _CODEGEN_LIBS], _COMPILE)
-    comp_b = _markers([f for f in frames_b if library_of(f) not in _CODEGEN_LIBS], _COMPILE)
+    comp_a = _markers([f for f in frames_a if not _codegen(f)], _COMPILE)
+    comp_b = _markers([f for f in frames_b if not _codegen(f)], _COMPILE)
     if bool(comp_a) != bool(comp_b):
         side, words = ("A", comp_a) if comp_a else ("B", comp_b)
         return "compilation", f"{side} goes through compilation ({_names(words)}); the other side runs eagerly"

@@ -242,6 +242,14 @@ def library_of(frame: Frame) -> str:
 
 
 @lru_cache(maxsize=1 << 16)
+def vendor_named(frame: Frame) -> str:
+    """The vendor library a native frame's full symbol names anywhere, template
+    arguments included (``std::_Function_handler<..., dnnl::impl::...::execute>``
+    is oneDNN's lambda even though the frame itself is libstdc++'s)."""
+    return _first(SYMBOL_LIBS, frame.name) if frame.kind == "native" else ""
+
+
+@lru_cache(maxsize=1 << 16)
 def isa_of(frame: Frame) -> str:
     """The ISA a native or op frame's code is written for ("avx2", "avx512_core", "neon",
     "jit" for run-time generated code...), "" if the name does not say."""
