@@ -126,3 +126,11 @@ def test_perf_map_names_jit_code(tmp_path):
     assert library_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]")) == "oneDNN"
     assert isa_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]")) == "avx2"
     assert (library_of(unnamed), isa_of(unnamed)) == ("JIT code", "jit")
+
+
+def test_ptrace_opt_in_and_hint():
+    # under Yama's ptrace_scope=1 the probe must opt in for its py-spy child to attach;
+    # without Yama the call fails harmlessly
+    assert native.allow_ptrace_by_any() in (True, False)
+    assert native.ptrace_hint("Failed to attach: Operation not permitted (os error 1)").startswith(" (")
+    assert native.ptrace_hint("No such process") == ""

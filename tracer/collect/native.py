@@ -34,6 +34,7 @@ Library and ISA tags are derived later (tracer.process.tags). Stdlib only.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import datetime
 import os
 import re
@@ -403,6 +404,34 @@ def _marked(marker: str) -> Callable[[Callable[[Any], Any], Any], Any]:
     return types.FunctionType(code, call.__globals__, marker)
 
 
+_PR_SET_PTRACER, _PR_SET_PTRACER_ANY = 0x59616D61, ctypes.c_ulong(-1)
+
+
+def allow_ptrace_by_any() -> bool:
+    """Let py-spy, this process's child, attach to it: under Yama's ptrace_scope=1
+    (Ubuntu's default) only ancestors may ptrace a process unless it opts in.
+    False where there is no Yama (nothing to do) or prctl is unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def ptrace_hint(why: str) -> str:
+    """What to do when the kernel refused the attach, in a few words ("" otherwise)."""
+    if not re.search(r"(?i)permission|not permitted|EPERM|ptrace", why):
+        return ""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as fh:
+            scope = fh.read().strip()
+    except OSError:
+        scope = ""
+    if scope in ("2", "3"):
+        return f" (kernel.yama.ptrace_scope={scope} allows ptrace only to root/CAP_SYS_PTRACE, or not at all)"
+    return " (ptrace refused: in a container, run it with --cap-add SYS_PTRACE)"
+
+
 class Sampler:
     """One py-spy session attached to this process; loops are sampled in turn.
 
@@ -443,6 +472,7 @@ class Sampler:
         # warn: the samples py-spy failed to take; remoteprocess=info: the libraries
         # it loads symbols for (see prime()).
         env = {**os.environ, "RUST_LOG": os.environ.get("DLTRACE_RUST_LOG", "warn,remoteprocess=info")}
+        allow_ptrace_by_any()
         t0 = time.perf_counter()
         with open(self.log, "wb") as log:
             try:
@@ -453,7 +483,8 @@ class Sampler:
         deadline = t0 + self.startup_timeout
         while "Sampling process" not in self._read_log():
             if self.proc.poll() is not None:
-                raise NativeUnavailable(f"py-spy could not attach (exit {self.proc.returncode}): {self._why()}")
+                raise NativeUnavailable(f"py-spy could not attach (exit {self.proc.returncode}): {self._why()}"
+                                        f"{ptrace_hint(self._why())}")
             if time.perf_counter() > deadline:
                 self._kill()
                 raise NativeUnavailable(f"py-spy did not start sampling within {self.startup_timeout:g} s")
