@@ -208,7 +208,7 @@ def survey_time(frameworks: list[Framework], workers: int = 2) -> dict[str, Any]
     jobs = sv.plan(frameworks, native=False)  # Python and op layers: native sampling is table 2
     print(f"  bare baseline: {len(jobs)} jobs, {sum(len(j.cases) for j in jobs)} cases, {workers} at a time ...", flush=True)
     bare_total, bare_cpu, bare_per = _timed_jobs(jobs, _bare_job, workers)
-    print(f"  survey ...", flush=True)
+    print("  survey ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="dltrace-survey-") as tmp:
         root = Path(tmp)
         gaps: list[Any] = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
 
 from tests.conftest import dltrace
 from tracer import survey as sv

@@ -72,7 +72,7 @@ def tree_view(root: Node, title: Text | str | None = None, max_depth: int = 40, 
         added = []
         for child in kids:
             if shown >= max_nodes:
-                branch.add(Text(f"… more frames not shown (raise --max-nodes)", style="dim"))
+                branch.add(Text("… more frames not shown (raise --max-nodes)", style="dim"))
                 break
             shown += 1
             added.append((branch.add(node_label(child, total)), child, depth + 1))

@@ -9,7 +9,7 @@ import datetime
 import html
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jinja2
 from markupsafe import Markup
@@ -18,7 +18,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from tracer import __version__
-from tracer.process.diff import ALPHA, DEFAULT_THRESHOLD, DiffResult, Fragment, LayerDiff
+from tracer.process.diff import ALPHA, DEFAULT_THRESHOLD, Fragment, LayerDiff
 from tracer.process.graph import merged_graph
 from tracer.process.portability import LAYER_NAMES, FrameworkReport, survey_reports
 from tracer.process.tags import SYSTEM_LIBS
