@@ -11,6 +11,7 @@ from tracer.process.candidates import find_candidates
 from tracer.process.diff import ALPHA, DiffError, classify, diff_traces, diff_trees, miss_chance
 from tracer.process.graph import call_graph, merged_graph
 from tracer.process.normalize import identity
+from tracer.process.portability import native_kernels
 from tracer.process.tags import isa_of, library_of, library_order
 from tracer.render.diff_console import print_candidates, print_diff
 from tracer.trace import Frame, Node, Run, Trace, save
@@ -671,3 +672,14 @@ def test_cli_force(saved):
 ])
 def test_framework_onednn_integrations_and_xla_ops(frame, tag):
     assert library_of(frame) == tag
+
+
+def test_native_kernels_are_the_computing_leaves():
+    tree = root(native("at::native::conv2d",
+                       native("malloc", count=30, lib="libc.so.6"),
+                       native("[unknown]", count=20, lib="libtorch_cpu.so"),
+                       native("at::native::im2col", count=25),
+                       native("dnnl::impl::cpu::x64::jit_avx2_convolution_fwd_t::execute", count=10),
+                       native("at::native::rare", count=1), count=86), count=100)
+    assert native_kernels(tree) == [("dnnl::impl::cpu::x64::jit_avx2_convolution_fwd_t::execute", 10),
+                                    ("at::native::im2col", 25)]

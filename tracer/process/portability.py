@@ -16,7 +16,7 @@ from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DEFAULT_THRESHOLD, DiffError, DiffResult, Split, diff_traces, total_samples
 from tracer.process.pairs import Pair, case_key, machine_of, pairs, side_label
 from tracer.process.summary import PathSummary, summarize
-from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, isa_of, library_of, library_order
+from tracer.process.tags import GPU_LIBS, SYSTEM_LIBS, VENDOR_LIBS, is_unnamed, isa_of, library_of, library_order
 from tracer.registry import PASSES
 from tracer.trace import Node, Trace
 
@@ -69,6 +69,25 @@ def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
     return found
 
 
+def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int = 5) -> list[tuple[str, int]]:
+    """The leaf symbols that compute, in at least ``threshold`` of the samples: a vendor
+    library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
+    first; system code (malloc, libpython) and unnamed addresses are not kernels."""
+    total = total_samples(native) or 1
+    leaves: dict[str, list] = {}
+    for _, node in native.walk():
+        f = node.frame
+        if f.kind != "native" or any(c.frame.kind == "native" for c in node.children) or is_unnamed(f):
+            continue
+        lib = library_of(f)
+        if lib in SYSTEM_LIBS:
+            continue
+        entry = leaves.setdefault(f.label, [library_order(lib)[0], 0])
+        entry[1] += node.count
+    ranked = sorted((rank, -n, label) for label, (rank, n) in leaves.items() if n / total >= threshold)
+    return [(label, -neg) for _, neg, label in ranked[:most]]
+
+
 def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
     libs: Counter = Counter()
     isa: set[str] = set()
@@ -88,6 +107,7 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
             total = total_samples(native) or 1
             for _, node in native.walk():
                 f = node.frame
+                # a frame in a sample or two can be a misread stack (a bad unwind, a wrong symbol)
                 if f.kind != "native" or node.count / total < threshold:
                     continue
                 lib = library_of(f)
@@ -96,7 +116,7 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
                 tag = isa_of(f)
                 if tag:
                     isa.add(tag)
-            kernels += [(pass_, k, n) for k, n in _leaves(native, ("native",)).most_common(5) if n / total >= threshold]
+            kernels += [(pass_, k, n) for k, n in native_kernels(native, threshold)]
         elif run.stats.get("native_error"):
             note = str(run.stats["native_error"])
         op = run.layers.get("op")
