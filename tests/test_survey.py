@@ -8,6 +8,7 @@ import shutil
 
 from tests.conftest import dltrace
 from tracer import survey as sv
+from tracer.registry import KERNEL_SHAPES, PRIMITIVES
 
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
     proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "--no-native", "-o", str(survey_root))
@@ -18,21 +19,24 @@ def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
 
 
 def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_path):
-    # resumed from traces without a native layer: only the functional case is probed again
+    # resumed from a survey without native stacks: the traces there are reused, and one
+    # functional case at the kernel shape, with native stacks, is added per primitive
     shutil.copytree(survey_root / "traces" / "chainer", tmp_path / "traces" / "chainer")
     proc = dltrace("survey", "chainer", "--primitives", "relu", "-o", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert "chainer/cpu-default: 2 cases, 1 reused" in proc.stderr
+    assert "chainer/cpu-default: 3 cases, 2 reused" in proc.stderr
     traces, gaps, _ = sv.collect([tmp_path / "traces"])
-    relu = {t.meta["api"]: t for t in traces if t.meta["primitive"] == "relu"}
-    assert not gaps and set(relu) == {"functional", "layer"}
-    fn = relu["functional"]
-    assert fn.layer("forward", "native") is not None and fn.meta["native"]["pyspy_samples"] > 0
-    assert relu["layer"].layer("forward", "native") is None
-    assert "libraries reached" in (tmp_path / "index.html").read_text()
-    # and a second run reuses both
+    relu = {(t.meta["api"], tuple(t.meta["shape"])): t for t in traces if t.meta["primitive"] == "relu"}
+    kernel = ("functional", KERNEL_SHAPES["relu"])
+    assert not gaps and set(relu) == {("functional", PRIMITIVES["relu"]), ("layer", PRIMITIVES["relu"]), kernel}
+    assert relu[kernel].layer("forward", "native") is not None and relu[kernel].meta["native"]["pyspy_samples"] > 0
+    assert all(t.layer("forward", "native") is None for key, t in relu.items() if key != kernel)
+    # at the kernel shape numpy's own loops compute chainer's relu: the report names the library
+    index = (tmp_path / "index.html").read_text()
+    assert "libraries reached" in index and ">NumPy<" in index
+    # and a second run reuses all three
     proc = dltrace("survey", "chainer", "--primitives", "relu", "-o", str(tmp_path))
-    assert "chainer/cpu-default: 2 cases, 2 reused" in proc.stderr
+    assert "chainer/cpu-default: 3 cases, 3 reused" in proc.stderr
 
 
 def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_frameworks, tmp_path):

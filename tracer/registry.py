@@ -23,6 +23,20 @@ PRIMITIVES: dict[str, tuple[int, ...]] = {
     "avgpool2d": (2, 3, 8, 8),
     "batchnorm": (2, 3, 8, 8),
 }
+#: Where a survey samples native stacks: at the default shapes the kernels are a few
+#: percent of a step (TensorFlow's conv kernel: 3 of 85 samples), the framework's
+#: dispatch is the rest; at these the kernel is a visible share everywhere.
+KERNEL_SHAPES: dict[str, tuple[int, ...]] = {
+    "dense": (256, 1024),
+    "conv2d": (8, 16, 64, 64),
+    "relu": (64, 4096),
+    "sigmoid": (64, 4096),
+    "tanh": (64, 4096),
+    "softmax": (64, 4096),
+    "maxpool2d": (8, 16, 64, 64),
+    "avgpool2d": (8, 16, 64, 64),
+    "batchnorm": (8, 16, 64, 64),
+}
 PASSES = ("forward", "backward")
 #: Trace layers: Python frames, the framework's own op records, sampled native stacks.
 LAYERS = ("python", "op", "native")

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator
 
 from tracer import envs
 from tracer.errors import DltraceError, ProbeFailed
-from tracer.registry import PRIMITIVES, Framework
+from tracer.registry import KERNEL_SHAPES, LAYERS, PRIMITIVES, Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
 from tracer.trace import Trace, TraceFormatError, load
 
@@ -67,14 +67,16 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
-    ``native`` samples native stacks (py-spy) for the cases of each framework's first
-    API (functional): the layer API reaches the same kernels, and sampling costs
-    seconds per case and pass."""
+    ``native`` adds, per primitive, a case of each framework's first API (functional)
+    at :data:`KERNEL_SHAPES` with native stacks (py-spy): the layer API reaches the
+    same kernels, sampling costs seconds per case and pass, and at the default
+    shapes the kernels hardly show in the samples."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
-        cases = tuple(CaseSpec(p, api, layers=("python", "op", "native") if native and api == fw.apis[0] else ("python", "op"))
-                      for p in prims for api in fw.apis)
+        cases = tuple(CaseSpec(p, api) for p in prims for api in fw.apis)
+        if native:
+            cases += tuple(CaseSpec(p, fw.apis[0], KERNEL_SHAPES[p], layers=LAYERS) for p in prims)
         for device in devices:
             if device not in fw.devices:
                 continue
