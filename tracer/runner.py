@@ -127,6 +127,9 @@ def run_probe(
             for stale in (p, Path(f"{p}.error")):
                 stale.unlink(missing_ok=True)
         wants_native = any("native" in c.layers for c in cases)
+        # dltrace asks oneDNN for a perf map (it names JIT kernels in native stacks) and
+        # removes it when the probe ends, unless the user asked for one themselves
+        own_perfmap = wants_native and not any(k in os.environ for k in native.PERFMAP_ENV)
         nat = fw.native
         request = {
             "framework": fw.name,
@@ -141,8 +144,7 @@ def run_probe(
             "warmup": warmup,
             "command": command,
             "native": {"pyspy": find_pyspy() if pyspy is None else pyspy, "rate": nat.rate, "seconds": nat.seconds,
-                       "idle": nat.idle, "prime": nat.prime,
-                       "own_perfmap": not any(k in os.environ for k in native.PERFMAP_ENV)} if wants_native else None,
+                       "idle": nat.idle, "prime": nat.prime} if wants_native else None,
             "native_env": dict(nat.env) if wants_native else {},
             "cases": [
                 {"primitive": c.primitive, "api": c.api, "shape": list(c.resolved_shape()), "passes": list(c.passes),
@@ -151,7 +153,6 @@ def run_probe(
             ],
         }
         (tmpdir / "request.json").write_text(json.dumps(request))
-        # the perf map names oneDNN's JIT kernels in native stacks (tracer.collect.native)
         env = {**(native.PERFMAP_ENV if wants_native else {}), **os.environ, **fw.env,
                **(nat.env if wants_native else {}), **(var.env if var else {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -169,8 +170,7 @@ def run_probe(
                 proc.wait()
                 raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s; stderr: {_tail(stderr_path) or '(empty)'}", "timeout") from None
             finally:
-                if request["native"] and request["native"]["own_perfmap"]:
-                    # the probe removes it, unless it died first: not left in /tmp
+                if own_perfmap:
                     Path(native.perfmap_path(proc.pid)).unlink(missing_ok=True)
         what = f"{fw.name} probe ({device}, {variant})"
         if rc == 3:

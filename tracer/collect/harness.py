@@ -12,7 +12,6 @@ The tool talks to it only through files and the exit status:
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import importlib
 import json
@@ -177,20 +176,16 @@ def _native_layers(req: dict, pending: list[tuple[dict, Trace, Any]]) -> None:
             where[marker] = (trace, pass_)
     error, results, session = None, {}, {}
     workdir = tempfile.mkdtemp(prefix="dltrace-native-")
-    perfmap = native.perfmap_path()
     try:
         results, session = native.capture(cfg.get("pyspy", ""), jobs, workdir, rate=int(cfg.get("rate", 100)),
                                           idle=bool(cfg.get("idle", False)), prime=bool(cfg.get("prime", True)),
-                                          perfmap=perfmap)
+                                          perfmap=native.perfmap_path())
     except native.NativeUnavailable as exc:
         error = str(exc)
     except Exception as exc:  # noqa: BLE001 - the traces without native stacks are still written
         error = f"native capture failed: {type(exc).__name__}: {exc}"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-        if cfg.get("own_perfmap"):  # dltrace asked oneDNN for it (runner): not left in /tmp
-            with contextlib.suppress(OSError):
-                os.unlink(perfmap)
     for _, trace, _ in pending:
         trace.meta["native"] = {**session, "seconds": cfg.get("seconds", 1.0)} if error is None else {"error": error}
     for marker, (trace, pass_) in where.items():
