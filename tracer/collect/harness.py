@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
-import os
 import shutil
 import statistics
 import sys

@@ -53,8 +53,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tracer.errors import DltraceError
 from tracer.process.normalize import identity, identity_label
-from tracer.process.tags import (GPU_LIBS, JIT, LIBC, LIBPYTHON, LIBSTDCXX, MKL, ONEDNN, OPENBLAS, VENDOR_LIBS, is_jit, is_unnamed,
-                                 isa_of, library_of, vendor_named)
+from tracer.process.tags import (GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, VENDOR_LIBS, is_jit, is_unnamed, isa_of,
+                                 library_of, vendor_named)
 from tracer.trace import Frame, Node, Run, Trace
 
 LAYERS = ("python", "op", "native")
@@ -703,8 +703,6 @@ _ALLOC = re.compile(r"memcpy|memmove|malloc|calloc|realloc|allocat|device_put|de
 _ALLOC_NAME = re.compile(r"^(?:to|copy_|free|empty|empty_like|asarray|asnumpy|alloc|copyto)$")
 _DEVICE = re.compile(r"(?<![a-z])(?:cpu|device|xpu|mps|tpu|backend|intel64|ideep|mkldnn)(?![a-z])")
 _CODEGEN_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, JIT})
-# glibc picks its own AVX memcpy at load time: not ISA-specific code a port must provide
-_SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc"})
 
 
 def _text(f: Frame) -> str:
@@ -751,8 +749,9 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
     libs_b = {t for t in map(library_of, frames_b) if t in VENDOR_LIBS}
     if libs_a != libs_b:
         return "library choice", f"A reaches {_names(libs_a)}; B reaches {_names(libs_b)}"
-    isa_a = {isa_of(f) for f in frames_a if isa_of(f) and library_of(f) not in _SYSTEM_LIBS}
-    isa_b = {isa_of(f) for f in frames_b if isa_of(f) and library_of(f) not in _SYSTEM_LIBS}
+    # glibc picks its own AVX memcpy at load time: not ISA-specific code a port must provide
+    isa_a = {isa_of(f) for f in frames_a if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
+    isa_b = {isa_of(f) for f in frames_b if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
     if isa_a != isa_b:
         none = "no ISA-specific"
         return "ISA-specific code", f"A runs {_names(isa_a, none)} code; B runs {_names(isa_b, none)} code"

@@ -183,7 +183,10 @@ def library_order(lib: str) -> tuple[int, str]:
             else 3 if lib in SYSTEM_LIBS else 2)
     return rank, lib.lower()
 
+
 _ADDRESS = re.compile(r"^(?:0x[0-9a-fA-F]+|\?\?|\[unknown\]|)$")
+#: Names a native frame of JIT code gets when nothing named it (the collector's, and older traces').
+_JIT_NAMES = frozenset({"[jit]", "JIT code", "[JIT code]"})
 
 
 def _first(table: tuple[tuple[re.Pattern[str], str], ...], text: str) -> str:
@@ -211,14 +214,14 @@ def is_jit(frame: Frame) -> bool:
     """Native code generated at run time (no symbol, no shared object)."""
     if frame.kind != "native":
         return False
-    if frame.lib == "[jit]" or frame.name in ("[jit]", "JIT code"):
+    if frame.lib == "[jit]" or frame.name in _JIT_NAMES:
         return True
     return not frame.lib and bool(_ADDRESS.match(frame.name))
 
 
 def is_unnamed(frame: Frame) -> bool:
     """A native frame with no symbol: a bare address, or JIT code no perf map named."""
-    return frame.name in ("[jit]", "JIT code", "[JIT code]", "[unknown]") or bool(_ADDRESS.match(frame.name))
+    return frame.name in _JIT_NAMES or bool(_ADDRESS.match(frame.name))
 
 
 @lru_cache(maxsize=1 << 16)  # pure; a trace has a few thousand distinct frames, seen many times
