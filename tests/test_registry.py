@@ -61,3 +61,10 @@ def test_parse_shape():
     assert registry.parse_shape("8x64x112x112") == (8, 64, 112, 112)
     with pytest.raises(ValueError):
         registry.parse_shape("8xfoo")
+
+
+def test_every_primitive_has_a_kernel_shape_of_its_rank():
+    # the survey samples native stacks of each primitive at its kernel shape
+    assert registry.KERNEL_SHAPES.keys() == registry.PRIMITIVES.keys()
+    for name, shape in registry.PRIMITIVES.items():
+        assert len(registry.KERNEL_SHAPES[name]) == len(shape)
