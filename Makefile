@@ -18,13 +18,27 @@ test: setup
 
 setup: system tool envs
 
-# System packages: Graphviz (dot) draws the call graphs; Chromium checks the reports.
+# System packages, each installed only when its command is missing (command:package):
+# Graphviz (dot) draws the call graphs; Chromium and its driver check the reports.
+SYSTEM_PACKAGES := dot:graphviz chromium:chromium chromedriver:chromium-driver
+LOGS = $${DLTRACE_HOME:-$$HOME/.cache/dltrace}/logs
+
+# One package at a time, so that a failure names the package, with apt's own reason
+# (its E: lines) and the full log.
 system:
-	@if ! command -v dot >/dev/null || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
-		echo "installing graphviz, chromium, chromium-driver"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq graphviz chromium chromium-driver >/dev/null; \
-	fi
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	[ -n "$$missing" ] || exit 0; \
+	logs="$(LOGS)"; mkdir -p "$$logs"; \
+	SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	echo "installing system packages:$$missing"; \
+	$$SUDO apt-get update -qq >"$$logs/apt-update.log" 2>&1 || echo "warning: apt-get update failed (see $$logs/apt-update.log)" >&2; \
+	for pkg in $$missing; do \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq "$$pkg" >"$$logs/apt-$$pkg.log" 2>&1 || { \
+			why=$$(grep -E '^(E|Err):' "$$logs/apt-$$pkg.log" | head -3 | tr '\n' ' '); \
+			echo "dltrace: error: system package $$pkg could not be installed: $${why:-apt-get exited with an error} (full log: $$logs/apt-$$pkg.log)" >&2; \
+			exit 1; }; \
+	done
 
 tool: $(BIN)/dltrace
 

@@ -8,17 +8,18 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tracer import envs, registry
 from tracer.errors import DltraceError
 from tracer.registry import APIS, PASSES, PRIMITIVES, RegistryError
+from tracer.render.terminal import message, safe_console
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
 from tracer.trace import TraceFormatError
 
-out = Console()
-err = Console(stderr=True)
+out = safe_console()
+err = safe_console(stderr=True)
 
 
 class Group(click.Group):
@@ -28,7 +29,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except (DltraceError, TraceFormatError, RegistryError, ValueError) as exc:
-            err.print(f"[red]dltrace: error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+            err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             err.print("dltrace: interrupted")
@@ -58,7 +59,7 @@ def list_cmd() -> None:
         table.add_column(col)
     for fw in _frameworks().values():
         st = envs.status(fw)
-        env = f"[green]ready[/] {st.version}" if st.ready else f"[yellow]{st.note}[/]"
+        env = f"[green]ready[/] {escape(st.version)}" if st.ready else f"[yellow]{escape(st.note)}[/]"
         table.add_row(fw.name, fw.version, ", ".join(fw.devices), ", ".join(["default", *fw.variants]), ", ".join(fw.apis), env)
     out.print(table)
     out.print(f"primitives: {', '.join(PRIMITIVES)}")
@@ -83,11 +84,11 @@ def env_setup(names: tuple[str, ...], force: bool) -> None:
     for name in names or tuple(fws):
         try:
             with err.status(f"setting up {name}…"):
-                st = envs.setup(fws[name], force=force, log=lambda s: err.print(f"  {s}", style="dim", highlight=False))
-            out.print(f"[green]✓[/] {name} {st.version} ready")
+                st = envs.setup(fws[name], force=force, log=lambda s: err.print(f"  {s}", style="dim", highlight=False, markup=False))
+            out.print(message("✓", "green", f"{name} {st.version} ready"), highlight=False)
         except DltraceError as exc:
             failed.append(name)
-            err.print(f"[red]✗[/] {exc}", highlight=False)
+            err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
     if failed:
         raise DltraceError(f"environment set-up failed for: {', '.join(failed)}")
 
@@ -100,11 +101,11 @@ def env_list() -> None:
         table.add_column(col)
     for fw in _frameworks().values():
         st = envs.status(fw, sizes=True)
-        state = "[green]ready[/]" if st.ready else f"[yellow]{st.note}[/]"
+        state = "[green]ready[/]" if st.ready else f"[yellow]{escape(st.note)}[/]"
         if st.ready and st.note:
-            state += f" ({st.note})"
+            state += f" ({escape(st.note)})"
         size = f"{st.size_bytes / 2**20:.0f} MiB" if st.size_bytes else ""
-        table.add_row(fw.name, state, st.version, size, str(st.python or ""))
+        table.add_row(fw.name, state, escape(st.version), size, escape(str(st.python or "")))
     out.print(table)
 
 
@@ -209,10 +210,6 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
         print_diff(result, out, (trace_a, trace_b))
 
 
-if __name__ == "__main__":
-    main()
-
-
 # --------------------------------------------------------------------------- survey / report
 def _split_csv(values: tuple[str, ...]) -> list[str]:
     return [v for item in values for v in item.split(",") if v]
@@ -254,7 +251,8 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
     chosen = [fws[n] for n in (names or fws)]
     ready, missing = sv.ready_frameworks(chosen)
     for fw in missing:
-        err.print(f"[yellow]![/] {fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap", highlight=False)
+        err.print(message("!", "yellow", f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
+                  highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native)
     t0 = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
@@ -285,7 +283,7 @@ def _render(folders: list[Path], output: Path) -> None:
 
     traces, gaps, problems = sv.collect(folders)
     for p in problems:
-        err.print(f"[yellow]![/] skipped {p}", highlight=False)
+        err.print(message("!", "yellow", f"skipped {p}"), highlight=False, soft_wrap=True)
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
     index = write_report(traces, gaps, output)
@@ -340,8 +338,12 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
     check(_frameworks(), framework)
     traces, gaps, problems = sv.collect(folders)
     for p in problems:
-        err.print(f"[yellow]![/] skipped {p}", highlight=False)
+        err.print(message("!", "yellow", f"skipped {p}"), highlight=False, soft_wrap=True)
     mine = [t for t in traces if t.meta.get("framework") == framework]
     if not mine:
         raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
     print_audit(framework_report(framework, mine, gaps), out)
+
+
+if __name__ == "__main__":  # last: every command above is registered by now
+    main()

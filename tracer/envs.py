@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,13 @@ def _import_version(fw: Framework, python: Path) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+def log_dir() -> Path:
+    """Where the full output of each set-up step is kept: a failed step's message
+    names its file, because pip's own last line ("See above for details") does not
+    say what went wrong."""
+    return home() / "logs"
+
+
 def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambda s: None) -> EnvStatus:
     """Create (or reuse) fw's venv, install its steps in order, check the import."""
     st = status(fw)
@@ -122,13 +130,16 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
     if d.exists():
         shutil.rmtree(d)
     d.parent.mkdir(parents=True, exist_ok=True)
+    log_dir().mkdir(parents=True, exist_ok=True)
     log(f"{fw.name}: creating {d}")
-    _check(subprocess.run([sys.executable, "-m", "venv", str(d)], capture_output=True, text=True), fw, "venv")
+    run_logged(f"{fw.name}: venv", [sys.executable, "-m", "venv", str(d)], log_dir() / f"{fw.name}-venv.log")
     python = d / "bin" / "python"
-    for step in fw.install:
-        log(f"{fw.name}: pip install {' '.join(step.options + step.requirements)}")
-        cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *step.options, *step.requirements]
-        _check(subprocess.run(cmd, capture_output=True, text=True), fw, "pip install")
+    for i, step in enumerate(fw.install, start=1):
+        args = [*step.options, *step.requirements]
+        log(f"{fw.name}: pip install {' '.join(args)}")
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args]
+        run_logged(f"{fw.name}: install step {i} of {len(fw.install)} (pip install {' '.join(args)})", cmd,
+                   log_dir() / f"{fw.name}-step{i}.log")
     version = _import_version(fw, python)
     if version.split("+")[0] != fw.version:
         raise DltraceError(f"{fw.name}: installed version {version}, frameworks.yaml declares {fw.version}")
@@ -137,10 +148,40 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
     return status(fw)
 
 
-def _check(proc: subprocess.CompletedProcess, fw: Framework, what: str) -> None:
-    if proc.returncode != 0:
-        lines = [l for l in (proc.stderr or proc.stdout).splitlines() if l.strip() and not l.startswith("WARNING: Location")]
-        raise DltraceError(f"{fw.name}: {what} failed: {(lines or ['(no output)'])[-1]}")
+def run_logged(what: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    """Run one set-up command with its whole output in ``log_path``; a failure is one
+    line: what was being done, the lines of the output that say what went wrong, and
+    where the full log is."""
+    with open(log_path, "w") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        try:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+        except OSError as exc:
+            raise DltraceError(f"{what} could not start: {exc.strerror or exc}") from None
+    if rc != 0:
+        why = " | ".join(error_lines(log_path.read_text(errors="replace"))) or f"exit status {rc}"
+        raise DltraceError(f"{what} failed: {why} (full log: {log_path})")
+
+
+#: pip's own framing around a build failure: true, but nothing a user can act on.
+_GENERIC = re.compile(r"subprocess-exited-with-error|See above for|^hint:|^note: |failed-wheel-build|"
+                      r"Failed to build installable wheels|^exit code: \d+|legacy-install-failure|"
+                      r"metadata-generation-failed|^ERROR: Could not build wheels|^ERROR: Failed building wheel|"
+                      r"^error: subprocess|Running setup\.py", re.I)
+_ERROR = re.compile(r"^(?:error|ERROR|fatal error|E)\b:|\b(?:No matching distribution|Could not find a version|"
+                    r"ResolutionImpossible|No space left|invalid command)\b|^\w+(?:Error|Exception): ")
+
+
+def error_lines(output: str, most: int = 3) -> list[str]:
+    """The few lines of a failed pip (or apt) run that say what went wrong
+    (``error: invalid command 'bdist_wheel'``), without pip's generic framing; the
+    last lines of the output if none looks like an error."""
+    lines = [l.strip().lstrip("│║╰╭─ ").strip() for l in output.splitlines()]
+    lines = [l for l in lines if l and not l.startswith(("WARNING: Location", "$ "))]
+    found = [l for l in lines if _ERROR.search(l) and not _GENERIC.search(l)]
+    keep = list(dict.fromkeys(found))[:most] or [l for l in lines if not _GENERIC.search(l)][-most:]
+    return [l if len(l) <= 300 else l[:299] + "…" for l in keep]
 
 
 def use(fw: Framework, python: str | None) -> EnvStatus:

@@ -1,0 +1,76 @@
+"""Text that reaches a terminal. Frame names, file names and a probe's stderr come
+from traces recorded elsewhere and from other people's code: an ESC sequence in one
+could retitle the window, clear the screen or hide output, a lone surrogate would
+stop the output half way, and a 100,000-character symbol floods the console.
+
+Every Console the CLI prints through is made safe here, once, by a render hook
+(rich's public extension point), so no renderer has to remember it: control
+characters in printed text are shown as escapes (``\\x1b``) while rich's own
+styling still reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
+from rich.text import Text
+
+#: C0 controls but newline and tab, DEL, C1 controls, bidirectional overrides and
+#: isolates (they reorder what is shown), and lone surrogates (not encodable).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+#: The most characters of one name a terminal line shows.
+NAME_WIDTH = 400
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(text: str) -> str:
+    """``text`` with every character that would act on the terminal shown as an escape."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def clip(text: str, width: int = NAME_WIDTH) -> str:
+    """A name cut to ``width`` characters, saying how much was left out."""
+    if len(text) <= width:
+        return text
+    return f"{text[: width - 20]}… (+{len(text) - width + 20} chars)"
+
+
+class _Safe:
+    """A renderable whose text segments are made safe; control segments (cursor
+    moves of a progress bar, rich's own) pass through."""
+
+    def __init__(self, inner: RenderableType):
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for seg in console.render(self.inner, options):
+            if seg.control or not _UNSAFE.search(seg.text):
+                yield seg
+            else:
+                yield Segment(safe(seg.text), seg.style)
+
+
+class _SafeHook:
+    """rich's RenderHook protocol: every printed renderable is wrapped in :class:`_Safe`."""
+
+    def process_renderables(self, renderables: list[RenderableType]) -> list[RenderableType]:
+        return [_Safe(r) for r in renderables]
+
+
+def safe_console(**kwargs) -> Console:
+    """A rich Console whose output cannot carry control sequences from the data it prints."""
+    console = Console(**kwargs)
+    console.push_render_hook(_SafeHook())
+    return console
+
+
+def message(prefix: str, style: str, text: str) -> Text:
+    """``prefix`` in ``style`` then ``text`` as it is: no rich markup is read in ``text``
+    (an error that quotes ``[/x]`` from the user's input must not be parsed)."""
+    return Text.assemble((prefix, style), " ", clip(text, 4 * NAME_WIDTH))
+
