@@ -248,15 +248,22 @@ def test_export_speedscope(native_traces, tmp_path):
     names = [p["name"] for p in doc["profiles"]]
     assert len(names) == 6 and any("[native]" in n for n in names) and any("[op]" in n for n in names)
     for p in doc["profiles"]:
-        assert p["type"] == "sampled" and p["unit"] in ("none", "nanoseconds")
-        assert len(p["samples"]) == len(p["weights"]) > 0
-        assert p["startValue"] == 0 and p["endValue"] == sum(p["weights"])
-        assert all(w > 0 for w in p["weights"])
-        assert all(0 <= i < len(frames) for s in p["samples"] for i in s)
+        # evented: two events per frame, properly nested, in time order
+        assert p["type"] == "evented" and p["unit"] in ("none", "nanoseconds")
+        events, open_ = p["events"], []
+        assert events and p["startValue"] == 0 and events[-1]["at"] == p["endValue"] > 0
+        for prev, e in zip([None, *events], events):
+            assert prev is None or prev["at"] <= e["at"]
+            assert 0 <= e["frame"] < len(frames)
+            if e["type"] == "O":
+                open_.append(e["frame"])
+            else:
+                assert e["type"] == "C" and open_.pop() == e["frame"]
+        assert not open_
     native = next(p for p in doc["profiles"] if p["name"].startswith("conv2d.forward [native]"))
     t = native_traces[("torch", "default")].load()
     assert native["endValue"] == t.layer("forward", "native").count  # every sample, once
-    assert any("mkldnn_convolution" in frames[i]["name"] for s in native["samples"] for i in s)
+    assert any("mkldnn_convolution" in frames[e["frame"]]["name"] for e in native["events"])
 
 
 def test_export_collapsed(native_traces):

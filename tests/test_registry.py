@@ -45,6 +45,17 @@ frameworks:
         (lambda s: s + "    variants: {fast: {description: x}}\n", "entry 'fw': field 'variants.fast' needs 'env' or 'set'"),
         (lambda s: s.replace("source_roots: [json]", "source_roots: []"), "entry 'fw': field 'source_roots'"),
         (lambda s: "frameworks: [", "not valid YAML"),
+        # wrong types are named, never coerced (a string is not split into characters)
+        (lambda s: s.replace("install: [{requirements: [x]}]", "install: [{requirements: [x], options: 5}]"),
+         "entry 'fw': field 'install[0].options' must be a list of strings, not int"),
+        (lambda s: s.replace("install: [{requirements: [x]}]", "install: [{requirements: torch}]"),
+         "entry 'fw': field 'install[0].requirements' must be a non-empty list"),
+        (lambda s: s.replace("source_roots: [json]", "source_roots: json"), "entry 'fw': field 'source_roots' must be a list"),
+        (lambda s: s.replace("apis: [functional]", "apis: [[functional]]"), "field 'apis' must be a list of strings"),
+        (lambda s: s.replace("import: json", "import: \"os; os.system('x')\""), "field 'import' must be a dotted module name"),
+        (lambda s: s.replace("  fw:", "  '[red]fw':"), "framework name '[red]fw' must be a short name"),
+        (lambda s: s + "    native: {rate: fast}\n", "field 'native' needs a numeric rate and seconds"),
+        (lambda s: s + "    env: [A]\n", "field 'env' must be a dict, not list"),
     ],
 )
 def test_malformed_entries(tmp_path, edit, message):
@@ -55,6 +66,13 @@ def test_malformed_entries(tmp_path, edit, message):
     with pytest.raises(RegistryError) as exc:
         registry.load(p)
     assert message in str(exc.value)
+
+
+def test_messages_name_the_file_given(tmp_path):
+    p = tmp_path / "my-registry.yml"
+    p.write_text(GOOD.replace("    import: json\n", ""))
+    with pytest.raises(RegistryError, match=r"^my-registry.yml: entry 'fw': missing field 'import'$"):
+        registry.load(p)
 
 
 def test_parse_shape():

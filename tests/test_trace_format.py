@@ -9,11 +9,13 @@ from tracer.collect.pytrace import PythonTracer
 from tracer.trace import VERSION, Frame, Node, Run, Trace, TraceFormatError, load, save
 from tests import samplefw
 
+META = {"framework": "samplefw", "primitive": "conv2d", "api": "functional", "device": "cpu"}
+
 
 def _trace():
     tracer = PythonTracer(["tests.samplefw"])
     tree, _ = tracer.record(lambda: samplefw.forward(1), "conv2d.forward")
-    return Trace({"framework": "samplefw", "primitive": "conv2d"}, [Run("forward", "warm", {"python": tree}, {"x": 1})], tracer.sources)
+    return Trace(dict(META), [Run("forward", "warm", {"python": tree}, {"x": 1})], tracer.sources)
 
 
 @pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
@@ -38,7 +40,7 @@ def test_deep_tree_round_trip(tmp_path):
         nxt = Node(Frame("python", "m", f"f{i % 7}"), count=1)
         node.children.append(nxt)
         node = nxt
-    save(Trace({}, [Run("forward", "warm", {"python": root})]), tmp_path / "deep.json")
+    save(Trace(META, [Run("forward", "warm", {"python": root})]), tmp_path / "deep.json")
     assert load(tmp_path / "deep.json").layer("forward").size() == 5001
 
 
@@ -66,3 +68,73 @@ def test_bad_files_fail_in_one_line(tmp_path, content, message):
 def test_missing_file(tmp_path):
     with pytest.raises(TraceFormatError, match="cannot read"):
         load(tmp_path / "nope.json")
+
+
+def _doc(**edit):
+    """A valid trace document (one frame, one tree) with ``edit`` applied to it."""
+    doc = {"format": "dltrace-trace", "version": 1, "meta": dict(META),
+           "frames": [["root", "", "conv2d.forward", "", 0, ""], ["python", "m", "f", "m.py", 3, ""]],
+           "runs": [{"pass": "forward", "phase": "warm", "layers": {"python": [[0, 1, 5, [], [], -1], [1, 1, 4, [2], [3], 0]]},
+                     "stats": {"untraced_s": 0.001}}],
+           "sources": [["m.py", 3, ["def f():", "    pass"]]]}
+    for key, value in edit.items():
+        if key == "node":
+            doc["runs"][0]["layers"]["python"][1] = value
+        elif key.startswith("meta_"):
+            doc["meta"][key[5:]] = value
+        else:
+            doc[key] = value
+    return doc
+
+
+def test_the_valid_document_loads(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_doc()))
+    assert load(p).layer("forward").children[0].frame.name == "f"
+
+
+# A corrupt deflate stream (zlib.error: invalid stored block lengths), not a short one.
+_BAD_DEFLATE = gzip.compress(json.dumps(_doc()).encode())[:10] + bytes([0x00, 0x05, 0x00, 0x00, 0x00]) + b"x" * 40
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (_BAD_DEFLATE, "corrupt or truncated"),
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+        (json.dumps(_doc(meta_framework=None)).encode(), "meta.framework is missing"),
+        (json.dumps(_doc(meta_framework=["torch"])).encode(), "meta.framework must be a non-empty string, not list"),
+        (json.dumps(_doc(meta_device={"a": 1})).encode(), "meta.device must be a non-empty string"),
+        (json.dumps(_doc(meta_shape="2x3")).encode(), "meta.shape must be list"),
+        (json.dumps(_doc(meta_machine=["x86_64"])).encode(), "meta.machine must be dict"),
+        (json.dumps(_doc(node=[1, "many", 4, [], [], 0])).encode(), "count and time must be non-negative integers"),
+        (json.dumps(_doc(node=[1, 1, None, [], [], 0])).encode(), "count and time must be non-negative integers"),
+        (json.dumps(_doc(node=[-1, 1, 4, [], [], 0])).encode(), "names frame -1, not one of the 2 frames"),
+        (json.dumps(_doc(node=[1, 1, 4, ["x"], [], 0])).encode(), "line lists must be lists of integers"),
+        (json.dumps(_doc(node=[1, 1, 4, [], [], 5])).encode(), "parent 5 is not an earlier node"),
+        (json.dumps(_doc(frames=[["root", "", "r", "", 0, ""], ["python", ["m"], "f", "m.py", 3, ""]])).encode(),
+         "module, name, file and lib must be strings"),
+        (json.dumps(_doc(frames=[["root", "", "r", "", 0, ""], ["alien", "m", "f", "m.py", 3, ""]])).encode(),
+         "unknown kind 'alien'"),
+        (json.dumps(_doc(runs=[{"pass": "sideways", "phase": "warm", "layers": {}}])).encode(), "pass and phase"),
+        (json.dumps(_doc(runs=[{"pass": "forward", "phase": "warm", "layers": {}, "stats": {"untraced_s": "fast"}}])).encode(),
+         "stats.untraced_s must be a number, not str"),
+        (json.dumps(_doc(sources=[["m.py", 3, "def f(): pass"]])).encode(), "a source entry must be"),
+    ],
+)
+def test_hostile_documents_fail_in_one_line(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(TraceFormatError) as exc:
+        load(p)
+    assert message in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_lone_surrogates_become_replacement_characters(tmp_path):
+    doc = json.dumps(_doc(frames=[["root", "", "r", "", 0, ""], ["python", "m", "f\udc80x", "m.py", 3, ""]],
+                          meta_framework_version="1.\ud800"))
+    p = tmp_path / "t.json"
+    p.write_text(doc)  # json.dumps escapes them as \udc80: valid JSON, not valid text
+    t = load(p)
+    assert t.layer("forward").children[0].frame.name == "f\ufffdx" and t.meta["framework_version"] == "1.\ufffd"
+    "".join([t.layer("forward").children[0].frame.name]).encode("utf-8")  # encodable now

@@ -3,7 +3,9 @@ and hands the result to a renderer. User errors are one line, never a traceback.
 
 from __future__ import annotations
 
+import math
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -13,9 +15,10 @@ from rich.table import Table
 
 from tracer import envs, registry
 from tracer.errors import DltraceError
+from tracer.files import describe, ensure_dir, ensure_file_parent, replacing
 from tracer.registry import APIS, PASSES, PRIMITIVES, RegistryError
-from tracer.render.terminal import message, safe_console
-from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
+from tracer.render.terminal import TerminalSafe, message, safe_console
+from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one, stop_all
 from tracer.trace import TraceFormatError
 
 out = safe_console()
@@ -26,14 +29,39 @@ class Group(click.Group):
     """Turns the tool's own errors into `dltrace: error: ...` and exit status 1."""
 
     def invoke(self, ctx: click.Context):
+        signal.signal(signal.SIGTERM, _interrupt)  # `kill dltrace`: stop its probes, as Ctrl-C does
         try:
             return super().invoke(ctx)
         except (DltraceError, TraceFormatError, RegistryError, ValueError) as exc:
             err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
             ctx.exit(1)
+        except OSError as exc:  # a full disk, a folder that vanished: said in one line
+            err.print(message("dltrace: error:", "red", describe(exc, "")), highlight=False, soft_wrap=True)
+            ctx.exit(1)
         except KeyboardInterrupt:
-            err.print("dltrace: interrupted")
+            stop_all()
+            err.print("dltrace: interrupted", markup=False)
             ctx.exit(130)
+
+
+def _interrupt(signum: int, frame) -> None:
+    raise KeyboardInterrupt
+
+
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds: 0 or a negative timeout would stop every
+    probe at once, and nan would compare false with everything, i.e. never time out."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return seconds
 
 
 def _frameworks() -> dict[str, registry.Framework]:
@@ -144,9 +172,9 @@ def _layer_list(text: str) -> list[str]:
 @click.option("--shape", default=None, help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
 @click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True, help="Which call to print.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the trace (JSON; .gz compresses).")
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
-@click.option("--max-depth", type=int, default=40, show_default=True)
-@click.option("--max-nodes", type=int, default=400, show_default=True)
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
+@click.option("--max-depth", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("--max-nodes", type=click.IntRange(min=1), default=400, show_default=True)
 @click.option("--layers", default=",".join(registry.LAYERS), show_default=True,
               help="Layers to record and print, comma-separated: python (always recorded), op (the framework's "
                    "own op records), native (py-spy native stacks, warm runs; takes a few seconds).")
@@ -157,13 +185,17 @@ def probe(framework, primitive, device, variant, pass_, api, shape, phase, outpu
     chosen = tuple(l for l in registry.LAYERS if l in _layer_list(layers))
     spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,),
                     layers=("python", *(l for l in chosen if l != "python")))
+    if output:
+        ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
-        trace = probe_one(fw, spec, device, variant, timeout, output, _command_line())
+        trace = probe_one(fw, spec, device, variant, timeout, command=_command_line())
     from tracer.render.console import print_trace
+    from tracer.trace import save
 
     print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes)
     if output:
-        err.print(f"trace written to {output}", style="dim", highlight=False)
+        save(trace, output)
+        err.print(f"trace written to {output}", style="dim", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- diff
@@ -220,7 +252,7 @@ def _split_csv(values: tuple[str, ...]) -> list[str]:
 @click.option("--primitives", multiple=True, help="Comma-separated primitives (default: all).")
 @click.option("--devices", multiple=True, default=("cpu",), show_default=True, help="Comma-separated devices.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"), show_default=True)
-@click.option("--jobs", type=int, default=2, show_default=True, help="Probe subprocesses at a time.")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Probe subprocesses at a time.")
 @click.option("--with-traces", "with_traces", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Add traces recorded elsewhere (a GPU or ARM machine); repeatable.")
 @click.option("--fresh", is_flag=True, help="Probe again even where a trace exists.")
@@ -228,7 +260,7 @@ def _split_csv(values: tuple[str, ...]) -> list[str]:
 @click.option("--native/--no-native", default=True, show_default=True,
               help="Sample native stacks (py-spy) of each framework's functional cases: the libraries and "
                    "ISA-specific code each primitive reaches (seconds per case).")
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
 def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, timeout) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
@@ -249,6 +281,7 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
         if d not in registry.DEVICES:
             raise DltraceError(f"unknown device '{d}' (choose from: {', '.join(registry.DEVICES)})")
     chosen = [fws[n] for n in (names or fws)]
+    ensure_dir(output / "traces")  # before probing: results must have somewhere to go
     ready, missing = sv.ready_frameworks(chosen)
     for fw in missing:
         err.print(message("!", "yellow", f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
@@ -274,6 +307,7 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
 def report(traces, output) -> None:
     """Render the HTML report from TRACES folders alone (no framework needed)."""
+    ensure_dir(output)
     _render(list(traces), output)
 
 
@@ -287,7 +321,7 @@ def _render(folders: list[Path], output: Path) -> None:
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
     index = write_report(traces, gaps, output)
-    out.print(f"report: {index}")
+    out.print(f"report: {index}", markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------- export
@@ -313,15 +347,17 @@ def export(trace_file, fmt, output, layers, pass_, phase) -> None:
         raise DltraceError(f"{trace_file}: no {'/'.join(wanted)} layer in the {phase} runs asked for "
                            f"(it has: {'; '.join(have) or 'no runs'})")
     if fmt == "speedscope":
-        from tracer.render.speedscope import render
+        from tracer.render.speedscope import write
     else:
-        from tracer.render.collapsed import render
-    text = render(trace, trees)
+        from tracer.render.collapsed import write
     if output:
-        output.write_text(text)
-        err.print(f"{fmt} written to {output} ({len(trees)} trees)", style="dim", highlight=False)
+        ensure_file_parent(output)
+        with replacing(output, "w") as fh:
+            write(trace, trees, fh)
+        err.print(f"{fmt} written to {output} ({len(trees)} trees)", style="dim", highlight=False, markup=False)
     else:
-        click.echo(text, nl=False)
+        stream = click.get_text_stream("stdout")
+        write(trace, trees, TerminalSafe(stream) if stream.isatty() else stream)
 
 
 @main.command()

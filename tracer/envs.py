@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from tracer.errors import DltraceError, EnvNotReady
+from tracer.files import write_text
 from tracer.registry import Framework
 
 MARKER = "dltrace-env.json"
@@ -39,10 +40,23 @@ def _external_file() -> Path:
 
 
 def _externals() -> dict[str, str]:
+    """framework -> interpreter recorded by `env use`; a damaged file is an error that
+    says how to mend it, not a silent loss of the user's choices."""
+    path = _external_file()
     try:
-        return json.loads(_external_file().read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+    except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise DltraceError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+        raise DltraceError(f"{path} is damaged (it must map framework names to interpreter paths); "
+                           f"delete it and run `dltrace env use` again")
+    return doc
 
 
 def spec_hash(fw: Framework) -> str:
@@ -80,7 +94,9 @@ def status(fw: Framework, sizes: bool = False) -> EnvStatus:
     python = d / "bin" / "python"
     try:
         marker = json.loads((d / MARKER).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
+        marker = None
+    if not isinstance(marker, dict):
         return EnvStatus(fw.name, False, None, note="not set up")
     if marker.get("spec") != spec_hash(fw):
         return EnvStatus(fw.name, False, python, marker.get("version", ""), note="stale: frameworks.yaml changed")
@@ -107,11 +123,18 @@ def python_for(fw: Framework) -> Path:
 def _import_version(fw: Framework, python: Path) -> str:
     env = {**os.environ, **fw.env}
     code = f"import {fw.import_name} as m; print(getattr(m, '__version__', 'unknown'))"
-    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    if proc.returncode != 0:
+    try:
+        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                              stdin=subprocess.DEVNULL, errors="replace")
+    except subprocess.TimeoutExpired:
+        raise DltraceError(f"{fw.name}: '{python}' did not import {fw.import_name} within 300 s") from None
+    except OSError as exc:
+        raise DltraceError(f"{fw.name}: cannot run '{python}': {exc.strerror or exc}") from None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise DltraceError(f"{fw.name}: '{python}' cannot import {fw.import_name}: {tail}")
-    return proc.stdout.strip().splitlines()[-1]
+    return lines[-1]
 
 
 def log_dir() -> Path:
@@ -144,7 +167,7 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
     if version.split("+")[0] != fw.version:
         raise DltraceError(f"{fw.name}: installed version {version}, frameworks.yaml declares {fw.version}")
     marker = {"spec": spec_hash(fw), "version": version, "python": sys.version.split()[0], "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    (d / MARKER).write_text(json.dumps(marker, indent=1))
+    write_text(d / MARKER, json.dumps(marker, indent=1))
     return status(fw)
 
 
@@ -193,8 +216,10 @@ def use(fw: Framework, python: str | None) -> EnvStatus:
         path = Path(python).expanduser()
         if not path.exists():
             raise DltraceError(f"{fw.name}: no interpreter at {path}")
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise DltraceError(f"{fw.name}: {path} is not an executable Python interpreter")
         _import_version(fw, path)
         ext[fw.name] = str(path.absolute())
     home().mkdir(parents=True, exist_ok=True)
-    _external_file().write_text(json.dumps(ext, indent=1))
+    write_text(_external_file(), json.dumps(ext, indent=1))
     return status(fw)

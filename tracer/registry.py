@@ -4,6 +4,7 @@ validated, so that a malformed entry is reported by entry and field."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,90 +103,124 @@ class Framework:
     native: NativeSpec = field(default_factory=NativeSpec)
 
 
-def _need(entry: str, data: dict, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-    if key not in data:
-        if default is ...:
-            raise RegistryError(f"frameworks.yaml: entry '{entry}': missing field '{key}'")
-        return default
-    value = data[key]
-    if not isinstance(value, kind):
-        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise RegistryError(
-            f"frameworks.yaml: entry '{entry}': field '{key}' must be a {want}, not {type(value).__name__}"
-        )
-    return value
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 
-def _str_map(entry: str, where: str, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise RegistryError(f"frameworks.yaml: entry '{entry}': field '{where}' must map names to values")
-    return {k: str(v) for k, v in value.items()}
+class _Entry:
+    """One framework's mapping, read field by field; every problem names the file,
+    the entry and the field."""
+
+    def __init__(self, source: str, name: str, data: Any):
+        self.source, self.name = source, name
+        if not isinstance(data, dict):
+            raise self.error("", "must be a mapping")
+        self.data = data
+
+    def error(self, key: str, problem: str) -> RegistryError:
+        where = f"field '{key}' " if key else ""
+        return RegistryError(f"{self.source}: entry '{self.name}': {where}{problem}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if default is ...:
+                raise self.error("", f"missing field '{key}'")
+            return default
+        value = self.data[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.error(key, f"must be a {want}, not {type(value).__name__}")
+        return value
+
+    def strings(self, key: str, value: Any) -> tuple[str, ...]:
+        """A list of strings (a single string is not split into its characters)."""
+        if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                                  for v in value):
+            raise self.error(key, f"must be a list of strings, not {type(value).__name__}")
+        return tuple(map(str, value))
+
+    def str_map(self, key: str, value: Any) -> dict[str, str]:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value) \
+                or not all(isinstance(v, (str, int, float, bool)) for v in value.values()):
+            raise self.error(key, "must map names to values")
+        return {k: str(v) for k, v in value.items()}
+
+    def dotted(self, key: str) -> str:
+        value = self.get(key, str)
+        if not _DOTTED.match(value):
+            raise self.error(key, f"must be a dotted module name, not {value[:60]!r}")
+        return value
 
 
-def _framework(name: str, data: Any) -> Framework:
-    if not isinstance(data, dict):
-        raise RegistryError(f"frameworks.yaml: entry '{name}' must be a mapping")
+def _framework(source: str, name: str, data: Any) -> Framework:
+    if not _NAME.match(name):
+        raise RegistryError(f"{source}: framework name {name[:60]!r} must be a short name of letters, digits, - and _")
+    e = _Entry(source, name, data)
     steps = []
-    for i, step in enumerate(_need(name, data, "install", list)):
+    for i, step in enumerate(e.get("install", list)):
         where = f"install[{i}]"
         if not isinstance(step, dict) or not isinstance(step.get("requirements"), list) or not step["requirements"]:
-            raise RegistryError(f"frameworks.yaml: entry '{name}': field '{where}.requirements' must be a non-empty list")
-        steps.append(InstallStep(tuple(map(str, step["requirements"])), tuple(map(str, step.get("options", [])))))
-    devices = _str_map(name, "devices", _need(name, data, "devices", dict))
+            raise e.error(f"{where}.requirements", "must be a non-empty list")
+        steps.append(InstallStep(e.strings(f"{where}.requirements", step["requirements"]),
+                                 e.strings(f"{where}.options", step.get("options") or [])))
+    devices = e.str_map("devices", e.get("devices", dict))
     for dev in devices:
         if dev not in DEVICES:
-            raise RegistryError(f"frameworks.yaml: entry '{name}': field 'devices' has unknown device '{dev}' (known: {', '.join(DEVICES)})")
+            raise e.error("devices", f"has unknown device '{dev}' (known: {', '.join(DEVICES)})")
     if "cpu" not in devices:
-        raise RegistryError(f"frameworks.yaml: entry '{name}': field 'devices' must include cpu")
+        raise e.error("devices", "must include cpu")
     variants = {}
-    for vname, v in (_need(name, data, "variants", dict, {}) or {}).items():
+    for vname, v in e.get("variants", dict, {}).items():
         if not isinstance(v, dict) or not (v.get("env") or v.get("set")):
-            raise RegistryError(f"frameworks.yaml: entry '{name}': field 'variants.{vname}' needs 'env' or 'set'")
+            raise e.error(f"variants.{vname}", "needs 'env' or 'set'")
         sets = v.get("set") or {}
-        if not isinstance(sets, dict):
-            raise RegistryError(f"frameworks.yaml: entry '{name}': field 'variants.{vname}.set' must be a mapping")
-        variants[vname] = Variant(vname, str(v.get("description", "")), _str_map(name, f"variants.{vname}.env", v.get("env") or {}), dict(sets))
-    apis = tuple(_need(name, data, "apis", list))
+        if not isinstance(sets, dict) or not all(isinstance(k, str) and _DOTTED.match(k) for k in sets):
+            raise e.error(f"variants.{vname}.set", "must map dotted attribute names to values")
+        variants[str(vname)] = Variant(str(vname), str(v.get("description", "")),
+                                       e.str_map(f"variants.{vname}.env", v.get("env") or {}), dict(sets))
+    apis = e.strings("apis", e.get("apis", list))
     for api in apis:
         if api not in APIS:
-            raise RegistryError(f"frameworks.yaml: entry '{name}': field 'apis' has unknown API '{api}' (known: {', '.join(APIS)})")
-    nat = _need(name, data, "native", dict, {}) or {}
+            raise e.error("apis", f"has unknown API '{api}' (known: {', '.join(APIS)})")
+    nat = e.get("native", dict, {})
+    defaults = NativeSpec()
     try:
-        native = NativeSpec(int(nat.get("rate", 100)), float(nat.get("seconds", 1.0)), bool(nat.get("idle", False)),
-                            _str_map(name, "native.env", nat.get("env") or {}), bool(nat.get("prime", True)))
+        rate, seconds = int(nat.get("rate", defaults.rate)), float(nat.get("seconds", defaults.seconds))
     except (TypeError, ValueError):
-        raise RegistryError(f"frameworks.yaml: entry '{name}': field 'native' needs a numeric rate and seconds") from None
-    if native.rate <= 0 or native.seconds <= 0:
-        raise RegistryError(f"frameworks.yaml: entry '{name}': field 'native' needs a positive rate and seconds")
-    roots = _need(name, data, "source_roots", list)
+        raise e.error("native", "needs a numeric rate and seconds") from None
+    if not (rate > 0 and 0 < seconds < 3600):
+        raise e.error("native", "needs a positive rate and seconds")
+    native = NativeSpec(rate, seconds, bool(nat.get("idle", defaults.idle)),
+                        e.str_map("native.env", nat.get("env") or {}), bool(nat.get("prime", defaults.prime)))
+    roots = e.strings("source_roots", e.get("source_roots", list))
     if not roots:
-        raise RegistryError(f"frameworks.yaml: entry '{name}': field 'source_roots' must not be empty")
+        raise e.error("source_roots", "must not be empty")
     return Framework(
         name=name,
-        import_name=_need(name, data, "import", str),
-        version=str(_need(name, data, "version", (str, int, float))),
-        probe=_need(name, data, "probe", str),
+        import_name=e.dotted("import"),
+        version=str(e.get("version", (str, int, float))),
+        probe=e.dotted("probe"),
         install=tuple(steps),
         devices=devices,
         variants=variants,
-        source_roots=tuple(map(str, roots)),
+        source_roots=roots,
         apis=apis,
-        env=_str_map(name, "env", _need(name, data, "env", dict, {})),
+        env=e.str_map("env", e.get("env", dict, {})),
         native=native,
     )
 
 
 def load(path: Path | None = None) -> dict[str, Framework]:
-    path = path or registry_path()
+    path = Path(path or registry_path())
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise RegistryError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise RegistryError(f"{Path(path).name} is not valid YAML: {exc}".splitlines()[0]) from None
+    except (yaml.YAMLError, RecursionError, UnicodeDecodeError) as exc:
+        raise RegistryError(f"{path.name} is not valid YAML: {exc}".splitlines()[0]) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("frameworks"), dict):
-        raise RegistryError(f"{Path(path).name}: top level must be a mapping with a 'frameworks' mapping")
-    return {name: _framework(str(name), data) for name, data in doc["frameworks"].items()}
+        raise RegistryError(f"{path.name}: top level must be a mapping with a 'frameworks' mapping")
+    return {str(name): _framework(path.name, str(name), data) for name, data in doc["frameworks"].items()}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,27 @@ from tracer.registry import PASSES, PRIMITIVES, ROOT, Framework
 from tracer.trace import Trace, TraceFormatError, load, save
 
 DEFAULT_TIMEOUT = 600.0
+
+#: Probe processes running now, so that an interrupted dltrace stops them: they run
+#: in their own process group (a probe's children, py-spy among them, go with it).
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_all() -> None:
+    """Stop every running probe and start no more: dltrace is being interrupted."""
+    _stopping.set()
+    with _live_lock:
+        for proc in list(_live):
+            _kill(proc)
 
 
 @dataclass(frozen=True)
@@ -157,21 +179,38 @@ def run_probe(
                **(nat.env if wants_native else {}), **(var.env if var else {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
+        # what the framework leaves in the temp folder (MXNet's profiler output) goes with this one
+        (tmpdir / "tmp").mkdir()
+        env["TMPDIR"] = str(tmpdir / "tmp")
+        # the probe kills itself if this process dies (even by SIGKILL): see harness.die_with_parent
+        env["DLTRACE_PARENT_PID"] = str(os.getpid())
         stderr_path = tmpdir / "stderr.txt"
+        if _stopping.is_set():
+            raise ProbeFailed(f"{fw.name} probe not started: dltrace is stopping", "interrupted")
         with open(stderr_path, "wb") as err:
             proc = subprocess.Popen(
                 [str(python), "-m", "tracer.collect.harness", str(tmpdir / "request.json")],
                 stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmpdir, start_new_session=True,
             )
+            with _live_lock:
+                _live.add(proc)
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                _kill(proc)
                 proc.wait()
                 raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s; stderr: {_tail(stderr_path) or '(empty)'}", "timeout") from None
+            except BaseException:  # Ctrl-C, SIGTERM: the probe must not outlive dltrace
+                _kill(proc)
+                proc.wait()
+                raise
             finally:
+                with _live_lock:
+                    _live.discard(proc)
                 if own_perfmap:
                     Path(native.perfmap_path(proc.pid)).unlink(missing_ok=True)
+        if _stopping.is_set():
+            raise ProbeFailed(f"{fw.name} probe stopped: dltrace was interrupted", "interrupted")
         what = f"{fw.name} probe ({device}, {variant})"
         if rc == 3:
             raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "no-device")
@@ -182,17 +221,29 @@ def run_probe(
             raise ProbeFailed(f"{what} crashed with signal {name} (exit {rc}); stderr: {_tail(stderr_path) or '(empty)'}", "crashed")
         if rc != 0:
             raise ProbeFailed(f"{what} failed with exit status {rc}; stderr: {_tail(stderr_path) or '(empty)'}", "failed")
-    results = []
-    for spec, out in zip(cases, outs):
-        err = Path(f"{out}.error")
-        if err.exists():
-            info = json.loads(err.read_text())
-            results.append(CaseResult(spec, None, info.get("error", "failed"), info.get("traceback", "")))
-        elif out.exists():
-            results.append(CaseResult(spec, out))
-        else:
-            results.append(CaseResult(spec, None, "the probe wrote no trace"))
-    return results
+    return [_result(spec, out) for spec, out in zip(cases, outs)]
+
+
+def _result(spec: CaseSpec, out: Path) -> CaseResult:
+    """What the probe left for one case: its trace, read back to be sure it is one,
+    or the error it wrote instead."""
+    err = Path(f"{out}.error")
+    if err.exists():
+        try:
+            info = json.loads(err.read_text(errors="replace"))
+            error, detail = str(info["error"]), str(info.get("traceback", ""))
+        except (ValueError, KeyError, TypeError, RecursionError):
+            error, detail = "the probe failed and its error record is unreadable", ""
+        err.unlink(missing_ok=True)
+        return CaseResult(spec, None, error, detail)
+    if not out.exists():
+        return CaseResult(spec, None, "the probe wrote no trace")
+    try:
+        load(out)
+    except TraceFormatError as exc:
+        out.unlink(missing_ok=True)
+        return CaseResult(spec, None, f"the probe wrote an unreadable trace: {exc}")
+    return CaseResult(spec, out)
 
 
 def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str = "default",

@@ -21,9 +21,10 @@ from typing import Callable, Iterable, Iterator
 
 from tracer import envs
 from tracer.errors import DltraceError, ProbeFailed
+from tracer.files import write_text
 from tracer.registry import KERNEL_SHAPES, LAYERS, PRIMITIVES, Framework
-from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
-from tracer.trace import Trace, TraceFormatError, load
+from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
+from tracer.trace import Trace, TraceFormatError, load, save
 
 GAP_SUFFIX = ".gap.json"
 
@@ -91,7 +92,7 @@ def case_path(root: Path, job: Job, spec: CaseSpec) -> Path:
 
 def _write_gap(path: Path, gap: Gap) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.with_name(path.name[: -len(".json")] + GAP_SUFFIX).write_text(json.dumps(gap.__dict__))
+    write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), json.dumps(gap.__dict__))
 
 
 def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT) -> SurveyEvent:
@@ -110,8 +111,9 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
                 path.unlink()  # a broken trace is probed again
             else:
                 # reused unless it lacks a layer now asked for (native capture that
-                # failed still counts: the trace says why, probing again would not help)
-                if "native" not in spec.layers or "native" in had.meta:
+                # failed still counts: the trace says why, probing again would not
+                # help; one the probe died in is tried again)
+                if "native" not in spec.layers or ("native" in had.meta and not native_incomplete(had)):
                     continue
         todo.append(spec)
     event = SurveyEvent(job, len(job.cases) - len(todo), reused=len(job.cases) - len(todo))
@@ -127,9 +129,16 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
         try:
             results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey")
         except ProbeFailed as exc:
+            if exc.kind == "interrupted":
+                break
             if exc.kind in ("crashed", "timeout"):
                 # The harness writes each trace as soon as it has it: keep those, mark the
-                # case it died in, and go on with the rest.
+                # case it died in, and go on with the rest. Traces written before the
+                # native capture it died in keep their other layers and say why they
+                # have no native one.
+                for spec in todo:
+                    if "native" in spec.layers and _mark_native_lost(case_path(root, job, spec), str(exc)):
+                        gap(spec, f"native layer lost: {exc}", exc.kind)
                 todo = [s for s in todo if not case_path(root, job, s).exists()]
                 if todo:
                     gap(todo.pop(0), str(exc), exc.kind)
@@ -149,16 +158,45 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
     return event
 
 
+def native_incomplete(trace: Trace) -> bool:
+    """The probe process ended while this trace's native stacks were being captured."""
+    native = trace.meta.get("native")
+    return isinstance(native, dict) and bool(native.get("incomplete"))
+
+
+def _mark_native_lost(path: Path, why: str) -> bool:
+    """Record in a trace whose native capture the probe died in why it has no native
+    layer; False if the trace is not such a trace."""
+    try:
+        trace = load(path)
+    except TraceFormatError:
+        return False
+    if not native_incomplete(trace):
+        return False
+    trace.meta["native"] = {"error": f"native capture did not finish: {why}", "incomplete": True}
+    for run in trace.runs:
+        if run.phase == "warm":
+            run.stats["native_error"] = trace.meta["native"]["error"]
+    save(trace, path)
+    return True
+
+
 def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
         timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None) -> list[Gap]:
     """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps."""
     gaps: list[Gap] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
         futures = [pool.submit(run_job, job, root, fresh, timeout) for job in jobs]
         for fut in as_completed(futures):
             event = fut.result()
             gaps.extend(event.gaps)
             on_event(event)
+    except BaseException:  # Ctrl-C, SIGTERM: stop the probes now, keep what is written
+        stop_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     return gaps
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+from tracer.files import write_bytes
 
 FORMAT = "dltrace-trace"
 VERSION = 1
@@ -154,18 +158,181 @@ def to_json(trace: Trace) -> dict[str, Any]:
 
 def save(trace: Trace, path: str | os.PathLike) -> None:
     """Write compact JSON, gzip-compressed when the name ends in .gz. Written to a
-    temporary name and renamed, so a reader never sees half a trace."""
+    temporary name and renamed, so a reader never sees half a trace, and a failed
+    write (a full disk) leaves nothing behind."""
     path = os.fspath(path)
     data = json.dumps(to_json(trace), separators=(",", ":")).encode()
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    write_bytes(path, data)
 
 
 # ----------------------------------------------------------------------------- load
+
+
+#: Meta fields every trace has, and their type: the processing stages group and pair
+#: traces by them, so a trace without them is refused when it is read, not later.
+REQUIRED_META = {"framework": str, "primitive": str, "api": str, "device": str}
+#: Optional meta fields the processing stages read, and their types.
+OPTIONAL_META: dict[str, tuple[type, ...]] = {
+    "variant": (str,), "framework_version": (str,), "shape": (list,), "passes": (list,), "machine": (dict,),
+    "source_roots": (list,), "command": (str,), "created": (str,), "tool": (str,), "native": (dict,),
+    "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
+    "provenance": (dict,), "emulated": (dict, bool), "library": (dict,),
+}
+#: Run stats the processing stages read, and their types.
+NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")
+PHASES = ("cold", "warm")
+_PASSES = ("forward", "backward")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _wrong(what: str, value: Any, want: str) -> ValueError:
+    got = type(value).__name__
+    return ValueError(f"{what} must be {want}, not {got}")
+
+
+def _check_meta(meta: Any) -> None:
+    if not isinstance(meta, dict):
+        raise _wrong("meta", meta, "an object")
+    for key, kind in REQUIRED_META.items():
+        value = meta.get(key)
+        if value is None:
+            raise ValueError(f"meta.{key} is missing")
+        if not isinstance(value, kind) or not value:
+            raise _wrong(f"meta.{key}", value, "a non-empty string")
+    for key, kinds in OPTIONAL_META.items():
+        value = meta.get(key)
+        if value is not None and not isinstance(value, kinds):
+            raise _wrong(f"meta.{key}", value, " or ".join(k.__name__ for k in kinds))
+    shape = meta.get("shape") or []
+    if not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError("meta.shape must be a list of sizes")
+    machine = meta.get("machine") or {}
+    for key in ("arch", "cpu"):
+        if not isinstance(machine.get(key, ""), str):
+            raise _wrong(f"meta.machine.{key}", machine[key], "a string")
+
+
+def _check_stats(stats: Any) -> dict[str, Any]:
+    if not isinstance(stats, dict):
+        raise _wrong("a run's stats", stats, "an object")
+    for key in NUMERIC_STATS:
+        value = stats.get(key)
+        if value is not None and (type(value) not in (int, float) or value != value):
+            raise _wrong(f"stats.{key}", value, "a number")
+    if not isinstance(stats.get("layers", {}), dict) or not all(isinstance(v, dict) for v in stats.get("layers", {}).values()):
+        raise ValueError("stats.layers must map layer names to objects")
+    return dict(stats)
+
+
+def _frames(rows: Any) -> list[Frame]:
+    if not isinstance(rows, list):
+        raise _wrong("frames", rows, "a list")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != 6:
+            raise ValueError(f"frame {i} is not a [kind, module, name, file, line, lib] row")
+        kind, module, name, file, line, lib = row
+        if kind not in KINDS:
+            raise ValueError(f"frame {i} has an unknown kind {str(kind)[:40]!r}")
+        if not (module.__class__ is str and name.__class__ is str and file.__class__ is str and lib.__class__ is str):
+            raise ValueError(f"frame {i}: module, name, file and lib must be strings")
+        if line.__class__ is not int:
+            raise _wrong(f"frame {i}'s line", line, "an integer")
+        out.append(Frame(kind, module, name, file, line, lib))
+    return out
+
+
+def _lines_ok(values: Any) -> bool:
+    return values.__class__ is list and all(v.__class__ is int for v in values)
+
+
+def _decode(flat: Any, frames: list[Frame]) -> Node:
+    """A flat pre-order tree back into Nodes; every field is checked, since a wrong
+    type here would surface as a traceback in some later stage."""
+    if flat.__class__ is not list or not flat:
+        raise ValueError("empty tree")
+    nodes: list[Node] = []
+    append = nodes.append
+    n_frames = len(frames)
+    for row in flat:
+        if row.__class__ is not list or len(row) != 6:
+            raise ValueError(f"tree node {len(nodes)} is not a [frame, count, time, call_lines, lines, parent] row")
+        f, count, t, call_lines, lines, parent = row
+        if f.__class__ is not int or not 0 <= f < n_frames:
+            raise ValueError(f"tree node {len(nodes)} names frame {str(f)[:20]}, not one of the {n_frames} frames")
+        if count.__class__ is not int or t.__class__ is not int or count < 0 or t < 0:
+            raise ValueError(f"tree node {len(nodes)}: count and time must be non-negative integers")
+        if (call_lines and not _lines_ok(call_lines)) or (lines and not _lines_ok(lines)) \
+                or call_lines.__class__ is not list or lines.__class__ is not list:
+            raise ValueError(f"tree node {len(nodes)}: line lists must be lists of integers")
+        node = Node(frames[f], count, t, call_lines, lines)
+        if parent.__class__ is not int:
+            raise ValueError(f"tree node {len(nodes)}: parent must be an index")
+        if nodes:
+            if not 0 <= parent < len(nodes):
+                raise ValueError(f"tree node {len(nodes)}: parent {parent} is not an earlier node")
+            nodes[parent].children.append(node)
+        elif parent != -1:
+            raise ValueError("the first node of a tree must be its root (parent -1)")
+        append(node)
+    return nodes[0]
+
+
+def _runs(rows: Any, frames: list[Frame]) -> list[Run]:
+    if not isinstance(rows, list):
+        raise _wrong("runs", rows, "a list")
+    runs = []
+    for r in rows:
+        if not isinstance(r, dict):
+            raise _wrong("a run", r, "an object")
+        if r.get("pass") not in _PASSES or r.get("phase") not in PHASES:
+            raise ValueError(f"a run's pass and phase must be one of {'/'.join(_PASSES)} and {'/'.join(PHASES)}")
+        layers = r.get("layers")
+        if not isinstance(layers, dict):
+            raise _wrong("a run's layers", layers, "an object")
+        runs.append(Run(r["pass"], r["phase"], {str(name): _decode(t, frames) for name, t in layers.items()},
+                        _check_stats(r.get("stats", {}))))
+    return runs
+
+
+def _sources(rows: Any) -> dict[tuple[str, int], list[str]]:
+    if not isinstance(rows, list):
+        raise _wrong("sources", rows, "a list")
+    out = {}
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 3:
+            raise ValueError("a source entry is not a [file, line, lines] row")
+        f, line, src = row
+        if f.__class__ is not str or line.__class__ is not int or not isinstance(src, list) \
+                or not all(x.__class__ is str for x in src):
+            raise ValueError("a source entry must be [file, first line, list of lines]")
+        out[(f, line)] = src
+    return out
+
+
+def _without_surrogates(doc: Any) -> Any:
+    """Lone surrogates (``\\ud800`` in the JSON) are not text: no terminal or HTML
+    file can encode them. Each becomes U+FFFD, iteratively (documents can be deep)."""
+    fix = lambda v: _SURROGATE.sub("\ufffd", v) if v.__class__ is str else v  # noqa: E731
+    doc = fix(doc)
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for k in list(item):
+                v = item.pop(k)
+                item[fix(k)] = fixed = fix(v)
+                if isinstance(fixed, (dict, list)):
+                    stack.append(fixed)
+        elif isinstance(item, list):
+            for i, v in enumerate(item):
+                item[i] = fixed = fix(v)
+                if isinstance(fixed, (dict, list)):
+                    stack.append(fixed)
+    return doc
 
 
 def from_json(doc: Any, where: str = "trace") -> Trace:
@@ -174,34 +341,16 @@ def from_json(doc: Any, where: str = "trace") -> Trace:
     version = doc.get("version")
     if not isinstance(version, int) or version > VERSION or version < 1:
         raise TraceFormatError(
-            f"{where}: trace format version {version!r} is not supported (this dltrace reads 1..{VERSION})"
+            f"{where}: trace format version {str(version)[:20]!r} is not supported (this dltrace reads 1..{VERSION})"
         )
     try:
-        frames = [Frame(str(k), str(m), str(n), str(f), int(l), str(lib)) for k, m, n, f, l, lib in doc["frames"]]
-
-        def decode(flat: list) -> Node:
-            nodes: list[Node] = []
-            for f, count, t, call_lines, lines, parent in flat:
-                node = Node(frames[f], count, t, call_lines, lines)
-                if parent >= 0:
-                    nodes[parent].children.append(node)
-                elif nodes:
-                    raise ValueError("two roots in one tree")
-                nodes.append(node)
-            if not nodes:
-                raise ValueError("empty tree")
-            return nodes[0]
-
-        runs = [
-            Run(r["pass"], r["phase"], {name: decode(t) for name, t in r["layers"].items()}, dict(r.get("stats", {})))
-            for r in doc["runs"]
-        ]
-        sources = {(str(f), int(line)): list(src) for f, line, src in doc.get("sources", [])}
-        meta = doc["meta"]
-        if not isinstance(meta, dict):
-            raise TypeError("meta is not an object")
+        meta = doc.get("meta")
+        _check_meta(meta)
+        frames = _frames(doc.get("frames"))
+        runs = _runs(doc.get("runs"), frames)
+        sources = _sources(doc.get("sources", []))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise TraceFormatError(f"{where}: malformed trace ({type(exc).__name__}: {exc})") from None
+        raise TraceFormatError(f"{where}: malformed trace ({exc})"[:500]) from None
     return Trace(meta, runs, sources)
 
 
@@ -212,11 +361,15 @@ def load(path: str | os.PathLike) -> Trace:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read ({exc.strerror})") from None
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
         doc = json.loads(data)
-    except (OSError, EOFError, ValueError) as exc:
-        raise TraceFormatError(f"{path}: corrupt or truncated trace ({type(exc).__name__}: {exc})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{path}: not a trace (JSON nested too deeply to read)") from None
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        raise TraceFormatError(f"{path}: corrupt or truncated trace ({type(exc).__name__}: {exc})"[:500]) from None
+    if _ESCAPED_SURROGATE.search(data):
+        doc = _without_surrogates(doc)
     return from_json(doc, where=path)

@@ -12,9 +12,12 @@ The tool talks to it only through files and the exit status:
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import importlib
 import json
+import os
+import signal
 import shutil
 import statistics
 import sys
@@ -30,6 +33,25 @@ from tracer.trace import Frame, Node, Run, Trace, save
 
 EXIT_NO_DEVICE = 3
 EXIT_IMPORT = 4
+#: What a trace that asked for native stacks says until they are added: if the probe
+#: process dies during the capture, the trace already on disk says so.
+NATIVE_PENDING = {"error": "native capture did not finish: the probe process ended during it", "incomplete": True}
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Be killed when the dltrace process that started this probe dies, however it
+    dies (SIGKILL included): a probe runs in its own process group, so nothing else
+    would stop it, and its timeout is the parent's."""
+    parent = os.environ.get("DLTRACE_PARENT_PID")
+    if not parent:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:  # the parent died before the prctl
+        os._exit(1)
 
 
 def set_dotted(dotted: str, value: Any) -> Any:
@@ -200,6 +222,7 @@ def _native_layers(req: dict, pending: list[tuple[dict, Trace, Any]]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()
     with open(argv[0]) as fh:
         req = json.load(fh)
     try:
@@ -226,6 +249,9 @@ def main(argv: list[str]) -> int:
             _write_error(out, exc)
         print(f"done {case_req['primitive']} {case_req['api']}", file=sys.stderr, flush=True)
     if pending:
+        for case_req, trace, _ in pending:
+            trace.meta["native"] = dict(NATIVE_PENDING)
+            save(trace, case_req["out"])
         _native_layers(req, pending)
         for case_req, trace, _ in pending:
             save(trace, case_req["out"])

@@ -476,8 +476,8 @@ class Sampler:
         t0 = time.perf_counter()
         with open(self.log, "wb") as log:
             try:
-                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                                             start_new_session=True)
+                # in this process's group: a probe stopped with its group takes py-spy with it
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
             except OSError as exc:
                 raise NativeUnavailable(f"cannot run py-spy ({exc.strerror or exc})") from None
         deadline = t0 + self.startup_timeout

@@ -1,10 +1,13 @@
 """Brendan Gregg's collapsed stacks, as flamegraph.pl reads them: one line per
 stack, ``root;caller;callee WEIGHT``. Each tree's root is named after its pass and
-layer, so several trees in one file stay apart."""
+layer, so several trees in one file stay apart. Written line by line: the text of a
+deep trace is large, its memory need not be."""
 
 from __future__ import annotations
 
-from tracer.render.export import Tree, frame_name, weighted_stacks
+from typing import TextIO
+
+from tracer.render.export import Tree, frame_name, walk_events
 from tracer.trace import Trace
 
 
@@ -13,14 +16,14 @@ def _clean(name: str) -> str:
     return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
 
 
-def collapsed_lines(trees: list[Tree]) -> list[str]:
-    lines = []
+def write(trace: Trace, trees: list[Tree], out: TextIO) -> None:
     for tree in trees:
-        for path, weight in weighted_stacks(tree):
-            lines.append(";".join(_clean(frame_name(f, tree)) for f in path) + f" {weight}")
-    return lines
-
-
-def render(trace: Trace, trees: list[Tree]) -> str:
-    lines = collapsed_lines(trees)
-    return "\n".join(lines) + ("\n" if lines else "")
+        names: list[str] = []
+        for entering, node, own in walk_events(tree):
+            if not entering:
+                names.pop()
+                continue
+            names.append(_clean(frame_name(node.frame, tree)))
+            if own > 0:
+                out.write(";".join(names))
+                out.write(f" {own}\n")

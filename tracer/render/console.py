@@ -11,6 +11,7 @@ from rich.tree import Tree
 from tracer.process.compact import hide_plumbing, prune, short_symbol
 from tracer.process.summary import summarize
 from tracer.process.tags import isa_of, library_of
+from tracer.render.terminal import clip
 from tracer.trace import Node, Run, Trace
 
 #: The native tree hides branches under this share of the samples.
@@ -34,19 +35,19 @@ def node_label(node: Node, total: int = 0) -> Text:
     if f.kind in _HANDOFF:
         text.append(_HANDOFF[f.kind], style=_KIND_STYLE[f.kind])
     if total:
-        text.append(short_symbol(f.label) if f.kind == "native" else f.label, style=_KIND_STYLE.get(f.kind, ""))
+        text.append(clip(short_symbol(f.label) if f.kind == "native" else f.label), style=_KIND_STYLE.get(f.kind, ""))
         tags = [t for t in (library_of(f), isa_of(f)) if t] if f.kind in ("native", "op") else []
         extra = [f"{100 * node.count / total:.0f}%"] + ([f.lib] if f.lib and f.kind == "native" else []) + tags
         text.append("  " + "  ".join(extra), style="dim")
         return text
-    text.append(f.label, style=_KIND_STYLE.get(f.kind, ""))
+    text.append(clip(f.label), style=_KIND_STYLE.get(f.kind, ""))
     if f.kind == "op":
         tags = [t for t in (library_of(f), isa_of(f)) if t]
         if tags:
             text.append("  [" + ", ".join(tags) + "]", style="cyan dim")
     extra = []
     if f.file and f.kind in ("python", "ext"):
-        extra.append(f"{f.file}:{f.line}")
+        extra.append(f"{clip(f.file)}:{f.line}")
     if node.count > 1:
         extra.append(f"×{node.count}")
     if node.time_ns:

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from tracer.process.candidates import Candidate
 from tracer.process.diff import Branch, DiffResult, Fragment, LayerDiff, Split
+from tracer.render.terminal import clip
 
 A_STYLE, B_STYLE = "bold cyan", "bold magenta"
 A_BG, B_BG = "on #10303a", "on #3a1030"
@@ -34,12 +35,12 @@ def _path(path: list[str]) -> Text:
     for i, label in enumerate(shown):
         if i:
             text.append(" › ", style="dim")
-        text.append(label, style="bold" if i == len(shown) - 1 else "")
+        text.append(clip(label), style="bold" if i == len(shown) - 1 else "")
     return text
 
 
 def _branch(side: str, b: Branch, show_calls: bool) -> Text:
-    text = Text.assemble((f"{side} only: ", A_STYLE if side == "A" else B_STYLE), (b.label, "bold"))
+    text = Text.assemble((f"{side} only: ", A_STYLE if side == "A" else B_STYLE), (clip(b.label), "bold"))
     facts = []
     if b.share is not None:
         facts.append(f"{b.share:.1%} of samples" + (f" (other side {b.other_share:.1%})" if b.other_share else ""))
@@ -54,7 +55,7 @@ def _branch(side: str, b: Branch, show_calls: bool) -> Text:
         facts.append("called at line " + ", ".join(map(str, b.call_lines[:4])))
     text.append("  " + " · ".join(facts), style="dim")
     if b.nodes > 1 and b.hot and b.hot != [b.label]:
-        text.append("\n    reaches: " + ", ".join(b.hot), style="dim")
+        text.append("\n    reaches: " + ", ".join(map(clip, b.hot)), style="dim")
     return text
 
 
@@ -64,7 +65,7 @@ def _side_style(side: str) -> str:
 
 def fragment_view(fragment: Fragment) -> RenderableType:
     """The deciding code: highlighted source with side marks, or the names on each side."""
-    title = Text.assemble(("deciding code", "underline"), "  ", (fragment.function, "bold"))
+    title = Text.assemble(("deciding code", "underline"), "  ", (clip(fragment.function), "bold"))
     if fragment.file:
         title.append(f"  {fragment.file}:{fragment.first_line}", style="dim")
     if fragment.side != "AB":
@@ -77,7 +78,7 @@ def fragment_view(fragment: Fragment) -> RenderableType:
     else:
         for side, names in (("A", fragment.a_names), ("B", fragment.b_names)):
             if names:
-                parts.append(Text.assemble((f"  {side}: ", A_STYLE if side == "A" else B_STYLE), ", ".join(names)))
+                parts.append(Text.assemble((f"  {side}: ", A_STYLE if side == "A" else B_STYLE), ", ".join(map(clip, names))))
     if fragment.note:
         parts.append(Text(f"  ({fragment.note})", style="dim italic"))
     return Group(*parts)
@@ -114,7 +115,7 @@ def _source(fragment: Fragment) -> Text:
 
 
 def split_view(split: Split, number: str) -> RenderableType:
-    head = Text.assemble((f"{number}  ", "bold"), "split in ", (split.frame, "bold"), "  ",
+    head = Text.assemble((f"{number}  ", "bold"), "split in ", (clip(split.frame), "bold"), "  ",
                          (f"[{split.classification}]", CLASS_STYLE.get(split.classification, "")))
     if split.file:
         head.append(f"  {split.file}:{split.line}", style="dim")

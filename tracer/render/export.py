@@ -47,20 +47,44 @@ def _own(node: Node, unit: str) -> int:
     return node.count if unit in ("samples", "calls") else node.time_ns
 
 
-def weighted_stacks(tree: Tree) -> Iterator[tuple[list[Frame], int]]:
-    """(frames from the root, self weight) for every node with a positive self weight."""
+def inclusive_weights(tree: Tree) -> dict[int, int]:
+    """id(node) -> inclusive weight: its own, or its children's if they add up to more."""
     inclusive: dict[int, int] = {}
     order = [n for _, n in tree.root.walk()]
     for node in reversed(order):  # children before parents
         kids = sum(inclusive[id(c)] for c in node.children)
         inclusive[id(node)] = max(_own(node, tree.unit), kids)
-    stack: list[tuple[Node, list[Frame]]] = [(tree.root, [tree.root.frame])]
+    return inclusive
+
+
+def walk_events(tree: Tree, inclusive: dict[int, int] | None = None) -> Iterator[tuple[bool, Node, int]]:
+    """(True, node, self weight) on entering a node, (False, node, 0) on leaving it,
+    depth first. Iterative and without copying paths, so that a trace 200,000 frames
+    deep costs memory in proportion to its frames, not to frames x depth."""
+    if inclusive is None:
+        inclusive = inclusive_weights(tree)
+    stack: list[tuple[Node, bool]] = [(tree.root, True)]
     while stack:
-        node, path = stack.pop()
-        own = inclusive[id(node)] - sum(inclusive[id(c)] for c in node.children)
+        node, entering = stack.pop()
+        if not entering:
+            yield False, node, 0
+            continue
+        yield True, node, inclusive[id(node)] - sum(inclusive[id(c)] for c in node.children)
+        stack.append((node, False))
+        stack.extend((c, True) for c in reversed(node.children))
+
+
+def weighted_stacks(tree: Tree) -> Iterator[tuple[list[Frame], int]]:
+    """(frames from the root, self weight) for every node with a positive self weight.
+    The list is shared and changes after each step: use it before asking for the next."""
+    path: list[Frame] = []
+    for entering, node, own in walk_events(tree):
+        if not entering:
+            path.pop()
+            continue
+        path.append(node.frame)
         if own > 0:
             yield path, own
-        stack.extend((c, path + [c.frame]) for c in reversed(node.children))
 
 
 def frame_name(frame: Frame, tree: Tree) -> str:

@@ -8,8 +8,10 @@ into one "… N frames …" box, and groups native frames by library.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+from xml.etree import ElementTree
 
 import networkx as nx
 import pydot
@@ -21,8 +23,30 @@ EDGE = {SHARED: "#888888", A_ONLY: "#3182bd", B_ONLY: "#e6550d"}
 MAX_FULL = 1500  # frames beyond which a full drawing is not attempted
 
 
+#: The most characters of a frame's name a drawing carries (its tooltip): real C++
+#: symbols run to thousands, and dot refuses a string over 16,384.
+TOOLTIP_WIDTH = 600
+
+
 class GraphvizMissing(RuntimeError):
     pass
+
+
+class GraphError(RuntimeError):
+    """A graph that cannot be drawn, or whose drawing is not plain: a gap on its page."""
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def quoted(text: str) -> str:
+    """``text`` as a DOT double-quoted string, shown as it is. Frame names come from
+    traces recorded elsewhere: unquoted, pydot passes ``<...>`` through as an
+    HTML-like label, which lets a name inject attributes (``URL="javascript:..."``);
+    a backslash would start a DOT escape (``\\N``, ``\\G``), and dot passes entity
+    references (``&lt;``) through to its SVG."""
+    text = _CONTROL.sub(" ", text).replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
+    return f'"{text}"'
 
 
 def short(label: str, width: int = 48) -> str:
@@ -71,15 +95,16 @@ def focus(g: nx.DiGraph, per_side: int = 6, below: int = 1) -> nx.DiGraph:
 
 
 def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
-    dot = pydot.Dot(graph_type="digraph", rankdir="TB", fontname="Helvetica", fontsize="10", label=title,
+    dot = pydot.Dot(graph_type="digraph", rankdir="TB", fontname="Helvetica", fontsize="10", label=quoted(short(title, 200)),
                     labelloc="t", nodesep="0.15", ranksep="0.3")
     ids = {n: f"n{i}" for i, n in enumerate(g.nodes)}
     clusters: dict[str, pydot.Cluster] = {}
     for n, d in g.nodes(data=True):
         side = d.get("side", SHARED)
         kind = d.get("kind", "")
-        attrs = dict(label=short(d.get("label", "")), shape="box", style="filled,rounded", fillcolor=FILL.get(side, "#ffffff"),
-                     fontname="Helvetica", fontsize="9", color="#999999", tooltip=d.get("label", ""))
+        label = str(d.get("label", ""))
+        attrs = dict(label=quoted(short(label)), shape="box", style="filled,rounded", fillcolor=FILL.get(side, "#ffffff"),
+                     fontname="Helvetica", fontsize="9", color="#999999", tooltip=quoted(short(label, TOOLTIP_WIDTH)))
         if kind == "fold":
             attrs.update(style="dashed,rounded", fillcolor="#ffffff", fontcolor="#777777")
         if d.get("split"):
@@ -89,7 +114,7 @@ def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
         if lib:
             cl = clusters.get(lib)
             if cl is None:
-                cl = clusters[lib] = pydot.Cluster(f"lib{len(clusters)}", label=lib, style="dashed", color="#bbbbbb",
+                cl = clusters[lib] = pydot.Cluster(f"lib{len(clusters)}", label=quoted(short(lib)), style="dashed", color="#bbbbbb",
                                                    fontsize="9", fontname="Helvetica")
                 dot.add_subgraph(cl)
             cl.add_node(node)
@@ -101,13 +126,45 @@ def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
     return dot
 
 
+#: Elements a drawing of ours never contains (dot wraps a tooltip in an <a> with only
+#: a title: that one is inert, and allowed).
+_ACTIVE_TAGS = frozenset({"script", "foreignobject", "iframe", "use", "image", "animate", "set", "handler", "style"})
+
+
+def inert(svg_text: str) -> bool:
+    """Whether a drawing is plain: read as XML, no element that runs or loads anything,
+    no link, no event handler. dot's output passed through this, so that a frame
+    name that got past quoting would still not reach the page as a link."""
+    try:
+        root = ElementTree.fromstring(svg_text)
+    except ElementTree.ParseError:
+        return False
+    for el in root.iter():
+        if not isinstance(el.tag, str) or el.tag.rsplit("}", 1)[-1].lower() in _ACTIVE_TAGS:
+            return False
+        for name in el.attrib:
+            local = name.rsplit("}", 1)[-1].lower()
+            if "href" in local or local.startswith("on") or local in ("target", "url"):
+                return False
+    return True
+
+
 def svg(g: nx.DiGraph, title: str = "", timeout: float = 60) -> str:
-    """Run Graphviz; returns the <svg> element (no XML prologue) for inlining."""
+    """Run Graphviz; returns the <svg> element (no XML prologue) for inlining.
+    GraphError when dot fails or its drawing holds anything active."""
     exe = shutil.which("dot")
     if exe is None:
         raise GraphvizMissing("Graphviz 'dot' is not installed (Debian package graphviz)")
-    proc = subprocess.run([exe, "-Tsvg"], input=to_dot(g, title).to_string(), capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run([exe, "-Tsvg"], input=to_dot(g, title).to_string(), capture_output=True, text=True,
+                              timeout=timeout, errors="replace")
+    except subprocess.TimeoutExpired:
+        raise GraphError(f"dot did not finish within {timeout:g} s") from None
     if proc.returncode != 0:
-        raise RuntimeError(f"dot failed: {proc.stderr.strip()[:200]}")
+        why = " ".join(proc.stderr.split())[:200] or f"exit status {proc.returncode}"
+        raise GraphError(f"dot failed: {why}")
     text = proc.stdout
-    return text[text.find("<svg"):]
+    text = text[text.find("<svg"):]
+    if not inert(text):
+        raise GraphError("the drawing held a link or script (from a frame name in the traces); not shown")
+    return text

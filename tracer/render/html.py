@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import html
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from tracer import __version__
+from tracer.files import write_text
 from tracer.process.diff import ALPHA, DEFAULT_THRESHOLD, Fragment, LayerDiff
 from tracer.process.graph import merged_graph
 from tracer.process.portability import LAYER_NAMES, FrameworkReport, survey_reports
@@ -56,6 +58,18 @@ def code_lines(fragment: Fragment) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class Drawing:
+    """One diff layer's graph on a page: the focused inline SVG and the full graph's
+    file, or why it could not be drawn (then the page shows the gap, not a graph)."""
+
+    svg: Markup | None = None
+    full: str | None = None
+    nodes: int = 0
+    shown: int = 0
+    error: str = ""
+
+
 class _Graphs:
     """Draws each diff layer once: a focused inline SVG, and the full graph as a file."""
 
@@ -65,23 +79,26 @@ class _Graphs:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.problem = ""
 
-    def draw(self, name: str, layer: LayerDiff, title: str) -> dict[str, Any] | None:
+    def draw(self, name: str, layer: LayerDiff, title: str) -> Drawing | None:
         if not layer.splits or self.problem:
             return None
+        drawing = Drawing()
         try:
             g = merged_graph(layer)
             focused = graphs.focus(g)
-            inline = Markup(graphs.svg(focused, ""))
-            full = None
+            drawing.nodes, drawing.shown = g.number_of_nodes(), focused.number_of_nodes()
+            drawing.svg = Markup(graphs.svg(focused, ""))
             if g.number_of_nodes() <= graphs.MAX_FULL:
-                (self.dir / f"{name}.svg").write_text(graphs.svg(g, title))
-                full = f"graphs/{name}.svg"
-            return {"svg": inline, "full": full, "nodes": g.number_of_nodes(), "shown": focused.number_of_nodes()}
+                write_text(self.dir / f"{name}.svg", graphs.svg(g, title))
+                drawing.full = f"graphs/{name}.svg"
         except graphs.GraphvizMissing as exc:
             self.problem = str(exc)
+            return None
+        except OSError:
+            raise  # a full disk or unwritable folder is the report's failure, said once
         except Exception as exc:  # noqa: BLE001 - a graph that cannot be drawn must not lose the report
-            return {"error": f"{type(exc).__name__}: {exc}"}
-        return None
+            drawing.error = str(exc) if isinstance(exc, graphs.GraphError) else f"{type(exc).__name__}: {exc}"
+        return drawing
 
 
 def write_report(traces: list[Trace], gaps: list[Any], out: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
@@ -109,9 +126,9 @@ def write_report(traces: list[Trace], gaps: list[Any], out: Path, threshold: flo
                         graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
                             name, layer, f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer")
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for, graph_problem=drawer.problem)
-        (out / f"{slug(rep.name)}.html").write_text(page)
+        write_text(out / f"{slug(rep.name)}.html", page)
     index = out / "index.html"
-    index.write_text(env.get_template("index.html").render(**common, cross=_cross(reports), graph_problem=drawer.problem))
+    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports), graph_problem=drawer.problem))
     return index
 
 

@@ -1,26 +1,34 @@
 """speedscope's file format (https://www.speedscope.app/file-format-schema.json):
-one "sampled" profile per exported tree, frames shared across profiles."""
+one "evented" profile per exported tree (open and close events laid out by weight),
+frames shared across profiles. Evented, not "sampled": a sampled profile repeats
+the whole stack for every node, which for a deep trace is frames x depth; events
+are two per frame. Streamed to the file for the same reason."""
 
 from __future__ import annotations
 
 import json
+from typing import TextIO
 
 from tracer import __version__
-from tracer.render.export import Tree, frame_name, weighted_stacks
+from tracer.render.export import Tree, frame_name, inclusive_weights, walk_events
 from tracer.trace import Frame, Trace
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 _UNITS = {"samples": "none", "calls": "none", "nanoseconds": "nanoseconds"}
 
 
-def to_speedscope(trace: Trace, trees: list[Tree]) -> dict:
-    frames: list[dict] = []
-    index: dict[tuple[str, Frame], int] = {}
+class _Frames:
+    """speedscope's shared frame table: each distinct frame once."""
 
-    def fid(frame: Frame, tree: Tree) -> int:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.index: dict[tuple[str, Frame], int] = {}
+
+    def id(self, frame: Frame, tree: Tree) -> int:
         key = (tree.name if frame.kind == "root" else "", frame)
-        if key not in index:
-            index[key] = len(frames)
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.rows)
             entry: dict = {"name": frame_name(frame, tree)}
             if frame.file:
                 entry["file"] = frame.file
@@ -28,35 +36,33 @@ def to_speedscope(trace: Trace, trees: list[Tree]) -> dict:
                     entry["line"] = frame.line
             elif frame.lib:
                 entry["file"] = frame.lib
-            frames.append(entry)
-        return index[key]
+            self.rows.append(entry)
+        return i
 
-    profiles = []
-    for tree in trees:
-        samples, weights = [], []
-        for path, weight in weighted_stacks(tree):
-            samples.append([fid(f, tree) for f in path])
-            weights.append(weight)
-        profiles.append({
-            "type": "sampled",
-            "name": f"{tree.name} {tree.pass_} ({tree.phase}, {tree.unit})",
-            "unit": _UNITS[tree.unit],
-            "startValue": 0,
-            "endValue": sum(weights),
-            "samples": samples,
-            "weights": weights,
-        })
+
+def write(trace: Trace, trees: list[Tree], out: TextIO) -> None:
+    frames = _Frames()
+    out.write('{"$schema":' + json.dumps(SCHEMA) + ',"profiles":[')
+    for n, tree in enumerate(trees):
+        inclusive = inclusive_weights(tree)
+        head = {"type": "evented", "name": f"{tree.name} {tree.pass_} ({tree.phase}, {tree.unit})",
+                "unit": _UNITS[tree.unit], "startValue": 0, "endValue": inclusive[id(tree.root)]}
+        out.write(("," if n else "") + json.dumps(head)[:-1] + ',"events":[')
+        # a node opens where its parent's earlier children ended, children first, and
+        # closes after its inclusive weight; ends[i] is the open node i's close time
+        at, ends, first = 0, [], True
+        for entering, node, _ in walk_events(tree, inclusive):
+            fid = frames.id(node.frame, tree)
+            if entering:
+                start = at
+                ends.append(start + inclusive[id(node)])
+                out.write(f'{"" if first else ","}{{"type":"O","frame":{fid},"at":{start}}}')
+            else:
+                at = ends.pop()
+                out.write(f',{{"type":"C","frame":{fid},"at":{at}}}')
+            first = False
+        out.write("]}")
     m = trace.meta
-    return {
-        "$schema": SCHEMA,
-        "shared": {"frames": frames},
-        "profiles": profiles,
-        "name": f"{m.get('framework', '')} {m.get('primitive', '')} ({m.get('api', '')}, {m.get('device', '')}, "
-                f"{m.get('variant', '')})",
-        "activeProfileIndex": 0,
-        "exporter": f"dltrace {__version__}",
-    }
-
-
-def render(trace: Trace, trees: list[Tree]) -> str:
-    return json.dumps(to_speedscope(trace, trees), separators=(",", ":")) + "\n"
+    name = f"{m.get('framework', '')} {m.get('primitive', '')} ({m.get('api', '')}, {m.get('device', '')}, {m.get('variant', '')})"
+    out.write('],"shared":{"frames":' + json.dumps(frames.rows) + '},"name":' + json.dumps(name)
+              + ',"activeProfileIndex":0,"exporter":' + json.dumps(f"dltrace {__version__}") + "}\n")

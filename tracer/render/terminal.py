@@ -12,6 +12,7 @@ styling still reaches the terminal.
 from __future__ import annotations
 
 import re
+from typing import TextIO
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.segment import Segment
 from rich.text import Text
@@ -60,6 +61,17 @@ class _SafeHook:
 
     def process_renderables(self, renderables: list[RenderableType]) -> list[RenderableType]:
         return [_Safe(r) for r in renderables]
+
+
+class TerminalSafe:
+    """A text stream for data written straight to a terminal (an export to stdout):
+    what :func:`safe` would escape is escaped on the way."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(_UNSAFE.sub(_escape, text))
 
 
 def safe_console(**kwargs) -> Console:

@@ -1,0 +1,75 @@
+"""Writing the tool's outputs so that a failure leaves nothing half-written, and
+finding out before the work whether the output location can be written at all.
+
+Stdlib only: the probe harness writes its traces with it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import IO, Iterator
+
+from tracer.errors import DltraceError
+
+
+class OutputError(DltraceError):
+    """The output location cannot be written (no such folder, read-only, a file in
+    the way, full disk)."""
+
+
+def describe(exc: OSError, path: str | os.PathLike) -> str:
+    """``cannot write PATH: No space left on device``: one line for an OSError."""
+    return f"cannot write {exc.filename or path}: {exc.strerror or exc}"
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """A file handle on a temporary name beside ``path``, renamed to ``path`` when the
+    block ends: a reader never sees half a file, and a failure (ENOSPC, an
+    interrupt) removes the temporary file and leaves ``path`` as it was."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with replacing(path) as fh:
+        fh.write(data)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def ensure_dir(folder: str | os.PathLike) -> Path:
+    """Create ``folder`` if needed and prove it writable (a file is created and removed
+    in it): an unwritable output is found before probing, not after."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".dltrace-write-check.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(describe(exc, folder)) from None
+    return folder
+
+
+def ensure_file_parent(path: str | os.PathLike) -> Path:
+    """For an output file: its folder exists and is writable, and the path is not a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder")
+    ensure_dir(path.parent if str(path.parent) else Path("."))
+    return path
