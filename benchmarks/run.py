@@ -2,9 +2,9 @@
 a survey takes, and how the diff and the report scale. Benchmarks, not tests: run
 it and read the tables.
 
-    .venv/bin/python benchmarks/run.py [--quick] [--only overhead,native,survey,scaling]
+    .venv/bin/python benchmarks/run.py [--quick] [--only overhead,native,survey,scaling,pipeline]
 
-Prints four tables and writes benchmarks/results.json:
+Prints five tables and writes benchmarks/results.json:
 
 1. Python tracing overhead: one training step (forward + backward) of conv2d, dense,
    relu and batchnorm (functional API) per framework, untraced, under dltrace's
@@ -20,6 +20,8 @@ Prints four tables and writes benchmarks/results.json:
    (benchmarks/bare_worker.py), with the same jobs and the same parallelism.
 4. Diff scaling (benchmarks/bench_diff.py's trees) and HTML report rendering of
    synthetic 10k- and 100k-node traces.
+5. The commands a user runs on trace files (diff, report, export), loading included,
+   on a 1M-frame pair and on a trace 200,000 calls deep: seconds and peak memory.
 
 Run it on a quiet machine: it measures wall-clock time, and the frameworks use
 both cores (the survey also reports the CPU seconds of its probe processes, which
@@ -326,6 +328,20 @@ def print_scaling(diff: list[dict[str, Any]], report: list[dict[str, Any]]) -> N
            ["frames per trace", "seconds", "HTML", "inline graphs", "full graphs", "target"], rows)
 
 
+def print_pipeline(r: dict[str, Any]) -> None:
+    def row(name: str, m: dict[str, Any]) -> list[Any]:
+        return [name, f"{m['seconds']:.1f}", f"{m['peak_mib']:.0f}", "ok" if m["ok"] else f"FAILED: {m['error']}"]
+
+    print(f"\n(trace files of {r['frames']:,} frames: {r['file_mib']:.0f} MiB each; load of one in-process: {r['load_s']:.1f} s)")
+    _table(f"5. Commands on trace files: a {r['frames']:,}-frame pair, and a trace {r['depth']:,} calls deep "
+           "(seconds and peak memory of the dltrace process, loading included)",
+           ["command", "seconds", "peak MiB", "result"],
+           [row("diff A B --json", r["diff"]), row("report (the pair)", r["report"]),
+            row("export collapsed", r["export_collapsed"]), row("export speedscope", r["export_speedscope"]),
+            row("export collapsed (deep)", r["deep_collapsed"]), row("export speedscope (deep)", r["deep_speedscope"]),
+            row("diff (deep, with itself)", r["deep_diff"])])
+
+
 def machine() -> dict[str, Any]:
     model = ""
     try:
@@ -349,12 +365,14 @@ def print_all(results: dict[str, Any]) -> None:
         print_survey(results["survey"])
     if "diff" in results:
         print_scaling(results["diff"], results["report"])
+    if "pipeline" in results:
+        print_pipeline(results["pipeline"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats, no 1M-node diff")
-    ap.add_argument("--only", default="overhead,native,survey,scaling")
+    ap.add_argument("--only", default="overhead,native,survey,scaling,pipeline")
     ap.add_argument("--frameworks", default="", help="comma-separated subset (default: every framework with an environment)")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
     ap.add_argument("--show", action="store_true", help="reprint the tables of --out, measure nothing")
@@ -384,6 +402,10 @@ def main() -> None:
         sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
         results["diff"] = scaling.diff_scaling(sizes, 1 if args.quick else 3)
         results["report"] = scaling.report_scaling([10_000, 100_000])
+    if "pipeline" in only:
+        print("5. commands on trace files ...", flush=True)
+        results["pipeline"] = scaling.pipeline_scaling(100_000 if args.quick else 1_000_000,
+                                                       20_000 if args.quick else 200_000)
     results["load_after"] = os.getloadavg()
     args.out.write_text(json.dumps(results, indent=1))
     print_all(results)

@@ -10,7 +10,10 @@ and split points to draw.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +22,7 @@ from typing import Any
 import bench_diff
 from tracer.process.diff import diff_trees
 from tracer.render.html import write_report
-from tracer.trace import Node, Run, Trace
+from tracer.trace import Node, Run, Trace, load, save
 
 
 def trees(size: int) -> tuple[Node, Node]:
@@ -80,3 +83,59 @@ def report_scaling(sizes: list[int]) -> list[dict[str, Any]]:
         rows.append({"frames": size, "seconds": secs, "html_bytes": sum(len(p) for p in pages),
                      "inline_graphs": sum(p.count("<svg") for p in pages), "full_graphs": len(svgs)})
     return rows
+
+
+# ----------------------------------------------------------------------------- end to end, from files
+
+
+def _command(args: list[str], out: Path | None = None) -> dict[str, Any]:
+    """Wall seconds and peak memory (max RSS, MiB) of one dltrace command."""
+    exe = str(Path(sys.executable).parent / "dltrace")
+    t0 = time.perf_counter()
+    with open(out or os.devnull, "wb") as stdout:
+        proc = subprocess.Popen([exe, *args], stdout=stdout, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+    secs = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    return {"seconds": secs, "peak_mib": usage.ru_maxrss / 1024, "ok": os.waitstatus_to_exitcode(status) == 0,
+            "error": err.strip().splitlines()[-1] if err.strip() and os.waitstatus_to_exitcode(status) else ""}
+
+
+def _chain(depth: int) -> Node:
+    """A trace as deep as a runaway recursion: ``depth`` nested calls, one leaf."""
+    root = node = Node(bench_diff.frames(1, "deep")[0], 1)
+    pool = bench_diff.frames(64, "deep")
+    for i in range(depth):
+        child = Node(pool[i % 64], 1)
+        node.children.append(child)
+        node = child
+    return root
+
+
+def pipeline_scaling(size: int, depth: int) -> dict[str, Any]:
+    """The commands a user runs on a pair of ``size``-frame trace files (loading
+    included), and the exports of a ``depth``-deep trace: seconds and peak memory."""
+    a, b = trees(size)
+    out: dict[str, Any] = {"frames": size, "depth": depth}
+    with tempfile.TemporaryDirectory(prefix="dltrace-pipeline-") as tmp:
+        folder = Path(tmp, "traces")
+        folder.mkdir()
+        pa, pb = folder / "a.json", folder / "b.json"
+        save(_trace(a, "default"), pa)
+        save(_trace(b, "variant"), pb)
+        out["file_mib"] = pa.stat().st_size / 2**20
+        del a, b
+        gc.collect()
+        t0 = time.perf_counter()
+        load(pa)
+        out["load_s"] = time.perf_counter() - t0
+        out["diff"] = _command(["diff", str(pa), str(pb), "--json"])
+        out["report"] = _command(["report", str(folder), "-o", str(Path(tmp, "report"))])
+        out["export_collapsed"] = _command(["export", str(pa), "--format", "collapsed", "-o", str(Path(tmp, "a.txt"))])
+        out["export_speedscope"] = _command(["export", str(pa), "--format", "speedscope", "-o", str(Path(tmp, "a.ss"))])
+        deep = Path(tmp, "deep.json")
+        save(_trace(_chain(depth), "default"), deep)
+        out["deep_collapsed"] = _command(["export", str(deep), "--format", "collapsed", "-o", str(Path(tmp, "d.txt"))])
+        out["deep_speedscope"] = _command(["export", str(deep), "--format", "speedscope", "-o", str(Path(tmp, "d.ss"))])
+        out["deep_diff"] = _command(["diff", str(deep), str(deep)])
+    return out

@@ -1,9 +1,10 @@
 """Call graphs drawn with Graphviz (`dot`) from the networkx graphs of tracer.process.graph.
 
 A survey's trees can have thousands of frames; a drawing is only useful if the
-split is visible at a glance. ``focus`` keeps the paths from the root to each
-split and the first frames of each side below it, folds long single-child chains
-into one "… N frames …" box, and groups native frames by library.
+split is visible at a glance. The focused graph (tracer.process.graph) keeps the
+paths from the root to each split and the first frames of each side below it;
+here long single-child chains fold into one "… N frames …" box, and native frames
+are grouped by library.
 """
 
 from __future__ import annotations
@@ -56,24 +57,13 @@ def short(label: str, width: int = 48) -> str:
     return "…" + label[-(width - 1):]
 
 
-def focus(g: nx.DiGraph, per_side: int = 6, below: int = 1) -> nx.DiGraph:
-    """The part of a merged graph that shows the splits: root-to-split paths, the
-    differing children (``per_side`` per side, ``below`` levels deep) and folded chains."""
-    splits = [n for n, d in g.nodes(data=True) if d.get("split")]
-    if not splits:
-        return nx.DiGraph()
-    root = next(n for n in g if g.in_degree(n) == 0)
-    keep: set = set()
-    for s in splits:
-        keep.update(nx.shortest_path(g, root, s))
-        for side in (A_ONLY, B_ONLY):
-            kids = [c for c in g.successors(s) if g.nodes[c]["side"] == side][:per_side]
-            frontier = kids
-            for _ in range(below + 1):
-                keep.update(frontier)
-                frontier = [c for k in frontier for c in list(g.successors(k))[:2]]
-    sub = g.subgraph(keep).copy()
-    # fold chains of shared nodes that have one kept child and are not splits
+def fold_chains(sub: nx.DiGraph) -> nx.DiGraph:
+    """Chains of three or more shared frames with one child each (no split among them)
+    become one "… N frames …" box: the dispatcher glue between the API and the split."""
+    if not sub:
+        return sub
+    sub = sub.copy()
+    root = next(n for n in sub if sub.in_degree(n) == 0)
     for n in list(nx.topological_sort(sub)):
         if n not in sub or n == root:
             continue
@@ -86,7 +76,7 @@ def focus(g: nx.DiGraph, per_side: int = 6, below: int = 1) -> nx.DiGraph:
         if len(chain) >= 3:
             parent = next(iter(sub.predecessors(chain[0])))
             after = next(iter(sub.successors(chain[-1])))
-            fold = ("fold",) + chain[0]
+            fold = ("fold", chain[0])
             sub.add_node(fold, label=f"… {len(chain)} frames …", kind="fold", side=SHARED, split=False, library="")
             sub.add_edge(parent, fold, side=SHARED)
             sub.add_edge(fold, after, side=SHARED)

@@ -21,7 +21,7 @@ from pygments.lexers import PythonLexer
 from tracer import __version__
 from tracer.files import write_text
 from tracer.process.diff import ALPHA, DEFAULT_THRESHOLD, Fragment, LayerDiff
-from tracer.process.graph import merged_graph
+from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.portability import LAYER_NAMES, FrameworkReport, survey_reports
 from tracer.process.tags import SYSTEM_LIBS
 from tracer.registry import ROOT
@@ -84,12 +84,12 @@ class _Graphs:
             return None
         drawing = Drawing()
         try:
-            g = merged_graph(layer)
-            focused = graphs.focus(g)
-            drawing.nodes, drawing.shown = g.number_of_nodes(), focused.number_of_nodes()
+            walk = merged_walk(layer)
+            focused = graphs.fold_chains(focused_graph(walk))
+            drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
             drawing.svg = Markup(graphs.svg(focused, ""))
-            if g.number_of_nodes() <= graphs.MAX_FULL:
-                write_text(self.dir / f"{name}.svg", graphs.svg(g, title))
+            if len(walk) <= graphs.MAX_FULL:
+                write_text(self.dir / f"{name}.svg", graphs.svg(walk.graph(list(range(len(walk)))), title))
                 drawing.full = f"graphs/{name}.svg"
         except graphs.GraphvizMissing as exc:
             self.problem = str(exc)
