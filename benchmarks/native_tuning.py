@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tracer import registry  # noqa: E402
-from tracer.registry import LAYERS, NativeSpec, parse_shape  # noqa: E402
+from tracer.contract import LAYERS  # noqa: E402
+from tracer.registry import NativeSpec, parse_shape  # noqa: E402
 from tracer.runner import CaseSpec, run_probe  # noqa: E402
 
 

@@ -50,8 +50,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import scaling  # noqa: E402
+
 from tracer import envs, registry  # noqa: E402
-from tracer.registry import PRIMITIVES, ROOT, Framework  # noqa: E402
+from tracer.contract import PRIMITIVES  # noqa: E402
+from tracer.registry import ROOT, Framework  # noqa: E402
 
 OVERHEAD_PRIMITIVES = ("conv2d", "dense", "relu", "batchnorm")
 MODES = ("untraced", "dltrace", "viztracer", "cprofile", "empty-hooks")
@@ -107,7 +109,7 @@ def overhead(frameworks: list[Framework], quick: bool) -> dict[str, Any]:
         problem = ensure_viztracer(python)
         req = {"import": fw.import_name, "probe": fw.probe, "device_select": fw.devices["cpu"],
                "source_roots": list(fw.source_roots), "primitives": list(OVERHEAD_PRIMITIVES),
-               "shapes": {p: list(PRIMITIVES[p]) for p in OVERHEAD_PRIMITIVES},
+               "shapes": {p: list(PRIMITIVES[p].shape) for p in OVERHEAD_PRIMITIVES},
                "batch_s": 0.05 if quick else 0.1, "repeats": 3 if quick else 7}
         with tempfile.TemporaryDirectory(prefix="dltrace-bench-") as tmp:
             (Path(tmp) / "req.json").write_text(json.dumps(req))

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import bench_diff
+
 from tracer.process.diff import diff_trees
+from tracer.process.portability import survey_reports
 from tracer.render.html import write_report
 from tracer.trace import Node, Run, Trace, load, save
 
@@ -76,7 +78,7 @@ def report_scaling(sizes: list[int]) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="dltrace-report-") as tmp:
             gc.collect()
             t0 = time.perf_counter()
-            write_report(traces, [], Path(tmp))
+            write_report(survey_reports(traces, []), Path(tmp))
             secs = time.perf_counter() - t0
             svgs = sorted(Path(tmp, "graphs").glob("*.svg"))
             pages = [p.read_text() for p in Path(tmp).glob("*.html")]

@@ -1,10 +1,12 @@
 """Probes: one module per framework, each running the basic DNN primitives.
 
 A probe module is imported only inside its framework's environment, by
-tracer.collect.harness. It provides:
+tracer.collect.harness, which checks it against tracer.contract.Probe:
 
     gpu_available() -> bool
     make_case(primitive, api, device, shape) -> probes.base.Case
+
+and optionally tracer.contract.OpRecorder (record_ops: the framework's own op records).
 
 ``device`` is the selector string from frameworks.yaml (e.g. "cuda", "/GPU:0").
 """

@@ -2,9 +2,9 @@
 the op-level record a probe's ``record_ops`` hook returns.
 
 Imported inside framework environments: numpy, the standard library and
-tracer.trace (stdlib only) only.
+tracer.trace and tracer.contract (stdlib only) only.
 
-The op-level hook (optional, one per probe module)::
+The op-level hook (optional, one per probe module: tracer.contract.OpRecorder)::
 
     def record_ops(case: Case, pass_: str, run: Callable[[], object]) -> OpRecord
 
@@ -20,13 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from tracer.trace import Frame, Node
+from tracer import contract
 
-#: Sizes of the primitives' parameters (the input shape comes from the command line).
-CONV_OUT, CONV_K = 4, 3  # output channels, kernel size (stride 1, padding 1)
-DENSE_OUT = 8
-POOL_K = 2  # pooling window and stride
-ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax")
+# the primitives' parameters, defined once in the contract (mx.nd.BatchNorm's own epsilon
+# default is 1e-3: every probe passes BN_EPS, so all frameworks compute the same numbers)
+from tracer.contract import BN_EPS, BN_MOMENTUM, CONV_K, CONV_OUT, DENSE_OUT, POOL_K, output_shape  # noqa: F401 - the probes' API
+from tracer.trace import Frame, Node
 
 
 def _noop() -> None:
@@ -76,29 +75,15 @@ def bias(n: int) -> "np.ndarray":
     return array((n,), seed=2) * 0.1
 
 
-def output_shape(primitive: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The output shape (logical NCHW), known without running the primitive, so that
-    the backward seed can be made in make_case and the traced cold run really is
-    the first call (no lazy initialisation or compilation happens before it)."""
-    if primitive == "dense":
-        return (shape[0], DENSE_OUT)
-    if primitive == "conv2d":  # padding k//2, stride 1
-        return (shape[0], CONV_OUT, shape[2], shape[3])
-    if primitive in ("maxpool2d", "avgpool2d"):  # window = stride, no padding
-        return (shape[0], shape[1], shape[2] // POOL_K, shape[3] // POOL_K)
-    return tuple(shape)
-
-
 def nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
     n, c, h, w = shape
     return (n, h, w, c)
 
 
 def check_shape(primitive: str, shape: tuple[int, ...]) -> None:
-    want = 2 if primitive == "dense" else 4 if primitive in ("conv2d", "maxpool2d", "avgpool2d", "batchnorm") else None
-    if want is not None and len(shape) != want:
-        layout = "NxF" if want == 2 else "NxCxHxW"
-        raise ProbeError(f"{primitive} needs a {want}-d shape ({layout}), got {'x'.join(map(str, shape))}")
+    why = contract.check_shape(primitive, shape)
+    if why:
+        raise ProbeError(why)
 
 
 # ----------------------------------------------------------------------------- op level

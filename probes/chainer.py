@@ -17,7 +17,6 @@ import chainer.links as L
 from probes import base
 
 #: torch's default batch-norm epsilon (chainer's own default is 2e-5).
-BN_EPS = 1e-5
 
 
 def gpu_available() -> bool:
@@ -60,7 +59,7 @@ def _functional(primitive: str, x: chainer.Variable, dev):
         xp = dev.xp
         mean, var = dev.send(xp.zeros(c, dtype=xp.float32)), dev.send(xp.ones(c, dtype=xp.float32))
         return (
-            lambda: F.batch_normalization(x, g, b, eps=BN_EPS, running_mean=mean, running_var=var, decay=0.9)
+            lambda: F.batch_normalization(x, g, b, eps=base.BN_EPS, running_mean=mean, running_var=var, decay=base.BN_MOMENTUM)
         ), [g, b]
     raise base.ProbeError(f"unknown primitive {primitive}")
 
@@ -78,7 +77,7 @@ def _layer(primitive: str, x: chainer.Variable, dev):
             initialW=base.conv_weight(c), initial_bias=base.bias(base.CONV_OUT),
         )
     elif primitive == "batchnorm":
-        m = L.BatchNormalization(c, eps=BN_EPS)
+        m = L.BatchNormalization(c, eps=base.BN_EPS)
     elif primitive in ("relu", "sigmoid", "tanh"):
         m = chainer.Sequential(getattr(F, primitive))
     elif primitive == "softmax":

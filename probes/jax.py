@@ -16,7 +16,6 @@ from jax import lax
 
 from probes import base
 
-_BN_EPS = 1e-5  # torch's default, so every framework computes the same numbers
 _CONV_DIMS = ("NCHW", "OIHW", "NCHW")
 _POOL = (1, 1, base.POOL_K, base.POOL_K)
 
@@ -50,7 +49,7 @@ def _batchnorm(x, g, b):
     # Training mode: normalise with the batch statistics (biased variance), per channel.
     mean = jnp.mean(x, axis=(0, 2, 3), keepdims=True)
     var = jnp.var(x, axis=(0, 2, 3), keepdims=True)
-    return (x - mean) * lax.rsqrt(var + _BN_EPS) * g[None, :, None, None] + b[None, :, None, None]
+    return (x - mean) * lax.rsqrt(var + base.BN_EPS) * g[None, :, None, None] + b[None, :, None, None]
 
 
 def _softmax(x):

@@ -11,10 +11,6 @@ from mxnet import autograd, gluon, nd
 
 from probes import base
 
-#: torch's default batch-norm epsilon (mx.nd.BatchNorm's own default is 1e-3).
-BN_EPS = 1e-5
-BN_MOMENTUM = 0.9
-
 
 def gpu_available() -> bool:
     try:
@@ -56,7 +52,7 @@ def _functional(primitive: str, x: nd.NDArray, ctx: mx.Context):
         g, b = param(base.array((c,), 3) * 0.1 + 1), param(base.bias(c))
         mean, var = nd.zeros((c,), ctx=ctx), nd.ones((c,), ctx=ctx)
         return lambda: nd.BatchNorm(
-            x, g, b, mean, var, eps=BN_EPS, momentum=BN_MOMENTUM, fix_gamma=False, use_global_stats=False
+            x, g, b, mean, var, eps=base.BN_EPS, momentum=base.BN_MOMENTUM, fix_gamma=False, use_global_stats=False
         )
     raise base.ProbeError(f"unknown primitive {primitive}")
 
@@ -72,7 +68,7 @@ def _layer(primitive: str, x: nd.NDArray, ctx: mx.Context):
         m = nn.Conv2D(base.CONV_OUT, base.CONV_K, strides=1, padding=1, in_channels=c)
         weights = {"weight": base.conv_weight(c), "bias": base.bias(base.CONV_OUT)}
     elif primitive == "batchnorm":
-        m = nn.BatchNorm(momentum=BN_MOMENTUM, epsilon=BN_EPS, in_channels=c)
+        m = nn.BatchNorm(momentum=base.BN_MOMENTUM, epsilon=base.BN_EPS, in_channels=c)
     elif primitive in ("relu", "sigmoid", "tanh"):
         m = nn.Activation(primitive)
     elif primitive == "softmax":

@@ -15,7 +15,6 @@ import tensorflow as tf
 from probes import base
 
 _NHWC = ("conv2d", "maxpool2d", "avgpool2d", "batchnorm")
-_BN_EPS = 1e-5  # torch's default, so every framework computes the same numbers
 
 
 def gpu_available() -> bool:
@@ -54,7 +53,7 @@ def _functional(primitive: str, x: tf.Tensor):
 
         def run():  # training mode: normalises with the batch statistics (biased variance)
             mean, variance = tf.nn.moments(x, axes=[0, 1, 2])
-            return tf.nn.batch_normalization(x, mean, variance, b, g, _BN_EPS)
+            return tf.nn.batch_normalization(x, mean, variance, b, g, base.BN_EPS)
 
         return run, [g, b]
     raise base.ProbeError(f"unknown primitive {primitive}")
@@ -72,7 +71,7 @@ def _layer(primitive: str, x: tf.Tensor):
         weights = [base.conv_weight(c).transpose(2, 3, 1, 0), base.bias(base.CONV_OUT)]
     elif primitive == "batchnorm":
         # momentum 0.9 is torch's 0.1; the running averages are not what is compared.
-        layer = L.BatchNormalization(axis=-1, momentum=0.9, epsilon=_BN_EPS)
+        layer = L.BatchNormalization(axis=-1, momentum=base.BN_MOMENTUM, epsilon=base.BN_EPS)
         weights = None  # gamma, beta, moving mean, moving variance
     else:
         layer = {

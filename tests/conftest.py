@@ -19,7 +19,7 @@ import pytest
 
 from tracer import registry
 from tracer import survey as sv
-from tracer.registry import LAYERS
+from tracer.contract import LAYERS
 from tracer.runner import CaseResult, CaseSpec
 
 DLTRACE = str(Path(sys.executable).parent / "dltrace")

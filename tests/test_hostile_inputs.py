@@ -11,10 +11,8 @@ import re
 import resource
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-
 from xml.etree import ElementTree
 
 import pytest
@@ -86,6 +84,7 @@ def test_a_graph_that_cannot_be_drawn_is_a_gap_not_a_lost_report(tmp_path):
 
 
 def test_drawing_failures_are_marked_on_the_page(tmp_path, monkeypatch):
+    from tracer.process.portability import survey_reports
     from tracer.render import graphs
     from tracer.render.html import write_report
 
@@ -96,7 +95,7 @@ def test_drawing_failures_are_marked_on_the_page(tmp_path, monkeypatch):
         raise graphs.GraphError("dot failed: syntax error in line 1")
 
     monkeypatch.setattr(graphs, "svg", failing)
-    index = write_report(traces, [], tmp_path / "r")
+    index = write_report(survey_reports(traces, []), tmp_path / "r")
     page = (tmp_path / "r" / "samplefw.html").read_text()
     assert index.exists() and 'class="warn small graph-gap">graph not drawn: dot failed: syntax error' in page
 

@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from tests.conftest import dltrace
+from tracer.contract import LAYERS
 from tracer.process.tags import library_of
-from tracer.registry import LAYERS
 from tracer.runner import CaseSpec, run_probe
 from tracer.trace import Frame
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracer.collect import native
+from tracer.collect import sampler
 from tracer.runner import find_pyspy
 from tracer.trace import Frame
 
@@ -18,9 +18,9 @@ def _busy(_state=None) -> int:
 
 @pytest.mark.skipif(not PYSPY, reason="py-spy is not installed")
 def test_capture_attributes_samples_to_their_loop(tmp_path):
-    jobs = [native.Job("_dltrace_native_0_forward", native.Step(_busy), Frame("root", "", "busy.forward"), 0.5),
-            native.Job("_dltrace_native_0_backward", native.Step(_busy, prepare=_busy), Frame("root", "", "busy.backward"), 0.5)]
-    results, session = native.capture(PYSPY, jobs, str(tmp_path), rate=100)
+    jobs = [sampler.Job("_dltrace_native_0_forward", sampler.Step(_busy), Frame("root", "", "busy.forward"), 0.5),
+            sampler.Job("_dltrace_native_0_backward", sampler.Step(_busy, prepare=_busy), Frame("root", "", "busy.backward"), 0.5)]
+    results, session = sampler.capture(PYSPY, jobs, str(tmp_path), rate=100)
     assert session["startup_s"] > 0 and session["pyspy_samples"] >= sum(r[1]["samples"] for r in results.values())
     for marker, (tree, stats) in results.items():
         assert stats["sampled"] and stats["samples"] > 5 and stats["iterations"] > 0 and stats["slowdown"] > 0
@@ -31,13 +31,13 @@ def test_capture_attributes_samples_to_their_loop(tmp_path):
 
 
 def test_missing_pyspy_is_reported(tmp_path):
-    with pytest.raises(native.NativeUnavailable, match="py-spy not found"):
-        native.Sampler(str(tmp_path / "py-spy"), str(tmp_path)).start()
+    with pytest.raises(sampler.NativeUnavailable, match="py-spy not found"):
+        sampler.Sampler(str(tmp_path / "py-spy"), str(tmp_path)).start()
 
 
 def test_pyspy_that_cannot_attach_is_reported(tmp_path):
     fake = tmp_path / "py-spy"
     fake.write_text("#!/bin/sh\necho 'Permission Denied: try running as root' >&2\nexit 1\n")
     fake.chmod(0o755)
-    with pytest.raises(native.NativeUnavailable, match=r"could not attach \(exit 1\): Permission Denied"):
-        native.Sampler(str(fake), str(tmp_path)).start()
+    with pytest.raises(sampler.NativeUnavailable, match=r"could not attach \(exit 1\): Permission Denied"):
+        sampler.Sampler(str(fake), str(tmp_path)).start()

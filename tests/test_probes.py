@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tracer.contract import PASSES, PRIMITIVES
 from tracer.process.summary import summarize
-from tracer.registry import PASSES, PRIMITIVES
 
 FRAMEWORKS = ["torch", "tensorflow", "chainer", "mxnet", "jax"]
 

@@ -1,8 +1,7 @@
 """The Python collector on small, known call patterns."""
 
-import pytest
-
 import markupsafe
+import pytest
 
 from tests import samplefw
 from tracer.collect.pytrace import PythonTracer

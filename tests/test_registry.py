@@ -22,6 +22,24 @@ def test_real_registry():
         assert fw.probe == f"probes.{fw.name}"
 
 
+def test_every_framework_declares_what_processing_knows_of_it():
+    # the processing stages name no framework: each one's core, utility ops, numbered
+    # names and noise come from its own frameworks.yaml entry
+    from tracer.knowledge import from_frameworks
+
+    fws = registry.load()
+    k = from_frameworks(fws)
+    assert k.core_tags == {"torch core", "TensorFlow core", "chainer", "MXNet core", "jaxlib core"}
+    for fw in fws.values():
+        if fw.name != "chainer":  # pure Python: no native core of its own
+            assert fw.knowledge.core_symbols and fw.knowledge.core_libraries, fw.name
+        if fw.name in ("torch", "tensorflow", "mxnet", "jax"):
+            assert fw.knowledge.utility_ops, fw.name
+    assert {f.name for f in fws.values() if f.knowledge.generated} == {"tensorflow", "jax"}
+    assert k.is_utility_op("aten::empty") and k.is_utility_op("ReadVariableOp") and not k.is_utility_op("aten::addmm")
+    assert k.is_noise("jaxlib.xla_client._xla_gc_callback")
+
+
 GOOD = """
 frameworks:
   fw:
@@ -83,6 +101,7 @@ def test_parse_shape():
 
 def test_every_primitive_has_a_kernel_shape_of_its_rank():
     # the survey samples native stacks of each primitive at its kernel shape
-    assert registry.KERNEL_SHAPES.keys() == registry.PRIMITIVES.keys()
-    for name, shape in registry.PRIMITIVES.items():
-        assert len(registry.KERNEL_SHAPES[name]) == len(shape)
+    from tracer.contract import PRIMITIVES
+
+    for p in PRIMITIVES.values():
+        assert len(p.kernel_shape) == p.rank == len(p.shape)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shutil
 
-
 from tests.conftest import dltrace
 from tracer import survey as sv
-from tracer.registry import KERNEL_SHAPES, PRIMITIVES
+from tracer.contract import PRIMITIVES
+
 
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
     proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "--no-native", "-o", str(survey_root))
@@ -27,8 +27,8 @@ def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_p
     assert "chainer/cpu-default: 3 cases, 2 reused" in proc.stderr
     traces, gaps, _ = sv.collect([tmp_path / "traces"])
     relu = {(t.meta["api"], tuple(t.meta["shape"])): t for t in traces if t.meta["primitive"] == "relu"}
-    kernel = ("functional", KERNEL_SHAPES["relu"])
-    assert not gaps and set(relu) == {("functional", PRIMITIVES["relu"]), ("layer", PRIMITIVES["relu"]), kernel}
+    kernel = ("functional", PRIMITIVES["relu"].kernel_shape)
+    assert not gaps and set(relu) == {("functional", PRIMITIVES["relu"].shape), ("layer", PRIMITIVES["relu"].shape), kernel}
     assert relu[kernel].layer("forward", "native") is not None and relu[kernel].meta["native"]["pyspy_samples"] > 0
     assert all(t.layer("forward", "native") is None for key, t in relu.items() if key != kernel)
     # at the kernel shape numpy's own loops compute chainer's relu: the report names the library

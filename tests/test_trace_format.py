@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from tests import samplefw
 from tracer.collect.pytrace import PythonTracer
 from tracer.trace import VERSION, Frame, Node, Run, Trace, TraceFormatError, load, save
-from tests import samplefw
 
 META = {"framework": "samplefw", "primitive": "conv2d", "api": "functional", "device": "cpu"}
 

@@ -11,38 +11,7 @@ from typing import Any
 
 import yaml
 
-#: The primitives every probe implements, with their default (small) input shapes.
-#: Layout is logical NCHW; a probe converts where its framework wants another.
-PRIMITIVES: dict[str, tuple[int, ...]] = {
-    "dense": (4, 16),
-    "conv2d": (2, 3, 8, 8),
-    "relu": (4, 16),
-    "sigmoid": (4, 16),
-    "tanh": (4, 16),
-    "softmax": (4, 16),
-    "maxpool2d": (2, 3, 8, 8),
-    "avgpool2d": (2, 3, 8, 8),
-    "batchnorm": (2, 3, 8, 8),
-}
-#: Where a survey samples native stacks: at the default shapes the kernels are a few
-#: percent of a step (TensorFlow's conv kernel: 3 of 85 samples), the framework's
-#: dispatch is the rest; at these the kernel is a visible share everywhere.
-KERNEL_SHAPES: dict[str, tuple[int, ...]] = {
-    "dense": (256, 1024),
-    "conv2d": (8, 16, 64, 64),
-    "relu": (64, 4096),
-    "sigmoid": (64, 4096),
-    "tanh": (64, 4096),
-    "softmax": (64, 4096),
-    "maxpool2d": (8, 16, 64, 64),
-    "avgpool2d": (8, 16, 64, 64),
-    "batchnorm": (8, 16, 64, 64),
-}
-PASSES = ("forward", "backward")
-#: Trace layers: Python frames, the framework's own op records, sampled native stacks.
-LAYERS = ("python", "op", "native")
-APIS = ("functional", "layer")
-DEVICES = ("cpu", "gpu")
+from tracer.contract import APIS, DEVICES, NativeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,22 +39,39 @@ class Variant:
     set: dict[str, Any] = field(default_factory=dict)
 
 
+_NATIVE = NativeRequest()  # the defaults of native capture, in one place
+
+
 @dataclass(frozen=True)
 class NativeSpec:
-    """How the native layer is sampled for a framework (frameworks.yaml ``native``).
+    """How the native layer is sampled for a framework (frameworks.yaml ``native``):
+    the sampling settings of :class:`tracer.contract.NativeRequest` (same defaults), and
+    ``env``, set for the whole probe process when native stacks are captured (it must
+    be set before the import): switches that move the kernels onto the Python thread
+    py-spy can see (MXNet's NaiveEngine, a one-thread intra-op pool)."""
 
-    ``env`` is set for the whole probe process when native stacks are captured
-    (it must be set before the import): switches that move the kernels onto the
-    Python thread py-spy can see (MXNet's NaiveEngine, a one-thread intra-op pool).
-    ``rate`` (samples/s) and ``seconds`` (per pass) bound the cost; ``idle`` keeps
-    samples of a thread that waits; ``prime`` runs the loops unattributed first, until
-    py-spy has loaded the symbols they reach."""
-
-    rate: int = 100
-    seconds: float = 1.0
-    idle: bool = False
+    rate: int = _NATIVE.rate
+    seconds: float = _NATIVE.seconds
+    idle: bool = _NATIVE.idle
     env: dict[str, str] = field(default_factory=dict)
-    prime: bool = True
+    prime: bool = _NATIVE.prime
+
+    def request(self, pyspy: str) -> NativeRequest:
+        return NativeRequest(pyspy, self.rate, self.seconds, self.idle, self.prime)
+
+
+@dataclass(frozen=True)
+class FrameworkKnowledge:
+    """What the processing stages know of the framework's own code (frameworks.yaml
+    ``knowledge``; compiled in tracer.knowledge). Patterns are regular expressions."""
+
+    core: str  # the tag of the framework's own native code ("torch core")
+    core_symbols: str = ""  # its C++ namespaces, e.g. (?:at|c10|torch)::
+    core_libraries: str = ""  # its shared objects' basenames
+    core_modules: str = ""  # its compiled part's Python modules
+    utility_ops: tuple[str, ...] = ()  # op names that only allocate, view or copy
+    generated: tuple[str, ...] = ()  # prefixes of function names it numbers per process
+    noise: tuple[str, ...] = ()  # frames that run wherever they are triggered
 
 
 @dataclass(frozen=True)
@@ -99,6 +85,7 @@ class Framework:
     variants: dict[str, Variant]
     source_roots: tuple[str, ...]
     apis: tuple[str, ...]
+    knowledge: FrameworkKnowledge
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
 
@@ -144,6 +131,23 @@ class _Entry:
                 or not all(isinstance(v, (str, int, float, bool)) for v in value.values()):
             raise self.error(key, "must map names to values")
         return {k: str(v) for k, v in value.items()}
+
+    def pattern(self, key: str, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise self.error(key, f"is not a valid regular expression ({exc})") from None
+        return value
+
+    def knowledge(self) -> FrameworkKnowledge:
+        """Optional: a framework without it is known by its name alone."""
+        k = self.get("knowledge", dict, {})
+        sub = _Entry(self.source, self.name, k)
+        core = sub.get("core", str, f"{self.name} core")
+        text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, "")) for f in ("core_symbols", "core_libraries", "core_modules")}
+        lists = {f: tuple(self.pattern(f"knowledge.{f}", p) for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
+                 for f in ("utility_ops", "generated", "noise")}
+        return FrameworkKnowledge(core, **text, **lists)
 
     def dotted(self, key: str) -> str:
         value = self.get(key, str)
@@ -205,6 +209,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         variants=variants,
         source_roots=roots,
         apis=apis,
+        knowledge=e.knowledge(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
     )

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracer import envs
-from tracer.collect import native
+from tracer.collect.maps import PERFMAP_ENV, perfmap_path
+from tracer.contract import PASSES, PRIMITIVES, CaseRequest, Exit, ProbeRequest
 from tracer.errors import ProbeFailed, UsageError
-from tracer.registry import PASSES, PRIMITIVES, ROOT, Framework
+from tracer.registry import ROOT, Framework
 from tracer.trace import Trace, TraceFormatError, load, save
 
 DEFAULT_TIMEOUT = 600.0
@@ -56,7 +57,7 @@ class CaseSpec:
     layers: tuple[str, ...] = ("python", "op")
 
     def resolved_shape(self) -> tuple[int, ...]:
-        return self.shape or PRIMITIVES[self.primitive]
+        return self.shape or PRIMITIVES[self.primitive].shape
 
     def slug(self) -> str:
         shape = "" if not self.shape else "-" + "x".join(map(str, self.shape))
@@ -151,31 +152,19 @@ def run_probe(
         wants_native = any("native" in c.layers for c in cases)
         # dltrace asks oneDNN for a perf map (it names JIT kernels in native stacks) and
         # removes it when the probe ends, unless the user asked for one themselves
-        own_perfmap = wants_native and not any(k in os.environ for k in native.PERFMAP_ENV)
+        own_perfmap = wants_native and not any(k in os.environ for k in PERFMAP_ENV)
         nat = fw.native
-        request = {
-            "framework": fw.name,
-            "import": fw.import_name,
-            "probe": fw.probe,
-            "device": device,
-            "device_select": fw.devices[device],
-            "variant": variant,
-            "variant_set": dict(var.set) if var else {},
-            "variant_env": dict(var.env) if var else {},
-            "source_roots": list(fw.source_roots),
-            "warmup": warmup,
-            "command": command,
-            "native": {"pyspy": find_pyspy() if pyspy is None else pyspy, "rate": nat.rate, "seconds": nat.seconds,
-                       "idle": nat.idle, "prime": nat.prime} if wants_native else None,
-            "native_env": dict(nat.env) if wants_native else {},
-            "cases": [
-                {"primitive": c.primitive, "api": c.api, "shape": list(c.resolved_shape()), "passes": list(c.passes),
-                 "layers": list(c.layers), "out": str(o)}
-                for c, o in zip(cases, outs)
-            ],
-        }
-        (tmpdir / "request.json").write_text(json.dumps(request))
-        env = {**(native.PERFMAP_ENV if wants_native else {}), **os.environ, **fw.env,
+        request = ProbeRequest(
+            framework=fw.name, import_name=fw.import_name, probe=fw.probe, device=device,
+            device_select=fw.devices[device], variant=variant, variant_set=dict(var.set) if var else {},
+            variant_env=dict(var.env) if var else {}, source_roots=fw.source_roots, warmup=warmup, command=command,
+            native=nat.request(find_pyspy() if pyspy is None else pyspy) if wants_native else None,
+            native_env=dict(nat.env) if wants_native else {},
+            cases=tuple(CaseRequest(c.primitive, c.api, c.resolved_shape(), tuple(c.passes), tuple(c.layers), str(o))
+                        for c, o in zip(cases, outs)),
+        )
+        (tmpdir / "request.json").write_text(request.to_json())
+        env = {**(PERFMAP_ENV if wants_native else {}), **os.environ, **fw.env,
                **(nat.env if wants_native else {}), **(var.env if var else {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
@@ -208,13 +197,13 @@ def run_probe(
                 with _live_lock:
                     _live.discard(proc)
                 if own_perfmap:
-                    Path(native.perfmap_path(proc.pid)).unlink(missing_ok=True)
+                    Path(perfmap_path(proc.pid)).unlink(missing_ok=True)
         if _stopping.is_set():
             raise ProbeFailed(f"{fw.name} probe stopped: dltrace was interrupted", "interrupted")
         what = f"{fw.name} probe ({device}, {variant})"
-        if rc == 3:
+        if rc == Exit.NO_DEVICE:
             raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "no-device")
-        if rc == 4:
+        if rc == Exit.IMPORT:
             raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "import")
         if rc < 0:
             name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)

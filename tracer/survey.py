@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tracer import envs
+from tracer.contract import LAYERS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import write_text
-from tracer.registry import KERNEL_SHAPES, LAYERS, PRIMITIVES, Framework
+from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
 from tracer.trace import Trace, TraceFormatError, load, save
 
@@ -69,7 +70,7 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
-    at :data:`KERNEL_SHAPES` with native stacks (py-spy): the layer API reaches the
+    at its kernel shape (tracer.contract.Primitive) with native stacks (py-spy): the layer API reaches the
     same kernels, sampling costs seconds per case and pass, and at the default
     shapes the kernels hardly show in the samples."""
     prims = list(primitives or PRIMITIVES)
@@ -77,7 +78,7 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     for fw in frameworks:
         cases = tuple(CaseSpec(p, api) for p in prims for api in fw.apis)
         if native:
-            cases += tuple(CaseSpec(p, fw.apis[0], KERNEL_SHAPES[p], layers=LAYERS) for p in prims)
+            cases += tuple(CaseSpec(p, fw.apis[0], PRIMITIVES[p].kernel_shape, layers=LAYERS) for p in prims)
         for device in devices:
             if device not in fw.devices:
                 continue

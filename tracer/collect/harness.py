@@ -2,12 +2,9 @@
 imports the probe, applies the variant, traces each case and writes one trace file
 per case. Layers: "python" always; "op" through the probe's ``record_ops`` hook;
 "native" through py-spy, for all cases that ask for it in one session at the end
-(see tracer.collect.native), after which their traces are written again.
-The tool talks to it only through files and the exit status:
-
-  0  ran (a case that failed is written as CASE.error next to its trace path)
-  3  the requested device is not available (message on stderr)
-  4  the framework or probe could not be imported (message on stderr)
+(see tracer.collect.sampler), after which their traces are written again.
+The tool talks to it only through files (the request, tracer.contract.ProbeRequest;
+the traces) and the exit status (tracer.contract.Exit).
 """
 
 from __future__ import annotations
@@ -17,8 +14,8 @@ import datetime
 import importlib
 import json
 import os
-import signal
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -27,12 +24,20 @@ import traceback
 from typing import Any, Callable
 
 from tracer import __version__, machine
-from tracer.collect import native
+from tracer.collect import sampler
+from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
+from tracer.contract import (
+    LAYERS,
+    CaseRequest,
+    Exit,
+    NativeRequest,
+    OpRecorder,
+    Probe,
+    ProbeRequest,
+)
 from tracer.trace import Frame, Node, Run, Trace, save
 
-EXIT_NO_DEVICE = 3
-EXIT_IMPORT = 4
 #: What a trace that asked for native stacks says until they are added: if the probe
 #: process dies during the capture, the trace already on disk says so.
 NATIVE_PENDING = {"error": "native capture did not finish: the probe process ended during it", "incomplete": True}
@@ -78,7 +83,7 @@ def _timed(step: Callable[[], Any], sync: Callable[[], None], budget_s: float = 
     return statistics.median(times)
 
 
-def _op_layer(probe: Any, case: Any, pass_: str, label: str) -> tuple[Node | None, dict]:
+def _op_layer(probe: OpRecorder, case: Any, pass_: str, label: str) -> tuple[Node | None, dict]:
     """The probe's op-level record of one warm step, hung under a root like the
     Python layer's; (None, {"op_error": ...}) when the hook fails."""
     if pass_ == "forward":
@@ -96,19 +101,19 @@ def _op_layer(probe: Any, case: Any, pass_: str, label: str) -> tuple[Node | Non
     return root, {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
 
 
-def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: dict,
+def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version: str, applied: dict,
                 tracer: PythonTracer) -> tuple[Trace, Any]:
     """``tracer`` is shared by the cases of one request, so that each function is
     classified once per process, not once per case."""
-    shape = tuple(case_req["shape"])
-    case = probe.make_case(case_req["primitive"], case_req["api"], req["device_select"], shape)
-    passes = case_req["passes"]
-    layers = case_req.get("layers", ["python"])
+    shape = tuple(case_req.shape)
+    case = probe.make_case(case_req.primitive, case_req.api, req.device_select, shape)
+    passes = case_req.passes
+    layers = case_req.layers
     runs: list[Run] = []
 
     def traced(pass_: str) -> Callable[[], tuple]:
         """One traced step: (tree, seconds). Backward traces only the backward call."""
-        label = f"{case_req['primitive']}.{pass_}"
+        label = f"{case_req.primitive}.{pass_}"
         if pass_ == "forward":
             t0 = time.perf_counter()
             tree, _ = tracer.record(case.forward, label)
@@ -133,7 +138,7 @@ def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: di
         tree, secs = traced(pass_)
         case.sync()
         runs.append(Run(pass_, "cold", {"python": tree}, {"seconds": secs}))
-    for _ in range(req.get("warmup", 3)):
+    for _ in range(req.warmup):
         case.backward(case.forward()) if "backward" in passes else case.forward()
         case.sync()
     for pass_ in passes:
@@ -145,8 +150,8 @@ def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: di
         }
         stats["overhead"] = stats["traced_s"] / stats["untraced_s"] if stats["untraced_s"] else None
         run = Run(pass_, "warm", {"python": tree}, stats)
-        if "op" in layers and hasattr(probe, "record_ops"):
-            ops, info = _op_layer(probe, case, pass_, f"{case_req['primitive']}.{pass_}")
+        if "op" in layers and isinstance(probe, OpRecorder):
+            ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}")
             if ops is None:
                 stats.update(info)
             else:
@@ -155,60 +160,60 @@ def _trace_case(req: dict, case_req: dict, probe: Any, version: str, applied: di
         runs.append(run)
 
     meta = {
-        "framework": req["framework"],
+        "framework": req.framework,
         "framework_version": version,
-        "primitive": case_req["primitive"],
-        "api": case_req["api"],
-        "device": req["device"],
-        "variant": req["variant"],
-        "variant_env": req.get("variant_env", {}),
+        "primitive": case_req.primitive,
+        "api": case_req.api,
+        "device": req.device,
+        "variant": req.variant,
+        "variant_env": req.variant_env,
         "variant_set": applied,
         "shape": list(shape),
         "passes": passes,
-        "source_roots": req["source_roots"],
+        "source_roots": req.source_roots,
         "machine": machine.describe(),
         "tool": "dltrace",
         "tool_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": req.get("command", ""),
-        "layers_requested": [l for l in ("python", "op", "native") if l in layers],
+        "command": req.command,
+        "layers_requested": [l for l in LAYERS if l in layers],
     }
-    if req.get("native_env"):  # set for this whole process (before the import), so every case says so
-        meta["native_env"] = req["native_env"]
+    if req.native_env:  # set for this whole process (before the import), so every case says so
+        meta["native_env"] = req.native_env
     meta.update(case.info)
     used = {(n.frame.file, n.frame.line) for r in runs for tree in r.layers.values() for _, n in tree.walk()
             if n.frame.kind == "python"}
     return Trace(meta, runs, {k: v for k, v in tracer.sources.items() if k in used}), case
 
 
-def _native_layers(req: dict, pending: list[tuple[dict, Trace, Any]]) -> None:
+def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, Any]]) -> None:
     """Sample every pending case's warm passes in one py-spy session and add the
     native trees to their traces; if py-spy cannot run, each trace says why."""
-    cfg = req.get("native") or {}
+    cfg = req.native or NativeRequest()
     jobs, where = [], {}
     for ci, (case_req, trace, case) in enumerate(pending):
-        for pass_ in case_req["passes"]:
+        for pass_ in case_req.passes:
             marker = f"_dltrace_native_{ci}_{pass_}"
             if pass_ == "forward":
-                step = native.Step(lambda _, c=case: c.forward(), None, case.sync)
+                step = sampler.Step(lambda _, c=case: c.forward(), None, case.sync)
             else:
-                step = native.Step(case.backward, case.forward, case.sync)
-            jobs.append(native.Job(marker, step, Frame("root", "", f"{case_req['primitive']}.{pass_}"), cfg.get("seconds", 1.0)))
+                step = sampler.Step(case.backward, case.forward, case.sync)
+            jobs.append(sampler.Job(marker, step, Frame("root", "", f"{case_req.primitive}.{pass_}"), cfg.seconds))
             where[marker] = (trace, pass_)
     error, results, session = None, {}, {}
     workdir = tempfile.mkdtemp(prefix="dltrace-native-")
     try:
-        results, session = native.capture(cfg.get("pyspy", ""), jobs, workdir, rate=int(cfg.get("rate", 100)),
-                                          idle=bool(cfg.get("idle", False)), prime=bool(cfg.get("prime", True)),
-                                          perfmap=native.perfmap_path())
-    except native.NativeUnavailable as exc:
+        results, session = sampler.capture(cfg.pyspy, jobs, workdir, rate=cfg.rate,
+                                          idle=cfg.idle, prime=cfg.prime,
+                                          perfmap=perfmap_path())
+    except sampler.NativeUnavailable as exc:
         error = str(exc)
     except Exception as exc:  # noqa: BLE001 - the traces without native stacks are still written
         error = f"native capture failed: {type(exc).__name__}: {exc}"
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     for _, trace, _ in pending:
-        trace.meta["native"] = {**session, "seconds": cfg.get("seconds", 1.0)} if error is None else {"error": error}
+        trace.meta["native"] = {**session, "seconds": cfg.seconds} if error is None else {"error": error}
     for marker, (trace, pass_) in where.items():
         run = trace.run(pass_, "warm")
         if run is None:
@@ -224,37 +229,41 @@ def _native_layers(req: dict, pending: list[tuple[dict, Trace, Any]]) -> None:
 def main(argv: list[str]) -> int:
     die_with_parent()
     with open(argv[0]) as fh:
-        req = json.load(fh)
+        req = ProbeRequest.from_json(fh.read())
     try:
-        fw = importlib.import_module(req["import"])
-        applied = {dotted: set_dotted(dotted, value) for dotted, value in req.get("variant_set", {}).items()}
-        probe = importlib.import_module(req["probe"])
+        fw = importlib.import_module(req.import_name)
+        applied = {dotted: set_dotted(dotted, value) for dotted, value in req.variant_set.items()}
+        probe = importlib.import_module(req.probe)
     except Exception as exc:  # noqa: BLE001 - reported as one line to the tool
-        print(f"cannot import {req['import']} / {req['probe']}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_IMPORT
-    if req["device"] != "cpu" and not probe.gpu_available():
-        print(f"no {req['device'].upper()} visible to {req['framework']} on this machine", file=sys.stderr)
-        return EXIT_NO_DEVICE
+        print(f"cannot import {req.import_name} / {req.probe}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return Exit.IMPORT
+    if not isinstance(probe, Probe):
+        print(f"{req.probe} is not a probe: it lacks gpu_available() or make_case() (tracer.contract.Probe)",
+              file=sys.stderr)
+        return Exit.IMPORT
+    if req.device != "cpu" and not probe.gpu_available():
+        print(f"no {req.device.upper()} visible to {req.framework} on this machine", file=sys.stderr)
+        return Exit.NO_DEVICE
     version = str(getattr(fw, "__version__", "unknown"))
-    pending: list[tuple[dict, Trace, Any]] = []  # cases that want native stacks, kept alive
-    tracer = PythonTracer(req["source_roots"])
-    for case_req in req["cases"]:
-        out = case_req["out"]
+    pending: list[tuple[CaseRequest, Trace, Any]] = []  # cases that want native stacks, kept alive
+    tracer = PythonTracer(req.source_roots)
+    for case_req in req.cases:
+        out = case_req.out
         try:
             trace, case = _trace_case(req, case_req, probe, version, applied, tracer)
             save(trace, out)
-            if "native" in case_req.get("layers", ()):
+            if "native" in case_req.layers:
                 pending.append((case_req, trace, case))
         except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
             _write_error(out, exc)
-        print(f"done {case_req['primitive']} {case_req['api']}", file=sys.stderr, flush=True)
+        print(f"done {case_req.primitive} {case_req.api}", file=sys.stderr, flush=True)
     if pending:
         for case_req, trace, _ in pending:
             trace.meta["native"] = dict(NATIVE_PENDING)
-            save(trace, case_req["out"])
+            save(trace, case_req.out)
         _native_layers(req, pending)
         for case_req, trace, _ in pending:
-            save(trace, case_req["out"])
+            save(trace, case_req.out)
         print(f"done native ({len(pending)} cases)", file=sys.stderr, flush=True)
     return 0
 

@@ -19,16 +19,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from tracer.process.vocabulary import DEVICE_CONDITION
 from tracer.trace import Node, Trace
-
-#: What makes a condition "about the device or backend". Matched case-insensitively
-#: on the condition's source text (and a ``try``'s first statement and handler types).
-DEVICE_WORDS = re.compile(
-    r"cuda|gpu|(?<![a-z])cpu(?![a-z])|device|(?<![\w.])xp(?!\w)|cupy|(?<![\w.])(?:numpy|np)(?![\w.])|cudnn|"
-    r"ideep|mkldnn|onednn|dnnl|intel64|backend|is_available|ndarray|platform|(?<![a-z])(?:xpu|mps|tpu|rocm|hip)"
-    r"(?![a-z])|(?<![a-z])(?:jit|eager)(?![a-z])",
-    re.IGNORECASE,
-)
 
 
 @dataclass
@@ -223,7 +215,7 @@ def _arm(label: str, stmts: list[ast.AST], first: int, last: int, fn: _Function,
 
 def _candidate(kind: str, node: ast.AST, condition: str, arms: list[Arm], fn: _Function,
                offset: int) -> Candidate | None:
-    matched = sorted({m.group(0).lower() for m in DEVICE_WORDS.finditer(condition)})
+    matched = sorted({m.group(0).lower() for m in DEVICE_CONDITION.finditer(condition)})
     if not matched:
         return None
     f = fn.node.frame

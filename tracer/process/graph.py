@@ -16,10 +16,11 @@ from typing import Optional, Union
 
 import networkx as nx
 
-from tracer.process.diff import (DEFAULT_THRESHOLD, DiffResult, LayerDiff, children_groups, looks_sampled, present,
-                                 total_samples)
+from tracer.process.diff.result import DiffResult, LayerDiff
 from tracer.process.normalize import identity_label
+from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.tags import isa_of, library_of
+from tracer.process.tree import children_groups, looks_sampled, present, total_samples
 from tracer.trace import Frame, Node
 
 ROOT_KEY = 0

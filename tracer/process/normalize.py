@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from tracer.knowledge import knowledge
 from tracer.trace import Frame
 
 NATIVE = frozenset({"native"})
@@ -66,8 +67,7 @@ RULES: tuple[Rule, ...] = (
     _r(r"pybind11_(?:detail_)?function_record\w*", "pybind11", PYTHON,
        "pybind11 names its internal function-record type after the compiler ABI "
        "(pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1)"),
-    _r(r"(__inference_|__forward_|__backward_|jit_|pjit_|_lambda_)(\w*?)_\d+(?=$|[.:<(])", r"\1\2", ALL,
-       "TensorFlow and JAX number generated functions (__inference_conv_1234, jit_f_17) per process"),
+    # here: the frameworks' own numbered names (tracer.knowledge, see rules())
     _r(r"(?<=[A-Za-z])_(?:\d+|(?=[0-9a-f]*\d)[0-9a-f]{8,})(?=$|[.:<(])", "", COMPILED,
        "op and kernel names made by code generators carry counters or hashes (Conv2D_1, "
        "cpp_fused_conv_0, kernel_3f2a9b1c)"),
@@ -79,9 +79,21 @@ _ADDRESS_ONLY = re.compile(r"^(?:0x…|\?\?|\[unknown\]|\[jit\]|\[?JIT code\]?|)
 _SO_VERSION = re.compile(r"(?:\.cpython-[^.]*|\.abi3)?\.so(?:\.[0-9.]+)?$|\.dylib$|\.dll$")
 
 
+@lru_cache(maxsize=1)
+def rules() -> tuple[Rule, ...]:
+    """:data:`RULES`, with the frameworks' numbered generated names (tracer.knowledge:
+    TensorFlow's __inference_conv_1234, JAX's jit_f_17) in their place."""
+    generated = knowledge().generated
+    if generated is None:
+        return RULES
+    at = next(i for i, r in enumerate(RULES) if r.why.startswith("op and kernel names made by code generators"))
+    rule = Rule(generated, r"\1\2", ALL, "frameworks number generated functions per process (frameworks.yaml: generated)")
+    return (*RULES[:at], rule, *RULES[at:])
+
+
 def normalize(text: str, kind: str) -> str:
-    """``text`` (a frame's name or module) with the noise of :data:`RULES` removed."""
-    for rule in RULES:
+    """``text`` (a frame's name or module) with the noise of :func:`rules` removed."""
+    for rule in rules():
         if kind in rule.kinds:
             text = rule.pattern.sub(rule.replacement, text)
     return text.strip()

@@ -7,126 +7,22 @@ report and the `dltrace audit` command alike.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from tracer.contract import PASSES, PRIMITIVES
 from tracer.process.candidates import Candidate, find_candidates
-from tracer.process.diff import DEFAULT_THRESHOLD, DiffError, DiffResult, Split, diff_traces, total_samples
+from tracer.process.diff import DiffError, diff_traces
+from tracer.process.diff.result import DiffResult, Split
 from tracer.process.pairs import Pair, case_key, machine_of, pairs, side_label
-from tracer.process.summary import PathSummary, summarize
-from tracer.process.tags import GPU_LIBS, SYSTEM_LIBS, VENDOR_LIBS, is_unnamed, isa_of, library_of, library_order
-from tracer.registry import PASSES
-from tracer.trace import Node, Trace
+from tracer.process.reach import Reach, reach
+from tracer.process.sampling import DEFAULT_THRESHOLD
+from tracer.process.summary import PathSummary
+from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, library_order
+from tracer.trace import Trace
 
 LAYER_NAMES = {"python": "Python", "op": "op level", "native": "native"}
-
-
-# ----------------------------------------------------------------------------- what one path reaches
-
-
-@dataclass
-class Reach:
-    """What one trace's warm path reaches, over both passes."""
-
-    libraries: list[str]  # vendor and framework libraries in the native and op layers
-    isa: list[str]  # ISA-specific code (from symbol names)
-    kernels: list[tuple[str, str, int]]  # (pass, native leaf symbol, samples), hottest first
-    ops: list[tuple[str, str]]  # (pass, leaf op): the backend kernels the framework chose
-    handoffs: list[tuple[str, str]]  # (pass, C hand-off) when there is no op layer
-    python: dict[str, PathSummary]  # pass -> summary of the python layer
-    seconds: dict[str, float]  # pass -> untraced seconds per call
-    native_note: str = ""  # why there is no native layer, if there is none
-
-
-#: Ops that allocate, view or copy: every backend has them, and they hang below the
-#: kernel op in the op tree, so they must not hide it ("what a port must provide").
-_UTILITY_OPS = re.compile(
-    r"(?:^|::)(?:empty\w*|zeros\w*|ones\w*|full\w*|as_strided_?|resize_?|view\w*|reshape|_?unsafe_view|expand\w*|"
-    r"copy_?|clone|contiguous|fill_|zero_|detach_?|resolve_(?:conj|neg)|t|transpose_?|permute|squeeze_?|unsqueeze_?|"
-    r"select|slice|alias|_to_copy|to|lift_fresh|ShapeN|Identity|_nnpack_available|Reshape|Shape|"
-    r"broadcast_in_dim|convert_element_type|copy_p|device_put|_zeros|ReadVariableOp)$"
-    # the runtimes' own records around a kernel: executors, engines, autograd bookkeeping
-    r"|KernelAndDevice\w*::Run|ParallelFor|EagerExecute|^tf\.constant$|DeleteVariable|ImperativeBulk|"
-    r"AccumulateGrad$|(?:^|: )\w+Backward\d*$")
-
-
-def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
-    """Leaf frames of ``kinds``; for ops, the deepest op that is not a utility op."""
-    found: Counter = Counter()
-    for _, node in tree.walk():
-        if node.frame.kind not in kinds:
-            continue
-        if node.frame.kind == "op":
-            if _UTILITY_OPS.search(node.frame.name):
-                continue
-            inner = (c for _, c in node.walk() if c is not node and c.frame.kind == "op" and not _UTILITY_OPS.search(c.frame.name))
-            if next(inner, None) is None:
-                found[node.frame.label] += node.count
-        elif not any(c.frame.kind in kinds for c in node.children):
-            found[node.frame.label] += node.count
-    return found
-
-
-def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int = 5) -> list[tuple[str, int]]:
-    """The leaf symbols that compute, in at least ``threshold`` of the samples: a vendor
-    library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
-    first; system code (malloc, libpython) and unnamed addresses are not kernels."""
-    total = total_samples(native) or 1
-    leaves: dict[str, list] = {}
-    for _, node in native.walk():
-        f = node.frame
-        if f.kind != "native" or any(c.frame.kind == "native" for c in node.children) or is_unnamed(f):
-            continue
-        lib = library_of(f)
-        if lib in SYSTEM_LIBS:
-            continue
-        entry = leaves.setdefault(f.label, [library_order(lib)[0], 0])
-        entry[1] += node.count
-    ranked = sorted((rank, -n, label) for label, (rank, n) in leaves.items() if n / total >= threshold)
-    return [(label, -neg) for _, neg, label in ranked[:most]]
-
-
-def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
-    libs: Counter = Counter()
-    isa: set[str] = set()
-    kernels, ops, handoffs, python, seconds = [], [], [], {}, {}
-    note = ""
-    for pass_ in PASSES:
-        run = trace.run(pass_, "warm")
-        if run is None:
-            continue
-        if "untraced_s" in run.stats:
-            seconds[pass_] = run.stats["untraced_s"]
-        if "python" in run.layers:
-            python[pass_] = summarize(run.layers["python"])
-            handoffs += [(pass_, name) for name in _leaves(run.layers["python"], ("c",))]
-        native = run.layers.get("native")
-        if native is not None:
-            total = total_samples(native) or 1
-            for _, node in native.walk():
-                f = node.frame
-                # a frame in a sample or two can be a misread stack (a bad unwind, a wrong symbol)
-                if f.kind != "native" or node.count / total < threshold:
-                    continue
-                lib = library_of(f)
-                if lib:
-                    libs[lib] += node.count
-                tag = isa_of(f)
-                if tag:
-                    isa.add(tag)
-            kernels += [(pass_, k, n) for k, n in native_kernels(native, threshold)]
-        elif run.stats.get("native_error"):
-            note = str(run.stats["native_error"])
-        op = run.layers.get("op")
-        if op is not None:
-            ops += [(pass_, name) for name in _leaves(op, ("op",))]
-            for _, node in op.walk():
-                lib = library_of(node.frame) if node.frame.kind == "op" else ""
-                if lib:
-                    libs[lib] += 1
-    return Reach(sorted(libs, key=library_order), sorted(isa), kernels, ops, handoffs, python, seconds, note)
 
 
 # ----------------------------------------------------------------------------- one pair
@@ -280,9 +176,11 @@ class FrameworkReport:
     code: dict[str, SideCode] = field(default_factory=dict)  # pair kind/side -> totals
     notes: list[str] = field(default_factory=list)
 
+    devices: list[str] = field(default_factory=list)  # devices traced
+
     @property
     def has_gpu(self) -> bool:
-        return any(s.startswith("gpu") for s in self.sides)
+        return "gpu" in self.devices
 
 
 def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
@@ -369,12 +267,11 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         libraries={k: sorted(v, key=library_order) for k, v in side_libs.items()},
         isa=sorted(isa_all),
         code=dict(totals),
+        devices=sorted({t.meta["device"] for t in traces}),
     )
 
 
 def _order(primitive: str) -> int:
-    from tracer.registry import PRIMITIVES
-
     return list(PRIMITIVES).index(primitive) if primitive in PRIMITIVES else len(PRIMITIVES)
 
 
@@ -383,10 +280,10 @@ def _audit(cases: list[CaseReport]) -> list[AuditRow]:
     for prim in dict.fromkeys(c.primitive for c in cases):
         cpu_libs, gpu_libs, isa, provide, kernels = set(), None, set(), [], []
         for case in (c for c in cases if c.primitive == prim):
-            for label, r in case.sides.items():
-                if label.startswith("gpu"):
+            for r in case.sides.values():
+                if r.device == "gpu":
                     gpu_libs = (gpu_libs or set()) | {l for l in r.libraries if l in GPU_LIBS or l in VENDOR_LIBS}
-                elif label == "cpu" or label.startswith("cpu ("):
+                elif r.device == "cpu" and r.default:
                     cpu_libs.update(l for l in r.libraries)
                     isa.update(r.isa)
                     for pass_, op in (r.ops or r.handoffs):

@@ -11,8 +11,9 @@ Tags come from data tables of ``(regex, tag)``, tried in order, first match wins
    compiled into TensorFlow's and MXNet's cores, XLA into jaxlib. A symbol in
    ``dnnl::`` is oneDNN whatever shared object holds it.
 2. :data:`SONAME_LIBS` on the shared object's basename (``Frame.lib``).
-3. :data:`CORE_SYMBOLS` on the symbol: framework namespaces and libc/libpython
-   names, for frames whose library is unknown.
+   Each framework's own shared objects are declared with it (tracer.knowledge).
+3. The framework namespaces (tracer.knowledge), then :data:`CORE_SYMBOLS`
+   (libc/libpython names) on the symbol, for frames whose library is unknown.
 4. The library's own basename without its version (an untabled library still
    gets a stable tag), else "".
 
@@ -28,12 +29,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from tracer.knowledge import knowledge
 from tracer.process.normalize import normalize_lib
 from tracer.trace import Frame
 
 ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW = "oneDNN", "MKL", "OpenBLAS", "BLAS", "Eigen", "XLA", "mshadow"
 CUDNN, CUBLAS, CUDART = "cuDNN", "cuBLAS", "CUDA runtime"
-TORCH, TF, MXNET, JAXLIB = "torch core", "TensorFlow core", "MXNet core", "jaxlib core"
 LIBC, LIBSTDCXX, LIBPYTHON, JIT = "libc", "libstdc++", "libpython", "JIT code"
 
 
@@ -89,14 +90,9 @@ SONAME_LIBS = _t(
     (r"^libcufft", "cuFFT"),
     (r"^libnccl", "NCCL"),
     (r"^lib(?:cudart|cuda|nvrtc|nvJitLink)\b", CUDART),
-    (r"^lib(?:torch|c10|shm)|^_C\.", TORCH),
-    (r"^lib(?:tensorflow|tf_)|^_pywrap_", TF),
-    (r"^libmxnet", MXNET),
-    (r"^(?:xla_extension|libjax|_jax|jaxlib)", JAXLIB),
     (r"^libarm_compute", "Arm Compute Library"),
     (r"^libxnnpack", "XNNPACK"),
     (r"^_multiarray_umath|^_umath_linalg|^_pocketfft|^lapack_lite", "NumPy"),  # numpy's C core
-    (r"^lib_?pywrap_|^_dtypes\.so|^flags_pybind\.so", TF),  # TF's Python bindings
     (r"^lib(?:c|m|pthread|dl|rt)[.-]|^ld-linux|^\[vdso\]$", LIBC),
     (r"^lib(?:stdc|c)\+\+", LIBSTDCXX),
     (r"^libgcc_s", "libgcc"),
@@ -104,12 +100,9 @@ SONAME_LIBS = _t(
     (r"^libffi\.", "libffi"),
 )
 
-#: Framework namespaces and system names, for frames whose library is not known.
+#: System names, for frames whose library is not known (the frameworks' own namespaces
+#: come first, from tracer.knowledge).
 CORE_SYMBOLS = _t(
-    (_NS + r"(?:at|c10|torch|caffe2)::", TORCH),
-    (_NS + r"(?:tensorflow|tsl)::", TF),
-    (_NS + r"(?:mxnet|nnvm)::|^MX[A-Z]\w*", MXNET),
-    (_NS + r"(?:jax|jaxlib)::", JAXLIB),
     (r"^_?Py[A-Z_]\w*|^_PyEval", LIBPYTHON),
     (r"^(?:__)?(?:memcpy|memmove|memset|malloc|calloc|realloc|free)(?:_\w+)?$|"
      r"^__libc_|^__GI_|^pthread_|^start_thread$|^clone3?$", LIBC),
@@ -128,6 +121,22 @@ OP_LIBS = _t(
     (r"(?i)(?:^|[^a-z])xla(?:[^a-z]|$)|^(?:fusion|custom-call)$", XLA),
     (r"(?i)mshadow", MSHADOW),
     (r"(?i)memcpy.*(?:htod|dtoh|dtod)|^cuda", CUDART),
+    # GPU kernels as GPU profilers name them (imported Kineto and XPlane traces); after
+    # the rules above, which keep precedence (an sm80_xmma_fprop_* name is cuBLAS's by
+    # the ^sm\d+_...gemm rule before it reaches the cuDNN one below).
+    (r"(?i)miopen|(?:^|[^A-Za-z])naive_conv|^igemm_(?:fwd|bwd|wrw)_|gridwise_convolution|^batched_transpose_"
+     r"|^transpose_(?:NCHW2CNHW|CNHW2NCHW)|^SubTensorOp|^Op[1-5]dTensor|^OpTensor|^Im[123]d2Col|^Col2Im[123]d"
+     r"|^Conv_Winograd_v|^gcnAsm", "MIOpen"),
+    (r"^_ZN2ck\d|(?:^|[\s:<(])ck::tensor_operation", "Composable Kernel"),
+    (r"(?i)hipblaslt|^Cijk_\w*_UserArgs", "hipBLASLt"),  # TensileLite, hipBLASLt's Tensile, adds _UserArgs
+    (r"(?i)rocblas|^Cijk_", "rocBLAS"),  # other Tensile kernels are rocBLAS's (MIOpen's GEMM convolutions too)
+    (r"(?:^|[\s:(<])(?:sm\d+_)?xmma_(?:fprop|dgrad|wgrad)|(?:implicit|explicit|precomputed)_convolve_sgemm"
+     r"|(?:^|[\s:])(?:wgrad_alg\d_engine|dgrad_engine|dgrad_alg\d|fft2d_(?:r2c|c2r)_)", CUDNN),
+    (r"(?i)(?:^|[^a-z])cutlass(?:::|_)", "CUTLASS"),
+    (r"(?:^|[\s:])gemv\w*kernel|(?:^|[\s:])gemmSN_|(?:^|[\s:])gemmk1_kernel", CUBLAS),
+    (r"(?:^|[\s:])triton_", "Triton"),
+    (r"^nccl|[\s:]nccl(?:Dev)?Kernel", "NCCL"),
+    (r"^__amd_rocclr_", "HIP runtime"),
 )
 
 #: Python and C frames by module.
@@ -136,7 +145,6 @@ MODULE_LIBS = _t(
     (r"^ideep4py(?:\.|$)", ONEDNN),
     (r"^numpy(?:\.|$)", "NumPy"),
     (r"^scipy(?:\.|$)", "SciPy"),
-    (r"^(?:jaxlib|jax\._src\.lib)(?:\.|$)|xla_client|xla_extension", JAXLIB),
 )
 
 #: Python and C frames by name, when the module does not say: the framework's
@@ -169,9 +177,10 @@ ISA_TAGS = _t(
 #: Groups used by the diff's classification.
 VENDOR_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW, CUDNN, CUBLAS, "cuFFT", "NCCL", "MIOpen",
                          "rocBLAS", "Arm Compute Library", "KleidiAI", "XNNPACK", "FBGEMM", "NNPACK", "SLEEF",
-                         "CuPy", "NumPy", "SciPy"})
-GPU_LIBS = frozenset({CUDNN, CUBLAS, CUDART, "cuFFT", "NCCL", "MIOpen", "rocBLAS", "CuPy"})
-CORE_LIBS = frozenset({TORCH, TF, MXNET, JAXLIB})
+                         "CuPy", "NumPy", "SciPy", "hipBLASLt", "CUTLASS", "Triton", "Composable Kernel",
+                         "PyTorch CUDA kernels", "PyTorch HIP kernels"})
+GPU_LIBS = frozenset({CUDNN, CUBLAS, CUDART, "cuFFT", "NCCL", "MIOpen", "rocBLAS", "CuPy", "hipBLASLt", "CUTLASS",
+                      "Triton", "Composable Kernel", "PyTorch CUDA kernels", "PyTorch HIP kernels", "HIP runtime"})
 #: What every native stack passes through whatever the backend: shown last, muted.
 SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc", "libffi", "OpenMP"})
 
@@ -179,7 +188,7 @@ SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc", "libffi", "OpenMP
 def library_order(lib: str) -> tuple[int, str]:
     """Sort key for lists of libraries: what a port replaces first (vendor and GPU
     libraries, JIT code), then the framework's core, then the rest, system last."""
-    rank = (0 if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT else 1 if lib in CORE_LIBS
+    rank = (0 if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT else 1 if lib in knowledge().core_tags
             else 3 if lib in SYSTEM_LIBS else 2)
     return rank, lib.lower()
 
@@ -233,14 +242,16 @@ def library_of(frame: Frame) -> str:
             return (not is_unnamed(frame) and (_first(SYMBOL_LIBS, frame.name) or _first(JIT_NAMES, frame.name))) or JIT
         bare = _bare(frame.name)
         lib = frame.lib.rsplit("/", 1)[-1]
-        return (_first(SYMBOL_LIBS, bare) or (lib and _first(SONAME_LIBS, lib)) or _first(CORE_SYMBOLS, bare)
-                or (normalize_lib(lib) if lib else ""))
+        k = knowledge()
+        return (_first(SYMBOL_LIBS, bare) or (lib and (_first(SONAME_LIBS, lib) or _first(k.core_libraries, lib)))
+                or _first(k.core_symbols, bare) or _first(CORE_SYMBOLS, bare) or (normalize_lib(lib) if lib else ""))
     if kind == "op":
         # the op layer's own record of who computes it: a library tag in lib, or XLA's HLO ops
         return (_first(OP_LIBS, frame.name) or (_first(SONAME_LIBS, frame.lib) if frame.lib else "")
                 or (frame.lib if frame.lib in VENDOR_LIBS else "") or (XLA if frame.module == "xla" else ""))
     if kind in ("python", "c"):
-        return _first(MODULE_LIBS, frame.module) or _first(PYTHON_NAME_LIBS, f"{frame.module}.{frame.name}")
+        return (_first(MODULE_LIBS, frame.module) or _first(knowledge().core_modules, frame.module)
+                or _first(PYTHON_NAME_LIBS, f"{frame.module}.{frame.name}"))
     return ""
 
 

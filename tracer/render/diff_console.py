@@ -11,7 +11,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tracer.process.candidates import Candidate
-from tracer.process.diff import Branch, DiffResult, Fragment, LayerDiff, Split
+from tracer.process.diff.result import Branch, DiffResult, Fragment, LayerDiff, Split
 from tracer.render.terminal import clip
 
 A_STYLE, B_STYLE = "bold cyan", "bold magenta"

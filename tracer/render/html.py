@@ -20,13 +20,13 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
-from tracer.process.diff import ALPHA, DEFAULT_THRESHOLD, Fragment, LayerDiff
+from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
-from tracer.process.portability import LAYER_NAMES, FrameworkReport, survey_reports
+from tracer.process.portability import LAYER_NAMES, FrameworkReport
+from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.tags import SYSTEM_LIBS
 from tracer.registry import ROOT
 from tracer.render import graphs
-from tracer.trace import Trace
 
 TEMPLATES = ROOT / "templates"
 _FORMATTER = HtmlFormatter(nowrap=True)
@@ -101,10 +101,10 @@ class _Graphs:
         return drawing
 
 
-def write_report(traces: list[Trace], gaps: list[Any], out: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
-    """Render the report into ``out``; returns the index page."""
+def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """Render the report of the portability model (tracer.process.portability) into
+    ``out``; returns the index page."""
     out.mkdir(parents=True, exist_ok=True)
-    reports = survey_reports(traces, gaps, threshold)
     env = _env()
     drawer = _Graphs(out)
     common = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from typing import TextIO
+
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.segment import Segment
 from rich.text import Text

@@ -1,4 +1,6 @@
-"""Native stacks: py-spy ``record --native`` attached to this very process.
+"""The sampling session: py-spy ``record --native`` attached to this very process,
+each loop run under its marker (see tracer.collect.attribution), and the whole
+capture of a probe's cases in one session (:func:`capture`).
 
 Why this shape (each point was measured on the five frameworks):
 
@@ -16,10 +18,10 @@ Why this shape (each point was measured on the five frameworks):
 * py-spy prints ``0x... (?)`` for an address it cannot place. That is either code
   generated at run time (oneDNN's and XLA's JIT kernels: an executable anonymous
   mapping) or a bogus return address from a failed unwind (heap, stack, 0x1).
-  :class:`Maps` tells them apart with this process's /proc/self/maps; JIT code
+  tracer.collect.maps tells them apart with this process's /proc/self/maps; JIT code
   becomes a frame with lib "[jit]" under its caller, bogus frames are dropped and
-  counted. oneDNN names its kernels when asked to (:data:`PERFMAP_ENV`: it writes
-  the Linux perf map ``/tmp/perf-PID.map``); :class:`PerfMap` reads it, so that a
+  counted. oneDNN names its kernels when asked to (maps.PERFMAP_ENV: it writes
+  the Linux perf map ``/tmp/perf-PID.map``), which maps.PerfMap reads, so that a
   JIT frame says which kernel it is (``jit_avx2_conv_fwd_kernel_f32_t``), else it
   is "[JIT code]". Unwinding stops inside JIT code (it has no unwind tables), so
   most JIT samples hang straight under the Python frame: the name is what tells
@@ -33,9 +35,7 @@ Library and ISA tags are derived later (tracer.process.tags). Stdlib only.
 
 from __future__ import annotations
 
-import bisect
 import ctypes
-import datetime
 import os
 import re
 import signal
@@ -43,307 +43,30 @@ import subprocess
 import sys
 import time
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from tracer.collect.attribution import (
+    FrameNamer,
+    Window,
+    build_tree,
+    layer_stats,
+    split_by_marker,
+)
+from tracer.collect.maps import Maps, PerfMap
+from tracer.collect.pyspy_format import (
+    ANY_LOG,
+    LOADING,
+    TOTALS,
+    error_kind,
+    parse_raw,
+    parse_warnings,
+)
 from tracer.trace import Frame, Node
-
-JIT_NAME, JIT_LIB = "[JIT code]", "[jit]"
-#: Set for a probe process whose native stacks are captured, before the framework
-#: loads oneDNN: 2 = "basic Linux perf integration", a perf map of the kernels it
-#: generates, always at /tmp/perf-PID.map (oneDNN reads either prefix).
-PERFMAP_ENV = {"ONEDNN_JIT_PROFILE": "2", "DNNL_JIT_PROFILE": "2"}
-UNKNOWN_NAME = "[unknown]"  # an address inside a known library that has no symbol
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_OWN = tuple(os.path.join(_ROOT, d) + os.sep for d in ("tracer", "probes"))  # dltrace's own code
-_ADDR = re.compile(r"^0x[0-9a-fA-F]+$")
-_LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z\s+WARN\s+py_spy\]\s+(.*)$")
-_ANY_LOG = re.compile(r"^\[\d{4}-\d\d-\d\dT")  # an env_logger line (RUST_LOG), not py-spy's own message
-_LOADING = re.compile(r"(?:loading symbols|loading debug info|loading file|opening \S+ for symbols)")
-_TOTALS = re.compile(r"Samples: (\d+) Errors: (\d+)")
-_COUNTER = re.compile(r"\.\d+$")
 
 
 class NativeUnavailable(Exception):
     """py-spy could not be started or attached (missing, no permission, exited)."""
-
-
-# ----------------------------------------------------------------------------- raw format
-
-
-@dataclass(frozen=True)
-class RawFrame:
-    """One frame of py-spy's raw (collapsed) output: ``name (where)``.
-
-    ``where`` is ``file:line`` for Python frames, the shared object for native ones
-    (or their source ``file:line`` when the library has debug info), ``?`` where
-    py-spy could not place the address."""
-
-    name: str
-    where: str
-    python: bool
-    line: int = 0
-
-
-_PY_WHERE = re.compile(r"^(.*):(\d+)$")
-
-
-def parse_frame(text: str) -> RawFrame:
-    """Split ``name (where)``; the *last* `` (`` starts ``where``, because C++ symbols
-    contain parentheses (``{lambda(int, int)#1}``, ``void (int, int)``)."""
-    cut = text.rfind(" (")
-    if cut < 0 or not text.endswith(")"):
-        return RawFrame(text, "", False)
-    name, where = text[:cut], text[cut + 2 : -1]
-    m = _PY_WHERE.match(where)  # shared objects never end in ":<digits>"
-    if m:
-        path = m.group(1)
-        # Python source, or a native function py-spy found debug info for (``_ctypes.c:4201``)
-        python = path.endswith((".py", ".pyw")) or path.startswith("<")
-        return RawFrame(name, path, python, int(m.group(2)))
-    return RawFrame(name, where, False)
-
-
-def parse_raw(text: str) -> list[tuple[tuple[RawFrame, ...], int]]:
-    """py-spy ``--format raw``: one stack per line, outermost frame first, frames
-    separated by ``;``, then a space and the sample count."""
-    out: list[tuple[tuple[RawFrame, ...], int]] = []
-    for line in text.splitlines():
-        stack, _, count = line.rstrip().rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        out.append((tuple(parse_frame(f) for f in stack.split(";")), int(count)))
-    return out
-
-
-def parse_warnings(log: str) -> list[tuple[float, str]]:
-    """(epoch seconds, message) of py-spy's ``WARN`` lines: the samples it failed to take."""
-    out = []
-    for line in log.splitlines():
-        m = _LOG_TIME.match(line.strip())
-        if m:  # nanosecond fractions: parsed by hand, fromisoformat takes at most 6 digits before 3.11
-            stamp = datetime.datetime.fromisoformat(m.group(1)).replace(tzinfo=datetime.timezone.utc)
-            out.append((stamp.timestamp() + float(m.group(2) or 0), m.group(3)))
-    return out
-
-
-def error_kind(message: str) -> str:
-    """A short, stable name for an unwinding failure ("UNW_EBADREG", "merge", ...)."""
-    m = re.search(r"\b(UNW_E[A-Z]+)\b", message)
-    if m:
-        return m.group(1)
-    if "merge native and python" in message:
-        return "merge"
-    return re.sub(r"\d+", "N", message.split(":", 1)[-1].strip())[:60] or "other"
-
-
-# ----------------------------------------------------------------------------- maps
-
-
-@dataclass(frozen=True)
-class Mapping:
-    start: int
-    end: int
-    perms: str
-    path: str
-
-
-class PerfMap:
-    """A Linux perf map (``START SIZE name`` per line, hex): the names a JIT gives
-    the code it generates. oneDNN numbers its kernels per process
-    (``jit_brgemm_kernel_t.3``); the number is dropped so that names align."""
-
-    def __init__(self, entries: Iterable[tuple[int, int, str]] = ()):
-        self.entries = sorted(entries)
-        self._starts = [e[0] for e in self.entries]
-
-    @classmethod
-    def read(cls, path: str) -> "PerfMap":
-        out = []
-        try:
-            with open(path, errors="replace") as fh:
-                for line in fh:
-                    parts = line.rstrip("\n").split(" ", 2)
-                    if len(parts) == 3:
-                        try:
-                            out.append((int(parts[0], 16), int(parts[1], 16), _COUNTER.sub("", parts[2].strip())))
-                        except ValueError:
-                            continue
-        except OSError:
-            pass
-        return cls(out)
-
-    def name(self, addr: int) -> str | None:
-        i = bisect.bisect_right(self._starts, addr) - 1
-        if i >= 0 and addr < self.entries[i][0] + self.entries[i][1]:
-            return self.entries[i][2] or None
-        return None
-
-
-class Maps:
-    """This process's memory map, to place addresses py-spy could not."""
-
-    def __init__(self, mappings: Iterable[Mapping], perfmap: PerfMap | None = None):
-        self.maps = sorted(mappings, key=lambda m: m.start)
-        self._starts = [m.start for m in self.maps]
-        self.perfmap = perfmap or PerfMap()
-
-    @classmethod
-    def read(cls, pid: int | str = "self", perfmap: PerfMap | None = None) -> "Maps":
-        out = []
-        try:
-            with open(f"/proc/{pid}/maps") as fh:
-                for line in fh:
-                    parts = line.split(None, 5)
-                    lo, hi = parts[0].split("-")
-                    out.append(Mapping(int(lo, 16), int(hi, 16), parts[1], parts[5].strip() if len(parts) > 5 else ""))
-        except OSError:
-            pass
-        return cls(out, perfmap)
-
-    def find(self, addr: int) -> Mapping | None:
-        i = bisect.bisect_right(self._starts, addr) - 1
-        if i >= 0 and addr < self.maps[i].end:
-            return self.maps[i]
-        return None
-
-    def classify(self, addr: int) -> tuple[str, str] | None:
-        """(name, lib) for an unplaced address: JIT code in an executable anonymous
-        mapping (named by the perf map if it has the address), "[unknown]" in a
-        file's executable mapping; None for anything else (not executable, not
-        mapped): a bogus frame from a failed unwind."""
-        m = self.find(addr)
-        if m is None or "x" not in m.perms:
-            return None
-        if not m.path or m.path.startswith(("[anon", "/memfd:", "[heap")) or m.path.endswith("(deleted)"):
-            return (self.perfmap.name(addr) or JIT_NAME, JIT_LIB)
-        return (UNKNOWN_NAME, os.path.basename(m.path))
-
-
-# ----------------------------------------------------------------------------- tree
-
-
-@dataclass
-class Window:
-    """One sampled loop: which marker, when (epoch seconds), how it ran."""
-
-    marker: str
-    t0: float
-    t1: float
-    iterations: int
-    seconds: float
-    baseline_s: float  # seconds per iteration without py-spy (mean of before and after)
-    per_iter_s: float = 0.0  # seconds per iteration while sampled (median over blocks)
-
-
-@dataclass
-class _Acc:
-    samples: int = 0
-    bad_frames: int = 0  # samples from which bogus frames were dropped
-    jit: int = 0  # samples with JIT code
-    jit_orphans: int = 0  # ... whose native callers were lost (the unwind failed at the JIT frame)
-    stacks: list[tuple[list[Frame], int]] = field(default_factory=list)
-
-
-class FrameNamer:
-    """Turns raw frames into trace Frames. Python frames get the module name from
-    their file (the sys.path entry stripped, as the Python collector does)."""
-
-    def __init__(self, maps: Maps, paths: Iterable[str] = ()):
-        self.maps = maps
-        self._bases = sorted({os.path.realpath(p) + os.sep for p in paths if p}, key=len, reverse=True)
-        self._cache: dict[RawFrame, Frame | None] = {}
-
-    def relative(self, filename: str) -> str:
-        if filename.startswith("<") or not os.path.isabs(filename):
-            return filename
-        real = os.path.realpath(filename)
-        for base in self._bases:
-            if real.startswith(base):
-                return real[len(base):]
-        return os.path.basename(filename)
-
-    def frame(self, raw: RawFrame) -> Frame | None:
-        """None drops the frame (a bogus address)."""
-        if raw in self._cache:
-            return self._cache[raw]
-        if raw.python:
-            rel = self.relative(raw.where)
-            module = rel[:-3].replace("/", ".") if rel.endswith(".py") and not rel.startswith("<") else ""
-            if module.endswith(".__init__"):
-                module = module[: -len(".__init__")]
-            out: Frame | None = Frame("python", module, raw.name, rel, raw.line)
-        elif _ADDR.match(raw.name):
-            if raw.where in ("?", ""):
-                placed = self.maps.classify(int(raw.name, 16))
-                out = Frame("native", "", placed[0], lib=placed[1]) if placed else None
-            else:
-                out = Frame("native", "", UNKNOWN_NAME, lib=os.path.basename(raw.where))
-        elif raw.line:  # debug info gave a source file, not the library; the line would split nodes
-            out = Frame("native", "", raw.name, file=os.path.basename(raw.where))
-        else:
-            out = Frame("native", "", raw.name, lib=os.path.basename(raw.where) if raw.where != "?" else "")
-        self._cache[raw] = out
-        return out
-
-
-def _own(raw: RawFrame) -> bool:
-    return raw.python and raw.where.startswith(_OWN)
-
-
-def split_by_marker(samples: list[tuple[tuple[RawFrame, ...], int]], markers: Iterable[str],
-                    namer: FrameNamer) -> tuple[dict[str, _Acc], int]:
-    """Group samples by the loop marker on their stack, keeping the frames below it
-    (without dltrace's own Python frames and bogus addresses). Returns the groups and
-    the number of samples outside every marker."""
-    wanted = set(markers)
-    groups = {m: _Acc() for m in wanted}
-    outside = 0
-    for stack, count in samples:
-        idx = next((i for i in range(len(stack) - 1, -1, -1) if stack[i].python and stack[i].name in wanted), None)
-        if idx is None:
-            outside += count
-            continue
-        acc = groups[stack[idx].name]
-        acc.samples += count
-        frames, bad = [], False
-        for raw in stack[idx + 1 :]:
-            if _own(raw):
-                continue
-            f = namer.frame(raw)
-            if f is None:
-                bad = True
-                continue
-            frames.append(f)
-        acc.bad_frames += count if bad else 0
-        jit = [i for i, f in enumerate(frames) if f.lib == JIT_LIB]
-        if jit:
-            acc.jit += count
-            acc.jit_orphans += count if jit[0] == 0 or frames[jit[0] - 1].kind != "native" else 0
-        acc.stacks.append((frames, count))
-    return groups, outside
-
-
-def build_tree(stacks: list[tuple[list[Frame], int]], root: Frame) -> Node:
-    """Merge stacks into a tree: root count = samples, node count = samples that
-    passed through that frame in that calling context."""
-    top = Node(root)
-    index: dict[int, dict[Frame, Node]] = {}
-    for frames, count in stacks:
-        top.count += count
-        node = top
-        for f in frames:
-            kids = index.setdefault(id(node), {})
-            child = kids.get(f)
-            if child is None:
-                child = kids[f] = Node(f)
-                node.children.append(child)
-            child.count += count
-            node = child
-    return top
-
-
-# ----------------------------------------------------------------------------- session
 
 
 @dataclass
@@ -459,7 +182,7 @@ class Sampler:
             return ""
 
     def _why(self) -> str:
-        lines = [l.strip() for l in self._read_log().splitlines() if l.strip() and not _ANY_LOG.match(l.strip())]
+        lines = [l.strip() for l in self._read_log().splitlines() if l.strip() and not ANY_LOG.match(l.strip())]
         return " | ".join(lines[-3:]) or "no output"
 
     def start(self) -> None:
@@ -508,7 +231,7 @@ class Sampler:
                 new_size = size
             if new_size != size:
                 size = new_size
-                n = len(_LOADING.findall(self._read_log()))
+                n = len(LOADING.findall(self._read_log()))
                 if n != loads:
                     loads, last = n, now
             if (now - last >= quiet_s and now - t0 >= quiet_s) or now - t0 >= most_s:
@@ -540,7 +263,7 @@ class Sampler:
             except subprocess.TimeoutExpired:
                 self._kill()
                 raise NativeUnavailable(f"py-spy did not write its output within {timeout:g} s") from None
-        m = _TOTALS.search(self._read_log())
+        m = TOTALS.search(self._read_log())
         self.totals = (int(m.group(1)), int(m.group(2))) if m else None
         try:
             with open(self.out, errors="replace") as fh:
@@ -562,24 +285,6 @@ class Sampler:
         return out
 
 
-def layer_stats(acc: _Acc, window: Window, errors: dict[str, int], rate: int) -> dict[str, Any]:
-    """What Run.stats["layers"]["native"] records for one sampled loop."""
-    per_iter = window.per_iter_s
-    return {
-        "sampled": True,
-        "samples": acc.samples,
-        "errors": sum(errors.values()),
-        "error_kinds": errors,
-        "bad_frames": acc.bad_frames,
-        "jit_samples": acc.jit,
-        "jit_orphan_samples": acc.jit_orphans,
-        "rate": rate,
-        "duration_s": round(window.seconds, 4),
-        "iterations": window.iterations,
-        "slowdown": round(per_iter / window.baseline_s, 3) if per_iter and window.baseline_s else None,
-    }
-
-
 @dataclass
 class Job:
     """One loop to sample: ``step`` under ``marker``, for ``seconds``; its tree hangs
@@ -589,11 +294,6 @@ class Job:
     step: Step
     root: Frame
     seconds: float
-
-
-def perfmap_path(pid: int | None = None) -> str:
-    """Where a JIT writes this process's perf map (fixed by the perf convention)."""
-    return f"/tmp/perf-{os.getpid() if pid is None else pid}.map"
 
 
 def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bool = False,

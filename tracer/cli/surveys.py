@@ -1,0 +1,148 @@
+"""Commands on folders of traces: survey (probe everything, keep every trace), report and
+audit (from traces alone), import (traces recorded elsewhere, by other tools)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracer.cli import main
+from tracer.cli.common import Seconds, collect, command_line, err, frameworks, out, split_csv
+from tracer.contract import DEVICES
+from tracer.errors import DltraceError
+from tracer.files import ensure_dir
+from tracer.render.terminal import message
+from tracer.runner import DEFAULT_TIMEOUT, check
+
+
+# --------------------------------------------------------------------------- survey / report
+@main.command()
+@click.argument("names", nargs=-1)
+@click.option("--primitives", multiple=True, help="Comma-separated primitives (default: all).")
+@click.option("--devices", multiple=True, default=("cpu",), show_default=True, help="Comma-separated devices.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"), show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Probe subprocesses at a time.")
+@click.option("--with-traces", "with_traces", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Add traces recorded elsewhere (a GPU or ARM machine); repeatable.")
+@click.option("--fresh", is_flag=True, help="Probe again even where a trace exists.")
+@click.option("--no-variants", is_flag=True, help="Only the default variant.")
+@click.option("--native/--no-native", default=True, show_default=True,
+              help="Sample native stacks (py-spy) of each framework's functional cases: the libraries and "
+                   "ISA-specific code each primitive reaches (seconds per case).")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
+def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, timeout) -> None:
+    """Probe every primitive of NAMES (default: all frameworks) on every device and
+    variant, diff the pairs, and write the HTML report to OUTPUT."""
+    import time
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from tracer import survey as sv
+
+    fws = frameworks()
+    for name in names:
+        check(fws, name)
+    prims = split_csv(primitives) or None
+    for p in prims or ():
+        check(fws, next(iter(fws)), primitive=p)
+    devs = split_csv(devices)
+    for d in devs:
+        if d not in DEVICES:
+            raise DltraceError(f"unknown device '{d}' (choose from: {', '.join(DEVICES)})")
+    chosen = [fws[n] for n in (names or fws)]
+    ensure_dir(output / "traces")  # before probing: results must have somewhere to go
+    ready, missing = sv.ready_frameworks(chosen)
+    for fw in missing:
+        err.print(message("!", "yellow", f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
+                  highlight=False, soft_wrap=True)
+    jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native)
+    t0 = time.monotonic()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
+        total = progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list))
+
+        def on_event(e) -> None:
+            progress.advance(total, e.done)
+            note = f", {len(e.gaps)} gaps" if e.gaps else ""
+            reused = f", {e.reused} reused" if e.reused else ""
+            progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
+
+        gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
+    out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
+    _render([output / "traces", *with_traces], output)
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
+def report(traces, output) -> None:
+    """Render the HTML report from TRACES folders alone (no framework needed)."""
+    ensure_dir(output)
+    _render(list(traces), output)
+
+
+def _render(folders: list[Path], output: Path) -> None:
+    from tracer.process.portability import survey_reports
+    from tracer.render.html import write_report
+
+    traces, gaps = collect(folders)
+    if not traces and not gaps:
+        raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
+    index = write_report(survey_reports(traces, gaps), output)
+    out.print(f"report: {index}", markup=False, highlight=False)
+
+
+@main.command()
+@click.argument("framework")
+@click.option("--traces", "folders", multiple=True, type=click.Path(exists=True, path_type=Path),
+              default=(Path("reports/survey/traces"),), show_default=True, help="Trace folders (a survey's, a GPU machine's...).")
+def audit(framework: str, folders: tuple[Path, ...]) -> None:
+    """The porting audit of FRAMEWORK from its traces: the dispatch points a new
+    backend must hook into, and what each primitive needs from it."""
+    from tracer.process.portability import framework_report
+    from tracer.render.audit_console import print_audit
+
+    check(frameworks(), framework)
+    traces, gaps = collect(list(folders))
+    mine = [t for t in traces if t.meta.get("framework") == framework]
+    if not mine:
+        raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
+    print_audit(framework_report(framework, mine, gaps), out)
+
+
+# --------------------------------------------------------------------------- import
+@main.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE...")
+@click.option("--framework", type=click.Choice(["torch", "jax"]), required=True,
+              help="torch: a torch.profiler trace (Kineto JSON, plain or gzip); jax: a jax.profiler XPlane (.xplane.pb).")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the traces (default: ./imported/<source name>/; with several files, one subfolder each).")
+def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> None:
+    """Turn GPU profiler files recorded elsewhere into dltrace traces: one trace per
+    primitive found, <primitive>-imported.json, its op layer shaped like the CPU probe's
+    and the GPU kernels under the ops that launched them."""
+    from tracer.importers import import_file
+    from tracer.importers.source import short_name
+    from tracer.trace import save
+
+    names = [short_name(f.name) for f in files]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise DltraceError(f"two files would be written to the same folder ({dup}); import them one at a time with -o")
+    folders = [output if output is not None and len(files) == 1 else (output or Path("imported")) / n for n in names]
+    for folder in folders:
+        ensure_dir(folder)  # before the work: an output that cannot be written is found first
+    done = [(folder, import_file(f, framework, command=command_line())) for f, folder in zip(files, folders)]
+    for folder, results in done:
+        for r in results:
+            path = folder / f"{r.primitive}-imported.json"
+            save(r.trace, path)
+            kernels = f"{r.kernels} kernel{'s' * (r.kernels != 1)} ({r.launches} launch{'es' * (r.launches != 1)})"
+            out.print(f"{r.primitive}  {'+'.join(r.passes)}  {r.gpu}  {kernels}  -> {path}", markup=False,
+                      highlight=False, soft_wrap=True)

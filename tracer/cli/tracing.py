@@ -1,0 +1,131 @@
+"""Commands on one trace or two: probe (record one), diff (where two part), export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracer import registry
+from tracer.cli import main
+from tracer.cli.common import Seconds, command_line, err, frameworks, layer_list, out
+from tracer.contract import APIS, LAYERS, PASSES
+from tracer.errors import DltraceError
+from tracer.files import ensure_file_parent, replacing
+from tracer.render import EXPORTS
+from tracer.render.terminal import TerminalSafe
+from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
+
+
+# --------------------------------------------------------------------------- probe
+@main.command()
+@click.argument("framework")
+@click.argument("primitive")
+@click.option("--device", default="cpu", show_default=True, help="cpu or gpu.")
+@click.option("--variant", default="default", show_default=True, help="A variant from frameworks.yaml (see dltrace list).")
+@click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
+@click.option("--api", default="functional", show_default=True, help=f"{' or '.join(APIS)}.")
+@click.option("--shape", default=None, help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
+@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True, help="Which call to print.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the trace (JSON; .gz compresses).")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
+@click.option("--max-depth", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("--max-nodes", type=click.IntRange(min=1), default=400, show_default=True)
+@click.option("--layers", default=",".join(LAYERS), show_default=True,
+              help="Layers to record and print, comma-separated: python (always recorded), op (the framework's "
+                   "own op records), native (py-spy native stacks, warm runs; takes a few seconds).")
+def probe(framework, primitive, device, variant, pass_, api, shape, phase, output, timeout, max_depth, max_nodes,
+          layers) -> None:
+    """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
+    fw = check(frameworks(), framework, primitive, device, variant, api)
+    chosen = tuple(l for l in LAYERS if l in layer_list(layers))
+    spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,),
+                    layers=("python", *(l for l in chosen if l != "python")))
+    if output:
+        ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
+    with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
+        trace = probe_one(fw, spec, device, variant, timeout, command=command_line())
+    from tracer.render.console import print_trace
+    from tracer.trace import save
+
+    print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes)
+    if output:
+        save(trace, output)
+        err.print(f"trace written to {output}", style="dim", highlight=False, markup=False)
+
+
+# --------------------------------------------------------------------------- diff
+@main.command()
+@click.argument("trace_a", metavar="A.json")
+@click.argument("trace_b", metavar="[B.json]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--layer", type=click.Choice(["python", "op", "native", "all"]), default="all", show_default=True)
+@click.option("--pass", "pass_", type=click.Choice(list(PASSES)), default="forward", show_default=True)
+@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
+@click.option("--threshold", type=float, default=0.02, show_default=True,
+              help="Sampled layers: a frame counts only when in at least this share of the samples.")
+@click.option("--force", is_flag=True, help="Diff traces of different frameworks or primitives anyway.")
+def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> None:
+    """Where the paths of two traces split (A.json B.json), or, with one trace, the
+    branches on the device or backend that could split it (candidate split points)."""
+    import json
+
+    from tracer.process.candidates import find_candidates
+    from tracer.process.diff import DiffError, diff_traces
+    from tracer.render.diff_console import print_candidates, print_diff
+    from tracer.trace import load
+
+    a = load(trace_a)
+    if trace_b is None:
+        if layer not in ("python", "all"):
+            raise DiffError(f"single-trace mode reads the python layer, not the {layer} layer; give a second trace")
+        if a.run(pass_, phase) is None:
+            raise DiffError(f"{trace_a}: no {phase} {pass_} run")
+        candidates = find_candidates(a, pass_, phase)
+        if as_json:
+            click.echo(json.dumps({"mode": "candidates", "trace": trace_a, "pass": pass_, "phase": phase,
+                                   "candidates": [c.to_json() for c in candidates]}, indent=2))
+        else:
+            from tracer.process.diff import describe
+
+            print_candidates(candidates, out, describe(a), pass_, phase)
+        return
+    b = load(trace_b)
+    result = diff_traces(a, b, pass_, phase, LAYERS if layer == "all" else (layer,), threshold, force)
+    if as_json:
+        click.echo(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json()}, indent=2))
+    else:
+        print_diff(result, out, (trace_a, trace_b))
+
+
+# --------------------------------------------------------------------------- export
+@main.command()
+@click.argument("trace_file", metavar="TRACE")
+@click.option("--format", "fmt", type=click.Choice(list(EXPORTS)), required=True,
+              help="; ".join(f"{name}: {what}" for name, (_, what) in EXPORTS.items()) + ".")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
+@click.option("--layer", "layers", multiple=True, help="python, op or native (repeatable or comma-separated; default: all in the trace).")
+@click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
+@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
+def export(trace_file, fmt, output, layers, pass_, phase) -> None:
+    """Write TRACE's call trees in a format other tools read: native layers as samples,
+    python and op layers weighted by time (nanoseconds) or, without times, by calls."""
+    from tracer.render.export import select_trees
+    from tracer.trace import load
+
+    trace = load(trace_file)
+    wanted = tuple(layer_list(",".join(layers))) if layers else LAYERS
+    trees = select_trees(trace, wanted, PASSES if pass_ == "both" else (pass_,), phase)
+    if not trees:
+        have = sorted({f"{r.phase} {r.pass_}: {', '.join(r.layers)}" for r in trace.runs})
+        raise DltraceError(f"{trace_file}: no {'/'.join(wanted)} layer in the {phase} runs asked for "
+                           f"(it has: {'; '.join(have) or 'no runs'})")
+    write = EXPORTS[fmt][0]
+    if output:
+        ensure_file_parent(output)
+        with replacing(output, "w") as fh:
+            write(trace, trees, fh)
+        err.print(f"{fmt} written to {output} ({len(trees)} trees)", style="dim", highlight=False, markup=False)
+    else:
+        stream = click.get_text_stream("stdout")
+        write(trace, trees, TerminalSafe(stream) if stream.isatty() else stream)

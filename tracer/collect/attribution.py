@@ -1,0 +1,160 @@
+"""From py-spy's samples to a native tree per sampled loop: each sample belongs to
+the loop whose marker frame is on its stack (only the frames below the marker are
+kept), raw frames become trace Frames (Python frames with their module, unplaced
+addresses classified by tracer.collect.maps), and the stacks merge into a tree.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from tracer.collect.maps import JIT_LIB, UNKNOWN_NAME, Maps
+from tracer.collect.pyspy_format import RawFrame
+from tracer.trace import Frame, Node
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_OWN = tuple(os.path.join(_ROOT, d) + os.sep for d in ("tracer", "probes"))  # dltrace's own code
+_ADDR = re.compile(r"^0x[0-9a-fA-F]+$")
+
+
+@dataclass
+class Window:
+    """One sampled loop: which marker, when (epoch seconds), how it ran."""
+
+    marker: str
+    t0: float
+    t1: float
+    iterations: int
+    seconds: float
+    baseline_s: float  # seconds per iteration without py-spy (mean of before and after)
+    per_iter_s: float = 0.0  # seconds per iteration while sampled (median over blocks)
+
+
+@dataclass
+class _Acc:
+    samples: int = 0
+    bad_frames: int = 0  # samples from which bogus frames were dropped
+    jit: int = 0  # samples with JIT code
+    jit_orphans: int = 0  # ... whose native callers were lost (the unwind failed at the JIT frame)
+    stacks: list[tuple[list[Frame], int]] = field(default_factory=list)
+
+
+class FrameNamer:
+    """Turns raw frames into trace Frames. Python frames get the module name from
+    their file (the sys.path entry stripped, as the Python collector does)."""
+
+    def __init__(self, maps: Maps, paths: Iterable[str] = ()):
+        self.maps = maps
+        self._bases = sorted({os.path.realpath(p) + os.sep for p in paths if p}, key=len, reverse=True)
+        self._cache: dict[RawFrame, Frame | None] = {}
+
+    def relative(self, filename: str) -> str:
+        if filename.startswith("<") or not os.path.isabs(filename):
+            return filename
+        real = os.path.realpath(filename)
+        for base in self._bases:
+            if real.startswith(base):
+                return real[len(base):]
+        return os.path.basename(filename)
+
+    def frame(self, raw: RawFrame) -> Frame | None:
+        """None drops the frame (a bogus address)."""
+        if raw in self._cache:
+            return self._cache[raw]
+        if raw.python:
+            rel = self.relative(raw.where)
+            module = rel[:-3].replace("/", ".") if rel.endswith(".py") and not rel.startswith("<") else ""
+            if module.endswith(".__init__"):
+                module = module[: -len(".__init__")]
+            out: Frame | None = Frame("python", module, raw.name, rel, raw.line)
+        elif _ADDR.match(raw.name):
+            if raw.where in ("?", ""):
+                placed = self.maps.classify(int(raw.name, 16))
+                out = Frame("native", "", placed[0], lib=placed[1]) if placed else None
+            else:
+                out = Frame("native", "", UNKNOWN_NAME, lib=os.path.basename(raw.where))
+        elif raw.line:  # debug info gave a source file, not the library; the line would split nodes
+            out = Frame("native", "", raw.name, file=os.path.basename(raw.where))
+        else:
+            out = Frame("native", "", raw.name, lib=os.path.basename(raw.where) if raw.where != "?" else "")
+        self._cache[raw] = out
+        return out
+
+
+def _own(raw: RawFrame) -> bool:
+    return raw.python and raw.where.startswith(_OWN)
+
+
+def split_by_marker(samples: list[tuple[tuple[RawFrame, ...], int]], markers: Iterable[str],
+                    namer: FrameNamer) -> tuple[dict[str, _Acc], int]:
+    """Group samples by the loop marker on their stack, keeping the frames below it
+    (without dltrace's own Python frames and bogus addresses). Returns the groups and
+    the number of samples outside every marker."""
+    wanted = set(markers)
+    groups = {m: _Acc() for m in wanted}
+    outside = 0
+    for stack, count in samples:
+        idx = next((i for i in range(len(stack) - 1, -1, -1) if stack[i].python and stack[i].name in wanted), None)
+        if idx is None:
+            outside += count
+            continue
+        acc = groups[stack[idx].name]
+        acc.samples += count
+        frames, bad = [], False
+        for raw in stack[idx + 1 :]:
+            if _own(raw):
+                continue
+            f = namer.frame(raw)
+            if f is None:
+                bad = True
+                continue
+            frames.append(f)
+        acc.bad_frames += count if bad else 0
+        jit = [i for i, f in enumerate(frames) if f.lib == JIT_LIB]
+        if jit:
+            acc.jit += count
+            acc.jit_orphans += count if jit[0] == 0 or frames[jit[0] - 1].kind != "native" else 0
+        acc.stacks.append((frames, count))
+    return groups, outside
+
+
+def build_tree(stacks: list[tuple[list[Frame], int]], root: Frame) -> Node:
+    """Merge stacks into a tree: root count = samples, node count = samples that
+    passed through that frame in that calling context."""
+    top = Node(root)
+    index: dict[int, dict[Frame, Node]] = {}
+    for frames, count in stacks:
+        top.count += count
+        node = top
+        for f in frames:
+            kids = index.setdefault(id(node), {})
+            child = kids.get(f)
+            if child is None:
+                child = kids[f] = Node(f)
+                node.children.append(child)
+            child.count += count
+            node = child
+    return top
+
+
+def layer_stats(acc: _Acc, window: Window, errors: dict[str, int], rate: int) -> dict[str, Any]:
+    """What Run.stats["layers"]["native"] records for one sampled loop."""
+    per_iter = window.per_iter_s
+    return {
+        "sampled": True,
+        "samples": acc.samples,
+        "errors": sum(errors.values()),
+        "error_kinds": errors,
+        "bad_frames": acc.bad_frames,
+        "jit_samples": acc.jit,
+        "jit_orphan_samples": acc.jit_orphans,
+        "rate": rate,
+        "duration_s": round(window.seconds, 4),
+        "iterations": window.iterations,
+        "slowdown": round(per_iter / window.baseline_s, 3) if per_iter and window.baseline_s else None,
+    }
+

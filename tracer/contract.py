@@ -1,0 +1,192 @@
+"""The contract between dltrace and a probe process, and the vocabulary both share.
+
+dltrace runs each probe in its framework's own environment (a subprocess); the two
+sides talk only through a request file (:class:`ProbeRequest`, written by
+tracer.runner, read by tracer.collect.harness), the trace files the probe writes,
+and its exit status (:class:`Exit`). Everything both sides must agree on is here,
+once: the layers, passes and phases, the primitives with their rank, shapes and
+parameters, the native-capture defaults, and what a probe module provides
+(:class:`Probe`).
+
+Stdlib only: imported by the tool and inside every framework environment.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+#: Trace layers: Python frames, the framework's own op records, sampled native stacks.
+LAYERS = ("python", "op", "native")
+#: Layers recorded on every call (the diff compares them exactly), and sampled ones.
+EXACT_LAYERS = ("python", "op")
+PASSES = ("forward", "backward")
+PHASES = ("cold", "warm")
+APIS = ("functional", "layer")
+DEVICES = ("cpu", "gpu")
+
+
+# ----------------------------------------------------------------------------- primitives
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """A basic DNN primitive every probe implements.
+
+    ``shape`` is the default input (small: the framework's dispatch is what is
+    traced); ``kernel_shape`` is where a survey samples native stacks: at the default
+    shapes the kernels are a few percent of a step (TensorFlow's conv kernel: 3 of 85
+    samples), at these they are a visible share everywhere. Layout is logical NCHW
+    (rank 4) or NxF (rank 2); a probe converts where its framework wants another."""
+
+    name: str
+    shape: tuple[int, ...]
+    kernel_shape: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def layout(self) -> str:
+        return "NxF" if self.rank == 2 else "NxCxHxW"
+
+
+_IMAGE, _FEATURES = (2, 3, 8, 8), (4, 16)
+_IMAGE_K, _FEATURES_K = (8, 16, 64, 64), (64, 4096)
+PRIMITIVES: dict[str, Primitive] = {p.name: p for p in (
+    Primitive("dense", _FEATURES, (256, 1024)),
+    Primitive("conv2d", _IMAGE, _IMAGE_K),
+    Primitive("relu", _FEATURES, _FEATURES_K),
+    Primitive("sigmoid", _FEATURES, _FEATURES_K),
+    Primitive("tanh", _FEATURES, _FEATURES_K),
+    Primitive("softmax", _FEATURES, _FEATURES_K),
+    Primitive("maxpool2d", _IMAGE, _IMAGE_K),
+    Primitive("avgpool2d", _IMAGE, _IMAGE_K),
+    Primitive("batchnorm", _IMAGE, _IMAGE_K),
+)}
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax")
+
+#: Parameters every probe uses, so that all frameworks compute the same numbers.
+CONV_OUT, CONV_K = 4, 3  # output channels, kernel size (stride 1, padding 1)
+DENSE_OUT = 8
+POOL_K = 2  # pooling window and stride
+BN_EPS = 1e-5  # torch's default
+BN_MOMENTUM = 0.9  # the running statistics keep 90% (torch's momentum=0.1)
+
+
+def check_shape(primitive: str, shape: tuple[int, ...]) -> str | None:
+    """Why ``shape`` does not fit ``primitive`` (wrong rank), or None. Activations
+    take any rank."""
+    p = PRIMITIVES[primitive]
+    if primitive in ACTIVATIONS or len(shape) == p.rank:
+        return None
+    return f"{primitive} needs a {p.rank}-d shape ({p.layout}), got {'x'.join(map(str, shape))}"
+
+
+def output_shape(primitive: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The output shape (logical NCHW), known without running the primitive, so that
+    the backward seed can be made before the first call and the traced cold run
+    really is the first call."""
+    if primitive == "dense":
+        return (shape[0], DENSE_OUT)
+    if primitive == "conv2d":  # padding k//2, stride 1
+        return (shape[0], CONV_OUT, shape[2], shape[3])
+    if primitive in ("maxpool2d", "avgpool2d"):  # window = stride, no padding
+        return (shape[0], shape[1], shape[2] // POOL_K, shape[3] // POOL_K)
+    return tuple(shape)
+
+
+# ----------------------------------------------------------------------------- the request
+
+
+class Exit(enum.IntEnum):
+    """The probe process's exit status. Anything else non-zero is a failure whose
+    reason is in its stderr; a negative status is the signal that killed it."""
+
+    OK = 0  # ran (a case that failed is written as CASE.error next to its trace path)
+    NO_DEVICE = 3  # the requested device is not available (message on stderr)
+    IMPORT = 4  # the framework or probe could not be imported (message on stderr)
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    """How native stacks are sampled (py-spy): ``rate`` samples/s, ``seconds`` per
+    pass, ``idle`` keeps samples of a waiting thread, ``prime`` runs the loops
+    unattributed first, until py-spy has loaded the symbols they reach. The
+    defaults here are the defaults everywhere (frameworks.yaml may override them)."""
+
+    pyspy: str = ""
+    rate: int = 100
+    seconds: float = 1.0
+    idle: bool = False
+    prime: bool = True
+
+
+@dataclass(frozen=True)
+class CaseRequest:
+    primitive: str
+    api: str
+    shape: tuple[int, ...]
+    passes: tuple[str, ...]
+    layers: tuple[str, ...]
+    out: str  # where the probe writes this case's trace (or OUT.error)
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """Everything the probe process needs: which framework and probe to import, the
+    device and variant, and the cases to trace."""
+
+    framework: str
+    import_name: str
+    probe: str
+    device: str
+    device_select: str  # the string the probe passes to its framework ("cuda", "/GPU:0")
+    variant: str
+    variant_set: dict[str, Any]
+    variant_env: dict[str, str]
+    source_roots: tuple[str, ...]
+    cases: tuple[CaseRequest, ...]
+    warmup: int = 3
+    command: str = ""
+    native: NativeRequest | None = None  # None: no case asks for native stacks
+    native_env: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "ProbeRequest":
+        doc = json.loads(text)
+        native = doc.pop("native")
+        cases = doc.pop("cases")
+        return cls(**{**doc, "source_roots": tuple(doc["source_roots"]),
+                      "native": NativeRequest(**native) if native is not None else None,
+                      "cases": tuple(CaseRequest(**{**c, "shape": tuple(c["shape"]), "passes": tuple(c["passes"]),
+                                                    "layers": tuple(c["layers"])}) for c in cases)})
+
+
+# ----------------------------------------------------------------------------- what a probe provides
+
+
+@runtime_checkable
+class Probe(Protocol):
+    """A probe module (probes/<framework>.py), imported only inside its framework's
+    environment. ``device`` is the selector from frameworks.yaml; ``make_case``
+    returns a probes.base.Case, ready to run."""
+
+    def gpu_available(self) -> bool: ...
+
+    def make_case(self, primitive: str, api: str, device: str, shape: tuple[int, ...]) -> Any: ...
+
+
+@runtime_checkable
+class OpRecorder(Protocol):
+    """A probe module that also records its framework's own op-level view of a step
+    (torch.profiler, TF's profiler...): ``run()`` is exactly the step the Python layer
+    traces; it returns a probes.base.OpRecord."""
+
+    def record_ops(self, case: Any, pass_: str, run: Callable[[], Any]) -> Any: ...

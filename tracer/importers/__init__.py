@@ -1,0 +1,60 @@
+"""Importing profiler files recorded by other people on real GPUs.
+
+This project's machines have no GPU, but torch.profiler (Kineto chrome-trace JSON)
+and jax.profiler (XPlane protobuf) files recorded elsewhere hold the GPU path: the
+op the dispatcher chose (``aten::cudnn_convolution``, ``aten::miopen_convolution``)
+and the kernels it launched. :func:`import_file` slices out each primitive dltrace
+knows and returns one :class:`tracer.trace.Trace` per primitive, whose op layer has
+the shape of the CPU probe's, so that ``dltrace diff`` aligns the two.
+
+One module per job: :mod:`.source` reads bytes safely, :mod:`.kineto` turns a
+Kineto document into checked events, :mod:`.hierarchy` nests them,
+:mod:`.primitives` says which ops are which primitive, :mod:`.slicing` builds the
+call trees, :mod:`.kernels` tags kernels with their library, :mod:`.meta` writes
+what the trace says about itself, :mod:`.provenance` where the file came from;
+:mod:`.torch_trace` puts them together for Kineto files, and :mod:`.xplane` reads
+JAX profiles through :mod:`.xplane_dump`. dltrace's process imports no framework:
+xplane_dump is run as a subprocess in dltrace's JAX environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracer.errors import DltraceError
+from tracer.trace import Trace
+
+FRAMEWORKS = ("torch", "jax")
+
+
+class ImportFailed(DltraceError):
+    """A file that cannot be imported: not a profiler file of the kind asked for,
+    corrupt, or without any primitive dltrace knows. The message names the file."""
+
+
+@dataclass
+class Imported:
+    """One trace made from a file, with what ``dltrace import`` prints about it."""
+
+    trace: Trace
+    primitive: str
+    passes: list[str]
+    gpu: str
+    kernels: int  # distinct kernel names
+    launches: int  # kernel launches, all instances and passes
+
+
+def import_file(path: str | Path, framework: str, command: str = "") -> list[Imported]:
+    """The traces of every primitive in a profiler file: ``framework`` "torch" reads
+    Kineto JSON (plain or gzip), "jax" an XPlane protobuf. One-line ImportFailed
+    when the file cannot be read or holds no primitive."""
+    if framework == "torch":
+        from tracer.importers.torch_trace import import_kineto
+
+        return import_kineto(Path(path), command)
+    if framework == "jax":
+        from tracer.importers.xplane import import_xplane
+
+        return import_xplane(Path(path), command)
+    raise ImportFailed(f"unknown framework '{framework}' for import (choose from: {', '.join(FRAMEWORKS)})")

@@ -1,0 +1,108 @@
+"""Reading a profiler file someone else recorded: bytes, gzip and JSON, each step
+bounded and each failure one line naming the file.
+
+The files come from other machines and other people. A gzip bomb, a truncated
+download, a document nested a million levels deep or a 40 GB file must end in an
+:class:`ImportFailed` that says what is wrong, not in a traceback or an exhausted
+machine; so sizes are capped before anything is decompressed or parsed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracer.importers import ImportFailed
+
+#: The largest file read, and the most bytes a gzip file may decompress to. The
+#: largest real Kineto trace at hand is 40 MB of JSON; a whole-model trace of many
+#: steps reaches a few hundred MB; past 1 GiB the JSON alone would need ~10 GiB.
+MAX_BYTES = 1 << 30
+_GZIP_MAGIC = b"\x1f\x8b"
+_SUFFIXES = re.compile(r"(?:\.(?:gz|json|pb|xplane|kineto|pt\.trace|trace))+$", re.I)
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file as read: its name, its hash (of the bytes on disk, so it identifies
+    the very file whatever it is called), and its content (decompressed)."""
+
+    path: Path
+    sha256: str
+    size: int
+    compressed: bool
+    data: bytes
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def read_source(path: str | Path) -> Source:
+    """The file's bytes (gunzipped when they are gzip), or a one-line ImportFailed."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            raise ImportFailed(f"{path}: is a folder, not a profiler file")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ImportFailed(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_BYTES:
+        raise ImportFailed(f"{path}: larger than {MAX_BYTES >> 20} MiB; not imported")
+    if not raw:
+        raise ImportFailed(f"{path}: empty file")
+    digest = hashlib.sha256(raw).hexdigest()
+    compressed = raw[:2] == _GZIP_MAGIC
+    data = _gunzip(path, raw) if compressed else raw
+    return Source(path, digest, len(raw), compressed, data)
+
+
+def _gunzip(path: Path, raw: bytes) -> bytes:
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
+            data = gz.read(MAX_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+        raise ImportFailed(f"{path}: corrupt or truncated gzip ({type(exc).__name__}: {clip(str(exc), 120)})") from None
+    if len(data) > MAX_BYTES:
+        raise ImportFailed(f"{path}: decompresses to more than {MAX_BYTES >> 20} MiB; not imported")
+    return data
+
+
+def load_json(src: Source, what: str) -> Any:
+    """The file's JSON document; ``what`` names the kind of file expected in errors."""
+    try:
+        return json.loads(src.data)
+    except RecursionError:
+        raise ImportFailed(f"{src.path}: not {what} (JSON nested too deeply to read)") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        if src.data.lstrip()[:1] in (b"{", b"["):
+            kind = f"corrupt or truncated JSON: {clip(str(exc), 120)}"
+        elif b"\x00" in src.data[:4096] or isinstance(exc, UnicodeDecodeError):
+            kind = "binary data, not JSON" + ("; an XPlane .pb is imported with --framework jax"
+                                              if src.name.endswith(".pb") else "")
+        else:
+            kind = f"not JSON: {clip(str(exc), 120)}"
+        raise ImportFailed(f"{src.path}: not {what} ({kind})") from None
+
+
+def short_name(file_name: str) -> str:
+    """A short, safe name for a source (the trace's variant and its output folder):
+    ``alexnet-a100.kineto.json.gz`` -> ``alexnet-a100``."""
+    stem = _SUFFIXES.sub("", file_name) or file_name
+    stem = _UNSAFE_NAME.sub("-", stem).strip("-.") or "imported"
+    return stem[:60]
+
+
+def clip(text: str, width: int) -> str:
+    """At most ``width`` characters of a string from the file, one line."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"

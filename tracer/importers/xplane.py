@@ -1,0 +1,245 @@
+"""``dltrace import --framework jax``: a JAX profile (XPlane protobuf) to traces.
+
+The file is read by JAX itself (:mod:`.xplane_dump`, run in dltrace's JAX
+environment); this module turns what it wrote into op-layer trees. In an XPlane
+each GPU kernel carries the JAX op it computes (stat ``name``, e.g.
+``jit(forward_3d_conv)/conv_general_dilated``), the HLO instruction XLA compiled
+it into (``hlo_op``, ``cudnn-conv.1``) and the HLO module (``hlo_module``), so a
+primitive's tree is::
+
+    conv2d.forward > jit:f > conv_general_dilated > cudnn-conv.1 > Im3d2Col.kd [MIOpen]
+
+with the JAX function as the probe's op layer names it (``jit:_conv2d``). A
+profile of several GPUs running the same program is sliced on the first GPU
+that ran JAX kernels; the others are counted, not added. A JAX op is a dltrace
+primitive through :data:`tracer.importers.primitives.JAX_OPS`; an XPlane records
+no shapes, so a ``conv_general_dilated`` whose names say it is 1-D or 3-D
+(``forward_3d_conv``, ``Im3d2Col``) is not taken for conv2d.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from probes.base import merge_siblings
+from tracer.contract import PRIMITIVES
+from tracer.errors import DltraceError
+from tracer.importers import Imported, ImportFailed
+from tracer.importers import meta as m
+from tracer.importers.kernels import AMD, NVIDIA, kernel_lib, module_of
+from tracer.importers.primitives import JAX_OPS
+from tracer.importers.provenance import provenance
+from tracer.importers.source import MAX_BYTES, clip, read_source, short_name
+from tracer.trace import Frame, Node, Run, Trace
+
+READER = Path(__file__).resolve().with_name("xplane_dump.py")
+TIMEOUT_S = 300
+_DEVICE = re.compile(r"^/device:GPU:(\d+)$")
+_WRAPPER = re.compile(r"^(?:transpose|jvp|vmap|pjit|jit|remat|checkpoint|custom_jvp_call|custom_vjp_call)\((.*)\)$")
+_JIT = re.compile(r"^(?:jit|pjit)\((.+)\)$")
+#: Names that say a convolution is not two-dimensional.
+_NOT_2D = re.compile(r"(?i)(?:^|[^a-z0-9])[13]d(?:[^a-z0-9]|$)|im[13]d2col|conv[13]d")
+
+
+@dataclass
+class Kernel:
+    name: str
+    dur_ns: int
+    jax_name: str  # jit(f)/conv_general_dilated
+    hlo_op: str
+    hlo_module: str
+
+
+@dataclass
+class Profile:
+    device: str  # the GPU plane sliced
+    devices: int  # GPU planes with JAX kernels
+    vendor: str
+    gpu: str
+    kernels: list[Kernel] = field(default_factory=list)
+    reader: str = ""
+
+
+def read_xplane(path: Path) -> tuple[dict[str, Any], Any]:
+    """JAX's reading of the file as a dict (see xplane_dump), and the Source."""
+    src = read_source(path)
+    head = src.data.lstrip()[:1]
+    if src.compressed or head in (b"{", b"["):
+        raise ImportFailed(f"{path}: not an XPlane protobuf (it is {'gzip' if src.compressed else 'JSON'}; "
+                           "a torch.profiler trace is imported with --framework torch)")
+    from tracer import envs, registry
+
+    try:
+        python = envs.python_for(registry.load()["jax"])
+    except (DltraceError, KeyError) as exc:
+        raise ImportFailed(f"{path}: reading an XPlane needs JAX's own reader (jax.profiler.ProfileData) from "
+                           f"dltrace's jax environment: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="dltrace-xplane-") as tmp:
+        out = Path(tmp) / "xplane.json"
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ""}
+        try:
+            proc = subprocess.run([str(python), str(READER), str(path.resolve()), str(out)], capture_output=True,
+                                  text=True, errors="replace", timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, cwd=tmp,
+                                  env=env)
+        except subprocess.TimeoutExpired:
+            raise ImportFailed(f"{path}: JAX's XPlane reader did not finish within {TIMEOUT_S} s") from None
+        except OSError as exc:
+            raise ImportFailed(f"{path}: cannot run the jax environment's python ({exc.strerror or exc})") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+            what = "not an XPlane JAX can read" if proc.returncode == 2 else "JAX's XPlane reader failed"
+            raise ImportFailed(f"{path}: {what} ({clip(last, 160)})")
+        try:
+            if out.stat().st_size > MAX_BYTES:
+                raise ImportFailed(f"{path}: JAX's reading of it is larger than {MAX_BYTES >> 20} MiB; not imported")
+            with open(out, encoding="utf-8") as fh:
+                dump = json.load(fh)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise ImportFailed(f"{path}: JAX's XPlane reader wrote no readable result ({type(exc).__name__})") from None
+    if not isinstance(dump, dict) or not isinstance(dump.get("planes"), list):
+        raise ImportFailed(f"{path}: JAX's XPlane reader wrote no planes")
+    return dump, src
+
+
+def profile_of(dump: dict[str, Any], path: Path) -> Profile:
+    """The JAX kernels of the first GPU that ran any, with what each computes."""
+    per_device: dict[int, tuple[dict, list[Kernel]]] = {}
+    for plane in dump["planes"]:
+        if not isinstance(plane, dict) or not isinstance(plane.get("name"), str):
+            continue
+        dev = _DEVICE.match(plane["name"])
+        if not dev:
+            continue
+        kernels = []
+        for line in plane.get("lines") or []:
+            for ev in (line.get("events") or []) if isinstance(line, dict) else []:
+                k = _kernel(ev)
+                if k is not None:
+                    kernels.append(k)
+        if kernels:
+            per_device[int(dev.group(1))] = (plane.get("stats") if isinstance(plane.get("stats"), dict) else {}, kernels)
+    if not per_device:
+        raise ImportFailed(f"{path}: no GPU kernel with a JAX op (stats hlo_op, name) in this XPlane")
+    first = min(per_device)
+    stats, kernels = per_device[first]
+    vendor_stat = stats.get("device_vendor")
+    vendor = AMD if vendor_stat == "AMD" else NVIDIA if vendor_stat == "Nvidia" or vendor_stat == "NVIDIA" else ""
+    facts = [f"compute capability {stats['compute_cap_major']}.{stats['compute_cap_minor']}"
+             if isinstance(stats.get("compute_cap_major"), int) and isinstance(stats.get("compute_cap_minor"), int) else "",
+             f"{stats['core_count']} cores" if isinstance(stats.get("core_count"), int) else ""]
+    gpu = f"{vendor or 'unknown'} GPU" + (f" ({', '.join(f for f in facts if f)})" if any(facts) else "")
+    reader = f"{dump.get('reader', '')} (jax {clip(str(dump.get('jax_version', '?')), 20)})"
+    return Profile(f"/device:GPU:{first}", len(per_device), vendor, gpu, kernels, reader)
+
+
+def _kernel(ev: Any) -> Kernel | None:
+    if not (isinstance(ev, list) and len(ev) == 4 and isinstance(ev[0], str) and isinstance(ev[3], dict)):
+        return None
+    name, _, dur, stats = ev
+    hlo_op, jax_name = stats.get("hlo_op"), stats.get("name")
+    if not isinstance(hlo_op, str) or not isinstance(jax_name, str) or not hlo_op:
+        return None
+    dur_ns = int(dur) if isinstance(dur, (int, float)) and dur == dur and 0 <= dur < 1e18 else 0
+    module = stats.get("hlo_module")
+    return Kernel(name, dur_ns, jax_name, hlo_op, module if isinstance(module, str) else "")
+
+
+def jax_op(jax_name: str) -> tuple[str, str, bool]:
+    """``jit(f)/transpose(jvp(conv_general_dilated))`` -> (function "jit:f", op
+    "conv_general_dilated", backward True)."""
+    parts = [p for p in jax_name.split("/") if p]
+    function = ""
+    for p in parts[:-1]:
+        jm = _JIT.match(p)
+        if jm:
+            function = f"jit:{jm.group(1)}"
+            break
+    op = parts[-1] if parts else jax_name
+    backward = "transpose(" in jax_name
+    while True:
+        wm = _WRAPPER.match(op)
+        if not wm:
+            break
+        op = wm.group(1)
+    return function or "jit", op, backward
+
+
+def _slices(prof: Profile) -> tuple[dict[str, dict[str, list[Kernel]]], list[str]]:
+    """primitive -> pass -> kernels; and why some JAX ops were not taken."""
+    out: dict[str, dict[str, list[Kernel]]] = defaultdict(lambda: defaultdict(list))
+    refused: list[str] = []
+    for k in prof.kernels:
+        function, op, backward = jax_op(k.jax_name)
+        prim = JAX_OPS.get(op)
+        if prim is None:
+            continue
+        if prim == "conv2d":
+            evidence = next((s for s in (k.hlo_module, function, k.name) if _NOT_2D.search(s)), None)
+            if evidence is not None:
+                note = f"{op} is not 2-D here ({clip(evidence, 60)})"
+                if note not in refused:
+                    refused.append(note)
+                continue
+        out[prim]["backward" if backward else "forward"].append(k)
+    return out, refused
+
+
+def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str) -> Node:
+    module = module_of(vendor)
+    by: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+    times: dict[tuple[str, str, str, str], int] = Counter()
+    for k in kernels:
+        function, op, _ = jax_op(k.jax_name)
+        key = (function, op, k.hlo_op)
+        by[key][k.name] += 1
+        times[(*key, k.name)] += k.dur_ns
+    fns = []
+    for (function, op, hlo), names in by.items():
+        kids = [Node(Frame("op", module, n, lib=kernel_lib(n, vendor)), c, times[(function, op, hlo, n)])
+                for n, c in names.items()]
+        hlo_node = Node(Frame("op", "xla", hlo, lib="XLA"), sum(names.values()), sum(x.time_ns for x in kids),
+                        children=kids)
+        op_node = Node(Frame("op", "jax", op), hlo_node.count, hlo_node.time_ns, children=[hlo_node])
+        fns.append(Node(Frame("op", "jax", function), op_node.count, op_node.time_ns, children=[op_node]))
+    children = merge_siblings(fns)
+    return Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(c.time_ns for c in children), children=children)
+
+
+def import_xplane(path: Path, command: str = "") -> list[Imported]:
+    dump, src = read_xplane(path)
+    prof = profile_of(dump, path)
+    slices, refused = _slices(prof)
+    if not slices:
+        ops = Counter(jax_op(k.jax_name)[1] for k in prof.kernels).most_common(5)
+        why = f"; {'; '.join(refused)}" if refused else ""
+        raise ImportFailed(f"{path}: none of dltrace's primitives ({', '.join(PRIMITIVES)}) in its JAX ops "
+                           f"({', '.join(f'{clip(o, 40)} ×{n}' for o, n in ops)}){why}")
+    origin = provenance(src.name, src.sha256, "XPlane protobuf")
+    origin.update({"reader": prof.reader, "events": dump.get("events"), "events_cut": bool(dump.get("cut")),
+                   "gpu_plane": prof.device, "gpu_planes_with_jax_kernels": prof.devices})
+    out = []
+    for primitive in PRIMITIVES:
+        passes_k = slices.get(primitive)
+        if not passes_k:
+            continue
+        passes = [p for p in ("forward", "backward") if passes_k.get(p)]
+        runs = []
+        for p in passes:
+            info = {"source": "jax.profiler (XPlane), imported", "kernels": len(passes_k[p]),
+                    "gpu_plane": prof.device, "step": "whole file"}
+            runs.append(Run(p, "warm", {"op": _tree(primitive, p, passes_k[p], prof.vendor)}, {"layers": {"op": info}}))
+        meta = m.build_meta(framework="jax", version="unknown", primitive=primitive, variant=short_name(src.name),
+                            passes=passes, shape=[], dtype=None,
+                            machine_info={"arch": "unknown", "cpu": "", "gpu": prof.gpu, "vendor": prof.vendor or "unknown"},
+                            software={}, provenance=origin, command=command)
+        names = Counter(k.name for p in passes for k in passes_k[p])
+        out.append(Imported(Trace(meta, runs), primitive, passes, prof.gpu, len(names), sum(names.values())))
+    return out

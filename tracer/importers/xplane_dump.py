@@ -1,0 +1,92 @@
+"""Runs inside dltrace's JAX environment (never imported by dltrace itself): reads an
+XPlane file with JAX's own reader, ``jax.profiler.ProfileData``, and writes what it
+holds as plain JSON for :mod:`tracer.importers.xplane`.
+
+An XPlane (``*.xplane.pb``, what ``jax.profiler`` and TensorBoard write) is a
+protobuf. No package on PyPI short of a framework ships its definition
+(xprof and tensorboard-plugin-profile stopped shipping ``xplane_pb2``; TensorFlow
+has it inside its tsl tree), and a hand-written protobuf parser would be a second,
+unmaintained reader of a format that changes. JAX reads its own files, so the
+reading happens where JAX is: in the JAX environment dltrace already keeps for its
+probes, as a subprocess, so that dltrace's process imports no framework.
+
+Usage: python xplane_dump.py IN.xplane.pb OUT.json
+Exit status 2: the file is not an XPlane JAX can read (the reason on stderr).
+Standard library and jax only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+#: The most events written: a real profile of one step has thousands; a file with
+#: millions (hostile, or hours of profiling) is cut, and the cut is said.
+MAX_EVENTS = 2_000_000
+
+
+def _value(v):
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, (int, float, str)):
+        return v
+    return None  # bytes, protos: not needed
+
+
+def _stats(obj) -> dict:
+    out = {}
+    try:
+        for key, value in obj.stats:
+            v = _value(value)
+            if isinstance(key, str) and v is not None:
+                out[key] = v
+    except Exception:  # a stat the reader cannot convert is left out, not fatal
+        pass
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: xplane_dump.py IN OUT", file=sys.stderr)
+        return 1
+    try:
+        from jax.profiler import ProfileData
+    except Exception as exc:  # noqa: BLE001 - any import failure is the answer
+        print(f"jax.profiler.ProfileData is not available here ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 3
+    try:
+        with open(argv[1], "rb") as fh:
+            data = ProfileData.from_serialized_xspace(fh.read())
+        planes, total, cut = [], 0, False
+        for plane in data.planes:
+            lines = []
+            for line in plane.lines:
+                events = []
+                for e in line.events:
+                    if total >= MAX_EVENTS:
+                        cut = True
+                        break
+                    events.append([e.name, e.start_ns, e.duration_ns, _stats(e)])
+                    total += 1
+                lines.append({"name": line.name, "events": events})
+            planes.append({"name": plane.name, "stats": _stats(plane), "lines": lines})
+    except Exception as exc:  # noqa: BLE001 - JAX's reader raises various types for a bad file
+        print(f"{type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+        return 2
+    with open(argv[2], "w", encoding="utf-8") as fh:
+        json.dump({"reader": "jax.profiler.ProfileData", "jax_version": _jax_version(), "planes": planes,
+                   "events": total, "cut": cut}, fh)
+    return 0
+
+
+def _jax_version() -> str:
+    try:
+        import jax
+
+        return str(jax.__version__)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,60 @@
+"""What the processing stages know of each framework's own code: its native core
+(symbols, shared objects, Python modules of its compiled part), the ops it records
+that only allocate, view or copy, the names it numbers per process, and frames
+that run wherever they are triggered. Declared with the framework, in its
+frameworks.yaml entry (``knowledge``); read here, once, as compiled tables, so
+that no processing module names a framework.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tracer import registry
+
+_Table = tuple[tuple[re.Pattern[str], str], ...]
+_NS = r"(?:^|[\s*&(,])"  # start of a qualified name inside a demangled symbol
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    core_tags: frozenset[str]  # each framework's tag for its own native code ("torch core")
+    core_symbols: _Table  # C++ namespaces -> core tag
+    core_libraries: _Table  # shared-object basenames -> core tag
+    core_modules: _Table  # Python modules of the compiled part -> core tag
+    utility_ops: re.Pattern[str] | None  # op names that allocate, view or copy
+    generated: re.Pattern[str] | None  # names numbered per process: PREFIX + name + _N
+    noise: re.Pattern[str] | None  # frames that never decide a split
+
+    def is_utility_op(self, name: str) -> bool:
+        return bool(self.utility_ops and self.utility_ops.search(name))
+
+    def is_noise(self, label: str) -> bool:
+        return bool(self.noise and self.noise.search(label))
+
+
+def _either(patterns: list[str]) -> re.Pattern[str] | None:
+    return re.compile("|".join(patterns)) if patterns else None
+
+
+def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
+    """The tables of every framework, in registry order."""
+    facts = [fw.knowledge for fw in frameworks.values()]
+    return Knowledge(
+        core_tags=frozenset(k.core for k in facts),
+        core_symbols=tuple((re.compile(_NS + f"(?:{k.core_symbols})"), k.core) for k in facts if k.core_symbols),
+        core_libraries=tuple((re.compile(k.core_libraries), k.core) for k in facts if k.core_libraries),
+        core_modules=tuple((re.compile(k.core_modules), k.core) for k in facts if k.core_modules),
+        utility_ops=_either([p for k in facts for p in k.utility_ops]),
+        generated=re.compile(r"(" + "|".join(p for k in facts for p in k.generated) + r")(\w*?)_\d+(?=$|[.:<(])")
+        if any(k.generated for k in facts) else None,
+        noise=_either([p for k in facts for p in k.noise]),
+    )
+
+
+@lru_cache(maxsize=1)
+def knowledge() -> Knowledge:
+    """The registry's knowledge (frameworks.yaml, or the file $DLTRACE_REGISTRY names)."""
+    return from_frameworks(registry.load())

@@ -1,0 +1,96 @@
+"""What kind of decision a split is, from the frames reached on each side only:
+device dispatch, compilation, library choice, ISA-specific code,
+allocation/transfer. Pure; the rules are in :func:`classify`'s docstring."""
+
+from __future__ import annotations
+
+import re
+
+from tracer.process.tags import (
+    GPU_LIBS,
+    JIT,
+    MKL,
+    ONEDNN,
+    OPENBLAS,
+    SYSTEM_LIBS,
+    VENDOR_LIBS,
+    isa_of,
+    library_of,
+    vendor_named,
+)
+from tracer.process.vocabulary import DEVICE_CHOICE, GPU_CODE
+from tracer.trace import Frame
+
+# Only words that eager execution does not use: eager JAX also builds jaxprs and
+# lowers single primitives, so "jaxpr", "lower" and "xla" do not tell the two apart.
+_COMPILE = re.compile(r"(?<![a-z])(?:p?jit|jitted|jit_compile|compile[dr]?|compilation|dynamo|inductor|torchscript|"
+                      r"tf_function|polymorphic_function|__inference|xla_computation)(?![a-z])")
+_ALLOC = re.compile(r"memcpy|memmove|malloc|calloc|realloc|allocat|device_put|device_get|transfer|htod|dtoh|"
+                    r"(?<![a-z])(?:h2d|d2h)(?![a-z])|pin_memory|pinned|empty_strided|to_copy")
+_ALLOC_NAME = re.compile(r"^(?:to|copy_|free|empty|empty_like|asarray|asnumpy|alloc|copyto)$")
+_CODEGEN_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, JIT})
+
+
+def _text(f: Frame) -> str:
+    return f"{f.module}.{f.name} {f.lib}".lower()
+
+
+def _markers(frames: list[Frame], pattern: re.Pattern[str]) -> set[str]:
+    return {m.group(0) for f in frames for m in pattern.finditer(_text(f))}
+
+
+def _codegen(f: Frame) -> bool:
+    """A kernel generator's frame (oneDNN's jit_* kernels, BLAS): not model compilation."""
+    return library_of(f) in _CODEGEN_LIBS or vendor_named(f) in _CODEGEN_LIBS
+
+
+def _last_name(f: Frame) -> str:
+    return re.split(r"[.:]", f.name.split("(")[0])[-1].lower()
+
+
+def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
+    """Classify a split from the frames reached on each side only. First rule that fires:
+
+    1. device dispatch: GPU code (cuda/gpu/cudnn/cublas/cupy names, GPU library tags) on one side only;
+    2. compilation: jit/pjit/compile/dynamo/tf.function frames on one side only (oneDNN's and BLAS's
+       generated kernels excluded: those are ISA-specific code, not compiling the model);
+    3. library choice: the vendor libraries reached differ (oneDNN vs Eigen vs BLAS...);
+    4. ISA-specific code: the ISA tags reached differ (avx512_core vs avx2, jit code), libc's
+       and libpython's own variants (glibc's AVX memcpy) left out;
+    5. allocation/transfer: memcpy/alloc/transfer/device_put frames on one side only;
+    6. device dispatch: cpu/device/backend names on one side only (forward_cpu vs forward_ideep);
+    7. other.
+    """
+    gpu_a = _markers(frames_a, GPU_CODE) | {t for t in map(library_of, frames_a) if t in GPU_LIBS}
+    gpu_b = _markers(frames_b, GPU_CODE) | {t for t in map(library_of, frames_b) if t in GPU_LIBS}
+    if bool(gpu_a) != bool(gpu_b):
+        side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
+        return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
+    comp_a = _markers([f for f in frames_a if not _codegen(f)], _COMPILE)
+    comp_b = _markers([f for f in frames_b if not _codegen(f)], _COMPILE)
+    if bool(comp_a) != bool(comp_b):
+        side, words = ("A", comp_a) if comp_a else ("B", comp_b)
+        return "compilation", f"{side} goes through compilation ({_names(words)}); the other side runs eagerly"
+    libs_a = {t for t in map(library_of, frames_a) if t in VENDOR_LIBS}
+    libs_b = {t for t in map(library_of, frames_b) if t in VENDOR_LIBS}
+    if libs_a != libs_b:
+        return "library choice", f"A reaches {_names(libs_a)}; B reaches {_names(libs_b)}"
+    # glibc picks its own AVX memcpy at load time: not ISA-specific code a port must provide
+    isa_a = {isa_of(f) for f in frames_a if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
+    isa_b = {isa_of(f) for f in frames_b if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
+    if isa_a != isa_b:
+        none = "no ISA-specific"
+        return "ISA-specific code", f"A runs {_names(isa_a, none)} code; B runs {_names(isa_b, none)} code"
+    alloc_a = _markers(frames_a, _ALLOC) | {n for n in map(_last_name, frames_a) if _ALLOC_NAME.match(n)}
+    alloc_b = _markers(frames_b, _ALLOC) | {n for n in map(_last_name, frames_b) if _ALLOC_NAME.match(n)}
+    if bool(alloc_a) != bool(alloc_b):
+        side, words = ("A", alloc_a) if alloc_a else ("B", alloc_b)
+        return "allocation/transfer", f"{side} allocates or moves data ({_names(words)}); the other side does not"
+    dev_a, dev_b = _markers(frames_a, DEVICE_CHOICE), _markers(frames_b, DEVICE_CHOICE)
+    if dev_a != dev_b:
+        return "device dispatch", f"device or backend names differ (A: {_names(dev_a)}; B: {_names(dev_b)})"
+    return "other", "no device, library, ISA, compilation or allocation difference in the frame names"
+
+
+def _names(items: set[str], none: str = "no vendor library", most: int = 4) -> str:
+    return ", ".join(sorted(items)[:most]) if items else none

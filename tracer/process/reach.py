@@ -1,0 +1,120 @@
+"""What one trace's path reaches: the libraries and ISA-specific code in its native
+and op layers, the kernels (the hottest computing leaves), the kernel ops the
+framework chose, its Python path's size and its time. Pure."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from tracer.contract import PASSES
+from tracer.knowledge import knowledge
+from tracer.process.sampling import DEFAULT_THRESHOLD
+from tracer.process.summary import PathSummary, summarize
+from tracer.process.tags import (
+    SYSTEM_LIBS,
+    is_unnamed,
+    isa_of,
+    library_of,
+    library_order,
+)
+from tracer.process.tree import total_samples
+from tracer.trace import Node, Trace
+
+
+@dataclass
+class Reach:
+    """What one trace's warm path reaches, over both passes."""
+
+    libraries: list[str]  # vendor and framework libraries in the native and op layers
+    isa: list[str]  # ISA-specific code (from symbol names)
+    kernels: list[tuple[str, str, int]]  # (pass, native leaf symbol, samples), hottest first
+    ops: list[tuple[str, str]]  # (pass, leaf op): the backend kernels the framework chose
+    handoffs: list[tuple[str, str]]  # (pass, C hand-off) when there is no op layer
+    python: dict[str, PathSummary]  # pass -> summary of the python layer
+    seconds: dict[str, float]  # pass -> untraced seconds per call
+    device: str = "cpu"  # where this path ran
+    default: bool = True  # the default variant (no switch applied)
+    native_note: str = ""  # why there is no native layer, if there is none
+
+
+def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
+    """Leaf frames of ``kinds``; for ops, the deepest op that is not a utility op (ops
+    that allocate, view or copy, and the runtime's own records around a kernel, as
+    each framework declares them in tracer.knowledge: every backend has them, and
+    they hang below the kernel op, so they must not hide it)."""
+    utility = knowledge().is_utility_op
+    found: Counter = Counter()
+    for _, node in tree.walk():
+        if node.frame.kind not in kinds:
+            continue
+        if node.frame.kind == "op":
+            if utility(node.frame.name):
+                continue
+            inner = (c for _, c in node.walk() if c is not node and c.frame.kind == "op" and not utility(c.frame.name))
+            if next(inner, None) is None:
+                found[node.frame.label] += node.count
+        elif not any(c.frame.kind in kinds for c in node.children):
+            found[node.frame.label] += node.count
+    return found
+
+
+def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int = 5) -> list[tuple[str, int]]:
+    """The leaf symbols that compute, in at least ``threshold`` of the samples: a vendor
+    library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
+    first; system code (malloc, libpython) and unnamed addresses are not kernels."""
+    total = total_samples(native) or 1
+    leaves: dict[str, list] = {}
+    for _, node in native.walk():
+        f = node.frame
+        if f.kind != "native" or any(c.frame.kind == "native" for c in node.children) or is_unnamed(f):
+            continue
+        lib = library_of(f)
+        if lib in SYSTEM_LIBS:
+            continue
+        entry = leaves.setdefault(f.label, [library_order(lib)[0], 0])
+        entry[1] += node.count
+    ranked = sorted((rank, -n, label) for label, (rank, n) in leaves.items() if n / total >= threshold)
+    return [(label, -neg) for _, neg, label in ranked[:most]]
+
+
+def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
+    libs: Counter = Counter()
+    isa: set[str] = set()
+    kernels, ops, handoffs, python, seconds = [], [], [], {}, {}
+    note = ""
+    for pass_ in PASSES:
+        run = trace.run(pass_, "warm")
+        if run is None:
+            continue
+        if "untraced_s" in run.stats:
+            seconds[pass_] = run.stats["untraced_s"]
+        if "python" in run.layers:
+            python[pass_] = summarize(run.layers["python"])
+            handoffs += [(pass_, name) for name in _leaves(run.layers["python"], ("c",))]
+        native = run.layers.get("native")
+        if native is not None:
+            total = total_samples(native) or 1
+            for _, node in native.walk():
+                f = node.frame
+                # a frame in a sample or two can be a misread stack (a bad unwind, a wrong symbol)
+                if f.kind != "native" or node.count / total < threshold:
+                    continue
+                lib = library_of(f)
+                if lib:
+                    libs[lib] += node.count
+                tag = isa_of(f)
+                if tag:
+                    isa.add(tag)
+            kernels += [(pass_, k, n) for k, n in native_kernels(native, threshold)]
+        elif run.stats.get("native_error"):
+            note = str(run.stats["native_error"])
+        op = run.layers.get("op")
+        if op is not None:
+            ops += [(pass_, name) for name in _leaves(op, ("op",))]
+            for _, node in op.walk():
+                lib = library_of(node.frame) if node.frame.kind == "op" else ""
+                if lib:
+                    libs[lib] += 1
+    return Reach(sorted(libs, key=library_order), sorted(isa), kernels, ops, handoffs, python, seconds,
+                 trace.meta["device"], trace.meta.get("variant", "default") == "default", note)

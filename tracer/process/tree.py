@@ -1,0 +1,61 @@
+"""Helpers over call trees that several processing stages share (the diff, the
+graphs, the portability view): sample totals, children grouped by identity, and
+which children count as present in a sampled layer. Pure."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from tracer.process.normalize import identity
+from tracer.trace import Node
+
+
+def looks_sampled(root: Node) -> bool:
+    """Native stack frames are sampled, whatever the stats say."""
+    return any(c.frame.kind == "native" for c in root.children)
+
+
+def total_samples(root: Node) -> int:
+    """A sampled layer's sample count: the root's count (or its children's, if unset)."""
+    return root.count or sum(c.count for c in root.children)
+
+
+def size(groups: Iterable[Any]) -> int:
+    """Frames in the subtrees of some groups (Nodes or lists of Nodes)."""
+    n, stack = 0, [x for g in groups for x in as_list(g)]
+    while stack:
+        node = stack.pop()
+        n += 1
+        stack.extend(node.children)
+    return n
+
+
+def as_list(group: Any) -> list[Node]:
+    return group if group.__class__ is list else [group]
+
+
+def group_count(group: Any) -> int:
+    return sum(n.count for n in group) if group.__class__ is list else group.count
+
+
+def above(groups: dict, minimum: float) -> tuple[dict, dict]:
+    """Split child groups into those with at least ``minimum`` samples and the rest."""
+    keep, low = {}, {}
+    for k, g in groups.items():
+        (keep if group_count(g) >= minimum else low)[k] = g
+    return keep, low
+
+
+def children_groups(nodes: list[Node]) -> dict[tuple[str, str, str], list[Node]]:
+    """Children of a group of aligned nodes, grouped by identity (for the graph module)."""
+    out: dict[tuple[str, str, str], list[Node]] = {}
+    for n in nodes:
+        for c in n.children:
+            out.setdefault(identity(c.frame), []).append(c)
+    return out
+
+
+def present(groups: dict, total: int, threshold: float, sampled: bool) -> dict:
+    """The child groups that count as present (all of them unless the layer is sampled)."""
+    return above(groups, threshold * total)[0] if sampled else groups
+
