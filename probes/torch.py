@@ -111,3 +111,56 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
         module = "aten" if e.name.startswith("aten::") else "torch"
         events.append(base.OpEvent(e.name, e.time_range.start, e.time_range.end, module, "", e.thread, kernels))
     return base.OpRecord(base.nest(events, scale_ns=1000.0), "torch.profiler")
+
+
+#: Dispatch keys asked about: the backends torch ships, the key an out-of-tree backend
+#: registers under (PrivateUse1), and the composite kernels every backend gets.
+_KEYS = ("CPU", "CUDA", "MPS", "XPU", "Meta", "PrivateUse1", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+         "CompositeExplicitAutogradNonFunctional")
+
+
+def _native_functions() -> dict[str, dict]:
+    """torchgen's packaged native_functions.yaml: op name -> its declared dispatch and
+    structured delegate (``addmm`` computes through ``addmm.out``)."""
+    import os
+
+    import torchgen
+    import yaml
+
+    path = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native", "native_functions.yaml")
+    with open(path) as fh:
+        entries = yaml.safe_load(fh)
+    out = {}
+    for e in entries:
+        name = e["func"].split("(", 1)[0]
+        dispatch = {}
+        for keys, kernel in (e.get("dispatch") or {}).items():
+            for key in str(keys).split(","):
+                dispatch[key.strip()] = str(kernel)
+        out[name] = {"dispatch": dispatch, **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {})}
+    return out
+
+
+def dispatch_table(ops: list[str]) -> dict:
+    """What torch's own tables say of the aten ops a step reached: which dispatch keys
+    have a kernel, whether a new backend registering under PrivateUse1 has one without
+    writing it (a composite kernel), and which kernel each backend declares in
+    native_functions.yaml (``native_batch_norm: CUDA: batch_norm_cuda``)."""
+    declared = _native_functions()
+    out = {}
+    for op in dict.fromkeys(ops):
+        if not op.startswith("aten::"):
+            continue
+        try:
+            kernels = [k for k in _KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(op, k)]
+            new_backend = bool(torch._C._dispatch_has_computed_kernel_for_dispatch_key(op, "PrivateUse1"))
+        except RuntimeError:  # a name the profiler records that is no operator
+            continue
+        entry = declared.get(op[len("aten::"):], {})
+        row = {"kernels": kernels, "new_backend": new_backend, "declared": entry.get("dispatch", {})}
+        if "delegate" in entry:
+            row["delegate"] = entry["delegate"]
+            row["delegate_declared"] = declared.get(entry["delegate"], {}).get("dispatch", {})
+        out[op] = row
+    return {"source": "torch._C dispatch table; torchgen/packaged/ATen/native/native_functions.yaml",
+            "new_backend_key": "PrivateUse1", "ops": out}

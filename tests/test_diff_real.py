@@ -42,15 +42,23 @@ def test_torch_onednn_split_names_the_kernels(native_traces):
     only_a, only_b = side_names(split)
     assert "aten::mkldnn_convolution" in only_a and "aten::thnn_conv2d" in only_b
     assert split.classification == "library choice"
-    native = all_splits(result, "native")
-    assert any("oneDNN" in br.libraries for s in native for br in s.only_a)
-    assert not any("oneDNN" in br.libraries for s in native for br in s.only_b)
+    # what the libraries say they ran: oneDNN's convolution on one side, MKL's gemm on the other
+    (lib,) = first_splits(result, "library")
+    assert any(b.label.startswith("convolution ") and b.library == "oneDNN" for b in lib.only_a)
+    assert any(b.label == "SGEMM" and b.library == "MKL" for b in lib.only_b)
+    assert lib.classification == "library choice"
+    # the op layer names the decision: the native differences follow from it, none is listed
+    (native,) = [l for l in result.layers if l.layer == "native"]
+    assert native.splits == [] and native.consequences + native.unreplicated >= 1
 
 
 def test_mxnet_onednn_split_is_below_python(native_traces):
     a, b = load(native_traces, ("mxnet", "default")), load(native_traces, ("mxnet", "onednn-off"))
     result = diff_traces(a, b)
     assert first_splits(result, "python") == []  # the same ctypes call on both sides
+    # MKL-DNN reports its convolution on one side only
+    (lib,) = first_splits(result, "library")
+    assert any(b.label.startswith("convolution ") and b.library == "oneDNN" for b in lib.only_a) and not lib.only_b
     native = all_splits(result, "native")
     assert native, "the MKL-DNN switch acts inside libmxnet: the native layer must show it"
     reached_a = {lib for s in native for br in s.only_a for lib in br.libraries}
@@ -63,6 +71,11 @@ def test_tensorflow_onednn_split(native_traces):
     on = default if default.meta["onednn_enabled"] else load(native_traces, ("tensorflow", "onednn-on"))
     off = load(native_traces, ("tensorflow", "onednn-off"))
     result = diff_traces(on, off)
+    # oneDNN's own convolution on the oneDNN path; on the Eigen path, the gemm Eigen's contraction calls
+    (lib,) = first_splits(result, "library")
+    assert any(b.label.startswith("convolution ") for b in lib.only_a)
+    assert lib.only_b and all(b.label.startswith("gemm") for b in lib.only_b)
+    assert lib.classification == "library choice"
     native = all_splits(result, "native")
     assert native
     # Most of TF's kernel samples end in oneDNN's JIT code (unwinding stops there), so

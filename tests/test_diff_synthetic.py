@@ -13,7 +13,7 @@ from tracer.process.diff.classify import classify
 from tracer.process.graph import call_graph, merged_graph
 from tracer.process.normalize import identity
 from tracer.process.reach import native_kernels
-from tracer.process.sampling import ALPHA, miss_chance
+from tracer.process.sampling import ALPHA, family_alpha, miss_chance
 from tracer.process.tags import isa_of, library_of, library_order
 from tracer.render.diff_console import print_candidates, print_diff
 from tracer.trace import Frame, Node, Run, Trace, save
@@ -193,7 +193,7 @@ def test_one_sided_frame_is_a_split_only_if_the_miss_is_not_chance():
     assert miss_chance(0, 50, 3 / 138) == pytest.approx((1 - 3 / 138) ** 50)
     a, b = sampled_pair(noise_a=3, total=138), sampled_pair(noise_a=0, total=50)[1]
     result = diff_trees(a[0], b, "native")
-    assert result.alpha == ALPHA and result.splits == [] and result.ignored_a == 1
+    assert result.alpha == family_alpha(5) and result.splits == [] and result.ignored_a == 1
     # the same share against 800 samples on the other side is no accident (p = 2e-8)
     a, b = sampled_pair(noise_a=3, total=138)[0], sampled_pair(noise_a=0, total=800)[1]
     (split,) = diff_trees(a, b, "native").splits
@@ -202,24 +202,40 @@ def test_one_sided_frame_is_a_split_only_if_the_miss_is_not_chance():
     assert miss_chance(0, 50, 66 / 138) < 1e-12 and miss_chance(2, 50, 0.5) == pytest.approx(1.13e-12, rel=0.01)
 
 
+def test_one_sided_frames_are_tested_as_a_family():
+    # p = 0.9 ** 50 = 0.005: under ALPHA for one frame, not once every frame above the
+    # threshold is tested (here 5: at ALPHA each, one diff in twenty would split by chance)
+    def tree(extra):
+        kids = [native("at::native::conv2d", count=45)] + ([native("at::native::check", count=5)] if extra else [])
+        return root(n("fw.conv2d", *kids, count=50), count=50)
+
+    assert miss_chance(0, 50, 5 / 50) == pytest.approx(0.00515, rel=0.01) and miss_chance(0, 50, 5 / 50) < ALPHA
+    result = diff_trees(tree(True), tree(False), "native", sampled=True)
+    assert result.alpha == pytest.approx(ALPHA / 5) and result.splits == [] and result.ignored_a == 1
+
+
 def test_sampled_python_frames_split_only_in_the_python_layer():
     # a short Python call caught by 5 of 50 samples on one side: not a native split
     # when the traces have a python layer, which records every call
     def tree(extra):
-        kids = [native("at::native::conv2d", count=40)] + ([n("fw.check", kind="python", count=5)] if extra else [])
+        kids = [native("at::native::conv2d", count=35)] + ([n("fw.check", kind="python", count=15)] if extra else [])
         return root(n("fw.conv2d", *kids, count=50), count=50)
 
     a, b = tree(True), tree(False)
-    assert len(diff_trees(a, b, "native", sampled=True).splits) == 1  # p = 0.9 ** 50 = 0.005
+    assert len(diff_trees(a, b, "native", sampled=True).splits) == 1  # p = 0.7 ** 50 = 2e-8
     result = diff_trees(a, b, "native", sampled=True, python_elsewhere=True)
     assert result.splits == [] and result.ignored_a == 1
     stats = {"layers": {"native": {"sampled": True}}}
     ta = Trace(META, [Run("forward", "warm", {"python": root(), "native": a}, stats)])
     tb = Trace(META, [Run("forward", "warm", {"python": root(), "native": b}, stats)])
-    assert diff_traces(ta, tb, layers=("native",)).split_count == 0
+    (layer,) = diff_traces(ta, tb, layers=("native",)).layers
+    assert layer.splits == [] and layer.ignored_a == 1 and layer.consequences == 0
+    # without a python layer the Python frame is native evidence: a split, though set
+    # aside, because below it both sides reach the same kernels
     ta.runs[0].layers.pop("python")
     tb.runs[0].layers.pop("python")
-    assert diff_traces(ta, tb, layers=("native",)).split_count == 1
+    (layer,) = diff_traces(ta, tb, layers=("native",)).layers
+    assert layer.splits == [] and layer.ignored_a == 0 and layer.consequences == 1
 
 
 def test_frame_present_on_both_sides_but_rare_on_one():

@@ -230,7 +230,7 @@ def test_without_pyspy_the_trace_says_so_and_keeps_the_rest(frameworks, tmp_path
     for pass_ in ("forward", "backward"):
         run = t.run(pass_, "warm")
         assert "py-spy not found" in run.stats["native_error"]
-        assert set(run.layers) == {"python", "op"}
+        assert set(run.layers) == {"python", "op", "library"}
 
 
 # ----------------------------------------------------------------------------- export
@@ -246,7 +246,7 @@ def test_export_speedscope(native_traces, tmp_path):
     frames = doc["shared"]["frames"]
     assert frames and all(isinstance(f["name"], str) and f["name"] for f in frames)
     names = [p["name"] for p in doc["profiles"]]
-    assert len(names) == 6 and any("[native]" in n for n in names) and any("[op]" in n for n in names)
+    assert len(names) == 8 and all(any(f"[{layer}]" in n for n in names) for layer in ("python", "op", "library", "native"))
     for p in doc["profiles"]:
         # evented: two events per frame, properly nested, in time order
         assert p["type"] == "evented" and p["unit"] in ("none", "nanoseconds")
@@ -286,3 +286,23 @@ def test_export_and_probe_reject_unknown_layers(native_traces):
     # the cold runs have no native layer (it is sampled on the warm path only)
     proc = dltrace("export", str(path), "--format", "speedscope", "--layer", "native", "--phase", "cold")
     assert proc.returncode == 1 and "no native layer in the cold runs" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- library layer
+
+
+def test_library_layer_records_what_the_vendor_libraries_ran(cpu_traces):
+    torch_conv = cpu_traces[("torch", "default", "conv2d", "functional")].load()
+    calls = [n.frame for n in torch_conv.layer("forward", "library").children]
+    assert any(f.kind == "library" and f.module == "oneDNN" and f.name.startswith("convolution ") and
+               "forward_training" in f.name for f in calls)
+    assert torch_conv.meta["library"]["oneDNN"]["version"] and torch_conv.meta["library"]["oneDNN"]["isa"]
+    backward = [n.frame.name for n in torch_conv.layer("backward", "library").children]
+    assert any("backward_data" in n for n in backward) and any("backward_weights" in n for n in backward)
+    # with oneDNN off, torch's slow convolution reports MKL's gemm
+    off = cpu_traces[("torch", "onednn-off", "conv2d", "functional")].load()
+    assert {n.frame.name for n in off.layer("forward", "library").children} == {"SGEMM"}
+    # chainer's numpy reports nothing per call; its OpenBLAS names the kernels it chose for this CPU
+    chainer = cpu_traces[("chainer", "default", "dense", "functional")].load()
+    assert chainer.layer("forward", "library").children == []
+    assert chainer.meta["library"]["OpenBLAS"]["core"]

@@ -104,3 +104,39 @@ def test_audit_lists_the_kernel_ops_a_port_must_provide(cpu_traces):
     # allocation and view ops below the kernel are not what a port provides
     assert not any(p.startswith(("aten::empty", "aten::as_strided", "aten::resize_")) for p in conv.provide)
     assert "oneDNN" in conv.cpu_libraries
+
+
+def test_default_report_sets_torch_cpu_against_real_gpus(survey_report):
+    # the survey imports the reference GPU profiles (frameworks.yaml: imported) by default
+    page = (survey_report.parent / "torch.html").read_text()
+    for title in ("cpu vs gpu alexnet-a100", "cpu vs gpu resnet-train-v100", "cpu vs gpu resnet-train-mi300x",
+                  "cpu vs gpu vit-mi300x", "cpu vs gpu mlp-train-mi250"):
+        assert title in page, title
+    assert "aten::cudnn_convolution" in page and "aten::miopen_convolution" in page
+    assert "recorded on NVIDIA A100-PG509-200 by others: facebookresearch/HolisticTraceAnalysis@" in page
+    from tracer.process.portability import framework_report
+
+    traces, gaps, _ = sv.collect([survey_report.parent / "traces"])
+    rep = framework_report("torch", [t for t in traces if t.meta["framework"] == "torch"], gaps)
+    conv = next(d for d in rep.dispatch_points if d.frame == "aten::_convolution" and d.classification == "device dispatch")
+    assert {"aten::cudnn_convolution", "aten::miopen_convolution"} <= set(conv.b_names) | {
+        n for d in rep.dispatch_points if d.frame == "aten::_convolution" for n in d.b_names}
+    rows = {r.primitive: r for r in rep.audit}
+    assert {"cuDNN", "MIOpen"} <= set(rows["conv2d"].gpu_libraries)
+    assert rows["sigmoid"].gpu_libraries is None  # no imported profile has it: said so, not invented
+
+
+def test_audit_names_what_a_new_torch_backend_must_implement(cpu_traces):
+    from tracer.process.portability import framework_report
+
+    traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items() if fw == "torch" and variant == "default"]
+    rep = framework_report("torch", traces, [])
+    rows = {r.primitive: r.needs for r in rep.audit}
+    bn = rows["batchnorm"]
+    assert bn.key == "PrivateUse1"
+    assert bn.must_implement[:2] == ["aten::native_batch_norm", "aten::native_batch_norm_backward"]
+    assert bn.others["aten::native_batch_norm"]["CUDA"] == "batch_norm_cuda"
+    assert ("aten::batch_norm", "decomposes into other ops") in bn.free
+    dense = rows["dense"]
+    assert "aten::addmm.out" in dense.must_implement and dense.others["aten::addmm.out"]["CUDA"] == "addmm_out_cuda"
+    assert ("aten::linear", "decomposes into other ops") in dense.free

@@ -18,10 +18,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
-#: Trace layers: Python frames, the framework's own op records, sampled native stacks.
-LAYERS = ("python", "op", "native")
-#: Layers recorded on every call (the diff compares them exactly), and sampled ones.
-EXACT_LAYERS = ("python", "op")
+#: Trace layers: Python frames, the framework's own op records, what the vendor
+#: libraries report they ran (oneDNN, MKL), sampled native stacks.
+LAYERS = ("python", "op", "library", "native")
+#: Layers recorded on every call: the diff compares them exactly. The rest are sampled.
+EXACT_LAYERS = ("python", "op", "library")
 PASSES = ("forward", "backward")
 PHASES = ("cold", "warm")
 APIS = ("functional", "layer")
@@ -181,6 +182,15 @@ class Probe(Protocol):
     def gpu_available(self) -> bool: ...
 
     def make_case(self, primitive: str, api: str, device: str, shape: tuple[int, ...]) -> Any: ...
+
+
+@runtime_checkable
+class DispatchTable(Protocol):
+    """A probe module that can say, from its framework's own tables, what each op a
+    step reached needs from a backend: ``dispatch_table(op names)`` returns a plain,
+    JSON-able dict (kept in the trace's meta as ``dispatch``)."""
+
+    def dispatch_table(self, ops: list[str]) -> dict: ...
 
 
 @runtime_checkable

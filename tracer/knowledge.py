@@ -27,6 +27,7 @@ class Knowledge:
     utility_ops: re.Pattern[str] | None  # op names that allocate, view or copy
     generated: re.Pattern[str] | None  # names numbered per process: PREFIX + name + _N
     noise: re.Pattern[str] | None  # frames that never decide a split
+    scheduling: re.Pattern[str] | None  # the frameworks' parallel-for wrappers (native symbols)
 
     def is_utility_op(self, name: str) -> bool:
         return bool(self.utility_ops and self.utility_ops.search(name))
@@ -51,6 +52,7 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
         generated=re.compile(r"(" + "|".join(p for k in facts for p in k.generated) + r")(\w*?)_\d+(?=$|[.:<(])")
         if any(k.generated for k in facts) else None,
         noise=_either([p for k in facts for p in k.noise]),
+        scheduling=_either([p for k in facts for p in k.scheduling]),
     )
 
 

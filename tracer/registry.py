@@ -72,6 +72,7 @@ class FrameworkKnowledge:
     utility_ops: tuple[str, ...] = ()  # op names that only allocate, view or copy
     generated: tuple[str, ...] = ()  # prefixes of function names it numbers per process
     noise: tuple[str, ...] = ()  # frames that run wherever they are triggered
+    scheduling: tuple[str, ...] = ()  # its own parallel-for wrappers: the work runs inside them
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class Framework:
     source_roots: tuple[str, ...]
     apis: tuple[str, ...]
     knowledge: FrameworkKnowledge
+    #: profiler files recorded elsewhere (real GPUs) that every survey of it imports
+    imported: tuple[Path, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
 
@@ -146,7 +149,7 @@ class _Entry:
         core = sub.get("core", str, f"{self.name} core")
         text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, "")) for f in ("core_symbols", "core_libraries", "core_modules")}
         lists = {f: tuple(self.pattern(f"knowledge.{f}", p) for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
-                 for f in ("utility_ops", "generated", "noise")}
+                 for f in ("utility_ops", "generated", "noise", "scheduling")}
         return FrameworkKnowledge(core, **text, **lists)
 
     def dotted(self, key: str) -> str:
@@ -210,6 +213,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         source_roots=roots,
         apis=apis,
         knowledge=e.knowledge(),
+        imported=tuple(ROOT / p for p in e.strings("imported", e.get("imported", list, []))),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
     )

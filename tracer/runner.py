@@ -17,7 +17,8 @@ from pathlib import Path
 
 from tracer import envs
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
-from tracer.contract import PASSES, PRIMITIVES, CaseRequest, Exit, ProbeRequest
+from tracer.collect.vendor_log import VERBOSE_ENV
+from tracer.contract import EXACT_LAYERS, PASSES, PRIMITIVES, CaseRequest, Exit, ProbeRequest
 from tracer.errors import ProbeFailed, UsageError
 from tracer.registry import ROOT, Framework
 from tracer.trace import Trace, TraceFormatError, load, save
@@ -52,9 +53,9 @@ class CaseSpec:
     api: str = "functional"
     shape: tuple[int, ...] = ()
     passes: tuple[str, ...] = PASSES
-    #: "python" is always traced; "op" is cheap; "native" costs seconds per case
-    #: (py-spy sampling), so it is asked for: `dltrace probe` does by default.
-    layers: tuple[str, ...] = ("python", "op")
+    #: "python" is always traced; "op" and "library" are cheap; "native" costs seconds
+    #: per case (py-spy sampling), so it is asked for: `dltrace probe` does by default.
+    layers: tuple[str, ...] = EXACT_LAYERS
 
     def resolved_shape(self) -> tuple[int, ...]:
         return self.shape or PRIMITIVES[self.primitive].shape
@@ -164,7 +165,8 @@ def run_probe(
                         for c, o in zip(cases, outs)),
         )
         (tmpdir / "request.json").write_text(request.to_json())
-        env = {**(PERFMAP_ENV if wants_native else {}), **os.environ, **fw.env,
+        wants_library = any("library" in c.layers for c in cases)
+        env = {**(PERFMAP_ENV if wants_native else {}), **(VERBOSE_ENV if wants_library else {}), **os.environ, **fw.env,
                **(nat.env if wants_native else {}), **(var.env if var else {})}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")

@@ -201,6 +201,38 @@ def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
     return gaps
 
 
+def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool = False,
+                      on_file: Callable[[str, int, str], None] = lambda folder, n, error: None) -> list[Gap]:
+    """Import each framework's reference profiles (frameworks.yaml ``imported``: real
+    GPU traces recorded elsewhere) into ``traces/<framework>/gpu-<source>/``, once:
+    a folder that has its traces is reused unless ``fresh``. A file that cannot be
+    imported is a gap; the survey goes on."""
+    from tracer.importers import ImportFailed, import_file
+    from tracer.importers.source import short_name
+
+    gaps: list[Gap] = []
+    for fw in frameworks:
+        for path in fw.imported:
+            folder = root / "traces" / fw.name / f"gpu-{short_name(path.name)}"
+            name = f"{fw.name}/{folder.name}"
+            if not fresh and any(folder.glob("*-imported.json")):
+                on_file(name, len(list(folder.glob("*-imported.json"))), "")
+                continue
+            try:
+                imported = import_file(path, fw.name, command="dltrace survey")
+            except ImportFailed as exc:
+                gap = Gap(fw.name, "gpu", folder.name[4:], "", "imported", str(exc), "import")
+                _write_gap(folder / "import.json", gap)
+                gaps.append(gap)
+                on_file(name, 0, str(exc))
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            for r in imported:
+                save(r.trace, folder / f"{r.primitive}-imported.json")
+            on_file(name, len(imported), "")
+    return gaps
+
+
 def ready_frameworks(frameworks: Iterable[Framework]) -> tuple[list[Framework], list[Framework]]:
     ready, missing = [], []
     for fw in frameworks:

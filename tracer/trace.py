@@ -23,8 +23,10 @@ VERSION = 1
 #: Frame kinds. "root" is the synthetic node a tree hangs from (the probe step);
 #: "python" is framework Python code; "c" a builtin/extension/ctypes function it
 #: hands off to; "ext" another library's Python code it calls directly (numpy...);
-#: "op" the framework's own op-level records; "native" a native stack frame.
-KINDS = ("root", "python", "c", "ext", "op", "native")
+#: "op" the framework's own op-level records; "library" a call a vendor library
+#: reported (module and lib: the library; name: what ran and how); "native" a
+#: native stack frame.
+KINDS = ("root", "python", "c", "ext", "op", "library", "native")
 
 
 class TraceFormatError(Exception):
@@ -49,7 +51,7 @@ class Frame:
 
     @property
     def label(self) -> str:
-        if self.kind in ("root", "op"):
+        if self.kind in ("root", "op", "library"):
             return self.name
         return f"{self.module}.{self.name}" if self.module else self.name
 
@@ -80,12 +82,16 @@ class Node:
 @dataclass
 class Run:
     """One traced step: a pass (forward/backward) in a phase (cold = first call,
-    warm = steady state), with one call tree per layer (python, op, native)."""
+    warm = steady state), with one call tree per layer (python, op, library, native).
+    A sampled layer also keeps its independent samplings (``replicas``: the native
+    layer's two halves; the layer's tree is their sum), so that a difference can be
+    checked against chance."""
 
     pass_: str
     phase: str
     layers: dict[str, Node]
     stats: dict[str, Any] = field(default_factory=dict)
+    replicas: dict[str, list[Node]] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,15 +142,13 @@ def to_json(trace: Trace) -> dict[str, Any]:
             stack.extend((c, me) for c in reversed(node.children))
         return flat
 
-    runs = [
-        {
-            "pass": r.pass_,
-            "phase": r.phase,
-            "layers": {name: encode(tree) for name, tree in r.layers.items()},
-            "stats": r.stats,
-        }
-        for r in trace.runs
-    ]
+    runs = []
+    for r in trace.runs:
+        doc = {"pass": r.pass_, "phase": r.phase, "layers": {name: encode(tree) for name, tree in r.layers.items()},
+               "stats": r.stats}
+        if r.replicas:
+            doc["replicas"] = {name: [encode(tree) for tree in trees] for name, trees in r.replicas.items()}
+        runs.append(doc)
     sources = [[f, line, src] for (f, line), src in sorted(trace.sources.items())]
     return {
         "format": FORMAT,
@@ -178,7 +182,7 @@ OPTIONAL_META: dict[str, tuple[type, ...]] = {
     "variant": (str,), "framework_version": (str,), "shape": (list,), "passes": (list,), "machine": (dict,),
     "source_roots": (list,), "command": (str,), "created": (str,), "tool": (str,), "native": (dict,),
     "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
-    "provenance": (dict,), "emulated": (dict, bool), "library": (dict,),
+    "provenance": (dict,), "emulated": (dict, bool), "library": (dict,), "dispatch": (dict,),
 }
 #: Run stats the processing stages read, and their types.
 NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")
@@ -293,8 +297,12 @@ def _runs(rows: Any, frames: list[Frame]) -> list[Run]:
         layers = r.get("layers")
         if not isinstance(layers, dict):
             raise _wrong("a run's layers", layers, "an object")
+        replicas = r.get("replicas", {})
+        if not isinstance(replicas, dict) or not all(isinstance(v, list) for v in replicas.values()):
+            raise ValueError("a run's replicas must map layer names to lists of trees")
         runs.append(Run(r["pass"], r["phase"], {str(name): _decode(t, frames) for name, t in layers.items()},
-                        _check_stats(r.get("stats", {}))))
+                        _check_stats(r.get("stats", {})),
+                        {str(name): [_decode(t, frames) for t in trees] for name, trees in replicas.items()}))
     return runs
 
 

@@ -30,19 +30,16 @@ from tracer.runner import DEFAULT_TIMEOUT, check
 @click.option("--native/--no-native", default=True, show_default=True,
               help="Sample native stacks (py-spy) of each framework's functional cases: the libraries and "
                    "ISA-specific code each primitive reaches (seconds per case).")
+@click.option("--imports/--no-imports", default=True, show_default=True,
+              help="Import each framework's reference GPU profiles (frameworks.yaml: imported), recorded on real "
+                   "GPUs by others, so that the report sets the CPU path against them.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
-def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, timeout) -> None:
+def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, imports, timeout) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
     import time
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tracer import survey as sv
 
@@ -75,6 +72,12 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
 
         gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
     out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
+    if imports:
+        def on_file(folder: str, n: int, error: str) -> None:
+            text = f"  {folder}: {error}" if error else f"  {folder}: {n} primitives imported"
+            err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
+
+        gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
     _render([output / "traces", *with_traces], output)
 
 

@@ -33,7 +33,8 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
 @click.option("--max-nodes", type=click.IntRange(min=1), default=400, show_default=True)
 @click.option("--layers", default=",".join(LAYERS), show_default=True,
               help="Layers to record and print, comma-separated: python (always recorded), op (the framework's "
-                   "own op records), native (py-spy native stacks, warm runs; takes a few seconds).")
+                   "own op records), library (what oneDNN and MKL report they ran), native (py-spy native "
+                   "stacks, warm runs; takes a few seconds).")
 def probe(framework, primitive, device, variant, pass_, api, shape, phase, output, timeout, max_depth, max_nodes,
           layers) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
@@ -59,7 +60,7 @@ def probe(framework, primitive, device, variant, pass_, api, shape, phase, outpu
 @click.argument("trace_a", metavar="A.json")
 @click.argument("trace_b", metavar="[B.json]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--layer", type=click.Choice(["python", "op", "native", "all"]), default="all", show_default=True)
+@click.option("--layer", type=click.Choice([*LAYERS, "all"]), default="all", show_default=True)
 @click.option("--pass", "pass_", type=click.Choice(list(PASSES)), default="forward", show_default=True)
 @click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
 @click.option("--threshold", type=float, default=0.02, show_default=True,

@@ -158,3 +158,38 @@ def layer_stats(acc: _Acc, window: Window, errors: dict[str, int], rate: int) ->
         "slowdown": round(per_iter / window.baseline_s, 3) if per_iter and window.baseline_s else None,
     }
 
+
+def merge_trees(trees: list[Node]) -> Node:
+    """Trees of one loop sampled in several windows, as one: counts of the same frame in
+    the same calling context add up (the windows' roots are the same step)."""
+    top = Node(trees[0].frame)
+    stack = [(top, t) for t in trees]
+    index: dict[int, dict[Frame, Node]] = {}
+    while stack:
+        dst, src = stack.pop()
+        dst.count += src.count
+        kids = index.setdefault(id(dst), {c.frame: c for c in dst.children})
+        for child in src.children:
+            have = kids.get(child.frame)
+            if have is None:
+                have = kids[child.frame] = Node(child.frame)
+                dst.children.append(have)
+            stack.append((have, child))
+    return top
+
+
+def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`layer_stats` of several windows of one loop, as one."""
+    out = dict(parts[0])
+    for key in ("samples", "errors", "bad_frames", "jit_samples", "jit_orphan_samples", "iterations"):
+        out[key] = sum(p.get(key) or 0 for p in parts)
+    out["duration_s"] = round(sum(p.get("duration_s") or 0 for p in parts), 4)
+    kinds: dict[str, int] = {}
+    for p in parts:
+        for k, n in (p.get("error_kinds") or {}).items():
+            kinds[k] = kinds.get(k, 0) + n
+    out["error_kinds"] = kinds
+    slow = [p["slowdown"] for p in parts if p.get("slowdown")]
+    out["slowdown"] = round(sum(slow) / len(slow), 3) if slow else None
+    out["replicas"] = len(parts)
+    return out

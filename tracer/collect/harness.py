@@ -24,24 +24,21 @@ import traceback
 from typing import Any, Callable
 
 from tracer import __version__, machine
-from tracer.collect import sampler
+from tracer.collect import library, sampler
+from tracer.collect.attribution import merge_stats, merge_trees
+from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
-from tracer.contract import (
-    LAYERS,
-    CaseRequest,
-    Exit,
-    NativeRequest,
-    OpRecorder,
-    Probe,
-    ProbeRequest,
-)
+from tracer.contract import LAYERS, CaseRequest, DispatchTable, Exit, NativeRequest, OpRecorder, Probe, ProbeRequest
 from tracer.trace import Frame, Node, Run, Trace, save
 
 #: What a trace that asked for native stacks says until they are added: if the probe
 #: process dies during the capture, the trace already on disk says so.
 NATIVE_PENDING = {"error": "native capture did not finish: the probe process ended during it", "incomplete": True}
 _PR_SET_PDEATHSIG = 1
+#: Each pass's native stacks are sampled in this many independent windows (kept as the
+#: layer's replicas): the diff accepts a sampled split only where every one shows it.
+REPLICAS = 2
 
 
 def die_with_parent() -> None:
@@ -83,14 +80,19 @@ def _timed(step: Callable[[], Any], sync: Callable[[], None], budget_s: float = 
     return statistics.median(times)
 
 
+def _step(case: Any, pass_: str) -> Callable[[], Any]:
+    """Exactly the step the Python layer traces: the forward call, or the backward call
+    on a fresh forward's state (run here, before the step)."""
+    if pass_ == "forward":
+        return case.forward
+    state = case.forward()
+    return lambda: case.backward(state)
+
+
 def _op_layer(probe: OpRecorder, case: Any, pass_: str, label: str) -> tuple[Node | None, dict]:
     """The probe's op-level record of one warm step, hung under a root like the
     Python layer's; (None, {"op_error": ...}) when the hook fails."""
-    if pass_ == "forward":
-        run: Callable[[], Any] = case.forward
-    else:
-        state = case.forward()
-        run = lambda: case.backward(state)  # noqa: E731
+    run = _step(case, pass_)
     t0 = time.perf_counter()
     try:
         rec = probe.record_ops(case, pass_, run)
@@ -101,8 +103,20 @@ def _op_layer(probe: OpRecorder, case: Any, pass_: str, label: str) -> tuple[Nod
     return root, {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
 
 
+def _library_layer(log: StdoutLog, case: Any, pass_: str, label: str) -> tuple[Node, dict]:
+    """What the vendor libraries reported of one warm step (see tracer.collect.library)."""
+    run = _step(case, pass_)
+
+    def step() -> None:
+        run()
+        case.sync()
+
+    calls = log.between(step)
+    return library.tree(calls, label), {"source": "vendor verbose logs", "calls": len(calls.calls)}
+
+
 def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version: str, applied: dict,
-                tracer: PythonTracer) -> tuple[Trace, Any]:
+                tracer: PythonTracer, log: StdoutLog | None) -> tuple[Trace, Any]:
     """``tracer`` is shared by the cases of one request, so that each function is
     classified once per process, not once per case."""
     shape = tuple(case_req.shape)
@@ -157,6 +171,9 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
             else:
                 run.layers["op"] = ops
                 stats.setdefault("layers", {})["op"] = info
+        if "library" in layers and log is not None:
+            run.layers["library"], info = _library_layer(log, case, pass_, f"{case_req.primitive}.{pass_}")
+            stats.setdefault("layers", {})["library"] = info
         runs.append(run)
 
     meta = {
@@ -180,6 +197,16 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     }
     if req.native_env:  # set for this whole process (before the import), so every case says so
         meta["native_env"] = req.native_env
+    if isinstance(probe, DispatchTable) and any("op" in r.layers for r in runs):
+        names = [n.frame.name for r in runs for _, n in r.layers.get("op", Node(Frame("root", "", ""))).walk()
+                 if n.frame.kind == "op"]
+        try:
+            meta["dispatch"] = probe.dispatch_table(names)
+        except Exception as exc:  # noqa: BLE001 - the trace is worth writing without it
+            meta["dispatch"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if "library" in layers and log is not None:  # what the libraries said of themselves
+        blas = library.openblas()
+        meta["library"] = {**log.log.info, **({"OpenBLAS": blas} if blas else {})}
     meta.update(case.info)
     used = {(n.frame.file, n.frame.line) for r in runs for tree in r.layers.values() for _, n in tree.walk()
             if n.frame.kind == "python"}
@@ -193,13 +220,15 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
     jobs, where = [], {}
     for ci, (case_req, trace, case) in enumerate(pending):
         for pass_ in case_req.passes:
-            marker = f"_dltrace_native_{ci}_{pass_}"
             if pass_ == "forward":
                 step = sampler.Step(lambda _, c=case: c.forward(), None, case.sync)
             else:
                 step = sampler.Step(case.backward, case.forward, case.sync)
-            jobs.append(sampler.Job(marker, step, Frame("root", "", f"{case_req.primitive}.{pass_}"), cfg.seconds))
-            where[marker] = (trace, pass_)
+            # two independent halves: a difference that chance made shows in one at most
+            markers = [f"_dltrace_native_{ci}_{pass_}_{h}" for h in range(REPLICAS)]
+            root = Frame("root", "", f"{case_req.primitive}.{pass_}")
+            jobs += [sampler.Job(m, step, root, cfg.seconds / REPLICAS) for m in markers]
+            where[tuple(markers)] = (trace, pass_)
     error, results, session = None, {}, {}
     workdir = tempfile.mkdtemp(prefix="dltrace-native-")
     try:
@@ -214,16 +243,17 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
         shutil.rmtree(workdir, ignore_errors=True)
     for _, trace, _ in pending:
         trace.meta["native"] = {**session, "seconds": cfg.seconds} if error is None else {"error": error}
-    for marker, (trace, pass_) in where.items():
+    for markers, (trace, pass_) in where.items():
         run = trace.run(pass_, "warm")
         if run is None:
             continue
         if error is not None:
             run.stats["native_error"] = error
         else:
-            tree, stats = results[marker]
-            run.layers["native"] = tree
-            run.stats.setdefault("layers", {})["native"] = stats
+            halves = [results[m] for m in markers]
+            run.layers["native"] = merge_trees([tree for tree, _ in halves])
+            run.replicas["native"] = [tree for tree, _ in halves]
+            run.stats.setdefault("layers", {})["native"] = merge_stats([stats for _, stats in halves])
 
 
 def main(argv: list[str]) -> int:
@@ -247,16 +277,21 @@ def main(argv: list[str]) -> int:
     version = str(getattr(fw, "__version__", "unknown"))
     pending: list[tuple[CaseRequest, Trace, Any]] = []  # cases that want native stacks, kept alive
     tracer = PythonTracer(req.source_roots)
+    # the libraries' own reports go to fd 1: into a file while the cases run
+    log = StdoutLog(os.path.join(tempfile.gettempdir(), f"dltrace-stdout-{os.getpid()}.log")) \
+        if any("library" in c.layers for c in req.cases) else None
     for case_req in req.cases:
         out = case_req.out
         try:
-            trace, case = _trace_case(req, case_req, probe, version, applied, tracer)
+            trace, case = _trace_case(req, case_req, probe, version, applied, tracer, log)
             save(trace, out)
             if "native" in case_req.layers:
                 pending.append((case_req, trace, case))
         except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
             _write_error(out, exc)
         print(f"done {case_req.primitive} {case_req.api}", file=sys.stderr, flush=True)
+    if log is not None:
+        log.mute()  # the sampled loops would write megabytes of lines nobody reads
     if pending:
         for case_req, trace, _ in pending:
             trace.meta["native"] = dict(NATIVE_PENDING)

@@ -46,22 +46,9 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from tracer.collect.attribution import (
-    FrameNamer,
-    Window,
-    build_tree,
-    layer_stats,
-    split_by_marker,
-)
+from tracer.collect.attribution import FrameNamer, Window, build_tree, layer_stats, split_by_marker
 from tracer.collect.maps import Maps, PerfMap
-from tracer.collect.pyspy_format import (
-    ANY_LOG,
-    LOADING,
-    TOTALS,
-    error_kind,
-    parse_raw,
-    parse_warnings,
-)
+from tracer.collect.pyspy_format import ANY_LOG, LOADING, TOTALS, error_kind, parse_raw, parse_warnings
 from tracer.trace import Frame, Node
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from tracer.process.tags import LIBC, LIBPYTHON, LIBSTDCXX, library_of
+from tracer.process.tree import splice
 from tracer.trace import Node
 
 #: Libraries whose frames are plumbing between the interesting ones.
@@ -17,29 +18,9 @@ PLUMBING = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc"})
 
 
 def hide_plumbing(root: Node, hidden_libs: frozenset[str] = PLUMBING) -> Node:
-    """A copy without native frames of ``hidden_libs`` (libc, libstdc++, libpython):
-    their children move up to the nearest kept ancestor, merging with siblings of
-    the same frame. A branch made only of such frames disappears into its parent's
-    count (the samples still count at the parent)."""
-    out = Node(root.frame, root.count, root.time_ns, list(root.call_lines), list(root.lines))
-    stack = [(root, out)]
-    while stack:
-        src, dst = stack.pop()
-        index = {c.frame: c for c in dst.children}
-        pending = list(src.children)
-        while pending:
-            child = pending.pop(0)
-            if child.frame.kind == "native" and library_of(child.frame) in hidden_libs:
-                pending[:0] = child.children
-                continue
-            have = index.get(child.frame)
-            if have is None:
-                have = index[child.frame] = Node(child.frame, 0, 0, list(child.call_lines), list(child.lines))
-                dst.children.append(have)
-            have.count += child.count
-            have.time_ns += child.time_ns
-            stack.append((child, have))
-    return out
+    """A copy without native frames of ``hidden_libs`` (libc, libstdc++, libpython),
+    looked through as :func:`tracer.process.tree.splice` does."""
+    return splice(root, lambda f: f.kind == "native" and library_of(f) in hidden_libs)
 
 
 def prune(root: Node, min_share: float) -> tuple[Node, int]:

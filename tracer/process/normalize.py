@@ -22,7 +22,7 @@ from tracer.trace import Frame
 NATIVE = frozenset({"native"})
 COMPILED = frozenset({"native", "op"})
 PYTHON = frozenset({"python", "c"})
-ALL = frozenset({"root", "python", "c", "op", "native"})
+ALL = frozenset({"root", "python", "c", "op", "library", "native"})
 
 
 @dataclass(frozen=True)

@@ -47,20 +47,37 @@ def _baseline(candidates: list[Trace], machine: str) -> Trace | None:
     return (same or candidates or [None])[0]
 
 
+def _is_default_cpu(t: Trace) -> bool:
+    return t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"
+
+
+def _stand_in(traces: list[Trace], t: Trace) -> list[Trace]:
+    """For a trace recorded elsewhere by another tool (an imported GPU profile, at the
+    model's own shape): the default CPU traces of the same framework and primitive,
+    functional API and smallest shape first, that it is to be set against."""
+    same = [x for x in traces if _is_default_cpu(x) and x.meta.get("api") != "imported"
+            and x.meta["framework"] == t.meta["framework"] and x.meta["primitive"] == t.meta["primitive"]]
+    return sorted(same, key=lambda x: (x.meta.get("api") != "functional", len(x.meta.get("shape") or []),
+                                       list(x.meta.get("shape") or [])))[:1]
+
+
 def pairs(traces: Iterable[Trace]) -> list[Pair]:
     """Comparable pairs: A is always the default CPU path (on the same machine as B
-    where there is one), B a variant, the GPU, or another machine's default CPU path."""
+    where there is one), B a variant, the GPU, or another machine's default CPU path.
+    An imported trace (api "imported": a GPU profile of a whole model) is set against
+    the CPU probe of the same primitive, whatever its shape."""
+    traces = list(traces)
     groups: dict[tuple, list[Trace]] = defaultdict(list)
     for t in traces:
         groups[case_key(t)].append(t)
     out: list[Pair] = []
     for key in sorted(groups):
         group = groups[key]
-        base = [t for t in group if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"]
+        base = [t for t in group if _is_default_cpu(t)]
         for t in group:
             if t in base:
                 continue
-            a = _baseline(base, machine_of(t))
+            a = _baseline(base or (_stand_in(traces, t) if t.meta.get("api") == "imported" else []), machine_of(t))
             if a is not None:
                 out.append(Pair("device" if t.meta["device"] != "cpu" else "variant", a, t))
         machines = sorted({machine_of(t) for t in base})

@@ -11,10 +11,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from tracer.contract import PASSES, PRIMITIVES
+from tracer.contract import LAYERS, PASSES, PRIMITIVES
+from tracer.process.backend_needs import BackendNeeds, backend_needs
 from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
 from tracer.process.diff.result import DiffResult, Split
+from tracer.process.dispatch import DispatchPoint, DispatchTable
 from tracer.process.pairs import Pair, case_key, machine_of, pairs, side_label
 from tracer.process.reach import Reach, reach
 from tracer.process.sampling import DEFAULT_THRESHOLD
@@ -22,7 +24,7 @@ from tracer.process.summary import PathSummary
 from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, library_order
 from tracer.trace import Trace
 
-LAYER_NAMES = {"python": "Python", "op": "op level", "native": "native"}
+LAYER_NAMES = {"python": "Python", "op": "op level", "library": "library", "native": "native"}
 
 
 # ----------------------------------------------------------------------------- one pair
@@ -86,7 +88,7 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
         except DiffError as exc:
             errors.append(f"{pass_}: {exc}")
     first = None
-    for layer in ("python", "op", "native"):
+    for layer in LAYERS:
         if any(d.layer == layer and d.splits for r in diffs.values() for d in r.layers):
             first = layer
             break
@@ -132,21 +134,6 @@ class ApiLevelRow:
 
 
 @dataclass
-class DispatchPoint:
-    """A frame where paths part: where a new backend hooks in."""
-
-    frame: str
-    layer: str
-    classification: str
-    file: str
-    line: int
-    primitives: list[str]
-    pairs: list[str]
-    a_names: list[str]
-    b_names: list[str]
-
-
-@dataclass
 class AuditRow:
     primitive: str
     cpu_libraries: list[str]
@@ -154,6 +141,7 @@ class AuditRow:
     isa: list[str]
     provide: list[str]  # the ops / kernels a port must provide (forward and backward)
     kernels: list[str]
+    needs: BackendNeeds | None = None  # from the framework's own dispatch tables, where it has them
 
 
 @dataclass
@@ -207,7 +195,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
     all_pairs = pairs(traces)
     cases: list[CaseReport] = []
     by_case: dict[tuple[str, str], CaseReport] = {}
-    points: dict[tuple[str, str], DispatchPoint] = {}
+    points = DispatchTable()
     totals: dict[str, SideCode] = defaultdict(SideCode)
     side_libs: dict[str, set] = defaultdict(set)
     isa_all: set[str] = set()
@@ -233,23 +221,18 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
                 t.python_lines += c.python_lines
                 t.native_symbols += c.native_symbols
                 t.ops += c.ops
-            for pass_, result in pr.diffs.items():
-                for layer in result.layers:
-                    for s in layer.splits:  # first decisions only: the hook points
-                        dp = points.setdefault((layer.layer, s.frame), DispatchPoint(
-                            s.frame, layer.layer, s.classification, s.file, s.line, [], [],
-                            [b.label for b in s.only_a][:4], [b.label for b in s.only_b][:4]))
-                        if key[1] not in dp.primitives:
-                            dp.primitives.append(key[1])
-                        if pr.title not in dp.pairs:
-                            dp.pairs.append(pr.title)
+            points.add(key[1], pr.title, pr.diffs)
         base = next((t for t in group if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"), None)
         # input checks that only raise on the other arm are not decisions a port hooks into
         cands = [c for c in find_candidates(base) if not c.guard] if base is not None else []
         case = CaseReport(key[1], key[2], list(key[3]), sides, reports, cands)
         cases.append(case)
         by_case[(key[1], key[2])] = case
-    audit = _audit(cases)
+    cpu_default = defaultdict(list)
+    for t in traces:
+        if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default":
+            cpu_default[t.meta["primitive"]].append(t)
+    audit = _audit(cases, {prim: backend_needs(ts) for prim, ts in cpu_default.items()})
     return FrameworkReport(
         name=name,
         versions=sorted({str(t.meta.get("framework_version", "?")) for t in traces}),
@@ -260,7 +243,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         cases=cases,
         gaps=[g for g in gaps if g.framework == name],
         api_level=_api_level(cases, by_case),
-        dispatch_points=sorted(points.values(), key=lambda d: (list(LAYER_NAMES).index(d.layer), -len(d.primitives), d.frame)),
+        dispatch_points=points.points(),
         audit=audit,
         splits=n_splits,
         first_layer=first_layers.most_common(1)[0][0] if first_layers else None,
@@ -275,7 +258,7 @@ def _order(primitive: str) -> int:
     return list(PRIMITIVES).index(primitive) if primitive in PRIMITIVES else len(PRIMITIVES)
 
 
-def _audit(cases: list[CaseReport]) -> list[AuditRow]:
+def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> list[AuditRow]:
     rows = []
     for prim in dict.fromkeys(c.primitive for c in cases):
         cpu_libs, gpu_libs, isa, provide, kernels = set(), None, set(), [], []
@@ -290,12 +273,13 @@ def _audit(cases: list[CaseReport]) -> list[AuditRow]:
                         item = f"{op} ({pass_})"
                         if item not in provide:
                             provide.append(item)
-                    for pass_, k, _ in r.kernels:
+                    # what the libraries reported first (every call, no sampling), then sampled kernels
+                    for k in [c for _, c in r.library_calls] + [k for _, k, _ in r.kernels]:
                         if k not in kernels:
                             kernels.append(k)
         rows.append(AuditRow(prim, sorted(cpu_libs, key=library_order),
                              sorted(gpu_libs, key=library_order) if gpu_libs is not None else None, sorted(isa),
-                             provide, kernels[:6]))
+                             provide, kernels[:6], needs.get(prim)))
     return rows
 
 

@@ -5,19 +5,13 @@ framework chose, its Python path's size and its time. Pure."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tracer.contract import PASSES
 from tracer.knowledge import knowledge
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
-from tracer.process.tags import (
-    SYSTEM_LIBS,
-    is_unnamed,
-    isa_of,
-    library_of,
-    library_order,
-)
+from tracer.process.tags import SYSTEM_LIBS, is_unnamed, isa_of, library_of, library_order
 from tracer.process.tree import total_samples
 from tracer.trace import Node, Trace
 
@@ -36,6 +30,8 @@ class Reach:
     device: str = "cpu"  # where this path ran
     default: bool = True  # the default variant (no switch applied)
     native_note: str = ""  # why there is no native layer, if there is none
+    library_calls: list[tuple[str, str]] = field(default_factory=list)  # (pass, call the library reported), in order
+    origin: str = ""  # where a trace recorded elsewhere came from (GPU, source, repository)
 
 
 def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
@@ -81,7 +77,7 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
 def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
     libs: Counter = Counter()
     isa: set[str] = set()
-    kernels, ops, handoffs, python, seconds = [], [], [], {}, {}
+    kernels, ops, handoffs, python, seconds, calls = [], [], [], {}, {}, []
     note = ""
     for pass_ in PASSES:
         run = trace.run(pass_, "warm")
@@ -116,5 +112,26 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
                 lib = library_of(node.frame) if node.frame.kind == "op" else ""
                 if lib:
                     libs[lib] += 1
+        lib_layer = run.layers.get("library")
+        if lib_layer is not None:  # what the libraries said they ran: no sampling, every call
+            for node in lib_layer.children:
+                libs[library_of(node.frame)] += node.count
+                tag = isa_of(node.frame)
+                if tag:
+                    isa.add(tag)
+                if (pass_, node.frame.name) not in calls:
+                    calls.append((pass_, node.frame.name))
     return Reach(sorted(libs, key=library_order), sorted(isa), kernels, ops, handoffs, python, seconds,
-                 trace.meta["device"], trace.meta.get("variant", "default") == "default", note)
+                 trace.meta["device"], trace.meta.get("variant", "default") == "default", note, calls, origin(trace))
+
+
+def origin(trace: Trace) -> str:
+    """"recorded on NVIDIA A100 by others: facebookresearch/HolisticTraceAnalysis@f4d0062c"
+    for an imported trace, "" for dltrace's own."""
+    prov = trace.meta.get("provenance")
+    if not isinstance(prov, dict):
+        return ""
+    machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
+    gpu = str(machine.get("gpu") or prov.get("gpu") or "")
+    where = str(prov.get("origin") or prov.get("source") or "")
+    return f"recorded{' on ' + gpu if gpu else ''} by others: {where}" if where else ""

@@ -27,10 +27,18 @@ def miss_chance(hits: int, samples: int, share: float) -> float:
                         for i in range(min(hits, samples) + 1)))
 
 
+def family_alpha(tests: int) -> float:
+    """The significance each of ``tests`` one-sided frames needs so that the whole
+    diff has at most an ALPHA chance of one false split (Bonferroni): a layer tests
+    every frame above the threshold, and at ALPHA each, one in a hundred would split
+    by chance."""
+    return ALPHA / max(1, tests)
+
+
 def significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, total_b: int,
-                 python_keys: set[int]) -> tuple[dict, dict]:
+                python_keys: set[int], alpha: float = ALPHA) -> tuple[dict, dict]:
     """Move the one-sided groups whose absence on the other side could be chance
-    (:func:`miss_chance` >= ALPHA), and those of Python frames in ``python_keys``
+    (:func:`miss_chance` >= ``alpha``), and those of Python frames in ``python_keys``
     (compared in the python layer), to their side's ``low`` dict: not a split."""
     out = []
     for mine, theirs, low, their_low, total, their_total in ((da, db, low_a, low_b, total_a, total_b),
@@ -40,7 +48,7 @@ def significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, tota
             if k not in theirs and total:
                 other = their_low.get(k)
                 if k in python_keys or miss_chance(group_count(other) if other is not None else 0, their_total,
-                                                   group_count(g) / total) >= ALPHA:
+                                                   group_count(g) / total) >= alpha:
                     low[k] = g
                     continue
             keep[k] = g

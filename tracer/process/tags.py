@@ -139,6 +139,12 @@ OP_LIBS = _t(
     (r"^__amd_rocclr_", "HIP runtime"),
 )
 
+#: Library calls whose implementation is another library's: oneDNN on Arm runs
+#: some primitives through the Arm Compute Library (``gemm:acl``, ``indirect_gemm:acl``).
+LIBRARY_IMPLS = _t(
+    (r"(?:^|[\s:])acl(?:[\s:)]|$)", "Arm Compute Library"),
+)
+
 #: Python and C frames by module.
 MODULE_LIBS = _t(
     (r"^cupy(?:x|_backends)?(?:\.|$)", "CuPy"),
@@ -183,6 +189,37 @@ GPU_LIBS = frozenset({CUDNN, CUBLAS, CUDART, "cuFFT", "NCCL", "MIOpen", "rocBLAS
                       "Triton", "Composable Kernel", "PyTorch CUDA kernels", "PyTorch HIP kernels", "HIP runtime"})
 #: What every native stack passes through whatever the backend: shown last, muted.
 SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc", "libffi", "OpenMP"})
+
+
+#: Native frames that run wherever the scheduler, the allocator or the interpreter
+#: happens to be: OpenMP's fork/join and barriers (besides libgomp/libiomp frames,
+#: tagged OpenMP), malloc and free, reference counts, the GIL, futexes and sleeps,
+#: and the C-level trampolines a call passes through (CPython's vectorcall, numpy's
+#: __array_function__ dispatcher: whether a sample shows them depends on how py-spy
+#: merged that process's Python and native stacks). In a sampled stack they say
+#: where a thread waited, allocated or passed a call along, never which code was chosen.
+INCIDENTAL = re.compile(
+    r"^(?:GOMP_\w+|gomp_\w+|__kmp\w*|kmp_\w+|omp_\w+|"
+    r"(?:__libc_|_int_|__)?(?:malloc|calloc|realloc|free|cfree|memalign|posix_memalign)|"
+    r"operator (?:new|delete)(?:\[\])?|tcmalloc::.*|je_\w+|c10::(?:alloc_cpu|free_cpu)|"
+    r"_Py_Dealloc|_?Py_X?(?:Inc|Dec)Ref\w*|PyEval_(?:Restore|Save)Thread|PyGILState_\w+|take_gil|drop_gil|"
+    r"sched_yield|(?:__)?futex\w*|pthread_(?:cond|mutex|spin|rwlock)_\w+|__lll_\w+|syscall|"
+    r"(?:__)?(?:clock_)?nanosleep|epoll_wait|"
+    r"\w*_?vectorcall\w*|_?PyObject_(?:Vectorcall|Call|FastCall)\w*|cfunction_\w+|array_function_\w+|"
+    r"array_implement_\w+)$")
+
+
+@lru_cache(maxsize=1 << 16)
+def is_incidental(frame: Frame) -> bool:
+    """A native frame that says where a thread waited, forked, allocated or passed a
+    call along (:data:`INCIDENTAL`, OpenMP's library, a framework's own parallel-for
+    wrapper), not what it computed."""
+    if frame.kind != "native":
+        return False
+    bare = _bare(frame.name).strip()
+    k = knowledge()
+    return (library_of(frame) == "OpenMP" or bool(INCIDENTAL.match(bare))
+            or bool(k.scheduling and k.scheduling.search(bare)))
 
 
 def library_order(lib: str) -> tuple[int, str]:
@@ -249,10 +286,18 @@ def library_of(frame: Frame) -> str:
         # the op layer's own record of who computes it: a library tag in lib, or XLA's HLO ops
         return (_first(OP_LIBS, frame.name) or (_first(SONAME_LIBS, frame.lib) if frame.lib else "")
                 or (frame.lib if frame.lib in VENDOR_LIBS else "") or (XLA if frame.module == "xla" else ""))
+    if kind == "library":  # the reporting library, or the one its implementation delegates to
+        return _first(LIBRARY_IMPLS, frame.name) or frame.lib
     if kind in ("python", "c"):
         return (_first(MODULE_LIBS, frame.module) or _first(knowledge().core_modules, frame.module)
                 or _first(PYTHON_NAME_LIBS, f"{frame.module}.{frame.name}"))
     return ""
+
+
+def library_call_kind(frame: Frame) -> str:
+    """What a library call computes (``convolution``, ``reorder``, ``SGEMM``): the
+    first word of a "library" frame's name; "" for other frames."""
+    return frame.name.split(" ", 1)[0] if frame.kind == "library" else ""
 
 
 @lru_cache(maxsize=1 << 16)
@@ -267,7 +312,7 @@ def vendor_named(frame: Frame) -> str:
 def isa_of(frame: Frame) -> str:
     """The ISA a native or op frame's code is written for ("avx2", "avx512_core", "neon",
     "jit" for run-time generated code...), "" if the name does not say."""
-    if frame.kind not in ("native", "op"):
+    if frame.kind not in ("native", "op", "library"):
         return ""
     if is_jit(frame):
         return (not is_unnamed(frame) and _first(ISA_TAGS, frame.name.lower())) or "jit"

@@ -4,10 +4,10 @@ which children count as present in a sampled layer. Pure."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from tracer.process.normalize import identity
-from tracer.trace import Node
+from tracer.trace import Frame, Node
 
 
 def looks_sampled(root: Node) -> bool:
@@ -59,3 +59,28 @@ def present(groups: dict, total: int, threshold: float, sampled: bool) -> dict:
     """The child groups that count as present (all of them unless the layer is sampled)."""
     return above(groups, threshold * total)[0] if sampled else groups
 
+
+def splice(root: Node, hidden: Callable[[Frame], bool]) -> Node:
+    """A copy without the frames ``hidden`` says to look through: their children move
+    up to the nearest kept ancestor, merging with its children of the same frame
+    (counts and times add). A branch made only of hidden frames disappears into its
+    parent's count: in a sampled tree, its samples still count at the parent."""
+    out = Node(root.frame, root.count, root.time_ns, list(root.call_lines), list(root.lines))
+    stack = [(root, out)]
+    while stack:
+        src, dst = stack.pop()
+        index = {c.frame: c for c in dst.children}
+        pending = list(src.children)
+        while pending:
+            child = pending.pop(0)
+            if hidden(child.frame):
+                pending[:0] = child.children
+                continue
+            have = index.get(child.frame)
+            if have is None:
+                have = index[child.frame] = Node(child.frame, 0, 0, list(child.call_lines), list(child.lines))
+                dst.children.append(have)
+            have.count += child.count
+            have.time_ns += child.time_ns
+            stack.append((child, have))
+    return out

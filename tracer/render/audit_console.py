@@ -25,7 +25,7 @@ def print_audit(rep: FrameworkReport, console: Console) -> None:
     for col in ("frame", "layer", "decision", "primitives", "A side", "B side"):
         points.add_column(col, overflow="fold")
     for d in rep.dispatch_points:
-        where = Text(clip(d.frame))
+        where = Text(clip(d.display))
         if d.file:
             where.append(f"\n{clip(d.file)}:{d.line}", style="dim")
         points.add_row(where, LAYER_NAMES[d.layer], d.classification, ", ".join(d.primitives),
@@ -45,6 +45,18 @@ def print_audit(rep: FrameworkReport, console: Console) -> None:
         needs.add_row(r.primitive, Text(", ".join(r.cpu_libraries) or "-"), Text(gpu), Text(", ".join(r.isa) or "-"),
                       provide)
     console.print(needs)
+    rows = [r for r in rep.audit if r.needs]
+    if rows:
+        table = Table(title=f"What a new backend must implement ({rows[0].needs.key}), from the framework's own dispatch "
+                            "tables", title_justify="left")
+        for col in ("primitive", "must implement", "what other backends use there", "gets for free"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            others = Text("\n".join(", ".join(f"{b}: {k}" for b, k in r.needs.others.get(op, {}).items()) or "-"
+                                    for op in r.needs.must_implement))
+            table.add_row(r.primitive, _lines(r.needs.must_implement), others,
+                          _lines([f"{op} ({why})" for op, why in r.needs.free]))
+        console.print(table)
     if rep.gaps:
         console.print(Text.assemble((f"{len(rep.gaps)} case(s) could not be traced", "yellow"), ": ", clip(
             "; ".join(f"{g.primitive} {g.api} {g.device}/{g.variant}: {g.error}" for g in rep.gaps[:5]), 2000)),

@@ -102,6 +102,14 @@ def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes:
     console.print(tree_view(tree, title, max_depth, max_nodes))
 
 
+def _library_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+    calls = len(tree.children)
+    what = f"{calls} calls the vendor libraries reported (oneDNN, MKL verbose)" if calls else \
+        "no oneDNN or MKL call reported: the kernels are the framework's own or another library's"
+    title = Text.assemble((f"{run.pass_}", "bold underline"), "  [library]  ", (what, "dim"))
+    console.print(tree_view(tree, title, max_depth, max_nodes))
+
+
 def _native_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
     st = (run.stats.get("layers") or {}).get("native") or {}
     total = tree.count or sum(c.count for c in tree.children)
@@ -113,7 +121,7 @@ def _native_layer(run: Run, tree: Node, console: Console, max_depth: int, max_no
     console.print(tree_view(compact, title, max_depth, max_nodes, total=total or 1))
 
 
-_LAYER_VIEWS = {"python": _python_layer, "op": _op_layer, "native": _native_layer}
+_LAYER_VIEWS = {"python": _python_layer, "op": _op_layer, "library": _library_layer, "native": _native_layer}
 
 
 def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tuple[str, ...] = ("python",),

@@ -12,7 +12,8 @@ from rich.text import Text
 
 from tracer.process.candidates import Candidate
 from tracer.process.diff.result import Branch, DiffResult, Fragment, LayerDiff, Split
-from tracer.render.terminal import clip
+from tracer.process.symbols import display
+from tracer.render.terminal import NAME_WIDTH, clip
 
 A_STYLE, B_STYLE = "bold cyan", "bold magenta"
 A_BG, B_BG = "on #10303a", "on #3a1030"
@@ -40,7 +41,7 @@ def _path(path: list[str]) -> Text:
 
 
 def _branch(side: str, b: Branch, show_calls: bool) -> Text:
-    text = Text.assemble((f"{side} only: ", A_STYLE if side == "A" else B_STYLE), (clip(b.label), "bold"))
+    text = Text.assemble((f"{side} only: ", A_STYLE if side == "A" else B_STYLE), (display(b.label, NAME_WIDTH), "bold"))
     facts = []
     if b.share is not None:
         facts.append(f"{b.share:.1%} of samples" + (f" (other side {b.other_share:.1%})" if b.other_share else ""))
@@ -55,7 +56,7 @@ def _branch(side: str, b: Branch, show_calls: bool) -> Text:
         facts.append("called at line " + ", ".join(map(str, b.call_lines[:4])))
     text.append("  " + " · ".join(facts), style="dim")
     if b.nodes > 1 and b.hot and b.hot != [b.label]:
-        text.append("\n    reaches: " + ", ".join(map(clip, b.hot)), style="dim")
+        text.append("\n    reaches: " + ", ".join(display(h) for h in b.hot), style="dim")
     return text
 
 
@@ -130,6 +131,17 @@ def split_view(split: Split, number: str) -> RenderableType:
     return Group(*parts)
 
 
+def set_aside(layer: LayerDiff) -> str:
+    """What a sampled layer's diff did not report, and why ("" if nothing)."""
+    parts = []
+    if layer.consequences:
+        parts.append(f"{layer.consequences} difference(s) follow the decision the python or op layer shows, "
+                     "or lead to the same kernels")
+    if layer.unreplicated:
+        parts.append(f"{layer.unreplicated} not seen in every independent sampling")
+    return ("set aside: " + "; ".join(parts)) if parts else ""
+
+
 def layer_header(layer: LayerDiff) -> Text:
     n = sum(1 for _ in layer.all_splits())
     first = len(layer.splits)
@@ -163,8 +175,11 @@ def print_diff(result: DiffResult, console: Console, names: tuple[str, str] = ("
     for layer in result.layers:
         console.print(Rule(style="dim"))
         console.print(layer_header(layer), highlight=False)
+        if set_aside(layer):
+            console.print(Text(f"  {set_aside(layer)}", style="dim"))
         if not layer.splits:
-            console.print(Text("  the two paths are the same in this layer", style="green"))
+            same = "no difference stands in this layer" if set_aside(layer) else "the two paths are the same in this layer"
+            console.print(Text(f"  {same}", style="green"))
         numbers: list[int] = []
         for level, split in layer.all_splits():
             del numbers[level + 1:]

@@ -24,6 +24,7 @@ from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
+from tracer.process.symbols import display
 from tracer.process.tags import SYSTEM_LIBS
 from tracer.registry import ROOT
 from tracer.render import graphs
@@ -37,6 +38,7 @@ def _env() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["code"] = code_lines
     env.filters["slug"] = slug
+    env.filters["symbol"] = display
     env.filters["seconds"] = lambda s: "" if s is None else (f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} µs")
     env.globals["LAYER_NAMES"] = LAYER_NAMES
     env.globals["SYSTEM_LIBS"] = SYSTEM_LIBS

@@ -53,9 +53,11 @@ from typing import Any, Sequence
 from tracer.contract import LAYERS
 from tracer.errors import DltraceError
 from tracer.process.diff.align import diff_trees
+from tracer.process.diff.evidence import after_the_exact_layers, replicated
 from tracer.process.diff.result import DiffResult
 from tracer.process.sampling import DEFAULT_THRESHOLD
-from tracer.process.tree import looks_sampled
+from tracer.process.tags import is_incidental
+from tracer.process.tree import looks_sampled, splice
 from tracer.trace import Node, Run, Trace
 
 #: Meta fields that must agree unless forced: diffing conv2d against relu finds nothing useful.
@@ -136,11 +138,18 @@ def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
             warnings.append(f"the {layer} layer is only in trace {'A' if tb is None else 'B'}; not diffed")
             continue
         sampled = is_sampled(ra, layer, ta) or is_sampled(rb, layer, tb)
+        if sampled:  # where a sample found a thread waiting or allocating says nothing of what was chosen
+            ta, tb = splice(ta, is_incidental), splice(tb, is_incidental)
         python_elsewhere = layer != "python" and "python" in ra.layers and "python" in rb.layers
-        results.append(diff_trees(ta, tb, layer, threshold, sampled=sampled, sources_a=a.sources, sources_b=b.sources,
-                                  python_elsewhere=python_elsewhere))
+        result = diff_trees(ta, tb, layer, threshold, sampled=sampled, sources_a=a.sources, sources_b=b.sources,
+                            devices_differ=da["device"] != db["device"], python_elsewhere=python_elsewhere)
+        reps_a, reps_b = ra.replicas.get(layer), rb.replicas.get(layer)
+        if sampled and reps_a and reps_b and len(reps_a) == len(reps_b):
+            replicated(result, [splice(t, is_incidental) for t in reps_a], [splice(t, is_incidental) for t in reps_b])
+        results.append(result)
     if not results:
         have_a = ", ".join(ra.layers) or "none"
         have_b = ", ".join(rb.layers) or "none"
         raise DiffError(f"no {'/'.join(layers)} layer in both traces (A has: {have_a}; B has: {have_b})")
+    after_the_exact_layers(results)
     return DiffResult(da, db, pass_, phase, threshold, differs, results, warnings)

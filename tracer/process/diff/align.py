@@ -13,7 +13,7 @@ from tracer.knowledge import knowledge
 from tracer.process.diff.result import LayerDiff, Split
 from tracer.process.diff.split import SplitBuilder
 from tracer.process.normalize import identity
-from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD, significant
+from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD, family_alpha, significant
 from tracer.process.tree import above, looks_sampled, size, total_samples
 from tracer.trace import Frame, Node
 
@@ -23,7 +23,7 @@ _CHILDREN, _COUNT = attrgetter("children"), attrgetter("count")
 def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: float = DEFAULT_THRESHOLD, *,
                sampled: bool | None = None, sources_a: dict[tuple[str, int], list[str]] | None = None,
                sources_b: dict[tuple[str, int], list[str]] | None = None,
-               python_elsewhere: bool = False) -> LayerDiff:
+               python_elsewhere: bool = False, devices_differ: bool = True) -> LayerDiff:
     """Align two trees of one layer and return their split points.
 
     ``sampled`` (default: guessed from the frames) makes ``threshold`` apply: a child
@@ -37,7 +37,9 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
         sampled = looks_sampled(a_root) or looks_sampled(b_root)
     total_a, total_b = (total_samples(a_root), total_samples(b_root)) if sampled else (0, 0)
     min_a, min_b = threshold * total_a, threshold * total_b
-    ctx = SplitBuilder(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {})
+    # every frame above the threshold is tested once at most: the family's significance
+    alpha = family_alpha(_above_count(a_root, min_a) + _above_count(b_root, min_b)) if sampled else ALPHA
+    ctx = SplitBuilder(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {}, devices_differ=devices_differ)
 
     # Identities are numbered: int keys hash and compare faster than tuples of strings.
     # keyof maps id(Frame) to that number: Frame objects are shared by all the nodes
@@ -134,7 +136,7 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
             db, low_b = above(db, min_b)
             if da.keys() != db.keys():
                 da, db = significant(da, db, low_a, low_b, total_a, total_b,
-                                      python_keys if python_elsewhere else _NONE)
+                                     python_keys if python_elsewhere else _NONE, alpha)
             ignored_a += size(low_a.values()) if low_a else 0
             ignored_b += size(low_b.values()) if low_b else 0
         else:
@@ -154,11 +156,22 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     # First decisions first: independent splits nearest the root lead (the sort is
     # stable, so splits at one depth keep their depth-first order).
     top.sort(key=lambda s: s.depth)
-    return LayerDiff(layer, sampled, threshold, ALPHA, total_a, total_b, shared + extra_a + ignored_a,
-                     shared + extra_b + ignored_b, shared, ignored_a, ignored_b, top, a_root, b_root)
+    return LayerDiff(layer, sampled, threshold, alpha, total_a, total_b, shared + extra_a + ignored_a,
+                     shared + extra_b + ignored_b, shared, ignored_a, ignored_b, top, a_root=a_root, b_root=b_root)
 
 
 _NONE: frozenset[int] = frozenset()
+
+
+def _above_count(root: Node, minimum: float) -> int:
+    """Frames of a sampled tree in at least ``minimum`` samples (the root left out)."""
+    n, stack = 0, list(root.children)
+    while stack:
+        node = stack.pop()
+        if node.count >= minimum:
+            n += 1
+            stack.extend(node.children)
+    return n
 
 
 def _group(keys: list[int], nodes: list[Node]) -> dict[int, Any]:

@@ -6,18 +6,8 @@ from __future__ import annotations
 
 import re
 
-from tracer.process.tags import (
-    GPU_LIBS,
-    JIT,
-    MKL,
-    ONEDNN,
-    OPENBLAS,
-    SYSTEM_LIBS,
-    VENDOR_LIBS,
-    isa_of,
-    library_of,
-    vendor_named,
-)
+from tracer.process.tags import (GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, VENDOR_LIBS, isa_of,
+                                 library_call_kind, library_of, vendor_named)
 from tracer.process.vocabulary import DEVICE_CHOICE, GPU_CODE
 from tracer.trace import Frame
 
@@ -48,24 +38,30 @@ def _last_name(f: Frame) -> str:
     return re.split(r"[.:]", f.name.split("(")[0])[-1].lower()
 
 
-def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
+def classify(frames_a: list[Frame], frames_b: list[Frame], devices_differ: bool = True) -> tuple[str, str]:
     """Classify a split from the frames reached on each side only. First rule that fires:
 
     1. device dispatch: GPU code (cuda/gpu/cudnn/cublas/cupy names, GPU library tags) on one side only;
     2. compilation: jit/pjit/compile/dynamo/tf.function frames on one side only (oneDNN's and BLAS's
        generated kernels excluded: those are ISA-specific code, not compiling the model);
-    3. library choice: the vendor libraries reached differ (oneDNN vs Eigen vs BLAS...);
-    4. ISA-specific code: the ISA tags reached differ (avx512_core vs avx2, jit code), libc's
-       and libpython's own variants (glibc's AVX memcpy) left out;
+    3. library choice: the vendor libraries reached differ (oneDNN vs Eigen vs BLAS...), or the
+       libraries' own reports name different primitives (a oneDNN convolution against the gemm
+       that Eigen's convolution calls);
+    4. ISA-specific code: the ISA tags reached differ (avx512_core vs avx2, jit code, a reference
+       implementation), libc's and libpython's own variants (glibc's AVX memcpy) left out;
     5. allocation/transfer: memcpy/alloc/transfer/device_put frames on one side only;
-    6. device dispatch: cpu/device/backend names on one side only (forward_cpu vs forward_ideep);
+    6. device dispatch: cpu/device/backend names on one side only (forward_cpu vs forward_gpu);
     7. other.
+
+    The two device rules apply only when the traces compared ran on different devices
+    (``devices_differ``): a CPU against a CPU variant cannot be a device dispatch.
     """
-    gpu_a = _markers(frames_a, GPU_CODE) | {t for t in map(library_of, frames_a) if t in GPU_LIBS}
-    gpu_b = _markers(frames_b, GPU_CODE) | {t for t in map(library_of, frames_b) if t in GPU_LIBS}
-    if bool(gpu_a) != bool(gpu_b):
-        side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
-        return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
+    if devices_differ:
+        gpu_a = _markers(frames_a, GPU_CODE) | {t for t in map(library_of, frames_a) if t in GPU_LIBS}
+        gpu_b = _markers(frames_b, GPU_CODE) | {t for t in map(library_of, frames_b) if t in GPU_LIBS}
+        if bool(gpu_a) != bool(gpu_b):
+            side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
+            return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
     comp_a = _markers([f for f in frames_a if not _codegen(f)], _COMPILE)
     comp_b = _markers([f for f in frames_b if not _codegen(f)], _COMPILE)
     if bool(comp_a) != bool(comp_b):
@@ -75,6 +71,11 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
     libs_b = {t for t in map(library_of, frames_b) if t in VENDOR_LIBS}
     if libs_a != libs_b:
         return "library choice", f"A reaches {_names(libs_a)}; B reaches {_names(libs_b)}"
+    calls_a = {k for k in map(library_call_kind, frames_a) if k}
+    calls_b = {k for k in map(library_call_kind, frames_b) if k}
+    if calls_a != calls_b and calls_a and calls_b:
+        return "library choice", (f"the libraries run other primitives: A {_names(calls_a, 'none')}; "
+                                  f"B {_names(calls_b, 'none')}")
     # glibc picks its own AVX memcpy at load time: not ISA-specific code a port must provide
     isa_a = {isa_of(f) for f in frames_a if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
     isa_b = {isa_of(f) for f in frames_b if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
@@ -87,7 +88,7 @@ def classify(frames_a: list[Frame], frames_b: list[Frame]) -> tuple[str, str]:
         side, words = ("A", alloc_a) if alloc_a else ("B", alloc_b)
         return "allocation/transfer", f"{side} allocates or moves data ({_names(words)}); the other side does not"
     dev_a, dev_b = _markers(frames_a, DEVICE_CHOICE), _markers(frames_b, DEVICE_CHOICE)
-    if dev_a != dev_b:
+    if devices_differ and dev_a != dev_b:
         return "device dispatch", f"device or backend names differ (A: {_names(dev_a)}; B: {_names(dev_b)})"
     return "other", "no device, library, ISA, compilation or allocation difference in the frame names"
 

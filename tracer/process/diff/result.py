@@ -30,6 +30,8 @@ class Branch:
     libraries: list[str]  # library tags reached in the subtree
     isa: list[str]  # ISA tags reached in the subtree
     hot: list[str]  # the most counted leaf frames (the kernels, for native layers)
+    p_value: float | None = None  # sampled layers, one side only: the chance the other side missed it
+    ident: tuple = field(default=(), repr=False, compare=False, metadata={"json": False})  # its identity (for replicas)
 
 
 @dataclass
@@ -74,6 +76,8 @@ class Split:
     classification: str
     reason: str
     children: list["Split"] = field(default_factory=list)  # splits further down, consequences of this one
+    library: str = ""  # the library tag of the split frame itself
+    ident_path: tuple = field(default=(), repr=False, compare=False, metadata={"json": False})  # identities below the root, to the split frame
 
 
 @dataclass
@@ -90,6 +94,10 @@ class LayerDiff:
     ignored_a: int  # frames under the threshold, or one-sided by chance (sampled layers)
     ignored_b: int
     splits: list[Split]  # first decisions; nested ones in Split.children
+    #: sampled layers: splits set aside because an independent sampling did not show them
+    unreplicated: int = 0
+    #: sampled layers: splits set aside because the python or op layer shows the decision
+    consequences: int = 0
     a_root: Node | None = field(default=None, repr=False, compare=False, metadata={"json": False})
     b_root: Node | None = field(default=None, repr=False, compare=False, metadata={"json": False})
 
@@ -145,7 +153,8 @@ def _splits_json(splits: list[Split]) -> list[dict[str, Any]]:
     stack = [(s, out) for s in reversed(splits)]
     while stack:
         s, dest = stack.pop()
-        doc = {f.name: _plain(getattr(s, f.name)) for f in dataclasses.fields(s) if f.name != "children"}
+        doc = {f.name: _plain(getattr(s, f.name)) for f in dataclasses.fields(s)
+               if f.name != "children" and f.metadata.get("json", True)}
         doc["children"] = []
         dest.append(doc)
         stack.extend((c, doc["children"]) for c in reversed(s.children))

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from tracer.process.diff.classify import classify
 from tracer.process.diff.fragment import fragments
 from tracer.process.diff.result import Branch, Split
-from tracer.process.normalize import identity_label
+from tracer.process.normalize import identity, identity_label
+from tracer.process.sampling import miss_chance
 from tracer.process.tags import JIT, is_jit, is_unnamed, isa_of, library_of
 from tracer.process.tree import as_list, group_count
 from tracer.trace import Frame, Node
@@ -34,15 +35,19 @@ class SplitBuilder:
     sources_a: dict[tuple[str, int], list[str]]
     sources_b: dict[tuple[str, int], list[str]]
     idents: list[tuple[str, str, str]] = field(default_factory=list)  # identity number -> identity
+    devices_differ: bool = True  # the traces ran on different devices (see classify)
 
     def split(self, entry: tuple, only_a: list, only_b: list, low_a: dict, low_b: dict) -> Split:
         ga, gb = as_list(entry[0]), as_list(entry[1])
-        path = []
+        path, idents = [], []
         e = entry
         while e is not None:
-            path.append(_label(as_list(e[0])[0].frame))
+            frame = as_list(e[0])[0].frame
+            path.append(_label(frame))
+            idents.append(identity(frame))
             e = e[2]
         path.reverse()
+        idents.reverse()
         depth = len(path) - 1
         only_a = [(k, as_list(g)) for k, g in only_a]
         only_b = [(k, as_list(g)) for k, g in only_b]
@@ -50,11 +55,12 @@ class SplitBuilder:
         frames_b: dict[int, Frame] = {}
         branches_a = [self._branch(k, g, self.total_a, low_b, self.total_b, frames_a) for k, g in only_a]
         branches_b = [self._branch(k, g, self.total_b, low_a, self.total_a, frames_b) for k, g in only_b]
-        cls, reason = classify(list(frames_a.values()), list(frames_b.values()))
+        cls, reason = classify(list(frames_a.values()), list(frames_b.values()), self.devices_differ)
         frame = ga[0].frame
         return Split(self.layer, frame.label, frame.kind, frame.file, frame.line, depth, path, branches_a, branches_b,
                      fragments(ga, gb, only_a, only_b, [_label(g[0].frame) for _, g in only_a],
-                               [_label(g[0].frame) for _, g in only_b], self.sources_a, self.sources_b), cls, reason)
+                               [_label(g[0].frame) for _, g in only_b], self.sources_a, self.sources_b), cls, reason,
+                     library=library_of(frame), ident_path=tuple(idents[1:]))
 
 
     def _branch(self, key: int, group: list[Node], total: int, other_low: dict, other_total: int,
@@ -79,12 +85,15 @@ class SplitBuilder:
         libs = sorted({t for t in map(library_of, subtree) if t})
         isas = sorted({t for t in map(isa_of, subtree) if t})
         hot = [label for label, _ in sorted(leaves.items(), key=lambda kv: -kv[1])[:HOT]]
-        share = other = None
+        share = other = p = None
         if self.sampled:
             share = count / total if total else 0.0
             low = other_low.get(key)
-            other = (group_count(low) / other_total if other_total else 0.0) if low is not None else 0.0
+            other_hits = group_count(low) if low is not None else 0
+            other = other_hits / other_total if other_total else 0.0
+            p = miss_chance(other_hits, other_total, share) if other_total else None
         call_lines = sorted({ln for n in group for ln in n.call_lines})
         return Branch(_label(frame), frame.kind, identity_label(self.idents[key]), frame.file, frame.line,
-                      library_of(frame), count, share, other, call_lines, nodes, libs, isas, hot)
+                      library_of(frame), count, share, other, call_lines, nodes, libs, isas, hot,
+                      p if self.sampled else None, self.idents[key])
 

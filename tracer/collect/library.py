@@ -1,0 +1,108 @@
+"""The library layer: what the vendor libraries say they ran in one step.
+
+oneDNN and MKL print one line per execution when asked (tracer.collect.vendor_log's
+VERBOSE_ENV, set for the whole probe process). They print from C, to file
+descriptor 1, with C stdio buffering: :class:`StdoutLog` points fd 1 at a file for
+the probe process's life, and a step's lines are the bytes written between two
+marks, with C's buffers flushed (``fflush(NULL)``) at each mark. What the libraries
+say of themselves (version, the ISA oneDNN dispatches to) is collected on the way.
+OpenBLAS prints nothing per call; it names the kernel family ("core") it chose for
+this CPU when asked (``openblas_get_corename``), which :func:`openblas` records.
+
+Stdlib only: runs inside the framework's environment.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from typing import Any, Callable
+
+from tracer.collect.vendor_log import VendorLog, parse
+from tracer.trace import Frame, Node
+
+_libc = ctypes.CDLL(None)
+_OPENBLAS = re.compile(r"/lib(?:scipy_)?openblas[^/]*\.so[^/]*$")
+
+
+class StdoutLog:
+    """This process's fd 1 redirected to ``path``; :meth:`between` returns what the C
+    libraries wrote while a callable ran. ``mute`` sends fd 1 to /dev/null (a long
+    sampled loop would write megabytes of lines nobody reads)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._null = os.open(os.devnull, os.O_WRONLY)
+        self._flush()
+        os.dup2(self._fd, 1)
+        self.log = VendorLog()
+        self._read = 0  # bytes already parsed for library facts
+
+    @staticmethod
+    def _flush() -> None:
+        _libc.fflush(None)
+
+    def _mark(self) -> int:
+        self._flush()
+        return os.lseek(self._fd, 0, os.SEEK_END)
+
+    def _text(self, start: int, end: int) -> str:
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            return fh.read(end - start).decode("utf-8", "replace")
+
+    def between(self, run: Callable[[], Any]) -> VendorLog:
+        """The calls the libraries reported while ``run()`` ran (facts seen since the
+        last mark are added to :attr:`log`'s info)."""
+        start = self._mark()
+        if start > self._read:  # the lines since the last step: library facts only
+            parse(self._text(self._read, start), VendorLog(info=self.log.info))
+        run()
+        end = self._mark()
+        self._read = end
+        return parse(self._text(start, end), VendorLog(info=self.log.info))
+
+    def mute(self) -> None:
+        self._flush()
+        os.dup2(self._null, 1)
+
+
+def tree(log: VendorLog, label: str) -> Node:
+    """The calls of one step under a root like the other layers': one node per call, in
+    the order they ran, each a "library" frame of its library (``module`` and ``lib``)
+    with the problem it solved as evidence (``file``, not part of its identity)."""
+    children = [Node(Frame("library", c.library, c.name, c.detail, 0, c.library), 1, c.time_ns) for c in log.calls]
+    return Node(Frame("root", "", label), 1, sum(c.time_ns for c in children), children=children)
+
+
+def openblas() -> dict[str, str]:
+    """The core OpenBLAS chose for this CPU and its build, if a loaded library is
+    OpenBLAS (numpy's, MXNet's): it prints nothing per call, so this is what it says."""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = sorted({line.split()[-1] for line in fh if _OPENBLAS.search(line.strip())})
+    except OSError:
+        return {}
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        out = {"library": os.path.basename(path)}
+        for key, names in (("core", ("openblas_get_corename", "openblas_get_corename64_",
+                                     "scipy_openblas_get_corename", "scipy_openblas_get_corename64_")),
+                           ("config", ("openblas_get_config", "openblas_get_config64_",
+                                       "scipy_openblas_get_config", "scipy_openblas_get_config64_"))):
+            for name in names:
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.restype = ctypes.c_char_p
+                    value = fn()
+                    if value:
+                        out[key] = value.decode("utf-8", "replace").strip()
+                    break
+        if "core" in out:
+            return out
+    return {}

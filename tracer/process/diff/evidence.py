@@ -1,0 +1,139 @@
+"""Which of a sampled layer's splits stand as evidence of a decision.
+
+A sampled split has passed the threshold and the family's significance test
+(tracer.process.sampling) on the summed samples. Two more checks before it is
+reported, both because chance and correlated samples (py-spy samples a loop that
+repeats the same step) can still make a difference out of nothing:
+
+* **Replication**: each pass is sampled in independent windows (the layer's
+  replicas). A one-sided frame must be present on its side, and absent on the
+  other, in every window; a split none of whose frames replicate is set aside.
+* **The deterministic layers first**: where the python or op layer of the same
+  pass shows a split, the decision is named there, and the sampled layer's
+  differences are its consequences (counted, not listed). Where they show none, a
+  sampled split stands only if, below the split frame, each side reaches vendor
+  libraries or kernels (vendor or JIT code, in at least the threshold's share)
+  that the other does not: a decision replaces one kernel by another. Other glue
+  above the same kernels decides nothing, nor does the framework's runtime
+  bookkeeping (a callback, a cache), nor a kernel one process's samples caught
+  on its Python thread and the other's did not (a BLAS that ran on its own worker
+  threads there). Measured on A/A pairs: chainer's ``tensordot`` reached
+  OpenBLAS in 16 of 91 samples in one process and in none of 53 in the other;
+  TensorFlow's ``RunCallbacks`` showed in 8% of one side's samples only.
+* **A library that reports speaks for itself**: oneDNN and MKL say what they ran
+  in the library layer; a sampled split inside their own code, where that layer
+  shows no split, is their internal detail (measured on a torch A/A pair: oneDNN's
+  backward-weights lambda reached a JIT kernel named ``jit_t`` in one process only).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tracer.process.diff.result import Branch, LayerDiff, Split
+from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, VENDOR_LIBS, library_of
+
+#: Libraries that report every call they run (the library layer): they speak for themselves.
+REPORTING_LIBS = frozenset({ONEDNN, MKL})
+from tracer.process.tree import children_groups, total_samples
+from tracer.trace import Node
+
+#: The layers whose splits name the decision (every call is recorded there).
+NAMING_LAYERS = ("python", "op")
+
+
+def _present(root: Node, path: tuple, ident: tuple, threshold: float) -> bool:
+    """Whether the frame ``ident`` is under the calling context ``path`` of a sampled
+    tree in at least ``threshold`` of its samples."""
+    group = [root]
+    for step in path:
+        group = children_groups(group).get(step)
+        if not group:
+            return False
+    kids = children_groups(group).get(ident)
+    return bool(kids) and sum(n.count for n in kids) >= threshold * (total_samples(root) or 1)
+
+
+def _filter(splits: list[Split], keep: Callable[[Split, Branch, str], bool]) -> tuple[list[Split], int]:
+    """The splits with the branches ``keep`` accepts; a split left with none is dropped
+    and its nested splits take its place. Returns the splits and how many were dropped."""
+    out: list[Split] = []
+    dropped = 0
+    for s in splits:
+        children, n = _filter(s.children, keep)
+        dropped += n
+        s.only_a = [b for b in s.only_a if keep(s, b, "A")]
+        s.only_b = [b for b in s.only_b if keep(s, b, "B")]
+        s.children = children
+        if s.only_a or s.only_b:
+            out.append(s)
+        else:
+            dropped += 1
+            out.extend(children)
+    return out, dropped
+
+
+def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node]) -> None:
+    """Keep the branches that every pair of independent samplings shows (see module doc)."""
+    pairs = list(zip(replicas_a, replicas_b))
+
+    def keep(split: Split, branch: Branch, side: str) -> bool:
+        return all(_present(mine, split.ident_path, branch.ident, layer.threshold)
+                   and not _present(theirs, split.ident_path, branch.ident, layer.threshold)
+                   for mine, theirs in ((a, b) if side == "A" else (b, a) for a, b in pairs))
+
+    layer.splits, layer.unreplicated = _filter(layer.splits, keep)
+
+
+def _kernels_under(root: Node | None, path: tuple, threshold: float) -> tuple[set[str], set[str]]:
+    """The vendor libraries (and JIT code) reached under the calling context ``path``
+    of a sampled tree, and the leaf frames of theirs, each in at least ``threshold``
+    of the samples."""
+    if root is None:
+        return set(), set()
+    group = [root]
+    for step in path:
+        group = children_groups(group).get(step)
+        if not group:
+            return set(), set()
+    minimum = threshold * (total_samples(root) or 1)
+    libs, leaves = set(), set()
+    stack = [c for n in group for c in n.children]
+    while stack:
+        node = stack.pop()
+        if node.count < minimum:
+            continue
+        lib = library_of(node.frame)
+        if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT:
+            libs.add(lib)
+            if not node.children:
+                leaves.add(node.frame.name)
+        stack.extend(node.children)
+    return libs, leaves
+
+
+def after_the_exact_layers(layers: list[LayerDiff]) -> None:
+    """Set aside sampled splits that the python or op layer already names, and those
+    whose two sides reach the same kernels and libraries (see module doc)."""
+    named = any(d.splits for d in layers if d.layer in NAMING_LAYERS and not d.sampled)
+    reported = next((d for d in layers if d.layer == "library"), None)
+    silent = reported is not None and not reported.splits  # the reporting libraries ran the same calls
+    for d in layers:
+        if not d.sampled:
+            continue
+        if named:
+            d.consequences += sum(1 for _ in d.all_splits())
+            d.splits = []
+            continue
+        kept = []
+        for s in d.splits:
+            if silent and s.library in REPORTING_LIBS:
+                d.consequences += 1
+                continue
+            libs_a, leaves_a = _kernels_under(d.a_root, s.ident_path, d.threshold)
+            libs_b, leaves_b = _kernels_under(d.b_root, s.ident_path, d.threshold)
+            if (libs_a - libs_b or leaves_a - leaves_b) and (libs_b - libs_a or leaves_b - leaves_a):
+                kept.append(s)
+            else:
+                d.consequences += 1
+        d.splits = kept

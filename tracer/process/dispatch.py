@@ -1,0 +1,134 @@
+"""The dispatch points of a framework: the first decisions only, one row per
+deciding frame across primitives and comparisons, each with its evidence.
+
+What a porting team reads first, so each row must be a real decision:
+
+* a row is a first decision (a top-level split) of the python, op or native layer;
+  the splits nested under it are its consequences, counted in the row;
+* the library layer (what oneDNN and MKL say they ran) is evidence: it is attached
+  to the pass's named decision; where there is none, the library chose by itself
+  (oneDNN's ISA dispatch: jit:avx2 on one machine, brgconv:sve_512 on another) and
+  the row is the library's;
+* an op-level split at the step itself, where one side's op is the other's renamed
+  for a vendor library (TensorFlow's ``Conv2D`` and ``_MklNativeConv2D``), is
+  reported at the op that was replaced, with both names;
+* names are shown in their short form (tracer.process.symbols), the full symbol kept.
+Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tracer.process.diff.result import DiffResult, LayerDiff, Split
+from tracer.process.symbols import display
+
+#: The layers whose splits can name where the decision is made, in reading order.
+NAMING = ("python", "op", "native")
+#: What a framework prefixes an op with when a vendor library computes it.
+_VENDOR_PREFIX = re.compile(r"^(?:_?Mkl(?:Native)?|mkldnn_|dnnl_|cudnn_|miopen_|_?OneDnn)")
+
+
+@dataclass
+class DispatchPoint:
+    """A frame where paths part: where a new backend hooks in."""
+
+    frame: str  # the deciding frame, as recorded
+    display: str  # its short form
+    layer: str
+    classification: str
+    file: str
+    line: int
+    primitives: list[str]
+    pairs: list[str]
+    a_names: list[str]  # short forms of what only side A reaches
+    b_names: list[str]
+    evidence: list[str] = field(default_factory=list)  # one line per layer and pass that shows it
+    consequences: int = 0  # splits further down that follow from it
+
+
+def _names(split: Split, side: str) -> list[str]:
+    return [display(b.label) for b in (split.only_a if side == "A" else split.only_b)][:4]
+
+
+def _renamed(split: Split) -> str | None:
+    """The op a vendor library's op replaced, when an op-level split at the step is one
+    op renamed (``Conv2D`` on one side, ``_MklNativeConv2D`` on the other)."""
+    if split.kind != "root":
+        return None
+    plain = {_VENDOR_PREFIX.sub("", b.label): b.label for b in split.only_a + split.only_b}
+    for b in split.only_a + split.only_b:
+        if _VENDOR_PREFIX.match(b.label) and _VENDOR_PREFIX.sub("", b.label) in plain \
+                and plain[_VENDOR_PREFIX.sub("", b.label)] != b.label:
+            return _VENDOR_PREFIX.sub("", b.label)
+    return None
+
+
+def _evidence(layer: LayerDiff, split: Split, pass_: str) -> str:
+    a, b = ", ".join(_names(split, "A")) or "—", ", ".join(_names(split, "B")) or "—"
+    text = f"{pass_}, {layer.layer} layer: A {a} · B {b}"
+    if layer.sampled:
+        for side, branches, total in (("A", split.only_a, layer.samples_a), ("B", split.only_b, layer.samples_b)):
+            if branches and branches[0].p_value is not None:
+                text += (f" · {side}: {branches[0].count} of {total} samples, "
+                         f"p = {branches[0].p_value:.1g} (needs < {layer.alpha:.1g})")
+                break
+    return text
+
+
+def _library_frame(split: Split) -> str:
+    kinds = sorted({b.label.split(" ", 1)[0] for b in split.only_a + split.only_b})
+    return f"library: {', '.join(kinds)}"
+
+
+class DispatchTable:
+    """Collects the rows over a framework's pair reports."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], DispatchPoint] = {}
+
+    def _row(self, layer: str, frame: str, split: Split, primitive: str, pair: str) -> DispatchPoint:
+        row = self.rows.get((layer, frame))
+        if row is None:
+            row = self.rows[(layer, frame)] = DispatchPoint(
+                frame, display(frame), layer, split.classification, split.file, split.line, [], [],
+                _names(split, "A"), _names(split, "B"))
+        if primitive not in row.primitives:
+            row.primitives.append(primitive)
+        if pair not in row.pairs:
+            row.pairs.append(pair)
+        return row
+
+    def add(self, primitive: str, pair: str, diffs: dict[str, DiffResult]) -> None:
+        for pass_, result in diffs.items():
+            named: list[DispatchPoint] = []
+            for layer in result.layers:
+                if layer.layer not in NAMING:
+                    continue
+                for s in layer.splits:
+                    frame = (layer.layer == "op" and _renamed(s)) or s.frame
+                    row = self._row(layer.layer, frame, s, primitive, pair)
+                    row.consequences += _nested(s)
+                    row.evidence.append(_evidence(layer, s, pass_))
+                    named.append(row)
+            for layer in result.layers:
+                if layer.layer in NAMING or not layer.splits:
+                    continue
+                for s in layer.splits:
+                    row = named[0] if named else self._row(layer.layer, _library_frame(s), s, primitive, pair)
+                    row.evidence.append(_evidence(layer, s, pass_))
+
+    def points(self) -> list[DispatchPoint]:
+        order = {name: i for i, name in enumerate((*NAMING, "library"))}
+        return sorted(self.rows.values(), key=lambda d: (order.get(d.layer, 9), -len(d.primitives), d.display))
+
+
+def _nested(split: Split) -> int:
+    """Splits nested below ``split``, at any depth."""
+    n, stack = 0, list(split.children)
+    while stack:
+        s = stack.pop()
+        n += 1
+        stack.extend(s.children)
+    return n
