@@ -28,6 +28,7 @@ class Knowledge:
     generated: re.Pattern[str] | None  # names numbered per process: PREFIX + name + _N
     noise: re.Pattern[str] | None  # frames that never decide a split
     scheduling: re.Pattern[str] | None  # the frameworks' parallel-for wrappers (native symbols)
+    same_op: tuple[re.Pattern[str], ...]  # an op variant's name, its group 1 the op it computes
 
     def is_utility_op(self, name: str) -> bool:
         return bool(self.utility_ops and self.utility_ops.search(name))
@@ -53,6 +54,7 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
         if any(k.generated for k in facts) else None,
         noise=_either([p for k in facts for p in k.noise]),
         scheduling=_either([p for k in facts for p in k.scheduling]),
+        same_op=tuple(re.compile(p) for k in facts for p in k.same_op),
     )
 
 

@@ -73,6 +73,7 @@ class FrameworkKnowledge:
     generated: tuple[str, ...] = ()  # prefixes of function names it numbers per process
     noise: tuple[str, ...] = ()  # frames that run wherever they are triggered
     scheduling: tuple[str, ...] = ()  # its own parallel-for wrappers: the work runs inside them
+    same_op: tuple[str, ...] = ()  # op-name variants of one op, e.g. in-place: group 1 is the op
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class _Entry:
         core = sub.get("core", str, f"{self.name} core")
         text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, "")) for f in ("core_symbols", "core_libraries", "core_modules")}
         lists = {f: tuple(self.pattern(f"knowledge.{f}", p) for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
-                 for f in ("utility_ops", "generated", "noise", "scheduling")}
+                 for f in ("utility_ops", "generated", "noise", "scheduling", "same_op")}
         return FrameworkKnowledge(core, **text, **lists)
 
     def dotted(self, key: str) -> str:

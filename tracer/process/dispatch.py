@@ -118,6 +118,8 @@ class DispatchTable:
                 for s in layer.splits:
                     row = named[0] if named else self._row(layer.layer, _library_frame(s), s, primitive, pair)
                     row.evidence.append(_evidence(layer, s, pass_))
+                    if row.classification == "other":  # what the libraries ran says what kind of decision it is
+                        row.classification = s.classification
 
     def points(self) -> list[DispatchPoint]:
         order = {name: i for i, name in enumerate((*NAMING, "library"))}

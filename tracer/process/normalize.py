@@ -83,12 +83,15 @@ _SO_VERSION = re.compile(r"(?:\.cpython-[^.]*|\.abi3)?\.so(?:\.[0-9.]+)?$|\.dyli
 def rules() -> tuple[Rule, ...]:
     """:data:`RULES`, with the frameworks' numbered generated names (tracer.knowledge:
     TensorFlow's __inference_conv_1234, JAX's jit_f_17) in their place."""
-    generated = knowledge().generated
-    if generated is None:
-        return RULES
+    k = knowledge()
     at = next(i for i, r in enumerate(RULES) if r.why.startswith("op and kernel names made by code generators"))
-    rule = Rule(generated, r"\1\2", ALL, "frameworks number generated functions per process (frameworks.yaml: generated)")
-    return (*RULES[:at], rule, *RULES[at:])
+    extra = []
+    if k.generated is not None:
+        extra.append(Rule(k.generated, r"\1\2", ALL, "frameworks number generated functions per process "
+                                                           "(frameworks.yaml: generated)"))
+    extra += [Rule(p, r"\1", frozenset({"op"}), "variants of an op that compute it (frameworks.yaml: same_op)")
+              for p in k.same_op]
+    return (*RULES[:at], *extra, *RULES[at:])
 
 
 def normalize(text: str, kind: str) -> str:

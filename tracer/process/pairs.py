@@ -38,7 +38,8 @@ class Pair:
 
     @property
     def title(self) -> str:
-        cross = self.kind == "machine" or machine_of(self.a) != machine_of(self.b)
+        # a GPU is its own machine: only CPU paths of two machines need the machine named
+        cross = self.kind == "machine" or (self.kind == "variant" and machine_of(self.a) != machine_of(self.b))
         return f"{side_label(self.a, cross)} vs {side_label(self.b, cross)}"
 
 
