@@ -18,16 +18,22 @@ test: setup
 
 setup: system tool envs
 
-# System packages, each installed only when its command is missing (command:package):
-# Graphviz (dot) draws the call graphs; Chromium and its driver check the reports.
-SYSTEM_PACKAGES := dot:graphviz chromium:chromium chromedriver:chromium-driver
+# System packages, each installed only when its command (or, for a path, its file) is
+# missing (command:package): Graphviz (dot) draws the call graphs; Chromium and its
+# driver check the reports; QEMU user mode, proot, debootstrap and Debian's archive
+# keyring build and run the emulated aarch64 environments (the ARM audit).
+SYSTEM_PACKAGES := dot:graphviz chromium:chromium chromedriver:chromium-driver \
+	qemu-aarch64-static:qemu-user-static proot:proot /usr/sbin/debootstrap:debootstrap \
+	/usr/share/keyrings/debian-archive-keyring.gpg:debian-archive-keyring
 LOGS = $${DLTRACE_HOME:-$$HOME/.cache/dltrace}/logs
 
 # One package at a time, so that a failure names the package, with apt's own reason
 # (its E: lines) and the full log.
 system:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
-		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+		what="$${pair%%:*}"; \
+		case "$$what" in /*) [ -e "$$what" ] ;; *) command -v "$$what" >/dev/null 2>&1 ;; esac \
+			|| missing="$$missing $${pair#*:}"; done; \
 	[ -n "$$missing" ] || exit 0; \
 	logs="$(LOGS)"; mkdir -p "$$logs"; \
 	SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

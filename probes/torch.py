@@ -84,7 +84,9 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else base._noop
     info = {"device_type": dev.type, "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
-            "mkldnn_available": bool(torch.backends.mkldnn.is_available())}
+            "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
+            # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     return base.Case(forward=run, backward=backward, sync=sync, info=info)
 
 

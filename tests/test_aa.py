@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from tracer import survey as sv
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
 from tracer.process.diff import diff_traces
 from tracer.runner import CaseSpec, run_probe

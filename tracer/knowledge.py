@@ -27,7 +27,7 @@ class Knowledge:
     utility_ops: re.Pattern[str] | None  # op names that allocate, view or copy
     generated: re.Pattern[str] | None  # names numbered per process: PREFIX + name + _N
     noise: re.Pattern[str] | None  # frames that never decide a split
-    scheduling: re.Pattern[str] | None  # the frameworks' parallel-for wrappers (native symbols)
+    incidental: re.Pattern[str] | None  # native frames that say where a thread was, not what ran
     same_op: tuple[re.Pattern[str], ...]  # an op variant's name, its group 1 the op it computes
 
     def is_utility_op(self, name: str) -> bool:
@@ -53,7 +53,7 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
         generated=re.compile(r"(" + "|".join(p for k in facts for p in k.generated) + r")(\w*?)_\d+(?=$|[.:<(])")
         if any(k.generated for k in facts) else None,
         noise=_either([p for k in facts for p in k.noise]),
-        scheduling=_either([p for k in facts for p in k.scheduling]),
+        incidental=_either([p for k in facts for p in k.incidental]),
         same_op=tuple(re.compile(p) for k in facts for p in k.same_op),
     )
 

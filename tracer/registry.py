@@ -72,8 +72,18 @@ class FrameworkKnowledge:
     utility_ops: tuple[str, ...] = ()  # op names that only allocate, view or copy
     generated: tuple[str, ...] = ()  # prefixes of function names it numbers per process
     noise: tuple[str, ...] = ()  # frames that run wherever they are triggered
-    scheduling: tuple[str, ...] = ()  # its own parallel-for wrappers: the work runs inside them
+    incidental: tuple[str, ...] = ()  # its native frames that say where a thread was, not what ran
     same_op: tuple[str, ...] = ()  # op-name variants of one op, e.g. in-place: group 1 is the op
+
+
+@dataclass(frozen=True)
+class Aarch64Spec:
+    """The framework on an emulated aarch64 CPU (frameworks.yaml ``aarch64``): the
+    requirements its own aarch64 wheels install (tracer.emulation builds the
+    environment), and the CPU models a survey emulates."""
+
+    requirements: tuple[str, ...]
+    cpus: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,7 @@ class Framework:
     knowledge: FrameworkKnowledge
     #: profiler files recorded elsewhere (real GPUs) that every survey of it imports
     imported: tuple[Path, ...] = ()
+    aarch64: Aarch64Spec | None = None
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
 
@@ -150,8 +161,18 @@ class _Entry:
         core = sub.get("core", str, f"{self.name} core")
         text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, "")) for f in ("core_symbols", "core_libraries", "core_modules")}
         lists = {f: tuple(self.pattern(f"knowledge.{f}", p) for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
-                 for f in ("utility_ops", "generated", "noise", "scheduling", "same_op")}
+                 for f in ("utility_ops", "generated", "noise", "incidental", "same_op")}
         return FrameworkKnowledge(core, **text, **lists)
+
+    def aarch64(self) -> Aarch64Spec | None:
+        spec = self.get("aarch64", dict, None)
+        if spec is None:
+            return None
+        sub = _Entry(self.source, self.name, spec)
+        requirements = self.strings("aarch64.requirements", sub.get("requirements", list))
+        if not requirements:
+            raise self.error("aarch64.requirements", "must be a non-empty list")
+        return Aarch64Spec(requirements, self.strings("aarch64.cpus", sub.get("cpus", list, [])))
 
     def dotted(self, key: str) -> str:
         value = self.get(key, str)
@@ -215,6 +236,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         apis=apis,
         knowledge=e.knowledge(),
         imported=tuple(ROOT / p for p in e.strings("imported", e.get("imported", list, []))),
+        aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
     )

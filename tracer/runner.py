@@ -19,7 +19,7 @@ from tracer import envs
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import EXACT_LAYERS, PASSES, PRIMITIVES, CaseRequest, Exit, ProbeRequest
-from tracer.errors import ProbeFailed, UsageError
+from tracer.errors import EnvNotReady, ProbeFailed, UsageError
 from tracer.registry import ROOT, Framework
 from tracer.trace import Trace, TraceFormatError, load, save
 
@@ -120,6 +120,26 @@ def _tail(path: Path, lines: int = 3) -> str:
     return " | ".join(keep[-lines:])
 
 
+def _emulated(fw: Framework, cpu: str, binds: list[Path]) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run ``fw``'s emulated aarch64 python as ``cpu``,
+    and what the trace is to say of it (DLTRACE_EMULATED, read by the harness)."""
+    from tracer import emulation
+
+    if fw.aarch64 is None:
+        raise UsageError(f"{fw.name} has no aarch64 entry in the registry: it cannot run on an emulated CPU")
+    if cpu not in emulation.MODELS:
+        raise UsageError(f"unknown emulated CPU '{cpu}' (choose from: {', '.join(emulation.MODELS)})")
+    if emulation.status(fw.name) is None:
+        raise EnvNotReady(f"{fw.name}: emulated aarch64 environment not set up; run: dltrace env setup {fw.name} "
+                          f"--arch aarch64")
+    argv, env = emulation.command(fw.name, cpu, binds)
+    model = emulation.MODELS[cpu]
+    env["DLTRACE_EMULATED"] = json.dumps({"cpu": cpu, "model": model.description, "midr": f"{model.midr:#x}",
+                                          "qemu_cpu": model.qemu_spec(), "by": f"QEMU {emulation.qemu_version()} "
+                                          "user mode, under proot", "emulated": True})
+    return argv, env
+
+
 def run_probe(
     fw: Framework,
     cases: list[CaseSpec],
@@ -130,8 +150,11 @@ def run_probe(
     warmup: int = 3,
     command: str = "",
     pyspy: str | None = None,
+    cpu: str = "",
 ) -> list[CaseResult]:
-    """Trace ``cases`` in one subprocess (one framework import for all of them).
+    """Trace ``cases`` in one subprocess (one framework import for all of them), on this
+    machine, or with ``cpu`` on that emulated aarch64 CPU model (tracer.emulation: the
+    framework's own aarch64 wheels under QEMU user mode).
 
     Cases whose ``layers`` include "native" are sampled with py-spy (``pyspy``, or
     :func:`find_pyspy`) after all cases ran, with the framework's native env set for
@@ -140,7 +163,7 @@ def run_probe(
     Errors that concern the whole run (no environment, no device, crash, hang) raise
     ProbeFailed; a single case that fails comes back as a CaseResult with ``error``.
     """
-    python = envs.python_for(fw)
+    python = [str(envs.python_for(fw))] if not cpu else []
     out_dir = Path(out_dir).resolve()  # the probe runs in a temporary working directory
     out_dir.mkdir(parents=True, exist_ok=True)
     var = fw.variants.get(variant)
@@ -175,12 +198,15 @@ def run_probe(
         env["TMPDIR"] = str(tmpdir / "tmp")
         # the probe kills itself if this process dies (even by SIGKILL): see harness.die_with_parent
         env["DLTRACE_PARENT_PID"] = str(os.getpid())
+        if cpu:
+            python, extra = _emulated(fw, cpu, [ROOT, tmpdir, out_dir])
+            env.update(extra)
         stderr_path = tmpdir / "stderr.txt"
         if _stopping.is_set():
             raise ProbeFailed(f"{fw.name} probe not started: dltrace is stopping", "interrupted")
         with open(stderr_path, "wb") as err:
             proc = subprocess.Popen(
-                [str(python), "-m", "tracer.collect.harness", str(tmpdir / "request.json")],
+                [*python, "-m", "tracer.collect.harness", str(tmpdir / "request.json")],
                 stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmpdir, start_new_session=True,
             )
             with _live_lock:
@@ -239,10 +265,10 @@ def _result(spec: CaseSpec, out: Path) -> CaseResult:
 
 def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str = "default",
               timeout: float = DEFAULT_TIMEOUT, out: Path | None = None, command: str = "",
-              pyspy: str | None = None) -> Trace:
+              pyspy: str | None = None, cpu: str = "") -> Trace:
     """Trace a single case; its failure is a ProbeFailed."""
     with tempfile.TemporaryDirectory(prefix="dltrace-out-") as tmp:
-        (res,) = run_probe(fw, [spec], Path(tmp), device, variant, timeout, command=command, pyspy=pyspy)
+        (res,) = run_probe(fw, [spec], Path(tmp), device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu)
         if res.error:
             raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}")
         try:

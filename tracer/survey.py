@@ -32,16 +32,19 @@ GAP_SUFFIX = ".gap.json"
 
 @dataclass(frozen=True)
 class Job:
-    """One probe subprocess: a framework on one device with one variant."""
+    """One probe subprocess: a framework on one device with one variant, on this
+    machine or (``cpu``) on an emulated aarch64 CPU model."""
 
     framework: Framework
     device: str
     variant: str
     cases: tuple[CaseSpec, ...]
+    cpu: str = ""  # an emulated CPU model (tracer.emulation), "" for this machine
 
     @property
     def folder(self) -> str:
-        return f"{self.framework.name}/{self.device}-{self.variant}"
+        where = f"aarch64-{self.cpu}" if self.cpu else self.device
+        return f"{self.framework.name}/{where}-{self.variant}"
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Gap:
     api: str
     error: str
     kind: str = "failed"
+    cpu: str = ""  # an emulated CPU model, "" for this machine
 
 
 @dataclass
@@ -66,13 +70,19 @@ class SurveyEvent:
 
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
-         devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False) -> list[Job]:
+         devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
+         arm: bool = False) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
     at its kernel shape (tracer.contract.Primitive) with native stacks (py-spy): the layer API reaches the
     same kernels, sampling costs seconds per case and pass, and at the default
-    shapes the kernels hardly show in the samples."""
+    shapes the kernels hardly show in the samples.
+
+    ``arm`` adds, for each framework with an ``aarch64`` entry, one job per emulated
+    CPU model: the functional cases at the default shapes, python, op and library
+    layers (py-spy cannot attach under QEMU; everything runs 10 to 100 times slower
+    there, and what the libraries report is what the audit needs)."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -84,6 +94,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 continue
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, cases))
+        if arm and fw.aarch64 is not None:
+            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims)
+            jobs += [Job(fw, "cpu", "default", emulated, cpu) for cpu in fw.aarch64.cpus]
     return jobs
 
 
@@ -121,14 +134,15 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
     fw = job.framework
 
     def gap(spec: CaseSpec, error: str, kind: str = "failed") -> None:
-        g = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, error, kind)
+        g = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, error, kind, job.cpu)
         _write_gap(case_path(root, job, spec), g)
         event.gaps.append(g)
 
     while todo:
         out_dir = case_path(root, job, todo[0]).parent
         try:
-            results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey")
+            results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey",
+                                cpu=job.cpu)
         except ProbeFailed as exc:
             if exc.kind == "interrupted":
                 break

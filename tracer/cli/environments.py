@@ -40,20 +40,40 @@ def env() -> None:
 @env.command("setup")
 @click.argument("names", nargs=-1)
 @click.option("--force", is_flag=True, help="Re-create even if ready.")
-def env_setup(names: tuple[str, ...], force: bool) -> None:
+@click.option("--arch", type=click.Choice(["all", "x86_64", "aarch64"]), default="all", show_default=True,
+              help="x86_64: the environments this machine runs; aarch64: the emulated ones (frameworks.yaml "
+                   "aarch64: the framework's own aarch64 wheels, run under QEMU); all: both.")
+def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
     """Create the environments of NAMES (default: all frameworks)."""
     fws = frameworks()
     for name in names:
         check(fws, name)
     failed = []
+    log = lambda s: err.print(f"  {s}", style="dim", highlight=False, markup=False)  # noqa: E731
     for name in names or tuple(fws):
-        try:
-            with err.status(f"setting up {name}…"):
-                st = envs.setup(fws[name], force=force, log=lambda s: err.print(f"  {s}", style="dim", highlight=False, markup=False))
-            out.print(message("✓", "green", f"{name} {st.version} ready"), highlight=False)
-        except DltraceError as exc:
-            failed.append(name)
-            err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
+        fw = fws[name]
+        if arch in ("all", "x86_64"):
+            try:
+                with err.status(f"setting up {name}…"):
+                    st = envs.setup(fw, force=force, log=log)
+                out.print(message("✓", "green", f"{name} {st.version} ready"), highlight=False)
+            except DltraceError as exc:
+                failed.append(name)
+                err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
+        if arch in ("all", "aarch64") and (fw.aarch64 is not None or arch == "aarch64"):
+            try:
+                if fw.aarch64 is None:
+                    raise DltraceError(f"{name} has no aarch64 entry in the registry")
+                from tracer import emulation
+
+                with err.status(f"setting up {name} (aarch64, emulated)…"):
+                    emulation.setup(name, list(fw.aarch64.requirements), log=log, force=force)
+                versions = (emulation.status(name) or {}).get("versions", {})
+                out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
+                                                 f"{', '.join(fw.aarch64.cpus)})"), highlight=False)
+            except DltraceError as exc:
+                failed.append(f"{name} (aarch64)")
+                err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
     if failed:
         raise DltraceError(f"environment set-up failed for: {', '.join(failed)}")
 

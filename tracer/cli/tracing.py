@@ -10,7 +10,7 @@ from tracer import registry
 from tracer.cli import main
 from tracer.cli.common import Seconds, command_line, err, frameworks, layer_list, out
 from tracer.contract import APIS, LAYERS, PASSES
-from tracer.errors import DltraceError
+from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
 from tracer.render import EXPORTS
 from tracer.render.terminal import TerminalSafe
@@ -35,17 +35,23 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
               help="Layers to record and print, comma-separated: python (always recorded), op (the framework's "
                    "own op records), library (what oneDNN and MKL report they ran), native (py-spy native "
                    "stacks, warm runs; takes a few seconds).")
+@click.option("--cpu", default="", help="Run on this emulated aarch64 CPU (a64fx, neoverse-n1, sve256, sve128, "
+                                        "cortex-a57): the framework's aarch64 wheels under QEMU; no native layer there.")
 def probe(framework, primitive, device, variant, pass_, api, shape, phase, output, timeout, max_depth, max_nodes,
-          layers) -> None:
+          layers, cpu) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
     fw = check(frameworks(), framework, primitive, device, variant, api)
     chosen = tuple(l for l in LAYERS if l in layer_list(layers))
+    if cpu and "native" in chosen:
+        if layers != ",".join(LAYERS):
+            raise UsageError("the native layer cannot be recorded on an emulated CPU: py-spy cannot attach under QEMU")
+        chosen = tuple(l for l in chosen if l != "native")
     spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,),
                     layers=("python", *(l for l in chosen if l != "python")))
     if output:
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
-        trace = probe_one(fw, spec, device, variant, timeout, command=command_line())
+        trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu)
     from tracer.render.console import print_trace
     from tracer.trace import save
 

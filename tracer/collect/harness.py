@@ -115,6 +115,18 @@ def _library_layer(log: StdoutLog, case: Any, pass_: str, label: str) -> tuple[N
     return library.tree(calls, label), {"source": "vendor verbose logs", "calls": len(calls.calls)}
 
 
+def _machine() -> dict:
+    """Where the probe ran: this machine, or the emulated CPU the runner chose (its
+    /proc/cpuinfo is the model's; the trace must say it was emulated)."""
+    m = machine.describe()
+    emulated = os.environ.get("DLTRACE_EMULATED")
+    if emulated:
+        info = json.loads(emulated)
+        m["cpu"] = f"{info.get('model', info.get('cpu', ''))} (emulated)"
+        m["emulated"] = info
+    return m
+
+
 def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version: str, applied: dict,
                 tracer: PythonTracer, log: StdoutLog | None) -> tuple[Trace, Any]:
     """``tracer`` is shared by the cases of one request, so that each function is
@@ -188,13 +200,15 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         "shape": list(shape),
         "passes": passes,
         "source_roots": req.source_roots,
-        "machine": machine.describe(),
+        "machine": _machine(),
         "tool": "dltrace",
         "tool_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": req.command,
         "layers_requested": [l for l in LAYERS if l in layers],
     }
+    if os.environ.get("DLTRACE_EMULATED"):
+        meta["emulated"] = json.loads(os.environ["DLTRACE_EMULATED"])
     if req.native_env:  # set for this whole process (before the import), so every case says so
         meta["native_env"] = req.native_env
     if isinstance(probe, DispatchTable) and any("op" in r.layers for r in runs):

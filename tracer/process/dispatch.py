@@ -12,6 +12,9 @@ What a porting team reads first, so each row must be a real decision:
 * an op-level split at the step itself, where one side's op is the other's renamed
   for a vendor library (TensorFlow's ``Conv2D`` and ``_MklNativeConv2D``), is
   reported at the op that was replaced, with both names;
+* between two versions of the framework (x86 torch 2.13 against the aarch64 wheels'
+  2.9), the python layer's differences are the versions' own, not a dispatch: they
+  stay in the pair's diff and are not rows here;
 * names are shown in their short form (tracer.process.symbols), the full symbol kept.
 Pure.
 """
@@ -24,6 +27,8 @@ from dataclasses import dataclass, field
 from tracer.process.diff.result import DiffResult, LayerDiff, Split
 from tracer.process.symbols import display
 
+#: What a row shows of each side, over all its comparisons (cudnn_convolution, miopen_convolution...).
+MAX_NAMES = 8
 #: The layers whose splits can name where the decision is made, in reading order.
 NAMING = ("python", "op", "native")
 #: What a framework prefixes an op with when a vendor library computes it.
@@ -42,7 +47,7 @@ class DispatchPoint:
     line: int
     primitives: list[str]
     pairs: list[str]
-    a_names: list[str]  # short forms of what only side A reaches
+    a_names: list[str]  # short forms of what only side A reaches, over its comparisons
     b_names: list[str]
     evidence: list[str] = field(default_factory=list)  # one line per layer and pass that shows it
     consequences: int = 0  # splits further down that follow from it
@@ -92,19 +97,21 @@ class DispatchTable:
         row = self.rows.get((layer, frame))
         if row is None:
             row = self.rows[(layer, frame)] = DispatchPoint(
-                frame, display(frame), layer, split.classification, split.file, split.line, [], [],
-                _names(split, "A"), _names(split, "B"))
+                frame, display(frame), layer, split.classification, split.file, split.line, [], [], [], [])
         if primitive not in row.primitives:
             row.primitives.append(primitive)
         if pair not in row.pairs:
             row.pairs.append(pair)
+        for names, new in ((row.a_names, _names(split, "A")), (row.b_names, _names(split, "B"))):
+            names += [n for n in new if n not in names][: max(0, MAX_NAMES - len(names))]
         return row
 
     def add(self, primitive: str, pair: str, diffs: dict[str, DiffResult]) -> None:
         for pass_, result in diffs.items():
             named: list[DispatchPoint] = []
+            versions_differ = "framework_version" in result.differs
             for layer in result.layers:
-                if layer.layer not in NAMING:
+                if layer.layer not in NAMING or (layer.layer == "python" and versions_differ):
                     continue
                 for s in layer.splits:
                     frame = (layer.layer == "op" and _renamed(s)) or s.frame

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
+from tracer.process.arm_audit import ArmAudit, arm_audit
 from tracer.process.backend_needs import BackendNeeds, backend_needs
 from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
@@ -165,6 +166,7 @@ class FrameworkReport:
     notes: list[str] = field(default_factory=list)
 
     devices: list[str] = field(default_factory=list)  # devices traced
+    arm: ArmAudit | None = None  # what runs on each emulated aarch64 CPU, where any was traced
 
     @property
     def has_gpu(self) -> bool:
@@ -251,6 +253,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         isa=sorted(isa_all),
         code=dict(totals),
         devices=sorted({t.meta["device"] for t in traces}),
+        arm=arm_audit(traces, [g for g in gaps if g.framework == name]),
     )
 
 

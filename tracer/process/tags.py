@@ -195,8 +195,9 @@ SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc", "libffi", "OpenMP
 #: happens to be: OpenMP's fork/join and barriers (besides libgomp/libiomp frames,
 #: tagged OpenMP), malloc and free, reference counts, the GIL, futexes and sleeps,
 #: and the C-level trampolines a call passes through (CPython's vectorcall, numpy's
-#: __array_function__ dispatcher: whether a sample shows them depends on how py-spy
-#: merged that process's Python and native stacks). In a sampled stack they say
+#: __array_function__ dispatcher, pybind11's dispatcher and wrappers: whether a sample shows them,
+#: and where, depends on how py-spy merged that process's Python and native stacks;
+#: an A/A pair showed pybind11's dispatcher below an Eigen executor in one process). In a sampled stack they say
 #: where a thread waited, allocated or passed a call along, never which code was chosen.
 INCIDENTAL = re.compile(
     r"^(?:GOMP_\w+|gomp_\w+|__kmp\w*|kmp_\w+|omp_\w+|"
@@ -206,7 +207,7 @@ INCIDENTAL = re.compile(
     r"sched_yield|(?:__)?futex\w*|pthread_(?:cond|mutex|spin|rwlock)_\w+|__lll_\w+|syscall|"
     r"(?:__)?(?:clock_)?nanosleep|epoll_wait|"
     r"\w*_?vectorcall\w*|_?PyObject_(?:Vectorcall|Call|FastCall)\w*|cfunction_\w+|array_function_\w+|"
-    r"array_implement_\w+)$")
+    r"array_implement_\w+|pybind11::.*)$")
 
 
 @lru_cache(maxsize=1 << 16)
@@ -219,7 +220,7 @@ def is_incidental(frame: Frame) -> bool:
     bare = _bare(frame.name).strip()
     k = knowledge()
     return (library_of(frame) == "OpenMP" or bool(INCIDENTAL.match(bare))
-            or bool(k.scheduling and k.scheduling.search(bare)))
+            or bool(k.incidental and k.incidental.search(bare)))
 
 
 def library_order(lib: str) -> tuple[int, str]:

@@ -11,6 +11,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from tracer.process.candidates import Candidate
+from tracer.process.diff.evidence import MIN_SAMPLES
 from tracer.process.diff.result import Branch, DiffResult, Fragment, LayerDiff, Split
 from tracer.process.symbols import display
 from tracer.render.terminal import NAME_WIDTH, clip
@@ -134,6 +135,9 @@ def split_view(split: Split, number: str) -> RenderableType:
 def set_aside(layer: LayerDiff) -> str:
     """What a sampled layer's diff did not report, and why ("" if nothing)."""
     parts = []
+    if layer.underpowered:
+        parts.append(f"too few samples to decide (A {layer.samples_a}, B {layer.samples_b}; each side needs "
+                     f"{MIN_SAMPLES})")
     if layer.consequences:
         parts.append(f"{layer.consequences} difference(s) follow the decision the python or op layer shows, "
                      "or lead to the same kernels")

@@ -21,9 +21,12 @@ repeats the same step) can still make a difference out of nothing:
   OpenBLAS in 16 of 91 samples in one process and in none of 53 in the other;
   TensorFlow's ``RunCallbacks`` showed in 8% of one side's samples only.
 * **A library that reports speaks for itself**: oneDNN and MKL say what they ran
-  in the library layer; a sampled split inside their own code, where that layer
-  shows no split, is their internal detail (measured on a torch A/A pair: oneDNN's
-  backward-weights lambda reached a JIT kernel named ``jit_t`` in one process only).
+  in the library layer; where that layer shows no split, a sampled split inside
+  their own code, or whose one-sided frames are all their code, is sampling detail
+  (measured on torch A/A pairs: oneDNN's backward-weights lambda reached a JIT
+  kernel named ``jit_t`` in one process only; oneDNN's backward-data JIT kernel hung
+  straight under the Python frame in 27% of one process's samples, where its
+  unwinding stopped, and under oneDNN's own frames in the other's).
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from tracer.trace import Node
 
 #: The layers whose splits name the decision (every call is recorded there).
 NAMING_LAYERS = ("python", "op")
+#: Samples each side needs before a sampled layer may decide anything: with fewer, a
+#: few misread stacks weigh like a kernel (an A/A pair with 28 samples on one side
+#: showed TensorFlow's whole eager entry chain below an Eigen executor in 10 of them).
+MIN_SAMPLES = 40
 
 
 def _present(root: Node, path: tuple, ident: tuple, threshold: float) -> bool:
@@ -112,6 +119,12 @@ def _kernels_under(root: Node | None, path: tuple, threshold: float) -> tuple[se
     return libs, leaves
 
 
+def _all_reporting(split: Split) -> bool:
+    """Every one-sided frame of the split is code of a library that reports its calls."""
+    libs = {lib for b in split.only_a + split.only_b for lib in (b.libraries or [b.library]) if lib}
+    return bool(libs) and libs <= REPORTING_LIBS
+
+
 def after_the_exact_layers(layers: list[LayerDiff]) -> None:
     """Set aside sampled splits that the python or op layer already names, and those
     whose two sides reach the same kernels and libraries (see module doc)."""
@@ -121,13 +134,18 @@ def after_the_exact_layers(layers: list[LayerDiff]) -> None:
     for d in layers:
         if not d.sampled:
             continue
+        if d.samples_a < MIN_SAMPLES or d.samples_b < MIN_SAMPLES:
+            d.underpowered = True
+            d.consequences += sum(1 for _ in d.all_splits())
+            d.splits = []
+            continue
         if named:
             d.consequences += sum(1 for _ in d.all_splits())
             d.splits = []
             continue
         kept = []
         for s in d.splits:
-            if silent and s.library in REPORTING_LIBS:
+            if silent and (s.library in REPORTING_LIBS or _all_reporting(s)):
                 d.consequences += 1
                 continue
             libs_a, leaves_a = _kernels_under(d.a_root, s.ident_path, d.threshold)

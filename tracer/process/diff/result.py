@@ -98,6 +98,8 @@ class LayerDiff:
     unreplicated: int = 0
     #: sampled layers: splits set aside because the python or op layer shows the decision
     consequences: int = 0
+    #: sampled layers: too few samples on a side for any difference to count (evidence.MIN_SAMPLES)
+    underpowered: bool = False
     a_root: Node | None = field(default=None, repr=False, compare=False, metadata={"json": False})
     b_root: Node | None = field(default=None, repr=False, compare=False, metadata={"json": False})
 

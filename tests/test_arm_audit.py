@@ -1,0 +1,72 @@
+"""The ARM audit on this x86 machine: torch's own aarch64 wheels run under QEMU as
+an A64FX and as a Neoverse-N1, through the same runner and harness, set against
+this machine's trace of the same primitive."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracer import survey as sv
+from tracer.process.diff import diff_traces
+from tracer.runner import CaseSpec, run_probe
+
+CPUS = ("a64fx", "neoverse-n1")
+
+
+@pytest.fixture(scope="session")
+def emulated(frameworks, tmp_path_factory):
+    """cpu -> {primitive: trace} of torch's conv2d and dense, forward and backward, on
+    each emulated CPU (python, op and library layers: py-spy cannot attach under QEMU)."""
+    out = {}
+    for cpu in CPUS:
+        results = run_probe(frameworks["torch"], [CaseSpec("conv2d"), CaseSpec("dense")],
+                            tmp_path_factory.mktemp(f"arm-{cpu}"), timeout=900, command="ARM test", cpu=cpu)
+        for res in results:
+            assert res.error is None, f"{cpu} {res.spec.primitive}: {res.error}"
+        out[cpu] = {res.spec.primitive: res.load() for res in results}
+    return out
+
+
+def calls(trace, pass_):
+    return [n.frame.name for n in trace.layer(pass_, "library").children]
+
+
+def test_emulated_traces_say_what_they_are(emulated):
+    t = emulated["a64fx"]["conv2d"]
+    assert t.meta["machine"]["arch"] == "aarch64"
+    assert t.meta["emulated"]["cpu"] == "a64fx" and t.meta["emulated"]["emulated"] is True
+    assert "A64FX" in t.meta["machine"]["cpu"] and "(emulated)" in t.meta["machine"]["cpu"]
+    assert t.meta["emulated"]["by"].startswith("QEMU ") and t.meta["library"]["oneDNN"]["isa"].startswith("AArch64 SVE")
+    assert t.layer("forward", "native") is None
+
+
+def test_x86_against_each_arm_cpu_names_both_sides_implementations(cpu_traces, emulated):
+    x86 = cpu_traces[("torch", "default", "conv2d", "functional")].load()
+    x86_impl = [c for c in calls(x86, "forward") if c.startswith("convolution ")]
+    assert x86_impl, calls(x86, "forward")
+    # A64FX: oneDNN's SVE 512 kernels, forward and both backward passes
+    a64fx = emulated["a64fx"]["conv2d"]
+    assert any("sve_512" in c for c in calls(a64fx, "forward") if c.startswith("convolution "))
+    assert all("sve_512" in c for c in calls(a64fx, "backward") if c.startswith("convolution "))
+    (lib,) = [l for l in diff_traces(x86, a64fx).layers if l.layer == "library"]
+    (split,) = lib.splits
+    assert any(b.label in x86_impl for b in split.only_a)
+    assert any("sve_512" in b.label for b in split.only_b)
+    assert split.classification == "ISA-specific code"
+    # Neoverse-N1 (NEON only): the Arm Compute Library forward, oneDNN's reference code backward
+    n1 = emulated["neoverse-n1"]["conv2d"]
+    assert any(c.startswith("convolution ") and ":acl" in c for c in calls(n1, "forward"))
+    assert {c for c in calls(n1, "backward") if c.startswith("convolution ")} == {
+        "convolution gemm:ref (backward_data)", "convolution gemm:ref (backward_weights)"}
+    (lib,) = [l for l in diff_traces(x86, n1).layers if l.layer == "library"]
+    (split,) = lib.splits
+    assert split.classification == "library choice" and "Arm Compute Library" in split.reason
+
+
+def test_default_report_has_the_arm_audit(survey_report):
+    page = (survey_report.parent / "torch.html").read_text()
+    assert 'id="arm-table"' in page
+    assert "a64fx (emulated)" in page and "neoverse-n1 (emulated)" in page
+    assert "brgconv:sve_512" in page and "gemm:ref (backward_data)" in page and "reference code" in page
+    traces, _, _ = sv.collect([survey_report.parent / "traces" / "torch"])
+    assert {t.meta["emulated"]["cpu"] for t in traces if "emulated" in t.meta} == set(CPUS)

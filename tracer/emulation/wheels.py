@@ -1,0 +1,131 @@
+"""Each framework's aarch64 wheels, fetched and installed by the host's pip.
+
+pip installs for the guest's platform (``--platform manylinux_2_NN_aarch64
+--python-version 3.11 --abi cp311 --target``) without running anything emulated.
+It evaluates the requirements' environment markers against the interpreter running
+it, though (pypa/pip#11664): torch 2.9.1's ``nvidia-*; platform_machine ==
+"x86_64"`` would pull 4 GB of CUDA wheels into an ARM CPU environment. pip
+therefore runs with ``platform.machine()`` and the Python version answering as the
+guest's. The wheels go to their own folder, which the command binds over the
+guest's ``/usr/local/lib/python3.11/dist-packages`` (a site directory Debian's
+python3 reads, ``.pth`` files included).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tracer import envs
+from tracer.emulation.debian import base_ready, ensure_base
+from tracer.emulation.layout import (
+    GUEST_PYTHON,
+    MARKER,
+    PYTHON_FULL,
+    PYTHON_VERSION,
+    SUITE,
+    Log,
+    dir_size,
+    env_dir,
+    fresh,
+    install,
+    read_marker,
+    spec_hash,
+)
+from tracer.errors import UsageError
+from tracer.files import write_text
+
+
+def manylinux_platforms() -> list[str]:
+    """pip does not expand manylinux tags when told a --platform: every glibc
+    version a wheel may be tagged with is listed (bookworm has glibc 2.36)."""
+    return ["manylinux2014_aarch64", *(f"manylinux_2_{v}_aarch64" for v in range(17, 37))]
+
+
+def env_spec(requirements: list[str]) -> str:
+    """What an environment's wheels depend on: not the base's make-up (a rebuilt base
+    takes the same wheels), only the Python version and platform they were chosen for."""
+    return spec_hash(["env", list(requirements), SUITE, PYTHON_VERSION, manylinux_platforms()])
+
+
+#: pip run with the environment markers of the guest (see the module's docstring)
+_PIP_AS_GUEST = (
+    "import platform, runpy, sys\n"
+    "platform.machine = lambda: 'aarch64'\n"
+    f"platform.python_version = lambda: '{PYTHON_FULL}'\n"
+    f"platform.python_version_tuple = lambda: tuple('{PYTHON_FULL}'.split('.'))\n"
+    "sys.argv[0] = 'pip'\n"
+    "runpy.run_module('pip', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def pip_command(target: Path, requirements: list[str]) -> list[str]:
+    platforms = [a for p in manylinux_platforms() for a in ("--platform", p)]
+    # .pyc files compiled by the host are valid in the guest when both are 3.11:
+    # the guest then does not compile torch's Python under emulation at first import
+    compile_ = [] if sys.version_info[:2] == GUEST_PYTHON else ["--no-compile"]
+    return [sys.executable, "-c", _PIP_AS_GUEST, "install", "--disable-pip-version-check", "--no-input",
+            "--target", str(target), "--only-binary=:all:", "--python-version", PYTHON_VERSION,
+            "--implementation", "cp", "--abi", f"cp{PYTHON_VERSION.replace('.', '')}", *platforms, *compile_,
+            *requirements]
+
+
+def installed_versions(site: Path) -> dict[str, str]:
+    """name -> version of every distribution in a site directory (its dist-info)."""
+    out = {}
+    for info in site.glob("*.dist-info"):
+        name, _, version = info.name[: -len(".dist-info")].partition("-")
+        out[name.lower().replace("_", "-")] = version
+    return dict(sorted(out.items()))
+
+
+def status(name: str) -> dict | None:
+    """The marker of a ready environment, or None (missing, stale or half-built)."""
+    d = env_dir(name)
+    marker = read_marker(d)
+    if not marker or not (d / "site-packages").is_dir():
+        return None
+    req = marker.get("requirements")
+    if not isinstance(req, list) or marker.get("spec") != env_spec(req):
+        return None
+    return marker if base_ready() else None
+
+
+def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: bool = False) -> Path:
+    """Build (or reuse) the aarch64 environment ``name`` with ``requirements``
+    installed from wheels; returns its folder (``site-packages`` inside). The shared
+    base is built first if needed. A failure is one DltraceError line naming the step
+    and pip's or debootstrap's reason, with the full log under $DLTRACE_HOME/logs."""
+    requirements = [str(r) for r in requirements]
+    if not requirements:
+        raise UsageError(f"emulated environment {name}: no requirements given")
+    d = env_dir(name)
+    marker = read_marker(d)
+    wheels_ready = not force and marker is not None and marker.get("requirements") == requirements \
+        and marker.get("spec") == env_spec(requirements) and (d / "site-packages").is_dir()
+    ensure_base(log)  # a rebuilt base keeps the wheels: they depend on its Python only
+    if wheels_ready:
+        return d
+    logs = envs.log_dir()
+    logs.mkdir(parents=True, exist_ok=True)
+    tmp = fresh(d)
+    started = time.monotonic()
+    log(f"{name} (aarch64): pip install {' '.join(requirements)}")
+    site = tmp / "site-packages"
+    try:
+        envs.run_logged(f"{name} (aarch64): pip install {' '.join(requirements)}", pip_command(site, requirements),
+                        logs / f"emulated-{name}-pip.log")
+        write_text(tmp / MARKER, json.dumps({
+            "spec": env_spec(requirements), "requirements": requirements, "python": PYTHON_VERSION,
+            "versions": installed_versions(site), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "seconds": round(time.monotonic() - started, 1), "size_bytes": dir_size(site)}, indent=1))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    install(tmp, d)
+    size = dir_size(d / "site-packages") / 2**20
+    log(f"{name} (aarch64): ready in {time.monotonic() - started:.0f} s ({size:.0f} MiB)")
+    return d
