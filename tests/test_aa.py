@@ -21,12 +21,13 @@ def aa_traces(frameworks, tmp_path_factory):
 
     cases = [CaseSpec(p, "functional", PRIMITIVES[p].kernel_shape, layers=LAYERS) for p in AA_PRIMITIVES]
 
-    def probe(fw: str, replicate: int):
-        out = tmp_path_factory.mktemp(f"aa-{fw}-{replicate}")
+    def probe(fw: str, out):
         return fw, run_probe(frameworks[fw], cases, out, timeout=900, command="A/A test")
 
+    # folders made here: tmp_path_factory is not to be called from several threads
+    jobs = [(fw, tmp_path_factory.mktemp(f"aa-{fw}-{r}")) for fw in AA_FRAMEWORKS for r in (0, 1)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        done = list(pool.map(lambda job: probe(*job), [(fw, r) for fw in AA_FRAMEWORKS for r in (0, 1)]))
+        done = list(pool.map(lambda job: probe(*job), jobs))
     out: dict[tuple[str, str], list] = {}
     for fw, results in done:
         for res in results:

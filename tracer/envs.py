@@ -75,7 +75,8 @@ class EnvStatus:
     note: str = ""  # why not ready, or "external"
 
 
-def _dir_size(path: Path) -> int:
+def dir_size(path: Path) -> int:
+    """Bytes in the files under ``path`` (links not followed): what an environment takes."""
     total = 0
     for root, _, files in os.walk(path):
         for f in files:
@@ -102,7 +103,7 @@ def status(fw: Framework, sizes: bool = False) -> EnvStatus:
         return EnvStatus(fw.name, False, python, marker.get("version", ""), note="stale: frameworks.yaml changed")
     if not python.exists():
         return EnvStatus(fw.name, False, None, note="interpreter missing")
-    return EnvStatus(fw.name, True, python, marker.get("version", ""), _dir_size(d) if sizes else 0)
+    return EnvStatus(fw.name, True, python, marker.get("version", ""), dir_size(d) if sizes else 0)
 
 
 def _external_version(fw: Framework, python: str) -> str:

@@ -31,13 +31,13 @@ from tracer.emulation.layout import (
     Log,
     base_dir,
     base_root,
-    dir_size,
     fresh,
     install,
     read_marker,
     spec_hash,
     tool,
 )
+from tracer.envs import dir_size
 from tracer.errors import DltraceError
 from tracer.files import write_text
 

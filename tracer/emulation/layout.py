@@ -86,17 +86,6 @@ def spec_hash(doc: object) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def dir_size(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def fresh(path: Path) -> Path:
     """A temporary sibling of ``path`` to build in, emptied first."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")

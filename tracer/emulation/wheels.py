@@ -28,13 +28,13 @@ from tracer.emulation.layout import (
     PYTHON_VERSION,
     SUITE,
     Log,
-    dir_size,
     env_dir,
     fresh,
     install,
     read_marker,
     spec_hash,
 )
+from tracer.envs import dir_size
 from tracer.errors import UsageError
 from tracer.files import write_text
 
