@@ -183,3 +183,46 @@ def _onednn_enabled() -> bool | None:
         return bool(_pywrap_util_port.IsMklEnabled())
     except Exception:  # noqa: BLE001 - a private module: absent in some builds
         return None
+
+
+def dispatch_table(ops: list[str]) -> dict:
+    """What TensorFlow's kernel registry says of the ops a step ran: the device types
+    each has a kernel for (a new device, a PluggableDevice, must register its own
+    unless a DEFAULT kernel serves any device), and the oneDNN op it is rewritten to
+    when oneDNN is on (``Conv2D`` -> ``_MklNativeConv2D``)."""
+    import re
+
+    from tensorflow.python.framework import kernels
+
+    def registered(op: str) -> list:
+        try:
+            return list(kernels.get_registered_kernels_for_op(op).kernel)
+        except Exception:  # noqa: BLE001 - a record name that is no op
+            return []
+
+    def any_device_float(kernel) -> bool:
+        """A DEFAULT kernel serves any device, but most are for int32 shapes in host
+        memory: only one whose type constraint admits float32 computes the probe's data."""
+        if kernel.device_type != "DEFAULT":
+            return False
+        for c in kernel.constraint:
+            if c.name in ("T", "dtype") and c.allowed_values.list.type and 1 not in c.allowed_values.list.type:
+                return False  # 1: DT_FLOAT
+        return True
+
+    out = {}
+    for op in dict.fromkeys(ops):
+        if not re.fullmatch(r"_?[A-Z]\w*", op):
+            continue
+        found = registered(op)
+        if not found:
+            continue
+        types = sorted({k.device_type for k in found})
+        declared = {t: op for t in types}
+        for prefix in ("_MklNative", "_Mkl"):
+            if registered(prefix + op):
+                declared["oneDNN"] = prefix + op
+                break
+        out[op] = {"kernels": types, "new_backend": any(map(any_device_float, found)), "declared": declared}
+    return {"source": "TensorFlow's kernel registry (tensorflow.python.framework.kernels)",
+            "new_backend_key": "PluggableDevice", "ops": out}

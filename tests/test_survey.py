@@ -140,3 +140,20 @@ def test_audit_names_what_a_new_torch_backend_must_implement(cpu_traces):
     dense = rows["dense"]
     assert "aten::addmm.out" in dense.must_implement and dense.others["aten::addmm.out"]["CUDA"] == "addmm_out_cuda"
     assert ("aten::linear", "decomposes into other ops") in dense.free
+
+
+def test_audit_names_what_a_tensorflow_pluggable_device_must_register(cpu_traces):
+    from tracer.process.portability import framework_report
+
+    traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items()
+              if fw == "tensorflow" and variant == "default" and prim == "conv2d"]
+    rep = framework_report("tensorflow", traces, [])
+    (conv,) = [r for r in rep.audit if r.primitive == "conv2d"]
+    assert conv.needs.key == "PluggableDevice"
+    assert {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"} <= set(conv.needs.must_implement)
+    # the registry's oneDNN rewrite of the op, as the CPU build declares it
+    assert conv.needs.others["Conv2D"]["oneDNN"] == "_MklNativeConv2D"
+    # shape ops have DEFAULT kernels: any device gets them
+    assert ("ShapeN", "a kernel for any device (DEFAULT)") in conv.needs.free
+    # the thread pool's region markers are no op a port provides
+    assert not any("ThreadpoolListener" in p for p in conv.provide)

@@ -3,11 +3,12 @@ tables as the probe recorded them (a trace's ``meta["dispatch"]``; torch: which
 dispatch keys have a kernel, and native_functions.yaml's declared kernels).
 
 A trace shows the ops one path reached; the tables say which of them a new backend
-(torch's out-of-tree key, PrivateUse1) has to write: an op that decomposes into
-others (CompositeImplicitAutograd) or has a backend-agnostic kernel
-(CompositeExplicitAutograd) it gets for free; an op whose kernels are per backend
-(CPU, CUDA...) it must implement, and for a structured op that is its ``.out``
-overload. For each, the kernels CUDA and the other backends use there. Pure.
+(torch's out-of-tree key, PrivateUse1; a TensorFlow PluggableDevice) has to write:
+an op that decomposes into others (CompositeImplicitAutograd) or has a
+backend-agnostic kernel (CompositeExplicitAutograd, TensorFlow's DEFAULT) it gets
+for free; an op whose kernels are per backend (CPU, CUDA...) it must implement, and
+for a structured op that is its ``.out`` overload. For each, the kernels CUDA and
+the other backends use there (TensorFlow: the oneDNN op it is rewritten to). Pure.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tracer.knowledge import knowledge
 from tracer.trace import Trace
 
 #: The backends whose declared kernels are shown beside a new backend's needs.
-OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU")
+OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU", "GPU", "oneDNN")
 _COMPOSITE = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
@@ -42,7 +43,7 @@ def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
             return None, f"its {delegate} has a backend-agnostic kernel"
         return f"aten::{delegate}", ""
     if row.get("new_backend"):
-        return None, "backend-agnostic kernel"
+        return None, "backend-agnostic kernel" if "DEFAULT" not in kernels else "a kernel for any device (DEFAULT)"
     return op, ""
 
 

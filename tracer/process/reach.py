@@ -38,8 +38,13 @@ def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
     """Leaf frames of ``kinds``; for ops, the deepest op that is not a utility op (ops
     that allocate, view or copy, and the runtime's own records around a kernel, as
     each framework declares them in tracer.knowledge: every backend has them, and
-    they hang below the kernel op, so they must not hide it)."""
-    utility = knowledge().is_utility_op
+    they hang below the kernel op, so they must not hide it; and the profiler's own
+    markers, the knowledge's noise)."""
+    facts = knowledge()
+
+    def utility(name: str) -> bool:
+        return facts.is_utility_op(name) or facts.is_noise(name)
+
     found: Counter = Counter()
     for _, node in tree.walk():
         if node.frame.kind not in kinds:
