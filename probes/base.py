@@ -18,7 +18,7 @@ probe because only the probe knows its framework's profiler.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tracer import contract
 
@@ -26,6 +26,9 @@ from tracer import contract
 # default is 1e-3: every probe passes BN_EPS, so all frameworks compute the same numbers)
 from tracer.contract import BN_EPS, BN_MOMENTUM, CONV_K, CONV_OUT, DENSE_OUT, POOL_K, output_shape  # noqa: F401 - the probes' API
 from tracer.trace import Frame, Node
+
+if TYPE_CHECKING:  # the annotations only: the tool's own environment has no numpy
+    import numpy as np
 
 
 def _noop() -> None:
