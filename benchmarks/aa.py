@@ -4,7 +4,10 @@ independent sets of probe processes, and each trace diffed with its twin, pass b
 pass. Both sides ran the same code, so every split found is false. Not a test: it
 prints the false splits per framework and layer, and what the diff set aside.
 
-    .venv/bin/python benchmarks/aa.py [--frameworks torch,tensorflow] [--keep DIR]
+    .venv/bin/python benchmarks/aa.py [--frameworks torch,tensorflow] [--keep DIR [--reuse]]
+
+``--reuse`` diffs the traces kept in DIR again without probing (after a change to
+the diff's rules; the figure that counts is that of fresh probes).
 
 About 12 minutes for all five frameworks on a 2-core machine (two surveys).
 """
@@ -31,6 +34,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frameworks", default="")
     ap.add_argument("--keep", type=Path, help="keep the two surveys' traces here")
+    ap.add_argument("--reuse", action="store_true", help="diff the traces kept in --keep again, without probing")
     args = ap.parse_args()
     fws = [f for f in registry.load().values() if envs.status(f).ready
            and (not args.frameworks or f.name in args.frameworks.split(","))]
@@ -38,6 +42,8 @@ def main() -> None:
     root = args.keep or Path(tempfile.mkdtemp(prefix="dltrace-aa-"))
     t0 = time.monotonic()
     for side in ("a", "b"):
+        if args.reuse and args.keep:
+            continue
         gaps = sv.run(jobs, root / side, workers=2, fresh=True)
         if gaps:
             print(f"{side}: {len(gaps)} gaps: " + "; ".join(f"{g.framework} {g.primitive} {g.api}: {g.error}" for g in gaps[:5]))

@@ -13,7 +13,11 @@ repeats the same step) can still make a difference out of nothing:
   differences are its consequences (counted, not listed). Where they show none, a
   sampled split stands only if, below the split frame, each side reaches vendor
   libraries or kernels (vendor or JIT code, in at least the threshold's share)
-  that the other does not: a decision replaces one kernel by another. Other glue
+  that the other never reaches there, in any sample: a decision replaces one
+  kernel by another. (A leaf near the threshold on both sides, such as oneDNN's
+  ``dnnl_memory_set_data_handle_v2`` at 2% in one process and 1% in the other,
+  is no kernel the other lacks: measured on a TensorFlow pair of two identical
+  configurations, where protobuf work under ``SetOpAttrList`` stood as a split.) Other glue
   above the same kernels decides nothing, nor does the framework's runtime
   bookkeeping (a callback, a cache), nor a kernel one process's samples caught
   on its Python thread and the other's did not (a BLAS that ran on its own worker
@@ -22,7 +26,8 @@ repeats the same step) can still make a difference out of nothing:
   TensorFlow's ``RunCallbacks`` showed in 8% of one side's samples only.
 * **A library that reports speaks for itself**: oneDNN and MKL say what they ran
   in the library layer; where that layer shows no split, a sampled split inside
-  their own code, or whose one-sided frames are all their code, is sampling detail
+  their own code, or whose one-sided frames are all their code, is sampling detail,
+  and so are the kernels of theirs that one side's samples reached below a split
   (measured on torch A/A pairs: oneDNN's backward-weights lambda reached a JIT
   kernel named ``jit_t`` in one process only; oneDNN's backward-data JIT kernel hung
   straight under the Python frame in 27% of one process's samples, where its
@@ -35,11 +40,11 @@ from typing import Callable
 
 from tracer.process.diff.result import Branch, LayerDiff, Split
 from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, VENDOR_LIBS, library_of
+from tracer.process.tree import children_groups, total_samples
+from tracer.trace import Node
 
 #: Libraries that report every call they run (the library layer): they speak for themselves.
 REPORTING_LIBS = frozenset({ONEDNN, MKL})
-from tracer.process.tree import children_groups, total_samples
-from tracer.trace import Node
 
 #: The layers whose splits name the decision (every call is recorded there).
 NAMING_LAYERS = ("python", "op")
@@ -92,10 +97,12 @@ def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node])
     layer.splits, layer.unreplicated = _filter(layer.splits, keep)
 
 
-def _kernels_under(root: Node | None, path: tuple, threshold: float) -> tuple[set[str], set[str]]:
+def _kernels_under(root: Node | None, path: tuple, threshold: float,
+                   silent: frozenset[str] = frozenset()) -> tuple[set[str], set[str]]:
     """The vendor libraries (and JIT code) reached under the calling context ``path``
     of a sampled tree, and the leaf frames of theirs, each in at least ``threshold``
-    of the samples."""
+    of the samples; not those of the ``silent`` libraries, whose own reports showed
+    the same calls on both sides."""
     if root is None:
         return set(), set()
     group = [root]
@@ -111,6 +118,8 @@ def _kernels_under(root: Node | None, path: tuple, threshold: float) -> tuple[se
         if node.count < minimum:
             continue
         lib = library_of(node.frame)
+        if lib in silent:
+            continue
         if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT:
             libs.add(lib)
             if not node.children:
@@ -148,9 +157,13 @@ def after_the_exact_layers(layers: list[LayerDiff]) -> None:
             if silent and (s.library in REPORTING_LIBS or _all_reporting(s)):
                 d.consequences += 1
                 continue
-            libs_a, leaves_a = _kernels_under(d.a_root, s.ident_path, d.threshold)
-            libs_b, leaves_b = _kernels_under(d.b_root, s.ident_path, d.threshold)
-            if (libs_a - libs_b or leaves_a - leaves_b) and (libs_b - libs_a or leaves_b - leaves_a):
+            quiet = REPORTING_LIBS if silent else frozenset()
+            libs_a, leaves_a = _kernels_under(d.a_root, s.ident_path, d.threshold, quiet)
+            libs_b, leaves_b = _kernels_under(d.b_root, s.ident_path, d.threshold, quiet)
+            ever_libs_a, ever_leaves_a = _kernels_under(d.a_root, s.ident_path, 0.0, quiet)
+            ever_libs_b, ever_leaves_b = _kernels_under(d.b_root, s.ident_path, 0.0, quiet)
+            if ((libs_a - ever_libs_b or leaves_a - ever_leaves_b)
+                    and (libs_b - ever_libs_a or leaves_b - ever_leaves_a)):
                 kept.append(s)
             else:
                 d.consequences += 1
