@@ -13,11 +13,12 @@ repeats the same step) can still make a difference out of nothing:
   differences are its consequences (counted, not listed). Where they show none, a
   sampled split stands only if, below the split frame, each side reaches vendor
   libraries or kernels (vendor or JIT code, in at least the threshold's share)
-  that the other never reaches there, in any sample: a decision replaces one
-  kernel by another. (A leaf near the threshold on both sides, such as oneDNN's
-  ``dnnl_memory_set_data_handle_v2`` at 2% in one process and 1% in the other,
-  is no kernel the other lacks: measured on a TensorFlow pair of two identical
-  configurations, where protobuf work under ``SetOpAttrList`` stood as a split.) Other glue
+  that the other reaches there less than chance allows (the same binomial test):
+  a decision replaces one kernel by another. (Which leaf of a library's code a
+  sample lands in is itself sampled: oneDNN's ``dnnl_memory_set_data_handle_v2``
+  at 2% in one process and 1% in the other, or Eigen's block copy against its
+  block evaluation under the same executor, is no kernel the other lacks; both
+  were measured on pairs of identical configurations.) Other glue
   above the same kernels decides nothing, nor does the framework's runtime
   bookkeeping (a callback, a cache), nor a kernel one process's samples caught
   on its Python thread and the other's did not (a BLAS that ran on its own worker
@@ -36,10 +37,12 @@ repeats the same step) can still make a difference out of nothing:
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 from tracer.process.diff.result import Branch, LayerDiff, Split
-from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, VENDOR_LIBS, library_of
+from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, VENDOR_LIBS, is_jit, library_of
+from tracer.process.sampling import ALPHA, miss_chance
 from tracer.process.tree import children_groups, total_samples
 from tracer.trace import Node
 
@@ -97,35 +100,45 @@ def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node])
     layer.splits, layer.unreplicated = _filter(layer.splits, keep)
 
 
-def _kernels_under(root: Node | None, path: tuple, threshold: float,
-                   silent: frozenset[str] = frozenset()) -> tuple[set[str], set[str]]:
+def _kernels_under(root: Node | None, path: tuple, silent: frozenset[str] = frozenset()) -> Counter:
     """The vendor libraries (and JIT code) reached under the calling context ``path``
-    of a sampled tree, and the leaf frames of theirs, each in at least ``threshold``
-    of the samples; not those of the ``silent`` libraries, whose own reports showed
-    the same calls on both sides."""
+    of a sampled tree, and the generated kernels at the leaves (oneDNN's JIT kernels
+    are all in one library: their names tell them apart; which leaf of compiled
+    library code a sample lands in is sampling detail), with sample counts; not
+    those of the ``silent`` libraries, whose own reports showed the same calls on
+    both sides."""
+    found: Counter = Counter()
     if root is None:
-        return set(), set()
+        return found
     group = [root]
     for step in path:
         group = children_groups(group).get(step)
         if not group:
-            return set(), set()
-    minimum = threshold * (total_samples(root) or 1)
-    libs, leaves = set(), set()
-    stack = [c for n in group for c in n.children]
+            return found
+    stack = [(c, frozenset()) for n in group for c in n.children]
     while stack:
-        node = stack.pop()
-        if node.count < minimum:
-            continue
+        node, above = stack.pop()  # above: the libraries already on this stack (counted once)
         lib = library_of(node.frame)
         if lib in silent:
             continue
         if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT:
-            libs.add(lib)
-            if not node.children:
-                leaves.add(node.frame.name)
-        stack.extend(node.children)
-    return libs, leaves
+            if lib not in above:
+                found[("library", lib)] += node.count
+                above = above | {lib}
+            if not node.children and is_jit(node.frame):  # a generated kernel, by its perf-map name
+                found[("leaf", node.frame.name)] += node.count
+        stack.extend((c, above) for c in node.children)
+    return found
+
+
+def _own_kernels(mine: Counter, total: int, theirs: Counter, their_total: int, threshold: float) -> list:
+    """The libraries and kernel leaves in at least ``threshold`` of one side's samples
+    whose absence (or rarity) on the other side is not chance (the binomial test of
+    tracer.process.sampling, at ALPHA)."""
+    if not total or not their_total:
+        return []
+    return [k for k, n in mine.items()
+            if n >= threshold * total and miss_chance(theirs.get(k, 0), their_total, n / total) < ALPHA]
 
 
 def _all_reporting(split: Split) -> bool:
@@ -158,12 +171,11 @@ def after_the_exact_layers(layers: list[LayerDiff]) -> None:
                 d.consequences += 1
                 continue
             quiet = REPORTING_LIBS if silent else frozenset()
-            libs_a, leaves_a = _kernels_under(d.a_root, s.ident_path, d.threshold, quiet)
-            libs_b, leaves_b = _kernels_under(d.b_root, s.ident_path, d.threshold, quiet)
-            ever_libs_a, ever_leaves_a = _kernels_under(d.a_root, s.ident_path, 0.0, quiet)
-            ever_libs_b, ever_leaves_b = _kernels_under(d.b_root, s.ident_path, 0.0, quiet)
-            if ((libs_a - ever_libs_b or leaves_a - ever_leaves_b)
-                    and (libs_b - ever_libs_a or leaves_b - ever_leaves_a)):
+            under_a = _kernels_under(d.a_root, s.ident_path, quiet)
+            under_b = _kernels_under(d.b_root, s.ident_path, quiet)
+            total_a, total_b = total_samples(d.a_root), total_samples(d.b_root)
+            if (_own_kernels(under_a, total_a, under_b, total_b, d.threshold)
+                    and _own_kernels(under_b, total_b, under_a, total_a, d.threshold)):
                 kept.append(s)
             else:
                 d.consequences += 1
