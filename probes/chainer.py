@@ -16,8 +16,6 @@ import chainer.links as L
 
 from probes import base
 
-#: torch's default batch-norm epsilon (chainer's own default is 2e-5).
-
 
 def gpu_available() -> bool:
     try:

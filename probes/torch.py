@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -121,9 +123,11 @@ _KEYS = ("CPU", "CUDA", "MPS", "XPU", "Meta", "PrivateUse1", "CompositeImplicitA
          "CompositeExplicitAutogradNonFunctional")
 
 
+@functools.lru_cache(maxsize=1)
 def _native_functions() -> dict[str, dict]:
     """torchgen's packaged native_functions.yaml: op name -> its declared dispatch and
-    structured delegate (``addmm`` computes through ``addmm.out``)."""
+    structured delegate (``addmm`` computes through ``addmm.out``). Read once per
+    probe process: parsing it takes about a second, and every case asks."""
     import os
 
     import torchgen

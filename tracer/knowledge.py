@@ -15,7 +15,8 @@ from functools import lru_cache
 from tracer import registry
 
 _Table = tuple[tuple[re.Pattern[str], str], ...]
-_NS = r"(?:^|[\s*&(,])"  # start of a qualified name inside a demangled symbol
+#: The start of a qualified name inside a demangled symbol (``Eigen::`` in ``void Eigen::...``).
+QUALIFIED = r"(?:^|[\s*&(,])"
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
     facts = [fw.knowledge for fw in frameworks.values()]
     return Knowledge(
         core_tags=frozenset(k.core for k in facts),
-        core_symbols=tuple((re.compile(_NS + f"(?:{k.core_symbols})"), k.core) for k in facts if k.core_symbols),
+        core_symbols=tuple((re.compile(QUALIFIED + f"(?:{k.core_symbols})"), k.core) for k in facts if k.core_symbols),
         core_libraries=tuple((re.compile(k.core_libraries), k.core) for k in facts if k.core_libraries),
         core_modules=tuple((re.compile(k.core_modules), k.core) for k in facts if k.core_modules),
         utility_ops=_either([p for k in facts for p in k.utility_ops]),

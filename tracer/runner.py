@@ -127,13 +127,11 @@ def _emulated(fw: Framework, cpu: str, binds: list[Path]) -> tuple[list[str], di
 
     if fw.aarch64 is None:
         raise UsageError(f"{fw.name} has no aarch64 entry in the registry: it cannot run on an emulated CPU")
-    if cpu not in emulation.MODELS:
-        raise UsageError(f"unknown emulated CPU '{cpu}' (choose from: {', '.join(emulation.MODELS)})")
+    model = emulation.model(cpu)  # an unknown model is a UsageError naming the choices
     if emulation.status(fw.name) is None:
         raise EnvNotReady(f"{fw.name}: emulated aarch64 environment not set up; run: dltrace env setup {fw.name} "
                           f"--arch aarch64")
     argv, env = emulation.command(fw.name, cpu, binds)
-    model = emulation.MODELS[cpu]
     env["DLTRACE_EMULATED"] = json.dumps({"cpu": cpu, "model": model.description, "midr": f"{model.midr:#x}",
                                           "qemu_cpu": model.qemu_spec(), "by": f"QEMU {emulation.qemu_version()} "
                                           "user mode, under proot", "emulated": True})

@@ -221,7 +221,7 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
     GPU traces recorded elsewhere) into ``traces/<framework>/gpu-<source>/``, once:
     a folder that has its traces is reused unless ``fresh``. A file that cannot be
     imported is a gap; the survey goes on."""
-    from tracer.importers import ImportFailed, import_file
+    from tracer.importers import SUFFIX, ImportFailed, import_file, imported_path
     from tracer.importers.source import short_name
 
     gaps: list[Gap] = []
@@ -229,8 +229,9 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
         for path in fw.imported:
             folder = root / "traces" / fw.name / f"gpu-{short_name(path.name)}"
             name = f"{fw.name}/{folder.name}"
-            if not fresh and any(folder.glob("*-imported.json")):
-                on_file(name, len(list(folder.glob("*-imported.json"))), "")
+            done = list(folder.glob(f"*{SUFFIX}"))
+            if done and not fresh:
+                on_file(name, len(done), "")
                 continue
             try:
                 imported = import_file(path, fw.name, command="dltrace survey")
@@ -242,7 +243,7 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
                 continue
             folder.mkdir(parents=True, exist_ok=True)
             for r in imported:
-                save(r.trace, folder / f"{r.primitive}-imported.json")
+                save(r.trace, imported_path(folder, r.primitive))
             on_file(name, len(imported), "")
     return gaps
 

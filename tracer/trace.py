@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from tracer.contract import PASSES, PHASES
 from tracer.files import write_bytes
 
 FORMAT = "dltrace-trace"
@@ -186,8 +187,6 @@ OPTIONAL_META: dict[str, tuple[type, ...]] = {
 }
 #: Run stats the processing stages read, and their types.
 NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")
-PHASES = ("cold", "warm")
-_PASSES = ("forward", "backward")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
@@ -292,8 +291,8 @@ def _runs(rows: Any, frames: list[Frame]) -> list[Run]:
     for r in rows:
         if not isinstance(r, dict):
             raise _wrong("a run", r, "an object")
-        if r.get("pass") not in _PASSES or r.get("phase") not in PHASES:
-            raise ValueError(f"a run's pass and phase must be one of {'/'.join(_PASSES)} and {'/'.join(PHASES)}")
+        if r.get("pass") not in PASSES or r.get("phase") not in PHASES:
+            raise ValueError(f"a run's pass and phase must be one of {'/'.join(PASSES)} and {'/'.join(PHASES)}")
         layers = r.get("layers")
         if not isinstance(layers, dict):
             raise _wrong("a run's layers", layers, "an object")

@@ -12,6 +12,7 @@ from tracer.cli.common import Seconds, collect, command_line, err, frameworks, o
 from tracer.contract import DEVICES
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir
+from tracer.importers import FRAMEWORKS
 from tracer.render.terminal import message
 from tracer.runner import DEFAULT_TIMEOUT, check
 
@@ -126,7 +127,7 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
 # --------------------------------------------------------------------------- import
 @main.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE...")
-@click.option("--framework", type=click.Choice(["torch", "jax"]), required=True,
+@click.option("--framework", type=click.Choice(FRAMEWORKS), required=True,
               help="torch: a torch.profiler trace (Kineto JSON, plain or gzip); jax: a jax.profiler XPlane (.xplane.pb).")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the traces (default: ./imported/<source name>/; with several files, one subfolder each).")
@@ -134,7 +135,7 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     """Turn GPU profiler files recorded elsewhere into dltrace traces: one trace per
     primitive found, <primitive>-imported.json, its op layer shaped like the CPU probe's
     and the GPU kernels under the ops that launched them."""
-    from tracer.importers import import_file
+    from tracer.importers import import_file, imported_path
     from tracer.importers.source import short_name
     from tracer.trace import save
 
@@ -148,7 +149,7 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     done = [(folder, import_file(f, framework, command=command_line())) for f, folder in zip(files, folders)]
     for folder, results in done:
         for r in results:
-            path = folder / f"{r.primitive}-imported.json"
+            path = imported_path(folder, r.primitive)
             save(r.trace, path)
             kernels = f"{r.kernels} kernel{'s' * (r.kernels != 1)} ({r.launches} launch{'es' * (r.launches != 1)})"
             out.print(f"{r.primitive}  {'+'.join(r.passes)}  {r.gpu}  {kernels}  -> {path}", markup=False,

@@ -9,9 +9,10 @@ import click
 from tracer import registry
 from tracer.cli import main
 from tracer.cli.common import Seconds, command_line, err, frameworks, layer_list, out
-from tracer.contract import APIS, LAYERS, PASSES
+from tracer.contract import APIS, LAYERS, PASSES, PHASES
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
+from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.render import EXPORTS
 from tracer.render.terminal import TerminalSafe
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
@@ -26,7 +27,7 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
 @click.option("--api", default="functional", show_default=True, help=f"{' or '.join(APIS)}.")
 @click.option("--shape", default=None, help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
-@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True, help="Which call to print.")
+@click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True, help="Which call to print.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the trace (JSON; .gz compresses).")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
 @click.option("--max-depth", type=click.IntRange(min=1), default=40, show_default=True)
@@ -68,8 +69,8 @@ def probe(framework, primitive, device, variant, pass_, api, shape, phase, outpu
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--layer", type=click.Choice([*LAYERS, "all"]), default="all", show_default=True)
 @click.option("--pass", "pass_", type=click.Choice(list(PASSES)), default="forward", show_default=True)
-@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
-@click.option("--threshold", type=float, default=0.02, show_default=True,
+@click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True)
+@click.option("--threshold", type=float, default=DEFAULT_THRESHOLD, show_default=True,
               help="Sampled layers: a frame counts only when in at least this share of the samples.")
 @click.option("--force", is_flag=True, help="Diff traces of different frameworks or primitives anyway.")
 def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> None:
@@ -113,7 +114,7 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
 @click.option("--layer", "layers", multiple=True, help="python, op or native (repeatable or comma-separated; default: all in the trace).")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
-@click.option("--phase", type=click.Choice(["warm", "cold"]), default="warm", show_default=True)
+@click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True)
 def export(trace_file, fmt, output, layers, pass_, phase) -> None:
     """Write TRACE's call trees in a format other tools read: native layers as samples,
     python and op layers weighted by time (nanoseconds) or, without times, by calls."""

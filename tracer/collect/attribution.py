@@ -168,7 +168,9 @@ def merge_trees(trees: list[Node]) -> Node:
     while stack:
         dst, src = stack.pop()
         dst.count += src.count
-        kids = index.setdefault(id(dst), {c.frame: c for c in dst.children})
+        kids = index.get(id(dst))
+        if kids is None:
+            kids = index[id(dst)] = {c.frame: c for c in dst.children}
         for child in src.children:
             have = kids.get(child.frame)
             if have is None:

@@ -207,8 +207,8 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         "command": req.command,
         "layers_requested": [l for l in LAYERS if l in layers],
     }
-    if os.environ.get("DLTRACE_EMULATED"):
-        meta["emulated"] = json.loads(os.environ["DLTRACE_EMULATED"])
+    if "emulated" in meta["machine"]:  # the runner's account of the emulated CPU, read by _machine
+        meta["emulated"] = meta["machine"]["emulated"]
     if req.native_env:  # set for this whole process (before the import), so every case says so
         meta["native_env"] = req.native_env
     if isinstance(probe, DispatchTable) and any("op" in r.layers for r in runs):

@@ -19,9 +19,9 @@ Nothing here imports a framework on the host.
 
 from tracer.emulation.cpus import MODELS, CpuModel, cpu_models
 from tracer.emulation.debian import debian_mirror, ensure_base
-from tracer.emulation.guest import command, cpu_files, emulated_hwcaps, qemu_version
+from tracer.emulation.guest import command, cpu_files, emulated_hwcaps, model, qemu_version
 from tracer.emulation.layout import HOST_PACKAGES
 from tracer.emulation.wheels import setup, status
 
 __all__ = ["HOST_PACKAGES", "MODELS", "CpuModel", "command", "cpu_files", "cpu_models", "debian_mirror",
-           "emulated_hwcaps", "ensure_base", "qemu_version", "setup", "status"]
+           "emulated_hwcaps", "ensure_base", "model", "qemu_version", "setup", "status"]

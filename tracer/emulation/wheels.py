@@ -82,8 +82,9 @@ def installed_versions(site: Path) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def status(name: str) -> dict | None:
-    """The marker of a ready environment, or None (missing, stale or half-built)."""
+def _wheels_marker(name: str) -> dict | None:
+    """The marker of an environment whose wheels are installed and current, whatever
+    the state of the shared base."""
     d = env_dir(name)
     marker = read_marker(d)
     if not marker or not (d / "site-packages").is_dir():
@@ -91,7 +92,13 @@ def status(name: str) -> dict | None:
     req = marker.get("requirements")
     if not isinstance(req, list) or marker.get("spec") != env_spec(req):
         return None
-    return marker if base_ready() else None
+    return marker
+
+
+def status(name: str) -> dict | None:
+    """The marker of a ready environment, or None (missing, stale or half-built)."""
+    marker = _wheels_marker(name)
+    return marker if marker is not None and base_ready() else None
 
 
 def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: bool = False) -> Path:
@@ -103,9 +110,8 @@ def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: 
     if not requirements:
         raise UsageError(f"emulated environment {name}: no requirements given")
     d = env_dir(name)
-    marker = read_marker(d)
-    wheels_ready = not force and marker is not None and marker.get("requirements") == requirements \
-        and marker.get("spec") == env_spec(requirements) and (d / "site-packages").is_dir()
+    marker = None if force else _wheels_marker(name)
+    wheels_ready = marker is not None and marker.get("requirements") == requirements
     ensure_base(log)  # a rebuilt base keeps the wheels: they depend on its Python only
     if wheels_ready:
         return d
@@ -118,14 +124,14 @@ def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: 
     try:
         envs.run_logged(f"{name} (aarch64): pip install {' '.join(requirements)}", pip_command(site, requirements),
                         logs / f"emulated-{name}-pip.log")
+        size = dir_size(site)
         write_text(tmp / MARKER, json.dumps({
             "spec": env_spec(requirements), "requirements": requirements, "python": PYTHON_VERSION,
             "versions": installed_versions(site), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "seconds": round(time.monotonic() - started, 1), "size_bytes": dir_size(site)}, indent=1))
+            "seconds": round(time.monotonic() - started, 1), "size_bytes": size}, indent=1))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     install(tmp, d)
-    size = dir_size(d / "site-packages") / 2**20
-    log(f"{name} (aarch64): ready in {time.monotonic() - started:.0f} s ({size:.0f} MiB)")
+    log(f"{name} (aarch64): ready in {time.monotonic() - started:.0f} s ({size / 2**20:.0f} MiB)")
     return d

@@ -26,6 +26,8 @@ from tracer.errors import DltraceError
 from tracer.trace import Trace
 
 FRAMEWORKS = ("torch", "jax")
+#: How an imported trace is named in its folder: ``<primitive>-imported.json``.
+SUFFIX = "-imported.json"
 
 
 class ImportFailed(DltraceError):
@@ -43,6 +45,10 @@ class Imported:
     gpu: str
     kernels: int  # distinct kernel names
     launches: int  # kernel launches, all instances and passes
+
+
+def imported_path(folder: Path, primitive: str) -> Path:
+    return folder / f"{primitive}{SUFFIX}"
 
 
 def import_file(path: str | Path, framework: str, command: str = "") -> list[Imported]:

@@ -43,7 +43,7 @@ def _r(primitive: str, forward: set[str], backward: set[str], **kw) -> Rule:
     return Rule(primitive, frozenset(forward), frozenset(backward), **{k: frozenset(v) for k, v in kw.items()})
 
 
-#: One rule per primitive of tracer.registry.PRIMITIVES, in its order.
+#: One rule per primitive of tracer.contract.PRIMITIVES, in its order.
 RULES: tuple[Rule, ...] = (
     _r("dense", {"aten::linear"}, {"AddmmBackward0", "AddmmBackward", "LinearBackward0"},
        top_only={"aten::addmm", "aten::matmul"}),

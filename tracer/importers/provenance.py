@@ -28,14 +28,19 @@ TERMS = {
 
 
 @lru_cache(maxsize=1)
+def _provenance_md() -> list[str]:
+    """PROVENANCE.md's lines (none when the project's copy is missing)."""
+    try:
+        return (REFERENCE / "PROVENANCE.md").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+
+
+@lru_cache(maxsize=1)
 def _table() -> dict[str, dict[str, str]]:
     """PROVENANCE.md's rows by file name: gpu, what runs, repository, commit, path."""
-    try:
-        text = (REFERENCE / "PROVENANCE.md").read_text(encoding="utf-8")
-    except OSError:
-        return {}
     rows = {}
-    for line in text.splitlines():
+    for line in _provenance_md():
         m = _ROW.match(line)
         if not m:
             continue
@@ -52,11 +57,7 @@ _ORIGINAL = re.compile(r"^- original: (\S+) sha256 ([0-9a-f]{64})$")
 @lru_cache(maxsize=1)
 def _originals() -> dict[str, str]:
     """sha256 of an original -> the name of its redacted copy (PROVENANCE.md's list)."""
-    try:
-        text = (REFERENCE / "PROVENANCE.md").read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    return {m.group(2): m.group(1) for m in map(_ORIGINAL.match, text.splitlines()) if m}
+    return {m.group(2): m.group(1) for m in map(_ORIGINAL.match, _provenance_md()) if m}
 
 
 @lru_cache(maxsize=32)

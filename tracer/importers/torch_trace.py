@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from tracer.contract import PRIMITIVES
+from tracer.contract import PASSES, PRIMITIVES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
 from tracer.importers.hierarchy import build
@@ -52,7 +52,7 @@ def import_kineto(path: Path, command: str = "") -> list[Imported]:
 
 def _imported(s: Slice, gpu: str, common: dict) -> Imported:
     shape, dtype = m.shape_and_dtype(s.first.args) if s.first is not None else ([], None)
-    passes = [p for p in ("forward", "backward") if p in s.trees]
+    passes = [p for p in PASSES if p in s.trees]
     meta = m.build_meta(framework="torch", primitive=s.primitive, passes=passes, shape=shape, dtype=dtype, **common)
     runs = [Run(p, "warm", {"op": s.trees[p]}, s.stats[p]) for p in passes]
     return Imported(Trace(meta, runs), s.primitive, passes, gpu, len(s.kernels), sum(s.kernels.values()))

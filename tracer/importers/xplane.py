@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.base import merge_siblings
-from tracer.contract import PRIMITIVES
+from tracer.contract import PASSES, PRIMITIVES
 from tracer.errors import DltraceError
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
@@ -230,7 +230,7 @@ def import_xplane(path: Path, command: str = "") -> list[Imported]:
         passes_k = slices.get(primitive)
         if not passes_k:
             continue
-        passes = [p for p in ("forward", "backward") if passes_k.get(p)]
+        passes = [p for p in PASSES if passes_k.get(p)]
         runs = []
         for p in passes:
             info = {"source": "jax.profiler (XPlane), imported", "kernels": len(passes_k[p]),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import PASSES
+from tracer.process.pairs import is_default_cpu
 from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
@@ -65,8 +66,7 @@ def _cell(trace: Trace) -> ArmCell:
 def arm_audit(traces: list[Trace], gaps: list[Any]) -> ArmAudit | None:
     """The audit over a framework's default CPU traces at the default shapes, functional
     API, when any of them ran on an emulated CPU; None otherwise."""
-    chosen = [t for t in traces if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"
-              and t.meta.get("api") == "functional"]
+    chosen = [t for t in traces if is_default_cpu(t) and t.meta.get("api") == "functional"]
     emulated = [t for t in chosen if isinstance(t.meta.get("emulated"), dict)]
     arm_gaps = [g for g in gaps if getattr(g, "cpu", "")]
     if not emulated and not arm_gaps:

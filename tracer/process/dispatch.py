@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tracer.process.diff.result import DiffResult, LayerDiff, Split
+from tracer.process.diff.result import DiffResult, LayerDiff, Split, walk_splits
 from tracer.process.symbols import display
 
 #: What a row shows of each side, over all its comparisons (cudnn_convolution, miopen_convolution...).
@@ -62,12 +62,10 @@ def _renamed(split: Split) -> str | None:
     op renamed (``Conv2D`` on one side, ``_MklNativeConv2D`` on the other)."""
     if split.kind != "root":
         return None
-    plain = {_VENDOR_PREFIX.sub("", b.label): b.label for b in split.only_a + split.only_b}
+    names: dict[str, set[str]] = {}  # the op without a vendor prefix -> the labels that compute it
     for b in split.only_a + split.only_b:
-        if _VENDOR_PREFIX.match(b.label) and _VENDOR_PREFIX.sub("", b.label) in plain \
-                and plain[_VENDOR_PREFIX.sub("", b.label)] != b.label:
-            return _VENDOR_PREFIX.sub("", b.label)
-    return None
+        names.setdefault(_VENDOR_PREFIX.sub("", b.label), set()).add(b.label)
+    return next((op for op, labels in names.items() if len(labels) > 1), None)
 
 
 def _evidence(layer: LayerDiff, split: Split, pass_: str) -> str:
@@ -116,7 +114,7 @@ class DispatchTable:
                 for s in layer.splits:
                     frame = (layer.layer == "op" and _renamed(s)) or s.frame
                     row = self._row(layer.layer, frame, s, primitive, pair)
-                    row.consequences += _nested(s)
+                    row.consequences += sum(1 for _ in walk_splits(s.children))
                     row.evidence.append(_evidence(layer, s, pass_))
                     named.append(row)
             for layer in result.layers:
@@ -132,12 +130,3 @@ class DispatchTable:
         order = {name: i for i, name in enumerate((*NAMING, "library"))}
         return sorted(self.rows.values(), key=lambda d: (order.get(d.layer, 9), -len(d.primitives), d.display))
 
-
-def _nested(split: Split) -> int:
-    """Splits nested below ``split``, at any depth."""
-    n, stack = 0, list(split.children)
-    while stack:
-        s = stack.pop()
-        n += 1
-        stack.extend(s.children)
-    return n

@@ -68,6 +68,10 @@ class MergedWalk:
     def __len__(self) -> int:
         return len(self.parent)
 
+    def whole(self) -> nx.DiGraph:
+        """Every node of the walk as a networkx graph."""
+        return self.graph(list(range(len(self))))
+
     def graph(self, nodes: list[int]) -> nx.DiGraph:
         """A networkx graph of ``nodes`` (in walk order) and the edges between them."""
         g = nx.DiGraph()
@@ -147,8 +151,7 @@ def merged_graph(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *
     """Both trees in one graph, every node. Each node has ``side`` in {"shared",
     "A-only", "B-only"}, ``count_a``/``count_b``, and ``split=True`` where the two
     sides' children differ. For drawing a large pair, see :func:`focused_graph`."""
-    w = merged_walk(a, b, layer=layer, threshold=threshold, sampled=sampled)
-    return w.graph(list(range(len(w))))
+    return merged_walk(a, b, layer=layer, threshold=threshold, sampled=sampled).whole()
 
 
 def focused_graph(w: MergedWalk) -> nx.DiGraph:

@@ -48,7 +48,9 @@ def _baseline(candidates: list[Trace], machine: str) -> Trace | None:
     return (same or candidates or [None])[0]
 
 
-def _is_default_cpu(t: Trace) -> bool:
+def is_default_cpu(t: Trace) -> bool:
+    """The framework's default path on a CPU (no variant's switch applied): what every
+    other path is set against."""
     return t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"
 
 
@@ -56,7 +58,7 @@ def _stand_in(traces: list[Trace], t: Trace) -> list[Trace]:
     """For a trace recorded elsewhere by another tool (an imported GPU profile, at the
     model's own shape): the default CPU traces of the same framework and primitive,
     functional API and smallest shape first, that it is to be set against."""
-    same = [x for x in traces if _is_default_cpu(x) and x.meta.get("api") != "imported"
+    same = [x for x in traces if is_default_cpu(x) and x.meta.get("api") != "imported"
             and x.meta["framework"] == t.meta["framework"] and x.meta["primitive"] == t.meta["primitive"]]
     return sorted(same, key=lambda x: (x.meta.get("api") != "functional", len(x.meta.get("shape") or []),
                                        list(x.meta.get("shape") or [])))[:1]
@@ -74,7 +76,7 @@ def pairs(traces: Iterable[Trace]) -> list[Pair]:
     out: list[Pair] = []
     for key in sorted(groups):
         group = groups[key]
-        base = [t for t in group if _is_default_cpu(t)]
+        base = [t for t in group if is_default_cpu(t)]
         for t in group:
             if t in base:
                 continue

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
 from tracer.process.arm_audit import ArmAudit, arm_audit
 from tracer.process.backend_needs import BackendNeeds, backend_needs
 from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
-from tracer.process.diff.result import DiffResult, Split
+from tracer.process.diff.result import DiffResult, walk_splits
 from tracer.process.dispatch import DispatchPoint, DispatchTable
-from tracer.process.pairs import Pair, case_key, machine_of, pairs, side_label
+from tracer.process.pairs import Pair, case_key, is_default_cpu, machine_of, pairs, side_label
 from tracer.process.reach import Reach, reach
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary
@@ -54,14 +54,6 @@ class PairReport:
     code: dict[str, SideCode]  # "A" / "B"
     libraries: dict[str, list[str]]  # libraries reached only in the differing branches
     isa: dict[str, list[str]]
-
-
-def _walk_splits(splits: Iterable[Split]) -> Iterable[Split]:
-    stack = list(splits)
-    while stack:
-        s = stack.pop()
-        yield s
-        stack.extend(s.children)
 
 
 def _branch_code(branches, code: SideCode, libs: set[str], isa: set[str], seen: set) -> None:
@@ -100,7 +92,7 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
     n = 0
     for result in diffs.values():
         for layer in result.layers:
-            for s in _walk_splits(layer.splits):
+            for s in walk_splits(layer.splits):
                 n += 1
                 _branch_code(s.only_a, code["A"], libs["A"], isa["A"], seen["A"])
                 _branch_code(s.only_b, code["B"], libs["B"], isa["B"], seen["B"])
@@ -224,7 +216,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
                 t.native_symbols += c.native_symbols
                 t.ops += c.ops
             points.add(key[1], pr.title, pr.diffs)
-        base = next((t for t in group if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"), None)
+        base = next((t for t in group if is_default_cpu(t)), None)
         # input checks that only raise on the other arm are not decisions a port hooks into
         cands = [c for c in find_candidates(base) if not c.guard] if base is not None else []
         case = CaseReport(key[1], key[2], list(key[3]), sides, reports, cands)
@@ -232,7 +224,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         by_case[(key[1], key[2])] = case
     cpu_default = defaultdict(list)
     for t in traces:
-        if t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default":
+        if is_default_cpu(t):
             cpu_default[t.meta["primitive"]].append(t)
     audit = _audit(cases, {prim: backend_needs(ts) for prim, ts in cpu_default.items()})
     return FrameworkReport(

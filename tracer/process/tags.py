@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tracer.knowledge import knowledge
+from tracer.knowledge import QUALIFIED, knowledge
 from tracer.process.normalize import normalize_lib
 from tracer.trace import Frame
 
@@ -42,20 +42,18 @@ def _t(*rows: tuple[str, str]) -> tuple[tuple[re.Pattern[str], str], ...]:
     return tuple((re.compile(p), tag) for p, tag in rows)
 
 
-_NS = r"(?:^|[\s*&(,])"  # start of a qualified name inside a demangled symbol
-
 #: Vendor code recognised by its symbol, wherever it is linked.
 SYMBOL_LIBS = _t(
     # the frameworks' oneDNN integrations count as oneDNN: mxnet::op::MKLDNNConvolutionForward,
     # tensorflow::MklConvOp, MklEagerOpRewrite (a port replaces them together with the library)
-    (r"(?:^|::)MKLDNN[A-Z]\w*|(?:^|::)_?Mkl[A-Z]\w*|" + _NS + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|brgemm|"
+    (r"(?:^|::)MKLDNN[A-Z]\w*|(?:^|::)_?Mkl[A-Z]\w*|" + QUALIFIED + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|brgemm|"
      r"(?:^|[^A-Za-z])jit_(?:uni|sse41|avx|avx2|avx512\w*|brgemm|brdgmm|amx)", ONEDNN),
     (r"(?:^|[^A-Za-z])(?:mkl_|MKL_)|^_?mkl", MKL),
     (r"(?i)openblas|gotoblas|blas_thread_server|(?:^|[^a-z])exec_blas|"
      r"(?:^|[^a-z])[sdcz]gemm_(?:kernel|itcopy|incopy|oncopy|otcopy|beta)", OPENBLAS),
-    (_NS + r"Eigen::", EIGEN),
-    (_NS + r"xla::|__xla_cpu_runtime|(?:^|[^A-Za-z])xla_cpu_", XLA),
-    (_NS + r"mshadow::", MSHADOW),
+    (QUALIFIED + r"Eigen::", EIGEN),
+    (QUALIFIED + r"xla::|__xla_cpu_runtime|(?:^|[^A-Za-z])xla_cpu_", XLA),
+    (QUALIFIED + r"mshadow::", MSHADOW),
     (r"(?i)cudnn", CUDNN),
     (r"(?i)cublas", CUBLAS),
     (r"(?i)nccl", "NCCL"),
@@ -63,10 +61,10 @@ SYMBOL_LIBS = _t(
     (r"(?i)cudart|^cuda[A-Z]\w*|^cu[A-Z][a-z]\w*", CUDART),
     (r"(?i)miopen", "MIOpen"),
     (r"(?i)rocblas|hipblas", "rocBLAS"),
-    (_NS + r"arm_compute::|^arm_compute", "Arm Compute Library"),
+    (QUALIFIED + r"arm_compute::|^arm_compute", "Arm Compute Library"),
     (r"(?:^|[^A-Za-z])kai_", "KleidiAI"),
     (r"(?:^|[^A-Za-z])xnn_|xnnpack", "XNNPACK"),
-    (_NS + r"fbgemm::", "FBGEMM"),
+    (QUALIFIED + r"fbgemm::", "FBGEMM"),
     (r"(?:^|[^A-Za-z])nnp_", "NNPACK"),
     (r"(?i)sleef_", "SLEEF"),
 )

@@ -179,10 +179,11 @@ def print_diff(result: DiffResult, console: Console, names: tuple[str, str] = ("
     for layer in result.layers:
         console.print(Rule(style="dim"))
         console.print(layer_header(layer), highlight=False)
-        if set_aside(layer):
-            console.print(Text(f"  {set_aside(layer)}", style="dim"))
+        aside = set_aside(layer)
+        if aside:
+            console.print(Text(f"  {aside}", style="dim"))
         if not layer.splits:
-            same = "no difference stands in this layer" if set_aside(layer) else "the two paths are the same in this layer"
+            same = "no difference stands in this layer" if aside else "the two paths are the same in this layer"
             console.print(Text(f"  {same}", style="green"))
         numbers: list[int] = []
         for level, split in layer.all_splits():

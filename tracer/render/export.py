@@ -74,18 +74,6 @@ def walk_events(tree: Tree, inclusive: dict[int, int] | None = None) -> Iterator
         stack.extend((c, True) for c in reversed(node.children))
 
 
-def weighted_stacks(tree: Tree) -> Iterator[tuple[list[Frame], int]]:
-    """(frames from the root, self weight) for every node with a positive self weight.
-    The list is shared and changes after each step: use it before asking for the next."""
-    path: list[Frame] = []
-    for entering, node, own in walk_events(tree):
-        if not entering:
-            path.pop()
-            continue
-        path.append(node.frame)
-        if own > 0:
-            yield path, own
-
 
 def frame_name(frame: Frame, tree: Tree) -> str:
     """A frame's display name; the root names its layer, native frames their library."""

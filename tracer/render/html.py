@@ -91,7 +91,7 @@ class _Graphs:
             drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
             drawing.svg = Markup(graphs.svg(focused, ""))
             if len(walk) <= graphs.MAX_FULL:
-                write_text(self.dir / f"{name}.svg", graphs.svg(walk.graph(list(range(len(walk)))), title))
+                write_text(self.dir / f"{name}.svg", graphs.svg(walk.whole(), title))
                 drawing.full = f"graphs/{name}.svg"
         except graphs.GraphvizMissing as exc:
             self.problem = str(exc)

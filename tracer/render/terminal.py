@@ -72,7 +72,7 @@ class TerminalSafe:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        return self.stream.write(_UNSAFE.sub(_escape, text))
+        return self.stream.write(safe(text))
 
 
 def safe_console(**kwargs) -> Console:

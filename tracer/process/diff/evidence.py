@@ -57,14 +57,23 @@ NAMING_LAYERS = ("python", "op")
 MIN_SAMPLES = 40
 
 
-def _present(root: Node, path: tuple, ident: tuple, threshold: float) -> bool:
-    """Whether the frame ``ident`` is under the calling context ``path`` of a sampled
-    tree in at least ``threshold`` of its samples."""
+def _at(root: Node, path: tuple) -> list[Node]:
+    """The nodes of a tree at the calling context ``path`` (identities below the root);
+    none when the tree does not have it."""
     group = [root]
     for step in path:
         group = children_groups(group).get(step)
         if not group:
-            return False
+            return []
+    return group
+
+
+def _present(root: Node, path: tuple, ident: tuple, threshold: float) -> bool:
+    """Whether the frame ``ident`` is under the calling context ``path`` of a sampled
+    tree in at least ``threshold`` of its samples."""
+    group = _at(root, path)
+    if not group:
+        return False
     kids = children_groups(group).get(ident)
     return bool(kids) and sum(n.count for n in kids) >= threshold * (total_samples(root) or 1)
 
@@ -110,12 +119,7 @@ def _kernels_under(root: Node | None, path: tuple, silent: frozenset[str] = froz
     found: Counter = Counter()
     if root is None:
         return found
-    group = [root]
-    for step in path:
-        group = children_groups(group).get(step)
-        if not group:
-            return found
-    stack = [(c, frozenset()) for n in group for c in n.children]
+    stack = [(c, frozenset()) for n in _at(root, path) for c in n.children]
     while stack:
         node, above = stack.pop()  # above: the libraries already on this stack (counted once)
         lib = library_of(node.frame)
@@ -166,14 +170,14 @@ def after_the_exact_layers(layers: list[LayerDiff]) -> None:
             d.splits = []
             continue
         kept = []
+        quiet = REPORTING_LIBS if silent else frozenset()
+        total_a, total_b = total_samples(d.a_root), total_samples(d.b_root)
         for s in d.splits:
             if silent and (s.library in REPORTING_LIBS or _all_reporting(s)):
                 d.consequences += 1
                 continue
-            quiet = REPORTING_LIBS if silent else frozenset()
             under_a = _kernels_under(d.a_root, s.ident_path, quiet)
             under_b = _kernels_under(d.b_root, s.ident_path, quiet)
-            total_a, total_b = total_samples(d.a_root), total_samples(d.b_root)
             if (_own_kernels(under_a, total_a, under_b, total_b, d.threshold)
                     and _own_kernels(under_b, total_b, under_a, total_a, d.threshold)):
                 kept.append(s)

@@ -80,6 +80,16 @@ class Split:
     ident_path: tuple = field(default=(), repr=False, compare=False, metadata={"json": False})  # identities below the root, to the split frame
 
 
+def walk_splits(splits: list[Split]) -> Iterator[Split]:
+    """The splits and every split nested below them, without recursion (nesting can be
+    deep); the order is not reading order (see :meth:`LayerDiff.all_splits`)."""
+    stack = list(splits)
+    while stack:
+        s = stack.pop()
+        yield s
+        stack.extend(s.children)
+
+
 @dataclass
 class LayerDiff:
     layer: str
