@@ -11,6 +11,7 @@ import re
 import resource
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from xml.etree import ElementTree
@@ -291,13 +292,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """In the child: SIGINT at its default disposition. A background job of a
+    non-interactive shell (`nohup make test &`) inherits SIGINT ignored, and so would
+    the dltrace under test: Ctrl-C at a terminal is what these tests mean."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
 @pytest.mark.parametrize("command", ["probe", "survey"])
 def test_stopping_dltrace_stops_its_probes(fake_frameworks, tmp_path, command, how):
     args = ["probe", "crashy", "relu"] if command == "probe" else ["survey", "crashy", "--primitives", "relu",
                                                                     "--no-native", "-o", str(tmp_path)]
     proc = subprocess.Popen([DLTRACE, *args], env={**os.environ, **fake_frameworks}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 60
     while not (probes := _probe_pids(proc.pid)):
         assert time.monotonic() < deadline and proc.poll() is None, "the probe never started"
@@ -309,6 +317,18 @@ def test_stopping_dltrace_stops_its_probes(fake_frameworks, tmp_path, command, h
     while any(map(_alive, probes)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(map(_alive, probes)), f"probe {probes} still running after dltrace got {how}"
+    if how != "SIGKILL":  # dltrace's own handling: one line and the status of an interrupt
+        assert proc.returncode == 130, (proc.returncode, proc.stderr)
+
+
+def test_the_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(fake_frameworks, tmp_path):
+    """`nohup make test &` from a non-interactive shell: pytest and everything it starts
+    inherit SIGINT ignored. The test above must still mean Ctrl-C, so run it that way."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                           f"{__file__}::test_stopping_dltrace_stops_its_probes[probe-SIGINT]"],
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).parent.parent, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:]
 
 
 def test_a_probe_leaves_no_temporary_folder(fake_frameworks, tmp_path):

@@ -12,14 +12,17 @@ Re-running resumes: a case whose trace is already there is not probed again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from tracer import envs
+from tracer.bounded import NotRegular, TooLarge, read_regular
 from tracer.contract import LAYERS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import write_text
@@ -59,6 +62,35 @@ class Gap:
     error: str
     kind: str = "failed"
     cpu: str = ""  # an emulated CPU model, "" for this machine
+
+
+#: A gap record is a few hundred bytes; one of more is not a gap record.
+MAX_GAP_BYTES = 1 << 16
+_GAP_FIELDS = {f for f in Gap.__dataclass_fields__}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_GAP_REQUIRED = ("framework", "device", "variant", "primitive", "api", "error")
+
+
+def load_gap(path: Path) -> Gap:
+    """A gap record read back, checked field by field as traces are: it comes from a
+    folder someone else may have filled. ValueError names what is wrong."""
+    try:
+        doc = json.loads(read_regular(path, MAX_GAP_BYTES))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+    except (NotRegular, TooLarge) as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    missing = [k for k in _GAP_REQUIRED if k not in doc]
+    if missing:
+        raise ValueError(f"missing field {missing[0]!r}")
+    for key, value in doc.items():
+        if key not in _GAP_FIELDS:
+            raise ValueError(f"unknown field {str(key)[:40]!r}")
+        if not isinstance(value, str):
+            raise ValueError(f"field {key!r} is {type(value).__name__}, not a string")
+    return Gap(**{k: _LONE_SURROGATE.sub("\ufffd", v) for k, v in doc.items()})
 
 
 @dataclass
@@ -111,13 +143,17 @@ def _write_gap(path: Path, gap: Gap) -> None:
 
 def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT) -> SurveyEvent:
     """Probe the cases of ``job`` that have no trace yet; failures become gaps."""
-    todo = []
+    todo, blocked = [], []
     for spec in job.cases:
         path = case_path(root, job, spec)
         gap_path = path.with_name(path.name[: -len(".json")] + GAP_SUFFIX)
         if fresh:
             path.unlink(missing_ok=True)
-        gap_path.unlink(missing_ok=True)
+        if gap_path.is_file() or gap_path.is_symlink():
+            gap_path.unlink()
+        if path.exists() and not path.is_file():
+            blocked.append(spec)  # a folder (or a pipe) where the trace goes: that case's gap
+            continue
         if path.exists():
             try:
                 had = load(path)
@@ -130,7 +166,8 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
                 if "native" not in spec.layers or ("native" in had.meta and not native_incomplete(had)):
                     continue
         todo.append(spec)
-    event = SurveyEvent(job, len(job.cases) - len(todo), reused=len(job.cases) - len(todo))
+    reused = len(job.cases) - len(todo) - len(blocked)
+    event = SurveyEvent(job, reused, reused=reused)
     fw = job.framework
 
     def gap(spec: CaseSpec, error: str, kind: str = "failed") -> None:
@@ -138,6 +175,9 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
         _write_gap(case_path(root, job, spec), g)
         event.gaps.append(g)
 
+    for spec in blocked:
+        gap(spec, f"{case_path(root, job, spec)} is not a file (a folder or pipe is in the way of its trace); "
+                  "remove it and run the survey again", "output")
     while todo:
         out_dir = case_path(root, job, todo[0]).parent
         try:
@@ -271,18 +311,45 @@ def trace_files(folders: Iterable[Path]) -> Iterator[Path]:
 
 
 def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
-    """Every trace and gap under ``folders``; unreadable files are reported, not fatal."""
+    """Every trace and gap under ``folders``; unreadable files are reported, not fatal.
+    A trace or gap met twice (a folder given twice, ``--with-traces`` at the survey's
+    own traces, a copy) counts once: the same content is the same evidence."""
     traces, gaps, problems = [], [], []
+    seen_traces: set[str] = set()
+    seen_gaps: set[tuple[str, ...]] = set()
     for folder in folders:
         for path in trace_files([folder]):
             try:
-                traces.append(load(path))
+                trace = load(path)
             except TraceFormatError as exc:
                 problems.append(str(exc))
+                continue
+            digest = _content_digest(path)
+            if digest not in seen_traces:
+                seen_traces.add(digest)
+                traces.append(trace)
         if Path(folder).is_dir():
             for path in sorted(Path(folder).rglob(f"*{GAP_SUFFIX}")):
                 try:
-                    gaps.append(Gap(**json.loads(path.read_text())))
-                except (ValueError, TypeError) as exc:
-                    problems.append(f"{path}: unreadable gap record ({exc})")
+                    g = load_gap(path)
+                except (OSError, ValueError) as exc:
+                    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                    problems.append(f"{path}: unreadable gap record ({str(why)[:200]})")
+                    continue
+                key = tuple(str(v) for v in g.__dict__.values())
+                if key not in seen_gaps:
+                    seen_gaps.add(key)
+                    gaps.append(g)
     return traces, gaps, problems
+
+
+def _content_digest(path: Path) -> str:
+    """The SHA-256 of a file just loaded (so a regular file, of bounded size)."""
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    except OSError:
+        return str(path.resolve())

@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_maybe_gzip
 from tracer.contract import PASSES, PHASES
 from tracer.files import write_bytes
 
@@ -361,22 +362,33 @@ def from_json(doc: Any, where: str = "trace") -> Trace:
     return Trace(meta, runs, sources)
 
 
+#: The most a trace may expand to (``DLTRACE_MAX_TRACE_MB`` MiB to change it). The
+#: survey's largest traces are a few MB, the 1M-frame benchmark trace 27 MiB of JSON
+#: (700 MB loaded: loading costs 10 to 30 times the JSON), so a decompression bomb
+#: costs 256 MiB, not what it claims, and loading stays within a few GB.
+MAX_TRACE_MIB = 256
+
+
 def load(path: str | os.PathLike) -> Trace:
-    """Read a trace written by :func:`save`; any problem is a one-line TraceFormatError."""
+    """Read a trace written by :func:`save`; any problem is a one-line TraceFormatError.
+    Only regular files are read (a named pipe would block, ``/dev/zero`` never end), and
+    what they expand to and the memory loading takes are bounded."""
     path = os.fspath(path)
+    limit = limit_from_env("DLTRACE_MAX_TRACE_MB", MAX_TRACE_MIB)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        _, data = read_maybe_gzip(path, limit)
+        doc = json.loads(data)
+        if _ESCAPED_SURROGATE.search(data):
+            doc = _without_surrogates(doc)
+        return from_json(doc, where=path)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        doc = json.loads(data)
+    except (NotRegular, TooLarge) as exc:
+        hint = " (set DLTRACE_MAX_TRACE_MB to allow more)" if isinstance(exc, TooLarge) else ""
+        raise TraceFormatError(f"{path}: not read: {exc}{hint}") from None
+    except MemoryError:
+        raise TraceFormatError(f"{path}: too large to load in the memory available") from None
     except RecursionError:
         raise TraceFormatError(f"{path}: not a trace (JSON nested too deeply to read)") from None
-    except (OSError, EOFError, ValueError, zlib.error) as exc:
+    except (EOFError, ValueError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: corrupt or truncated trace ({type(exc).__name__}: {exc})"[:500]) from None
-    if _ESCAPED_SURROGATE.search(data):
-        doc = _without_surrogates(doc)
-    return from_json(doc, where=path)

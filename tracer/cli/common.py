@@ -4,6 +4,7 @@ and interrupts (Group), option types, and reading the registry and trace folders
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import signal
 import sys
@@ -16,11 +17,11 @@ from tracer.contract import LAYERS
 from tracer.errors import DltraceError, UsageError
 from tracer.files import describe
 from tracer.registry import RegistryError
-from tracer.render.terminal import message, safe_console
+from tracer.render.terminal import STDOUT, message, safe_console, tolerant_streams
 from tracer.runner import stop_all
 from tracer.trace import TraceFormatError
 
-out = safe_console()
+out = safe_console(file=STDOUT)
 err = safe_console(stderr=True)
 
 
@@ -29,8 +30,16 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context):
         signal.signal(signal.SIGTERM, _interrupt)  # `kill dltrace`: stop its probes, as Ctrl-C does
+        tolerant_streams()
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # `dltrace list | head -1`: the reader has gone; end quietly
+            _silence_stdout()
+            ctx.exit(141)
+        except MemoryError:
+            stop_all()
+            err.print("dltrace: error: out of memory (a trace or profile too large for this machine?)", markup=False)
+            ctx.exit(1)
         except (DltraceError, TraceFormatError, RegistryError, ValueError) as exc:
             err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
             ctx.exit(1)
@@ -41,6 +50,17 @@ class Group(click.Group):
             stop_all()
             err.print("dltrace: interrupted", markup=False)
             ctx.exit(130)
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so that the interpreter's last flush of a closed pipe
+    does not print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
 
 
 def _interrupt(signum: int, frame) -> None:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from tracer import envs
 from tracer.cli import main
 from tracer.cli.common import err, frameworks, out
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.errors import DltraceError
-from tracer.render.terminal import message
+from tracer.render.terminal import message, table_or_records
 from tracer.runner import check
 
 
@@ -19,14 +18,14 @@ from tracer.runner import check
 @main.command("list")
 def list_cmd() -> None:
     """Frameworks, primitives, devices, variants, and which environments are ready."""
-    table = Table(title="frameworks (frameworks.yaml)")
-    for col in ("framework", "version", "devices", "variants", "APIs", "environment"):
-        table.add_column(col)
+    rows = []
     for fw in frameworks().values():
         st = envs.status(fw)
         env = f"[green]ready[/] {escape(st.version)}" if st.ready else f"[yellow]{escape(st.note)}[/]"
-        table.add_row(fw.name, fw.version, ", ".join(fw.devices), ", ".join(["default", *fw.variants]), ", ".join(fw.apis), env)
-    out.print(table)
+        rows.append([escape(fw.name), escape(fw.version), escape(", ".join(fw.devices)),
+                     escape(", ".join(["default", *fw.variants])), escape(", ".join(fw.apis)), env])
+    out.print(table_or_records("frameworks (frameworks.yaml)", ["framework", "version", "devices", "variants", "APIs",
+                                                                  "environment"], rows, out.width))
     out.print(f"primitives: {', '.join(PRIMITIVES)}")
     out.print(f"passes: {', '.join(PASSES)}  (each primitive is traced forward and backward, cold and warm)")
 
@@ -81,17 +80,15 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
 @env.command("list")
 def env_list() -> None:
     """Which environments are ready, their versions and sizes."""
-    table = Table()
-    for col in ("framework", "state", "version", "size", "python"):
-        table.add_column(col)
+    rows = []
     for fw in frameworks().values():
         st = envs.status(fw, sizes=True)
         state = "[green]ready[/]" if st.ready else f"[yellow]{escape(st.note)}[/]"
         if st.ready and st.note:
             state += f" ({escape(st.note)})"
         size = f"{st.size_bytes / 2**20:.0f} MiB" if st.size_bytes else ""
-        table.add_row(fw.name, state, escape(st.version), size, escape(str(st.python or "")))
-    out.print(table)
+        rows.append([escape(fw.name), state, escape(st.version), size, escape(str(st.python or ""))])
+    out.print(table_or_records("", ["framework", "state", "version", "size", "python"], rows, out.width))
 
 
 @env.command("use")

@@ -135,7 +135,7 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     """Turn GPU profiler files recorded elsewhere into dltrace traces: one trace per
     primitive found, <primitive>-imported.json, its op layer shaped like the CPU probe's
     and the GPU kernels under the ops that launched them."""
-    from tracer.importers import import_file, imported_path
+    from tracer.importers import ImportFailed, import_file, imported_path
     from tracer.importers.source import short_name
     from tracer.trace import save
 
@@ -143,14 +143,23 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise DltraceError(f"two files would be written to the same folder ({dup}); import them one at a time with -o")
-    folders = [output if output is not None and len(files) == 1 else (output or Path("imported")) / n for n in names]
-    for folder in folders:
-        ensure_dir(folder)  # before the work: an output that cannot be written is found first
-    done = [(folder, import_file(f, framework, command=command_line())) for f, folder in zip(files, folders)]
-    for folder, results in done:
+    single = output is not None and len(files) == 1
+    folders = [output if single else (output or Path("imported")) / n for n in names]
+    ensure_dir(output if output is not None else Path("imported"))  # an unwritable output is found first
+    failed = 0
+    for f, folder in zip(files, folders):  # each file stands alone: a bad one costs only itself
+        try:
+            results = import_file(f, framework, command=command_line())
+        except ImportFailed as exc:
+            failed += 1
+            err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
+            continue
+        ensure_dir(folder)
         for r in results:
             path = imported_path(folder, r.primitive)
             save(r.trace, path)
             kernels = f"{r.kernels} kernel{'s' * (r.kernels != 1)} ({r.launches} launch{'es' * (r.launches != 1)})"
             out.print(f"{r.primitive}  {'+'.join(r.passes)}  {r.gpu}  {kernels}  -> {path}", markup=False,
                       highlight=False, soft_wrap=True)
+    if failed:
+        raise click.exceptions.Exit(1)

@@ -14,7 +14,7 @@ from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.render import EXPORTS
-from tracer.render.terminal import TerminalSafe
+from tracer.render.terminal import STDOUT, TerminalSafe
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
 
 
@@ -92,7 +92,7 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
         candidates = find_candidates(a, pass_, phase)
         if as_json:
             click.echo(json.dumps({"mode": "candidates", "trace": trace_a, "pass": pass_, "phase": phase,
-                                   "candidates": [c.to_json() for c in candidates]}, indent=2))
+                                   "candidates": [c.to_json() for c in candidates]}, indent=2), file=STDOUT)
         else:
             from tracer.process.diff import describe
 
@@ -101,7 +101,8 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
     b = load(trace_b)
     result = diff_traces(a, b, pass_, phase, LAYERS if layer == "all" else (layer,), threshold, force)
     if as_json:
-        click.echo(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json()}, indent=2))
+        click.echo(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json()}, indent=2),
+                   file=STDOUT)
     else:
         print_diff(result, out, (trace_a, trace_b))
 
@@ -135,5 +136,5 @@ def export(trace_file, fmt, output, layers, pass_, phase) -> None:
             write(trace, trees, fh)
         err.print(f"{fmt} written to {output} ({len(trees)} trees)", style="dim", highlight=False, markup=False)
     else:
-        stream = click.get_text_stream("stdout")
-        write(trace, trees, TerminalSafe(stream) if stream.isatty() else stream)
+        write(trace, trees, TerminalSafe(STDOUT) if STDOUT.isatty() else STDOUT)
+        STDOUT.flush()

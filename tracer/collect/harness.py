@@ -112,7 +112,10 @@ def _library_layer(log: StdoutLog, case: Any, pass_: str, label: str) -> tuple[N
         case.sync()
 
     calls = log.between(step)
-    return library.tree(calls, label), {"source": "vendor verbose logs", "calls": len(calls.calls)}
+    info = {"source": "vendor verbose logs", "calls": len(calls.calls)}
+    if calls.unreadable:
+        info["unreadable_lines"] = calls.unreadable
+    return library.tree(calls, label), info
 
 
 def _machine() -> dict:

@@ -10,6 +10,7 @@ on captured text alone. Stdlib only.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -41,6 +42,17 @@ class VendorLog:
     calls: list[LibraryCall] = field(default_factory=list)
     #: library -> facts it printed about itself (version, the ISA it dispatches to, threading)
     info: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: lines that looked like a library's report but could not be read (a time of
+    #: ``nan`` or ``1.2.3us``): counted and skipped, never the cost of a case
+    unreadable: int = 0
+
+
+def _ns(value: str, scale: float) -> int:
+    """A reported duration in nanoseconds; ValueError unless it is a finite, non-negative number."""
+    number = float(value) * scale
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"not a duration: {value!r}")
+    return int(round(number))
 
 
 def _onednn(fields: list[str], log: VendorLog) -> None:
@@ -51,14 +63,11 @@ def _onednn(fields: list[str], log: VendorLog) -> None:
             return
         engine, kind, impl, prop = (x.strip() for x in rest[:4])
         problem = rest[-2] if len(rest) >= 6 else ""
-        try:
-            ms = float(rest[-1])
-        except ValueError:
-            ms = 0.0
+        time_ns = _ns(rest[-1], 1e6) if len(rest) >= 6 else 0
         name = " ".join(x for x in (kind, impl) if x) + (f" ({prop})" if prop and prop != "undef" else "")
         if engine != "cpu":
             name += f" [{engine}]"
-        log.calls.append(LibraryCall(ONEDNN, name, problem, int(round(ms * 1e6))))
+        log.calls.append(LibraryCall(ONEDNN, name, problem, time_ns))
         return
     if "info" in fields[:4]:
         text = ",".join(fields[fields.index("info") + 1:])
@@ -73,20 +82,27 @@ def _onednn(fields: list[str], log: VendorLog) -> None:
 
 
 def parse(text: str, log: VendorLog | None = None) -> VendorLog:
-    """Every library line of ``text`` (other output is left alone), added to ``log``."""
+    """Every library line of ``text`` (other output is left alone), added to ``log``.
+    A line that looks like a report but cannot be read is counted in ``unreadable``."""
     log = log or VendorLog()
     for line in text.splitlines():
-        line = line.strip()
-        if _ONEDNN_PREFIX.match(line):
-            _onednn(line.split(","), log)
-            continue
-        m = _MKL_CALL.match(line)
-        if m:
-            fn, args, value, unit = m.groups()
-            detail = ",".join(a.strip() for a in args.split(",")[:5])  # transposes and sizes, not pointers
-            log.calls.append(LibraryCall(MKL, fn.upper(), detail, int(float(value) * _UNIT_NS[unit])))
-            continue
-        m = _MKL_INFO.match(line)
-        if m:
-            log.info.setdefault(MKL, {})["version"] = m.group(1).split(" Product build")[0].strip()
+        try:
+            _line(line.strip(), log)
+        except (ValueError, OverflowError, IndexError):
+            log.unreadable += 1
     return log
+
+
+def _line(line: str, log: VendorLog) -> None:
+    if _ONEDNN_PREFIX.match(line):
+        _onednn(line.split(","), log)
+        return
+    m = _MKL_CALL.match(line)
+    if m:
+        fn, args, value, unit = m.groups()
+        detail = ",".join(a.strip() for a in args.split(",")[:5])  # transposes and sizes, not pointers
+        log.calls.append(LibraryCall(MKL, fn.upper(), detail, _ns(value, _UNIT_NS[unit])))
+        return
+    m = _MKL_INFO.match(line)
+    if m:
+        log.info.setdefault(MKL, {})["version"] = m.group(1).split(" Product build")[0].strip()

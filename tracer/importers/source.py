@@ -9,9 +9,7 @@ machine; so sizes are capped before anything is decompressed or parsed.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import re
 import zlib
@@ -19,13 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracer.bounded import GZIP_MAGIC, NotRegular, TooLarge, gunzip, read_regular
 from tracer.importers import ImportFailed
 
 #: The largest file read, and the most bytes a gzip file may decompress to. The
 #: largest real Kineto trace at hand is 40 MB of JSON; a whole-model trace of many
 #: steps reaches a few hundred MB; past 1 GiB the JSON alone would need ~10 GiB.
 MAX_BYTES = 1 << 30
-_GZIP_MAGIC = b"\x1f\x8b"
+#: The most JSON objects (events, their args) a document may hold. Memory follows
+#: the objects, not the bytes: 2 M tiny Kineto events took 3.1 GB to parse and
+#: check, and 890 MB of them 10 to 18 GB. The largest real profile at hand (a
+#: recommender step on an A100, 33 MiB) holds 193,000; counting the file's ``{``
+#: before parsing (a string holding one only overcounts) bounds an import near 1.5 GB.
+MAX_OBJECTS = 1_000_000
 _SUFFIXES = re.compile(r"(?:\.(?:gz|json|pb|xplane|kineto|pt\.trace|trace))+$", re.I)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -47,40 +51,45 @@ class Source:
 
 
 def read_source(path: str | Path) -> Source:
-    """The file's bytes (gunzipped when they are gzip), or a one-line ImportFailed."""
+    """The file's bytes (gunzipped when they are gzip), or a one-line ImportFailed.
+    Only a regular file is read (a named pipe would block forever)."""
     path = Path(path)
     try:
-        if path.is_dir():
-            raise ImportFailed(f"{path}: is a folder, not a profiler file")
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        raw = read_regular(path, MAX_BYTES)
     except OSError as exc:
         raise ImportFailed(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_BYTES:
-        raise ImportFailed(f"{path}: larger than {MAX_BYTES >> 20} MiB; not imported")
+    except NotRegular as exc:
+        raise ImportFailed(f"{path}: is {exc}, not a profiler file") from None
+    except TooLarge:
+        raise ImportFailed(f"{path}: larger than {MAX_BYTES >> 20} MiB; not imported") from None
     if not raw:
         raise ImportFailed(f"{path}: empty file")
     digest = hashlib.sha256(raw).hexdigest()
-    compressed = raw[:2] == _GZIP_MAGIC
+    compressed = raw[:2] == GZIP_MAGIC
     data = _gunzip(path, raw) if compressed else raw
     return Source(path, digest, len(raw), compressed, data)
 
 
 def _gunzip(path: Path, raw: bytes) -> bytes:
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
-            data = gz.read(MAX_BYTES + 1)
-    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+        return gunzip(raw, MAX_BYTES)
+    except TooLarge:
+        raise ImportFailed(f"{path}: decompresses to more than {MAX_BYTES >> 20} MiB; not imported") from None
+    except (EOFError, zlib.error) as exc:
         raise ImportFailed(f"{path}: corrupt or truncated gzip ({type(exc).__name__}: {clip(str(exc), 120)})") from None
-    if len(data) > MAX_BYTES:
-        raise ImportFailed(f"{path}: decompresses to more than {MAX_BYTES >> 20} MiB; not imported")
-    return data
 
 
 def load_json(src: Source, what: str) -> Any:
-    """The file's JSON document; ``what`` names the kind of file expected in errors."""
+    """The file's JSON document; ``what`` names the kind of file expected in errors.
+    A document of more than :data:`MAX_OBJECTS` objects is refused before parsing."""
+    objects = src.data.count(b"{")
+    if objects > MAX_OBJECTS:
+        raise ImportFailed(f"{src.path}: holds about {objects:,} JSON objects, more than the {MAX_OBJECTS:,} an "
+                           "import reads; profile fewer steps") from None
     try:
         return json.loads(src.data)
+    except MemoryError:
+        raise ImportFailed(f"{src.path}: too large to import in the memory available") from None
     except RecursionError:
         raise ImportFailed(f"{src.path}: not {what} (JSON nested too deeply to read)") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError

@@ -6,6 +6,7 @@ network, no CDN."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import html
 import re
 from dataclasses import dataclass
@@ -33,12 +34,33 @@ TEMPLATES = ROOT / "templates"
 _FORMATTER = HtmlFormatter(nowrap=True)
 
 
+#: Bidirectional embeddings, overrides and isolates, and the marks that act like them:
+#: a U+202E in a frame name would reverse the text around it on the page.
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group(0)):04x}"
+
+
+def inert_text(value: Any) -> Any:
+    """Every value a template prints, with bidirectional controls shown as escapes
+    (Jinja's ``finalize``: before autoescaping, so no template can forget it; markup
+    already made safe, a drawing or highlighted code, stays markup)."""
+    if isinstance(value, Markup):
+        return Markup(_BIDI.sub(_visible, str(value))) if _BIDI.search(value) else value
+    if isinstance(value, str) and _BIDI.search(value):
+        return _BIDI.sub(_visible, value)
+    return value
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+                             trim_blocks=True, lstrip_blocks=True, finalize=inert_text)
     env.filters["code"] = code_lines
     env.filters["slug"] = slug
     env.filters["symbol"] = display
+    env.filters["most"] = most
     env.filters["seconds"] = lambda s: "" if s is None else (f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} µs")
     env.globals["LAYER_NAMES"] = LAYER_NAMES
     env.globals["SYSTEM_LIBS"] = SYSTEM_LIBS
@@ -47,6 +69,51 @@ def _env() -> jinja2.Environment:
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower()
+
+
+#: Names a framework page must never take: the index, and what the report writes beside it.
+RESERVED = frozenset({"index", "graphs"})
+
+
+def file_stem(text: str, width: int = 60) -> str:
+    """A file name for ``text`` that no other text gets: ``text`` itself where it is
+    already a short, lower-case slug, else its slug cut to ``width`` characters and a
+    hash of the whole text. Names come from traces recorded elsewhere: ``torch!``
+    must not replace ``torch.html``, ``index`` the index, ``!!!`` become a hidden
+    file, nor a 300-character name exceed what the file system allows."""
+    stem = slug(text)[:width].strip("-")
+    if stem == text and stem not in RESERVED:
+        return stem
+    return f"{stem or 'page'}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+
+
+def page_names(names: list[str]) -> dict[str, str]:
+    """Each distinct framework name -> its page's file name, one page per name."""
+    pages: dict[str, str] = {}
+    taken = {f"{r}.html" for r in RESERVED}
+    for name in names:
+        if name in pages:
+            continue
+        page, n = f"{file_stem(name)}.html", 1
+        while page in taken:  # a name that is literally another's hashed stem
+            n += 1
+            page = f"{file_stem(name)}-{n}.html"
+        pages[name] = page
+        taken.add(page)
+    return pages
+
+
+#: The most entries of one list a page shows; the rest is counted (the trace and
+#: ``dltrace diff --json`` have them all). A trace of 100,000 distinct kernels must
+#: not make a page of 100 MB.
+PAGE_LIST = 50
+
+
+def most(items: Any, n: int = PAGE_LIST) -> list[Any]:
+    """The first ``n`` items of a list a template loops over, and, when some are left
+    out, a last string saying how many."""
+    items = list(items)
+    return items if len(items) <= n else [*items[:n], Markup('<span class="muted">… {} more</span>').format(len(items) - n)]
 
 
 def code_lines(fragment: Fragment) -> list[dict[str, Any]]:
@@ -118,17 +185,19 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         "frameworks": reports,
         "machines": sorted({m for r in reports for m in r.machines}),
     }
+    pages = page_names([r.name for r in reports])
+    env.filters["page"] = pages.__getitem__
     for rep in reports:
         graphs_for = {}
         for case in rep.cases:
             for i, pr in enumerate(case.pairs):
                 for pass_, result in pr.diffs.items():
                     for layer in result.layers:
-                        name = slug(f"{rep.name}-{case.primitive}-{case.api}-{pr.title}-{pass_}-{layer.layer}")
+                        name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-{layer.layer}", 80)
                         graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
                             name, layer, f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer")
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for, graph_problem=drawer.problem)
-        write_text(out / f"{slug(rep.name)}.html", page)
+        write_text(out / pages[rep.name], page)
     index = out / "index.html"
     write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports), graph_problem=drawer.problem))
     return index

@@ -12,11 +12,15 @@ styling still reaches the terminal.
 from __future__ import annotations
 
 import re
+import sys
 from typing import TextIO
 
-from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.segment import Segment
+from rich.table import Table
 from rich.text import Text
+
+from tracer.files import OutputError
 
 #: C0 controls but newline and tab, DEL, C1 controls, bidirectional overrides and
 #: isolates (they reorder what is shown), and lone surrogates (not encodable).
@@ -73,6 +77,89 @@ class TerminalSafe:
 
     def write(self, text: str) -> int:
         return self.stream.write(safe(text))
+
+
+class StandardOutput:
+    """``sys.stdout`` as the commands write to it: output that cannot be written (fd 1
+    closed at start, a full device) is one :class:`tracer.files.OutputError` naming
+    standard output, not a traceback or a silent exit 0. A closed pipe (``| head -1``)
+    raises BrokenPipeError, which the command line ends quietly, as other Unix tools do."""
+
+    def _stream(self) -> TextIO:
+        stream = sys.stdout
+        if stream is None:
+            raise OutputError("cannot write to standard output: it is closed")
+        return stream
+
+    def _failed(self, exc: OSError) -> OutputError:
+        return OutputError(f"cannot write to standard output: {exc.strerror or exc}")
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream().write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream().flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def isatty(self) -> bool:
+        try:
+            return sys.stdout is not None and sys.stdout.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self._stream().fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+
+def tolerant_streams() -> None:
+    """Characters the output encoding cannot carry (``PYTHONIOENCODING=ascii``, a C
+    locale) are written as escapes instead of stopping the output half way."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (OSError, ValueError):
+                pass
+
+
+STDOUT = StandardOutput()
+
+#: The narrowest a table column may be squeezed before the table is shown as records.
+MIN_COLUMN = 10
+
+
+def table_or_records(title: str, headers: list[str], rows: list[list[str]], width: int) -> RenderableType:
+    """A table where the console is wide enough for every column to show some of its
+    text; else one record per row (``header: value`` lines), so that a narrow
+    terminal (``COLUMNS=20``) squeezes nothing into empty cells. Cells are rich markup."""
+    needed = sum(min(MIN_COLUMN, max(len(Text.from_markup(c).plain) for c in [h, *col]))
+                 for h, *col in zip(headers, *rows)) + 3 * len(headers) + 1 if rows else 0
+    if width >= needed:
+        table = Table(title=title or None)
+        for h in headers:
+            table.add_column(h, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        return table
+    lines = [Text(title, style="bold")] if title else []
+    for row in rows:
+        lines.append(Text.from_markup(row[0], style="bold"))
+        lines += [Text.assemble(f"  {h}: ", Text.from_markup(c)) for h, c in zip(headers[1:], row[1:])]
+    return Group(*lines)
 
 
 def safe_console(**kwargs) -> Console:
