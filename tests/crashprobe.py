@@ -61,4 +61,17 @@ def make_case(primitive, api, device, shape):
         atexit.register(_corrupt_outputs)
     if primitive == "dense":  # leaves a folder in the temporary folder, as MXNet's profiler does
         tempfile.mkdtemp(prefix="crashy-profile-")
+    if primitive == "softmax":  # its "library" prints one good oneDNN line and malformed ones each step
+        return base.Case(forward=_malformed_verbose, backward=lambda state: None)
     return base.Case(forward=lambda: sum(range(10)), backward=lambda state: None)
+
+
+VERBOSE = (b"onednn_verbose,v1,primitive,exec,cpu,softmax,jit:avx2,forward_training,src:f32,,alg:softmax,mb2ic8,0.01\n"
+           b"onednn_verbose,v1,primitive,exec,cpu,softmax,jit:avx2,forward_training,src:f32,,alg:softmax,mb2ic8,nan\n"
+           b"onednn_verbose,v1,primitive,exec,cpu,softmax,jit:avx2,forward_training,src:f32,,alg:softmax,mb2ic8,1e400\n"
+           b"MKL_VERBOSE SGEMM(N,N,4,4,4,0x1,0x2,4,0x3,4,0x4,0x5,4) 1.2.3us CNR:OFF Dyn:1\n")
+
+
+def _malformed_verbose() -> int:
+    os.write(1, VERBOSE)  # fd 1, where oneDNN and MKL print
+    return sum(range(10))

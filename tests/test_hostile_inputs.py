@@ -369,3 +369,265 @@ def test_a_damaged_external_json_is_one_line(tmp_path):
 def test_env_use_of_a_folder_is_one_line(tmp_path):
     line = one_line_error(dltrace("env", "use", "torch", str(tmp_path), env={"DLTRACE_HOME": str(tmp_path)}))
     assert f"torch: {tmp_path} is not an executable Python interpreter" in line
+
+
+# ----------------------------------------------------------------------------- round 3: bounded reads
+
+
+#: Under this address-space limit (set in the child), reading what a file claims
+#: instead of what it is allowed to be is a MemoryError, not an exhausted machine.
+MEMORY_LIMIT = 4 << 30
+
+
+def _limited(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`dltrace ARGS` with its address space limited to MEMORY_LIMIT."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    return subprocess.run([DLTRACE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=limit)
+
+
+def _gzip_bomb(path: Path, gib: float) -> Path:
+    """A gzip file of concatenated members (legal gzip) that expands to ``gib`` GiB of
+    zeros behind a valid trace header, in a few MB."""
+    member = gzip.compress(bytes(64 << 20), compresslevel=9)
+    path.write_bytes(gzip.compress(b'{"format": "dltrace-trace", "version": 1, "meta": {"x": "')
+                     + member * int(gib * 16))
+    return path
+
+
+def test_a_decompression_bomb_is_one_line_in_every_command(tmp_path):
+    good, _ = write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    bomb = _gzip_bomb(tmp_path / "t" / "bomb.json.gz", 5.8)
+    zero = tmp_path / "t" / "zero.json"
+    zero.symlink_to("/dev/zero")
+    assert bomb.stat().st_size < 8 << 20
+    for bad in (bomb, zero):
+        for args in (["diff", str(bad), str(good)], ["export", str(bad), "--format", "collapsed"]):
+            line = one_line_error(_limited(*args))
+            assert ("MiB allowed" if bad == bomb else "a character device, not a file") in line
+        line = one_line_error(_limited("diff", str(bad)))
+        assert str(bad) in line and ("expands to more than the 256 MiB allowed" in line or "a character device" in line)
+    proc = _limited("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"skipped {bomb}: not read: expands to more than" in proc.stderr
+    assert f"skipped {zero}: not read: a character device, not a file" in proc.stderr
+    assert "aten::thnn_conv2d" in (tmp_path / "r" / "samplefw.html").read_text()
+    proc = _limited("audit", "torch", "--traces", str(tmp_path / "t"))
+    assert "Traceback" not in proc.stderr and "skipped" in proc.stderr
+
+
+def test_a_survey_resumes_past_a_bomb_in_its_traces(fake_frameworks, tmp_path):
+    args = ("survey", "crashy", "--primitives", "dense", "--no-native", "-o", str(tmp_path))
+    assert dltrace(*args, env=fake_frameworks).returncode == 0
+    (trace,) = (tmp_path / "traces").rglob("dense-functional.json")
+    _gzip_bomb(trace, 5.8)
+    proc = _limited(*args, env=fake_frameworks)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert load(trace).meta["primitive"] == "dense"  # probed again
+
+
+def _tiny_event_profile(path: Path, events: int) -> Path:
+    """A Kineto document of ``events`` tiny valid events, gzip members written once
+    and repeated: ~890 MB of JSON in a few MB."""
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 1, "dur": 1},'
+    per = 1 << 16
+    block = gzip.compress(event * per, compresslevel=9)
+    path.write_bytes(gzip.compress(b'{"traceEvents": [') + block * (events // per)
+                     + gzip.compress(event[:-1] + b"]}"))
+    return path
+
+
+def test_importing_millions_of_tiny_events_is_bounded(tmp_path):
+    src = _tiny_event_profile(tmp_path / "tiny.kineto.json.gz", 10_000_000)
+    assert src.stat().st_size < 16 << 20
+    line = one_line_error(_limited("import", str(src), "--framework", "torch", "-o", str(tmp_path / "o")))
+    assert "JSON objects, more than the 1,000,000 an import reads" in line
+
+
+# ----------------------------------------------------------------------------- round 3: names
+
+
+def _named(folder: Path, name: str, **meta) -> Path:
+    a, _ = write_pair(folder / name.encode().hex()[:40], "aten::mkldnn_convolution", "aten::thnn_conv2d",
+                      framework=name, **meta)
+    return a
+
+
+def test_each_framework_name_gets_its_own_page_and_none_replaces_the_index(tmp_path):
+    for name in ("torch", "torch!", "Torch", "index", "!!!", "graphs"):
+        _named(tmp_path / "t", name)
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    pages = sorted(p.name for p in (tmp_path / "r").glob("*.html"))
+    assert len(pages) == 7 and "torch.html" in pages and "index.html" in pages, pages
+    assert not [p for p in pages if p.startswith(".")]
+    index = (tmp_path / "r" / "index.html").read_text()
+    assert "<h1" in index and "dltrace survey" in index and "Gaps" in index  # the index, not a framework page
+    assert "<title>torch · dltrace" in (tmp_path / "r" / "torch.html").read_text()
+    links = re.findall(r'<a href="([^"#]+\.html)"><b>([^<]+)</b>', index)
+    assert len({h for h, _ in links}) == 6 and all((tmp_path / "r" / h).exists() for h, _ in links)
+
+
+@pytest.mark.parametrize("field", ["framework", "primitive", "variant", "api", "machine.cpu"])
+def test_long_names_do_not_reach_file_names(tmp_path, field):
+    long = "x" * 300
+    meta = {"machine": {"arch": "x86_64", "cpu": long}} if field == "machine.cpu" else {field: long}
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d", **meta)
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (tmp_path / "r" / "index.html").exists()
+    assert max(len(p.name) for p in (tmp_path / "r").rglob("*")) < 120
+
+
+# ----------------------------------------------------------------------------- round 3: gap records
+
+
+@pytest.mark.parametrize("content, why", [
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+    ('{"framework": 1, "device": "cpu", "variant": "default", "primitive": "relu", "api": "functional", "error": "x"}',
+     "field 'framework' is int, not a string"),
+    ('{"device": "cpu"}', "missing field 'framework'"),
+])
+def test_a_bad_gap_record_is_one_line_and_the_rest_renders(tmp_path, content, why):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d", framework="torch")
+    (tmp_path / "t" / "relu-functional.gap.json").write_text(content)
+    for args in (["report", str(tmp_path / "t"), "-o", str(tmp_path / "r")],
+                 ["audit", "torch", "--traces", str(tmp_path / "t")]):
+        proc = dltrace(*args)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 0 and f"unreadable gap record ({why}" in proc.stderr, proc.stderr
+    assert (tmp_path / "r" / "torch.html").exists()
+
+
+# ----------------------------------------------------------------------------- round 3: library lines
+
+
+def test_a_malformed_library_line_costs_no_case(fake_frameworks, tmp_path):
+    out = tmp_path / "softmax.json"
+    proc = dltrace("probe", "crashy", "softmax", "--layers", "python,library", "--pass", "forward", "-o", str(out),
+                   env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    run = load(out).run("forward")
+    assert [n.frame.name for _, n in run.layers["library"].walk()][1:] == ["softmax jit:avx2 (forward_training)"]
+    assert run.stats["layers"]["library"]["unreadable_lines"] == 3
+    assert "python" in run.layers
+
+
+# ----------------------------------------------------------------------------- round 3: standard output
+
+
+@pytest.mark.parametrize("args", [["list"], ["diff", "{a}", "{b}"], ["export", "{a}", "--format", "collapsed"],
+                                  ["import", "{kineto}", "--framework", "torch", "-o", "{out}"]])
+def test_output_that_cannot_be_written_is_one_line(tmp_path, args):
+    a, b = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    kineto = Path(__file__).parent.parent / "reference" / "imported" / "alexnet-a100.kineto.json.gz"
+    args = [x.format(a=a, b=b, kineto=kineto, out=tmp_path / "o") for x in args]
+    closed = subprocess.run([DLTRACE, *args], capture_output=False, stderr=subprocess.PIPE, text=True, timeout=300,
+                            stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1 and "Traceback" not in closed.stderr, closed.stderr
+    assert closed.stderr.strip().splitlines()[-1] == "dltrace: error: cannot write to standard output: it is closed"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([DLTRACE, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write to standard output: No space left on device" in proc.stderr
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    proc = subprocess.run(f"'{DLTRACE}' list | head -1", shell=True, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.stderr == "" and proc.stdout.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- round 3: pipes, bidi, import
+
+
+def test_a_named_pipe_is_never_read(tmp_path):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    os.mkfifo(tmp_path / "t" / "pipe.json")
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"), timeout=120)
+    assert proc.returncode == 0 and "pipe.json: not read: a named pipe, not a file" in proc.stderr
+    line = one_line_error(dltrace("import", str(tmp_path / "t" / "pipe.json"), "--framework", "torch",
+                                  "-o", str(tmp_path / "o"), timeout=120))
+    assert "is a named pipe, not a file" in line
+
+
+def test_bidirectional_controls_are_inert_in_the_report(tmp_path):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::evil\u202ekernel\u2066x")
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    for page in (tmp_path / "r").rglob("*.html"):
+        text = page.read_text()
+        assert "\u202e" not in text and "\u2066" not in text, page
+    assert "aten::evil\\u202ekernel\\u2066x" in (tmp_path / "r" / "samplefw.html").read_text()
+
+
+def test_each_imported_file_stands_alone(tmp_path):
+    ref = Path(__file__).parent.parent / "reference" / "imported"
+    garbage = tmp_path / "garbage.json.gz"
+    garbage.write_bytes(BAD_DEFLATE)
+    proc = dltrace("import", str(ref / "alexnet-a100.kineto.json.gz"), str(garbage),
+                   str(ref / "mlp-train-mi250.kineto.json.gz"), "--framework", "torch", "-o", str(tmp_path / "o"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("dltrace: error: ") and "garbage.json.gz" in line
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["alexnet-a100", "mlp-train-mi250"]
+    assert list((tmp_path / "o" / "alexnet-a100").glob("*-imported.json"))
+    assert list((tmp_path / "o" / "mlp-train-mi250").glob("*-imported.json"))
+
+
+# ----------------------------------------------------------------------------- round 3: surveys, terminals, duplicates
+
+
+def test_a_folder_where_a_trace_goes_is_that_cases_gap(fake_frameworks, tmp_path):
+    job_dir = tmp_path / "traces" / "crashy" / "cpu-default"
+    (job_dir / "dense-functional.json").mkdir(parents=True)
+    proc = dltrace("survey", "crashy", "--primitives", "dense,softmax", "--no-native", "-o", str(tmp_path),
+                   env=fake_frameworks)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert load(job_dir / "softmax-functional.json").meta["primitive"] == "softmax"
+    _, gaps, _ = sv.collect([tmp_path / "traces"])
+    assert [(g.primitive, g.kind) for g in gaps] == [("dense", "output")] and "is not a file" in gaps[0].error
+
+
+def test_a_narrow_terminal_gets_records_not_empty_cells():
+    proc = dltrace("list", env={"COLUMNS": "20"})
+    assert proc.returncode == 0, proc.stderr
+    assert "│  │" not in proc.stdout
+    for name in ("torch", "tensorflow", "chainer", "mxnet", "jax"):
+        assert re.search(rf"^{name}$", proc.stdout, re.M), proc.stdout
+
+
+def test_an_ascii_terminal_gets_escapes_not_a_codec_error(tmp_path):
+    a, b = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::thnn_conv2d\u00e9")
+    proc = dltrace("diff", str(a), str(b), env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "aten::thnn_conv2d\\xe9" in proc.stdout and "split" in proc.stdout
+
+
+def test_a_page_lists_a_bounded_number_of_kernels(tmp_path):
+    kids = [Node(Frame("op", "aten", f"aten::kernel_{i}"), 1, 10) for i in range(100_000)]
+    for variant, children in (("default", [op("aten::mkldnn_convolution")]), ("fast", kids)):
+        tree = Node(Frame("root", "", "conv2d.forward"), 1, 3000,
+                    children=[op("aten::conv2d", Node(Frame("op", "aten", "aten::_convolution"), 1, 10, children=children))])
+        save(Trace({**META, "variant": variant}, [Run("forward", "warm", {"op": tree}, {"untraced_s": 1e-4})]),
+             tmp_path / "t" / f"{variant}.json") if (tmp_path / "t").mkdir(exist_ok=True) is None else None
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert sum(p.stat().st_size for p in (tmp_path / "r").rglob("*.html")) < 2 << 20
+
+
+def test_the_same_trace_twice_counts_once(tmp_path):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    (tmp_path / "copy").mkdir()
+    for p in (tmp_path / "t").iterdir():
+        (tmp_path / "copy" / p.name).write_bytes(p.read_bytes())
+    once, _, _ = sv.collect([tmp_path / "t"])
+    thrice, _, _ = sv.collect([tmp_path / "t", tmp_path / "t", tmp_path / "copy"])
+    assert len(once) == len(thrice) == 2
+    single = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r1"))
+    triple = dltrace("report", str(tmp_path / "t"), str(tmp_path / "t"), str(tmp_path / "copy"), "-o", str(tmp_path / "r3"))
+    assert single.returncode == triple.returncode == 0
+    count = lambda r: (tmp_path / r / "samplefw.html").read_text().count("split point(s)")  # noqa: E731
+    assert count("r1") == count("r3") >= 1
