@@ -27,6 +27,14 @@ class NotRegular(ValueError):
     """The path is a pipe, a device, a socket or a folder, not a file."""
 
 
+def size(n: int) -> str:
+    """A byte count as people read it."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
@@ -45,13 +53,13 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise NotRegular(f"{_kind(st.st_mode)}, not a file")
         if st.st_size > limit:
-            raise TooLarge(f"{st.st_size >> 20} MiB, larger than the {limit >> 20} MiB allowed")
+            raise TooLarge(f"{size(st.st_size)}, larger than the {size(limit)} allowed")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:  # it grew while being read
-        raise TooLarge(f"larger than the {limit >> 20} MiB allowed")
+        raise TooLarge(f"larger than the {size(limit)} allowed")
     return data
 
 
@@ -68,7 +76,7 @@ def gunzip(data: bytes, limit: int) -> bytes:
             piece = unz.decompress(chunk, limit + 1 - len(out))
             out += piece
             if len(out) > limit:
-                raise TooLarge(f"expands to more than the {limit >> 20} MiB allowed")
+                raise TooLarge(f"expands to more than the {size(limit)} allowed")
             chunk = unz.unconsumed_tail
             if unz.eof or (not chunk and not piece):
                 break

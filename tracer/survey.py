@@ -64,8 +64,8 @@ class Gap:
     cpu: str = ""  # an emulated CPU model, "" for this machine
 
 
-#: A gap record is a few hundred bytes; one of more is not a gap record.
-MAX_GAP_BYTES = 1 << 16
+#: A gap record is a few hundred bytes (a probe's stderr tail at most a few KB).
+MAX_GAP_BYTES = 1 << 20
 _GAP_FIELDS = {f for f in Gap.__dataclass_fields__}
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _GAP_REQUIRED = ("framework", "device", "variant", "primitive", "api", "error")
