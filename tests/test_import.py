@@ -470,7 +470,7 @@ REDACTED = ("vit-h100.kineto.json.gz", "vit-mi300x.kineto.json.gz")
 def test_reference_copies_are_unchanged_with_their_licenses():
     shared = REF.parents[2] / "shared" / "gpu-traces"  # the originals, beside the project when at hand
     assert (REF / "PROVENANCE.md").exists() and (REF / "licenses" / "TraceLens-LICENSE").exists()
-    assert len(list(REF.glob("*.kineto.json.gz"))) == 8 and XPLANE.exists()
+    assert len(list(REF.glob("*.kineto.json.gz"))) == 10 and XPLANE.exists()
     for name in REDACTED:  # no access token republished
         text = gzip.decompress((REF / name).read_bytes()).decode()
         assert "HF_TOKEN" not in text and not re.search(r"hf_[A-Za-z0-9]{20}", text)
