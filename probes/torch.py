@@ -92,10 +92,15 @@ def _device(device: str) -> torch.device:
 def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     base.check_shape(primitive, shape)
     dev = _device(device)
+    if device == STANDIN:  # what putting the inputs and parameters on the device takes
+        from probes import torch_standin
+
+        torch_standin.RECORDER.start()
     x = torch.tensor(base.array(shape), device=dev, requires_grad=True)
     run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
     grad = torch.ones(base.output_shape(primitive, shape), device=dev)
     leaves = [x, *params]
+    setup = torch_standin.RECORDER.stop() if device == STANDIN else []
 
     def backward(y: torch.Tensor) -> None:
         for t in leaves:  # fresh gradients each run, as a training step would have
@@ -111,6 +116,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         from probes import torch_standin
 
         info["standin"] = torch_standin.describe()
+        info["standin"]["reached"]["setup"] = setup
     return base.Case(forward=run, backward=backward, sync=sync, info=info)
 
 
