@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from tracer.contract import STANDIN_LIB
+
 NAME = "standin"
 _META_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 #: stand-in storage (its StorageImpl's address) -> the CPU storage that holds its bytes.
@@ -199,7 +201,7 @@ def describe() -> dict[str, Any]:
 
 def op_record(events: Any) -> Any:
     """The op layer of a stand-in step: torch.profiler's op hierarchy down to the ops
-    that reached the backend, which are its leaves (lib "standin backend"); the CPU
+    that reached the backend, which are its leaves (lib ``STANDIN_LIB``); the CPU
     computation under them (the ``standin::cpu`` scope) is the stand-in's, not torch's."""
     from probes import base
 
@@ -217,6 +219,6 @@ def _prune(nodes: list) -> list:
             continue
         reached = any(c.frame.name == _CPU_SCOPE for c in n.children)
         frame = n.frame
-        out.append(base.op_node(frame.name, frame.module, "standin backend" if reached else frame.lib, n.count, n.time_ns,
+        out.append(base.op_node(frame.name, frame.module, STANDIN_LIB if reached else frame.lib, n.count, n.time_ns,
                                 _prune(n.children)))
     return out

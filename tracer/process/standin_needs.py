@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tracer.contract import STANDIN_LIB
 from tracer.process.backend_needs import BackendNeeds
 from tracer.trace import Node, Trace
 
@@ -71,7 +72,7 @@ def _op_nodes(traces: list[Trace]) -> list[tuple[Node, list[str]]]:
 
 def _reached_under(nodes: list[tuple[Node, list[str]]], ancestor: str) -> list[str]:
     return list(dict.fromkeys(n.frame.name for n, up in nodes
-                              if ancestor in up and n.frame.lib == "standin backend"))
+                              if ancestor in up and n.frame.lib == STANDIN_LIB))
 
 
 def _run_only(op: str, run: StandinNeeds, cpu_names: set[str], looked_up: dict, free: dict[str, str]) -> str:
