@@ -145,7 +145,7 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
         if standin is not None:
             standin["reached"][pass_] = torch_standin.RECORDER.stop()
     if standin is not None:
-        return torch_standin.op_record(prof.events())
+        return torch_standin.op_record(prof.events(), standin["reached"][pass_])
     events = []
     for e in prof.events():
         if e.device_type.name != "CPU":

@@ -199,26 +199,39 @@ def describe() -> dict[str, Any]:
             "reached": {}}
 
 
-def op_record(events: Any) -> Any:
+def op_record(events: Any, reached: list[str]) -> Any:
     """The op layer of a stand-in step: torch.profiler's op hierarchy down to the ops
-    that reached the backend, which are its leaves (lib ``STANDIN_LIB``); the CPU
-    computation under them (the ``standin::cpu`` scope) is the stand-in's, not torch's."""
+    that reached the backend, which are its leaves (lib ``STANDIN_LIB``), named with
+    their overload as the backend got them (``reached``, in call order: the profiler
+    names ``aten::empty`` what the backend got as ``aten::empty.memory_format``); the
+    CPU computation under them (the ``standin::cpu`` scope) is the stand-in's, not torch's."""
     from probes import base
 
     evs = [base.OpEvent(e.name, e.time_range.start, e.time_range.end, "aten" if e.name.startswith("aten::") else "torch",
                         "", e.thread) for e in events if e.device_type.name == "CPU"]
-    return base.OpRecord(_prune(base.nest(evs, scale_ns=1000.0)), "torch.profiler (stand-in backend)")
+    return base.OpRecord(_prune(base.nest(evs, scale_ns=1000.0), list(reached)), "torch.profiler (stand-in backend)")
 
 
-def _prune(nodes: list) -> list:
+def _overload(name: str, count: int, left: list[str]) -> str:
+    """The overload the backend got for a profiler node of ``count`` calls named
+    ``name``: the first record left with that base name (the records are consumed)."""
+    got = next((r for r in left if r.split(".", 1)[0] == name), name)
+    for _ in range(count):
+        if got in left:
+            left.remove(got)
+    return got
+
+
+def _prune(nodes: list, left: list[str]) -> list:
+    """Drop the stand-in's own CPU work; mark and name the ops that reached it."""
     from probes import base
 
     out = []
     for n in nodes:
         if n.frame.name == _CPU_SCOPE:
             continue
-        reached = any(c.frame.name == _CPU_SCOPE for c in n.children)
-        frame = n.frame
-        out.append(base.op_node(frame.name, frame.module, STANDIN_LIB if reached else frame.lib, n.count, n.time_ns,
-                                _prune(n.children)))
+        name, lib = n.frame.name, n.frame.lib
+        if any(c.frame.name == _CPU_SCOPE for c in n.children):
+            name, lib = _overload(name, n.count, left), STANDIN_LIB
+        out.append(base.op_node(name, n.frame.module, lib, n.count, n.time_ns, _prune(n.children, left)))
     return out
