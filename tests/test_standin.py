@@ -145,3 +145,13 @@ def test_audit_command_prints_the_run(standin_root):
 def test_standin_is_torchs_alone():
     line = one_line_error(dltrace("probe", "jax", "relu", "--device", "standin"))
     assert "standin" in line and "cpu" in line
+
+
+def test_report_shows_the_run_beside_the_tables(standin_root, tmp_path):
+    proc = dltrace("report", str(standin_root / "traces"), "-o", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "report" / "torch.html").read_text()
+    table = page[page.index('id="standin-table"'):]
+    table = table[:table.index("</table>")]
+    assert "<code>aten::convolution_backward_overrideable</code>" in table
+    assert "run on the stand-in device" in page and "only to new backends" in table
