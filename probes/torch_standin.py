@@ -25,7 +25,6 @@ Imported only inside torch's environment (probes/torch.py, for ``--device standi
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
@@ -34,14 +33,15 @@ from tracer.contract import STANDIN_LIB
 
 NAME = "standin"
 _META_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
-#: stand-in storage (its StorageImpl's address) -> the CPU storage that holds its bytes.
-#: Keyed by storage, not tensor: torch's own view kernels (detach, alias) make new
-#: tensors on the same storage without asking the backend. An address freed and
-#: reused gets its new twin when the backend makes the new storage.
-_STORAGES: dict[int, torch.UntypedStorage] = {}
+#: stand-in storage (its StorageImpl's address) -> (a weak reference to it, the CPU
+#: storage that holds its bytes). Keyed by storage, not tensor: torch's own view
+#: kernels (detach, alias) make new tensors on the same storage without asking the
+#: backend. An address freed and reused gets its new twin when the backend makes the
+#: new storage; the twins of storages that died are dropped as new ones are made.
+_STORAGES: dict[int, tuple[Any, torch.UntypedStorage]] = {}
+_sweep_at = [256]  # sweep the dead twins when this many are kept
 _CPU_SCOPE = "standin::cpu"  # profiler scope around the CPU computation (pruned from the op layer)
 
-_state = threading.local()
 _lib: torch.library.Library | None = None
 _kernels: list[torch.library.Library] = []  # the kernels registered by name (kept alive)
 
@@ -74,17 +74,18 @@ def install() -> torch.device:
         _setup_privateuseone_for_python_backend(NAME)
         _lib = torch.library.Library("_", "IMPL")
         _lib.fallback(_fallback, "PrivateUse1")
-        _kernels.extend(torch.library.Library("aten", "IMPL") for _ in range(1))
-        for name in _ONLY_NEW_BACKENDS:
+        by_name = torch.library.Library("aten", "IMPL")
+        for name in _ONLY_NEW_BACKENDS:  # a fallback never sees these (see _ONLY_NEW_BACKENDS)
             op = getattr(torch.ops.aten, name).default
-            _kernels[0].impl(name, lambda *a, _op=op, **k: _fallback(_op, *a, **k), "PrivateUse1")
+            by_name.impl(name, lambda *a, _op=op, **k: _fallback(_op, *a, **k), "PrivateUse1")
+        _kernels.append(by_name)
     return torch.device(NAME, 0)
 
 
 def twin(t: torch.Tensor) -> torch.Tensor:
     """The CPU tensor that holds a stand-in tensor's values: its storage's CPU twin,
     seen through the stand-in tensor's own sizes, strides and offset."""
-    store = _STORAGES.get(t.untyped_storage()._cdata)
+    store = _STORAGES.get(t.untyped_storage()._cdata, (None, None))[1]
     if store is None:
         raise RuntimeError(f"a {NAME} tensor without CPU storage (made outside the stand-in backend)")
     return torch.empty(0, dtype=t.dtype).set_(store, t.storage_offset(), t.size(), t.stride())
@@ -98,8 +99,18 @@ def _wrap(cpu: torch.Tensor, base: torch.Tensor | None = None) -> torch.Tensor:
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(_META_KEYSET, out, storage, cpu.storage_offset(),
                                                                  cpu.size(), cpu.stride())
     if base is None:
-        _STORAGES[storage._cdata] = cpu.untyped_storage()
+        _remember(storage, cpu.untyped_storage())
     return out
+
+
+def _remember(standin: torch.UntypedStorage, cpu: torch.UntypedStorage) -> None:
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    _STORAGES[standin._cdata] = (StorageWeakRef(standin), cpu)
+    if len(_STORAGES) >= _sweep_at[0]:
+        for key in [k for k, (ref, _) in _STORAGES.items() if ref.expired()]:
+            del _STORAGES[key]
+        _sweep_at[0] = max(256, 2 * len(_STORAGES))
 
 
 def _is_standin(x: Any) -> bool:
@@ -176,18 +187,14 @@ _ONLY_NEW_BACKENDS = {
 
 def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """The backend's one kernel: every op without a PrivateUse1 kernel of its own."""
-    if RECORDER.active and not getattr(_state, "inside", False):
+    if RECORDER.active:  # the CPU kernels below never dispatch back here: no nesting
         RECORDER.ops.append(op.name())
-    _state.inside = True
-    try:
-        with torch.profiler.record_function(_CPU_SCOPE):
-            if op.name() in ("aten::_copy_from", "aten::_copy_from_and_resize"):
-                return _copy_from(args, kwargs)
-            cpu_op = _ONLY_NEW_BACKENDS.get(op._schema.name.split("::")[-1], op)
-            cpu_out = cpu_op(*_to_cpu(args), **{k: _to_cpu(v) for k, v in kwargs.items()})
-            return _result(op, args, kwargs, cpu_out)
-    finally:
-        _state.inside = False
+    with torch.profiler.record_function(_CPU_SCOPE):
+        if op.name() in ("aten::_copy_from", "aten::_copy_from_and_resize"):
+            return _copy_from(args, kwargs)
+        cpu_op = _ONLY_NEW_BACKENDS.get(op._schema.name.split("::")[-1], op)
+        cpu_out = cpu_op(*_to_cpu(args), **{k: _to_cpu(v) for k, v in kwargs.items()})
+        return _result(op, args, kwargs, cpu_out)
 
 
 def describe() -> dict[str, Any]:
