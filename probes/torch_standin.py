@@ -171,8 +171,9 @@ def _copy_from(args: tuple, kwargs: dict) -> torch.Tensor:
 def _conv_backward(grad, x, w, stride, padding, dilation, transposed, output_padding, groups, mask):
     """``convolution_backward_overrideable`` is convolution_backward without the
     bias sizes (a new backend's gradient of the bias is its own business)."""
-    return torch.ops.aten.convolution_backward.default(grad, x, w, [w.shape[1 if transposed else 0] * (groups if transposed else 1)],
-                                                       stride, padding, dilation, transposed, output_padding, groups, mask)
+    bias_sizes = [w.shape[1] * groups if transposed else w.shape[0]]
+    return torch.ops.aten.convolution_backward.default(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
+                                                       output_padding, groups, mask)
 
 
 #: Ops torch routes only to new backends. Their only kernel is a
@@ -214,8 +215,9 @@ def op_record(events: Any, reached: list[str]) -> Any:
     CPU computation under them (the ``standin::cpu`` scope) is the stand-in's, not torch's."""
     from probes import base
 
-    evs = [base.OpEvent(e.name, e.time_range.start, e.time_range.end, "aten" if e.name.startswith("aten::") else "torch",
-                        "", e.thread) for e in events if e.device_type.name == "CPU"]
+    evs = [base.OpEvent(e.name, e.time_range.start, e.time_range.end,
+                        "aten" if e.name.startswith("aten::") else "torch", "", e.thread)
+           for e in events if e.device_type.name == "CPU"]
     return base.OpRecord(_prune(base.nest(evs, scale_ns=1000.0), list(reached)), "torch.profiler (stand-in backend)")
 
 

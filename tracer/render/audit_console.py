@@ -70,8 +70,9 @@ def _print_standin(rep: FrameworkReport, console: Console) -> None:
     rows = [r for r in rep.audit if r.standin]
     if not rows:
         return
-    table = Table(title=f"What a new backend must implement, {rows[0].standin.evidence} ({rows[0].standin.device}), "
-                        "next to the dispatch tables' list", title_justify="left")
+    first = rows[0].standin
+    table = Table(title=f"What a new backend must implement, {first.evidence} ({first.device}), next to the "
+                        "dispatch tables' list", title_justify="left")
     for col in ("primitive", "pass", "must implement (run)", "dispatch tables (forward and backward)"):
         table.add_column(col, overflow="fold")
     why = Table(title="Why the run and the tables differ", title_justify="left")
