@@ -156,3 +156,11 @@ def test_report_shows_the_run_beside_the_tables(standin_root, tmp_path):
     table = table[:table.index("</table>")]
     assert "<code>aten::convolution_backward_overrideable</code>" in table
     assert "run on the stand-in device" in page and "only to new backends" in table
+
+
+def test_standin_traces_stop_at_the_op_layer(standin_root):
+    # below the op layer is the stand-in's own CPU computation (oneDNN...), not a backend's
+    t = _trace(standin_root, "standin", "conv2d")
+    assert all(set(r.layers) <= {"python", "op"} for r in t.runs)
+    line = one_line_error(dltrace("probe", "torch", "relu", "--device", "standin", "--layers", "python,library"))
+    assert "python and op layers only" in line
