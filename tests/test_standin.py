@@ -118,6 +118,8 @@ def test_audit_sets_the_run_beside_the_tables(standin_root):
     conv = rows["conv2d"].standin
     assert conv.by_pass["forward"] == ["aten::convolution_overrideable"]
     assert conv.by_pass["backward"] == ["aten::convolution_backward_overrideable"]
+    # what it gets for free: the ops above, which torch decomposes or computes with its own kernel
+    assert {"aten::conv2d", "aten::convolution", "aten::_convolution", "aten::convolution_backward"} <= set(conv.free)
     why = {d.op: d for d in conv.differences}
     # the tables read the CPU path: they miss what torch routes only to new backends...
     assert why["aten::convolution_overrideable"].side == "run only"

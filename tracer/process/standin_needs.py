@@ -40,6 +40,7 @@ class StandinNeeds:
     evidence: str
     by_pass: dict[str, list[str]] = field(default_factory=dict)  # pass -> ops reached, in first-call order
     by_name: list[str] = field(default_factory=list)  # ops torch routes only to new backends
+    free: list[str] = field(default_factory=list)  # aten ops the step called that torch computed itself
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -126,9 +127,13 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
                 if isinstance(o, str) and o not in have:
                     have.append(o)
         out.by_name += [str(o) for o in m.get("registered_by_name") or [] if o not in out.by_name]
+    run_nodes = _op_nodes(standin)
+    reached = set(out.must_implement)
+    out.free = list(dict.fromkeys(n.frame.name for n, _ in run_nodes if n.frame.name.startswith("aten::")
+                                  and n.frame.lib != STANDIN_LIB and n.frame.name not in reached))
     if table is None:
         return out
-    cpu_nodes, run_nodes = _op_nodes(cpu), _op_nodes(standin)
+    cpu_nodes = _op_nodes(cpu)
     looked_up = {op: row for t in cpu for op, row in ((t.meta.get("dispatch") or {}).get("ops") or {}).items()}
     free = dict(table.free)
     cpu_names = {n.frame.name for n, _ in cpu_nodes}

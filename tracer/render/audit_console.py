@@ -73,7 +73,8 @@ def _print_standin(rep: FrameworkReport, console: Console) -> None:
     first = rows[0].standin
     table = Table(title=f"What a new backend must implement, {first.evidence} ({first.device}), next to the "
                         "dispatch tables' list", title_justify="left")
-    for col in ("primitive", "pass", "must implement (run)", "dispatch tables (forward and backward)"):
+    for col in ("primitive", "pass", "must implement (run)", "dispatch tables (forward and backward)",
+                "torch computed itself (run)"):
         table.add_column(col, overflow="fold")
     why = Table(title="Why the run and the tables differ", title_justify="left")
     for col in ("primitive", "op", "on", "why"):
@@ -84,7 +85,7 @@ def _print_standin(rep: FrameworkReport, console: Console) -> None:
         for i, pass_ in enumerate(passes):
             tables = (_lines(r.needs.must_implement) if r.needs else Text("-")) if i == 0 else Text("")
             table.add_row(r.primitive if i == 0 else "", pass_, _lines(run.by_pass[pass_]), tables,
-                          end_section=i == len(passes) - 1)
+                          _lines(run.free) if i == 0 else Text(""), end_section=i == len(passes) - 1)
         for i, d in enumerate(run.differences):
             why.add_row(r.primitive if i == 0 else "", Text(clip(d.op)), d.side, Text(clip(d.why)),
                         end_section=i == len(run.differences) - 1)
