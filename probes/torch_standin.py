@@ -69,9 +69,13 @@ def install() -> torch.device:
     only once) and return its device."""
     global _lib
     if _lib is None:
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+        from torch.utils import backend_registration
 
-        _setup_privateuseone_for_python_backend(NAME)
+        setup = getattr(backend_registration, "_setup_privateuseone_for_python_backend", None)
+        if setup is None or not hasattr(torch._C, "_acc"):  # torch 2.9 has neither
+            raise RuntimeError(f"torch {torch.__version__} cannot stand in for a backend from Python "
+                               "(no torch.utils.backend_registration._setup_privateuseone_for_python_backend)")
+        setup(NAME)
         _lib = torch.library.Library("_", "IMPL")
         _lib.fallback(_fallback, "PrivateUse1")
         by_name = torch.library.Library("aten", "IMPL")
