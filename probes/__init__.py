@@ -6,7 +6,9 @@ tracer.collect.harness, which checks it against tracer.contract.Probe:
     gpu_available() -> bool
     make_case(primitive, api, device, shape) -> probes.base.Case
 
-and optionally tracer.contract.OpRecorder (record_ops: the framework's own op records).
+and optionally tracer.contract.OpRecorder (record_ops: the framework's own op records),
+DispatchTable (dispatch_table) and DeviceCheck (device_available: devices other than a
+GPU, such as torch's stand-in backend in torch_standin.py).
 
 ``device`` is the selector string from frameworks.yaml (e.g. "cuda", "/GPU:0").
 """

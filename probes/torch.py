@@ -71,13 +71,36 @@ def _layer(primitive: str, x: torch.Tensor, dev: torch.device):
     return (lambda: m(x)), list(m.parameters())
 
 
+def device_available(device: str) -> bool:
+    """The stand-in backend (``--device standin``) is always there: it is registered
+    by this process; a GPU is there when torch sees one."""
+    return device == STANDIN or gpu_available()
+
+
+#: The device selector of the stand-in backend (frameworks.yaml devices: standin).
+STANDIN = "standin"
+
+
+def _device(device: str) -> torch.device:
+    if device == STANDIN:
+        from probes import torch_standin
+
+        return torch_standin.install()
+    return torch.device(device)
+
+
 def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     base.check_shape(primitive, shape)
-    dev = torch.device(device)
+    dev = _device(device)
+    if device == STANDIN:  # what putting the inputs and parameters on the device takes
+        from probes import torch_standin
+
+        torch_standin.RECORDER.start()
     x = torch.tensor(base.array(shape), device=dev, requires_grad=True)
     run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
     grad = torch.ones(base.output_shape(primitive, shape), device=dev)
     leaves = [x, *params]
+    setup = torch_standin.RECORDER.stop() if device == STANDIN else []
 
     def backward(y: torch.Tensor) -> None:
         for t in leaves:  # fresh gradients each run, as a training step would have
@@ -89,6 +112,11 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
             "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
             # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if device == STANDIN:
+        from probes import torch_standin
+
+        info["standin"] = torch_standin.describe()
+        info["standin"]["reached"]["setup"] = setup
     return base.Case(forward=run, backward=backward, sync=sync, info=info)
 
 
@@ -104,9 +132,20 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
     cuda = torch.cuda.is_available() and case.info.get("device_type") == "cuda"
     if cuda:
         acts.append(ProfilerActivity.CUDA)
-    with profile(activities=acts, record_shapes=False, with_stack=False) as prof:
-        run()
-        case.sync()
+    standin = case.info.get("standin")
+    if standin is not None:
+        from probes import torch_standin
+
+        torch_standin.RECORDER.start()
+    try:
+        with profile(activities=acts, record_shapes=False, with_stack=False) as prof:
+            run()
+            case.sync()
+    finally:
+        if standin is not None:
+            standin["reached"][pass_] = torch_standin.RECORDER.stop()
+    if standin is not None:
+        return torch_standin.op_record(prof.events(), standin["reached"][pass_])
     events = []
     for e in prof.events():
         if e.device_type.name != "CPU":

@@ -26,7 +26,13 @@ EXACT_LAYERS = ("python", "op", "library")
 PASSES = ("forward", "backward")
 PHASES = ("cold", "warm")
 APIS = ("functional", "layer")
-DEVICES = ("cpu", "gpu")
+#: Devices a probe runs on: the CPU, a GPU, and a stand-in backend (a new device played
+#: on this CPU by the framework's own extension point, e.g. torch's PrivateUse1: what
+#: reaches it is what a new backend must implement; never a GPU, never timed as one).
+DEVICES = ("cpu", "gpu", "standin")
+#: The library tag of an op-layer frame that reached the stand-in backend: the kernels
+#: a new backend must provide (the diff names a split into them a device dispatch).
+STANDIN_LIB = "standin backend"
 
 
 # ----------------------------------------------------------------------------- primitives
@@ -182,6 +188,15 @@ class Probe(Protocol):
     def gpu_available(self) -> bool: ...
 
     def make_case(self, primitive: str, api: str, device: str, shape: tuple[int, ...]) -> Any: ...
+
+
+@runtime_checkable
+class DeviceCheck(Protocol):
+    """A probe module with devices other than a GPU (a stand-in backend): whether
+    ``device`` (the selector from frameworks.yaml) is there. Without it a non-CPU
+    device is there when ``gpu_available()`` says so."""
+
+    def device_available(self, device: str) -> bool: ...
 
 
 @runtime_checkable

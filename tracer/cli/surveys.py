@@ -21,7 +21,9 @@ from tracer.runner import DEFAULT_TIMEOUT, check
 @main.command()
 @click.argument("names", nargs=-1)
 @click.option("--primitives", multiple=True, help="Comma-separated primitives (default: all).")
-@click.option("--devices", multiple=True, default=("cpu",), show_default=True, help="Comma-separated devices.")
+@click.option("--devices", multiple=True, default=("cpu,standin",), show_default=True,
+              help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
+                   "stand-in backend).")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"), show_default=True)
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Probe subprocesses at a time.")
 @click.option("--with-traces", "with_traces", multiple=True, type=click.Path(exists=True, path_type=Path),

@@ -47,6 +47,12 @@ def probe(framework, primitive, device, variant, pass_, api, shape, phase, outpu
         if layers != ",".join(LAYERS):
             raise UsageError("the native layer cannot be recorded on an emulated CPU: py-spy cannot attach under QEMU")
         chosen = tuple(l for l in chosen if l != "native")
+    if device == "standin" and set(chosen) - {"python", "op"}:
+        # below the op layer is the stand-in's own CPU computation, not what a backend runs
+        if layers != ",".join(LAYERS):
+            raise UsageError("the standin device records the python and op layers only: its library calls and "
+                             "native stacks are the CPU computation it stands in with")
+        chosen = tuple(l for l in chosen if l in ("python", "op"))
     spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,),
                     layers=("python", *(l for l in chosen if l != "python")))
     if output:

@@ -29,7 +29,7 @@ from tracer.collect.attribution import merge_stats, merge_trees
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
-from tracer.contract import LAYERS, CaseRequest, DispatchTable, Exit, NativeRequest, OpRecorder, Probe, ProbeRequest
+from tracer.contract import LAYERS, CaseRequest, DeviceCheck, DispatchTable, Exit, NativeRequest, OpRecorder, Probe, ProbeRequest
 from tracer.trace import Frame, Node, Run, Trace, save
 
 #: What a trace that asked for native stacks says until they are added: if the probe
@@ -288,7 +288,8 @@ def main(argv: list[str]) -> int:
         print(f"{req.probe} is not a probe: it lacks gpu_available() or make_case() (tracer.contract.Probe)",
               file=sys.stderr)
         return Exit.IMPORT
-    if req.device != "cpu" and not probe.gpu_available():
+    available = probe.device_available(req.device_select) if isinstance(probe, DeviceCheck) else probe.gpu_available()
+    if req.device != "cpu" and not available:
         print(f"no {req.device.upper()} visible to {req.framework} on this machine", file=sys.stderr)
         return Exit.NO_DEVICE
     version = str(getattr(fw, "__version__", "unknown"))

@@ -14,6 +14,7 @@ from typing import Any
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
 from tracer.process.arm_audit import ArmAudit, arm_audit
 from tracer.process.backend_needs import BackendNeeds, backend_needs
+from tracer.process.standin_needs import StandinNeeds, standin_needs
 from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
 from tracer.process.diff.result import DiffResult, walk_splits
@@ -135,6 +136,7 @@ class AuditRow:
     provide: list[str]  # the ops / kernels a port must provide (forward and backward)
     kernels: list[str]
     needs: BackendNeeds | None = None  # from the framework's own dispatch tables, where it has them
+    standin: StandinNeeds | None = None  # what reached a stand-in backend when the primitive ran on it
 
 
 @dataclass
@@ -227,6 +229,9 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         if is_default_cpu(t):
             cpu_default[t.meta["primitive"]].append(t)
     audit = _audit(cases, {prim: backend_needs(ts) for prim, ts in cpu_default.items()})
+    for row in audit:  # the stand-in device's run beside the tables' list
+        ran = [t for t in traces if t.meta["device"] == "standin" and t.meta["primitive"] == row.primitive]
+        row.standin = standin_needs(ran, cpu_default.get(row.primitive, []), row.needs) if ran else None
     return FrameworkReport(
         name=name,
         versions=sorted({str(t.meta.get("framework_version", "?")) for t in traces}),

@@ -57,7 +57,38 @@ def print_audit(rep: FrameworkReport, console: Console) -> None:
             table.add_row(r.primitive, _lines(r.needs.must_implement), others,
                           _lines([f"{op} ({why})" for op, why in r.needs.free]))
         console.print(table)
+    _print_standin(rep, console)
     if rep.gaps:
         console.print(Text.assemble((f"{len(rep.gaps)} case(s) could not be traced", "yellow"), ": ", clip(
             "; ".join(f"{g.primitive} {g.api} {g.device}/{g.variant}: {g.error}" for g in rep.gaps[:5]), 2000)),
             highlight=False)
+
+
+def _print_standin(rep: FrameworkReport, console: Console) -> None:
+    """The must-implement list the stand-in device's run found, per primitive and
+    pass, next to the tables' list, and why each op on one list only is there."""
+    rows = [r for r in rep.audit if r.standin]
+    if not rows:
+        return
+    first = rows[0].standin
+    table = Table(title=f"What a new backend must implement, {first.evidence} ({first.device}), next to the "
+                        "dispatch tables' list", title_justify="left")
+    for col in ("primitive", "pass", "must implement (run)", "dispatch tables (forward and backward)",
+                "torch computed itself (run)"):
+        table.add_column(col, overflow="fold")
+    why = Table(title="Why the run and the tables differ", title_justify="left")
+    for col in ("primitive", "op", "on", "why"):
+        why.add_column(col, overflow="fold")
+    for r in rows:
+        run = r.standin
+        passes = [p for p in ("setup", "forward", "backward") if run.by_pass.get(p)]
+        for i, pass_ in enumerate(passes):
+            tables = (_lines(r.needs.must_implement) if r.needs else Text("-")) if i == 0 else Text("")
+            table.add_row(r.primitive if i == 0 else "", pass_, _lines(run.by_pass[pass_]), tables,
+                          _lines(run.free) if i == 0 else Text(""), end_section=i == len(passes) - 1)
+        for i, d in enumerate(run.differences):
+            why.add_row(r.primitive if i == 0 else "", Text(clip(d.op)), d.side, Text(clip(d.why)),
+                        end_section=i == len(run.differences) - 1)
+    console.print(table)
+    if any(r.standin.differences for r in rows):
+        console.print(why)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from tracer.contract import STANDIN_LIB
 from tracer.process.tags import (GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, VENDOR_LIBS, isa_of,
                                  library_call_kind, library_of, vendor_named)
 from tracer.process.vocabulary import DEVICE_CHOICE, GPU_CODE
@@ -62,6 +63,12 @@ def classify(frames_a: list[Frame], frames_b: list[Frame], devices_differ: bool 
         if bool(gpu_a) != bool(gpu_b):
             side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
             return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
+        new_a = {f.name for f in frames_a if f.lib == STANDIN_LIB}
+        new_b = {f.name for f in frames_b if f.lib == STANDIN_LIB}
+        if bool(new_a) != bool(new_b):
+            side, words = ("A", new_a) if new_a else ("B", new_b)
+            return "device dispatch", (f"{side} reaches the stand-in backend ({_names(words)}: what a new backend "
+                                       "must implement); the other side runs CPU's own kernels")
     comp_a = _markers([f for f in frames_a if not _codegen(f)], _COMPILE)
     comp_b = _markers([f for f in frames_b if not _codegen(f)], _COMPILE)
     if bool(comp_a) != bool(comp_b):

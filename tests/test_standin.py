@@ -1,0 +1,168 @@
+"""The porting dry-run: torch on the stand-in device (PrivateUse1 played by a Python
+fallback on this CPU, probes/torch_standin.py). One session-scoped run of every
+primitive, both API levels, forward and backward, on the stand-in device and on
+the CPU, through the same engine as `dltrace survey`; the tests read its traces."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dltrace, one_line_error
+from tracer import envs
+from tracer import survey as sv
+from tracer.contract import PRIMITIVES, STANDIN_LIB
+from tracer.process.diff import diff_traces
+from tracer.process.portability import framework_report
+from tracer.trace import load
+
+#: One op each primitive's kernels must cover on a new backend, forward and backward
+#: (the structured ops' .out overloads: torch's generated wrapper computes the
+#: functional op through them on a backend without its own).
+KNOWN = {
+    "dense": ("aten::addmm.out", "aten::mm.out"),
+    "conv2d": ("aten::convolution_overrideable", "aten::convolution_backward_overrideable"),
+    "relu": ("aten::relu", "aten::threshold_backward.grad_input"),
+    "sigmoid": ("aten::sigmoid.out", "aten::sigmoid_backward.grad_input"),
+    "tanh": ("aten::tanh.out", "aten::tanh_backward.grad_input"),
+    "softmax": ("aten::_softmax.out", "aten::_softmax_backward_data.out"),
+    "maxpool2d": ("aten::max_pool2d_with_indices.out", "aten::max_pool2d_with_indices_backward.grad_input"),
+    "avgpool2d": ("aten::avg_pool2d.out", "aten::avg_pool2d_backward.grad_input"),
+    "batchnorm": ("aten::native_batch_norm", "aten::native_batch_norm_backward"),
+}
+GPU_EVIDENCE = {"recorded", "imported", "registered", "lowered", "compiled", "source"}
+
+
+@pytest.fixture(scope="session")
+def standin_root(frameworks, tmp_path_factory) -> Path:
+    """torch on the stand-in device and on the CPU (default variant), every primitive."""
+    root = tmp_path_factory.mktemp("standin")
+    gaps = sv.run(sv.plan([frameworks["torch"]], devices=("cpu", "standin"), variants=False), root, workers=2,
+                  timeout=900)
+    assert not gaps, [f"{g.device} {g.primitive} {g.api}: {g.error}" for g in gaps]
+    return root
+
+
+def _trace(root: Path, device: str, primitive: str, api: str = "functional"):
+    return load(root / "traces" / "torch" / f"{device}-default" / f"{primitive}-{api}.json")
+
+
+@pytest.mark.parametrize("api", ["functional", "layer"])
+@pytest.mark.parametrize("primitive", list(PRIMITIVES))
+def test_every_primitive_runs_forward_and_backward_on_the_standin(standin_root, primitive, api):
+    t = _trace(standin_root, "standin", primitive, api)
+    assert t.meta["device"] == "standin" and t.meta["device_type"] == "standin"
+    # a run on this CPU, never labelled a GPU
+    assert t.meta.get("evidence") not in GPU_EVIDENCE
+    assert t.meta["standin"]["evidence"] == "run on the stand-in device"
+    reached = t.meta["standin"]["reached"]
+    forward, backward = KNOWN[primitive]
+    assert forward in reached["forward"] and backward in reached["backward"], reached
+    # the inputs and parameters got there through the backend's own copy and allocation
+    assert {"aten::empty_strided", "aten::_copy_from"} <= set(reached["setup"])
+    for pass_ in ("forward", "backward"):
+        run = t.run(pass_, "warm")
+        leaves = [n.frame.name for _, n in run.layers["op"].walk() if n.frame.lib == STANDIN_LIB]
+        assert sorted(set(leaves)) == sorted(set(reached[pass_])), (pass_, leaves, reached[pass_])
+
+
+def test_ops_that_decompose_never_reach_the_backend(standin_root):
+    # the list is exactly what a backend must write: torch decomposes
+    # CompositeImplicitAutograd ops (conv2d, linear, batch_norm) before any backend
+    for prim in PRIMITIVES:
+        t = _trace(standin_root, "standin", prim)
+        table = t.meta["dispatch"]["ops"]
+        reached = {op for ops in t.meta["standin"]["reached"].values() for op in ops}
+        assert not reached & {"aten::conv2d", "aten::linear", "aten::batch_norm", "aten::_convolution"}
+        for op in reached:
+            row = table.get(op) or table.get(op.split(".")[0]) or {}
+            assert "CompositeImplicitAutograd" not in row.get("kernels", []), (prim, op, row)
+
+
+def test_standin_computes_what_the_cpu_computes(frameworks):
+    """The stand-in's values are CPU's: conv2d forward and backward agree exactly."""
+    script = (
+        "import torch, torch.nn.functional as F\n"
+        "from probes import torch_standin as s\n"
+        "dev = s.install()\n"
+        "torch.manual_seed(0)\n"
+        "xs = [torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)]\n"
+        "a = [x.clone().requires_grad_() for x in xs]\n"
+        "b = [x.to(dev).requires_grad_() for x in xs]\n"
+        "ya, yb = F.conv2d(*a, padding=1), F.conv2d(*b, padding=1)\n"
+        "ya.sum().backward(); yb.sum().backward()\n"
+        "assert yb.device.type == 'standin'\n"
+        "assert torch.equal(ya, yb.cpu()), 'forward'\n"
+        "assert all(torch.equal(p.grad, q.grad.cpu()) for p, q in zip(a, b)), 'backward'\n"
+        "print('same')\n")
+    proc = subprocess.run([str(envs.python_for(frameworks["torch"])), "-c", script], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "same", proc.stderr
+
+
+def test_diff_against_the_cpu_splits_at_convolution(standin_root):
+    cpu, standin = _trace(standin_root, "cpu", "conv2d"), _trace(standin_root, "standin", "conv2d")
+    result = diff_traces(cpu, standin, "forward", "warm", ("op",), 0.02, False)
+    (split,) = result.layers[0].splits
+    assert split.frame == "aten::_convolution"
+    assert split.classification == "device dispatch"
+    assert [n.label for n in split.only_b] == ["aten::convolution_overrideable"]
+    assert "aten::mkldnn_convolution" in [n.label for n in split.only_a]
+
+
+def test_audit_sets_the_run_beside_the_tables(standin_root):
+    traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
+    rows = {r.primitive: r for r in framework_report("torch", traces, []).audit}
+    conv = rows["conv2d"].standin
+    assert conv.by_pass["forward"] == ["aten::convolution_overrideable"]
+    assert conv.by_pass["backward"] == ["aten::convolution_backward_overrideable"]
+    # what it gets for free: the ops above, which torch decomposes or computes with its own kernel
+    assert {"aten::conv2d", "aten::convolution", "aten::_convolution", "aten::convolution_backward"} <= set(conv.free)
+    why = {d.op: d for d in conv.differences}
+    # the tables read the CPU path: they miss what torch routes only to new backends...
+    assert why["aten::convolution_overrideable"].side == "run only"
+    assert "only to new backends" in why["aten::convolution_overrideable"].why
+    # ...and list what CPU's oneDNN path calls below _convolution
+    assert why["aten::resize_"].side == "tables only"
+    assert "aten::convolution_overrideable" in why["aten::resize_"].why
+    # relu's CPU kernel calls clamp_min itself: no concern of a backend that has relu
+    relu = {d.op: d for d in rows["relu"].standin.differences}
+    assert relu["aten::clamp_min.out"].side == "tables only" and "aten::relu" in relu["aten::clamp_min.out"].why
+    for row in rows.values():
+        assert row.standin.evidence == "run on the stand-in device"
+        assert all(d.why for d in row.standin.differences)
+        one_list = set(row.standin.must_implement) ^ set(row.needs.must_implement)
+        assert one_list == {d.op for d in row.standin.differences}
+
+
+def test_audit_command_prints_the_run(standin_root):
+    proc = dltrace("audit", "torch", "--traces", str(standin_root / "traces"), env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "run on the stand-in device" in proc.stdout
+    assert "aten::convolution_backward_overrideable" in proc.stdout
+    assert "Why the run and the tables differ" in proc.stdout
+
+
+def test_standin_is_torchs_alone():
+    line = one_line_error(dltrace("probe", "jax", "relu", "--device", "standin"))
+    assert "standin" in line and "cpu" in line
+
+
+def test_report_shows_the_run_beside_the_tables(standin_root, tmp_path):
+    proc = dltrace("report", str(standin_root / "traces"), "-o", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "report" / "torch.html").read_text()
+    table = page[page.index('id="standin-table"'):]
+    table = table[:table.index("</table>")]
+    assert "<code>aten::convolution_backward_overrideable</code>" in table
+    assert "run on the stand-in device" in page and "only to new backends" in table
+
+
+def test_standin_traces_stop_at_the_op_layer(standin_root):
+    # below the op layer is the stand-in's own CPU computation (oneDNN...), not a backend's
+    t = _trace(standin_root, "standin", "conv2d")
+    assert all(set(r.layers) <= {"python", "op"} for r in t.runs)
+    line = one_line_error(dltrace("probe", "torch", "relu", "--device", "standin", "--layers", "python,library"))
+    assert "python and op layers only" in line
