@@ -63,6 +63,21 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     return data
 
 
+def head(path: str | os.PathLike, n: int) -> bytes:
+    """The first ``n`` bytes of the regular file at ``path`` (b"" for anything else
+    or an unreadable path): enough to recognise a format by its magic bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, n) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def gunzip(data: bytes, limit: int) -> bytes:
     """``data`` expanded (every gzip member), stopping as soon as the output passes
     ``limit`` bytes: a decompression bomb costs ``limit`` bytes, not what it claims.

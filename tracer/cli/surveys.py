@@ -160,7 +160,8 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
         for r in results:
             path = imported_path(folder, r.primitive)
             save(r.trace, path)
-            kernels = f"{r.kernels} kernel{'s' * (r.kernels != 1)} ({r.launches} launch{'es' * (r.launches != 1)})"
+            kernels = (f"{r.kernels} kernel{'s' * (r.kernels != 1)} ({r.launches} launch{'es' * (r.launches != 1)})"
+                       if r.kernels else f"{r.launches} operator record{'s' * (r.launches != 1)}, no kernel names")
             out.print(f"{r.primitive}  {'+'.join(r.passes)}  {r.gpu}  {kernels}  -> {path}", markup=False,
                       highlight=False, soft_wrap=True)
     if failed:

@@ -25,7 +25,7 @@ from pathlib import Path
 from tracer.errors import DltraceError
 from tracer.trace import Trace
 
-FRAMEWORKS = ("torch", "jax")
+FRAMEWORKS = ("torch", "jax", "mxnet", "tensorflow")
 #: How an imported trace is named in its folder: ``<primitive>-imported.json``.
 SUFFIX = "-imported.json"
 
@@ -51,9 +51,18 @@ def imported_path(folder: Path, primitive: str) -> Path:
     return folder / f"{primitive}{SUFFIX}"
 
 
+def _is_sqlite(path: str | Path) -> bool:
+    """nvprof's and Nsight's databases are SQLite files (their 16-byte header)."""
+    from tracer.bounded import head
+
+    return head(path, 16) == b"SQLite format 3\x00"
+
+
 def import_file(path: str | Path, framework: str, command: str = "") -> list[Imported]:
     """The traces of every primitive in a profiler file: ``framework`` "torch" reads
-    Kineto JSON (plain or gzip), "jax" an XPlane protobuf. One-line ImportFailed
+    Kineto JSON (plain or gzip), "jax" an XPlane protobuf, "mxnet" MXNet's profiler
+    JSON or an nvprof database of an MXNet run, "tensorflow" a TensorFlow timeline
+    (chrome-trace JSON). One-line ImportFailed
     when the file cannot be read or holds no primitive."""
     if framework == "torch":
         from tracer.importers.torch_trace import import_kineto
@@ -63,4 +72,12 @@ def import_file(path: str | Path, framework: str, command: str = "") -> list[Imp
         from tracer.importers.xplane import import_xplane
 
         return import_xplane(Path(path), command)
+    if framework == "mxnet" and _is_sqlite(path):
+        from tracer.importers.nvprof import import_nvprof
+
+        return import_nvprof(Path(path), framework, command)
+    if framework in ("mxnet", "tensorflow"):
+        from tracer.importers.op_timeline import import_op_timeline
+
+        return import_op_timeline(Path(path), framework, command)
     raise ImportFailed(f"unknown framework '{framework}' for import (choose from: {', '.join(FRAMEWORKS)})")

@@ -38,17 +38,34 @@ def _provenance_md() -> list[str]:
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, dict[str, str]]:
-    """PROVENANCE.md's rows by file name: gpu, what runs, repository, commit, path."""
+    """PROVENANCE.md's rows by file (a path under reference/imported): gpu, what runs,
+    repository, commit, path. A row's first cell may name several files, with folders,
+    ``{CPU,GPU}`` alternatives and ``*`` (``tensorflow-timeline/{CPU,GPU}/timeline_*.json``)."""
     rows = {}
     for line in _provenance_md():
-        m = _ROW.match(line)
-        if not m:
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) not in (5, 6) or cells[0] == "file" or set(cells[0]) <= set("-: "):
             continue
-        name, gpu, what, _, origin = (x.strip().strip("`") for x in m.groups())
-        src = _FROM.match(origin)
-        if src and "/" not in name and name != "file":
-            rows[name] = {"gpu": gpu, "what": what, **src.groupdict()}
+        src = _FROM.match(cells[4])
+        if not src:
+            continue
+        for name in _files(cells[0]):
+            rows[name] = {"gpu": cells[1], "what": cells[2], **src.groupdict()}
     return rows
+
+
+def _files(cell: str) -> list[str]:
+    """The files a row's first cell names, as paths under reference/imported."""
+    out = []
+    for entry in (e.strip() for e in cell.split(", ") if e.strip()):
+        m = re.search(r"\{([^{}]*)\}", entry)
+        variants = [entry[:m.start()] + alt + entry[m.end():] for alt in m.group(1).split(",")] if m else [entry]
+        for pattern in variants:
+            if "*" in pattern:
+                out += sorted(str(p.relative_to(REFERENCE)) for p in REFERENCE.glob(pattern) if p.is_file())
+            elif ".." not in pattern:
+                out.append(pattern)
+    return out
 
 
 _ORIGINAL = re.compile(r"^- original: (\S+) sha256 ([0-9a-f]{64})$")

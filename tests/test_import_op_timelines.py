@@ -1,0 +1,107 @@
+"""MXNet's and TensorFlow's own GPU evidence, imported from the real files in
+reference/imported: MXNet's profiler (operators on gpu/0), nvprof's kernels of an
+MXNet run on a K80, and TensorFlow 1.x timelines (ops placed on /gpu:0)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dltrace, one_line_error
+from tracer.importers import import_file
+from tracer.process.diff import diff_traces
+from tracer.trace import load
+
+REF = Path(__file__).resolve().parent.parent / "reference" / "imported"
+MX_GPU = REF / "mxnet" / "mnist-cnn-gpu.mxnet-profile.json"
+MX_CPU = REF / "mxnet" / "mnist-cnn-cpu.mxnet-profile.json"
+NVPROF = REF / "mxnet" / "mnist-cnn-k80.nvprof.nvvp"
+TF_GPU = REF / "tensorflow-timeline" / "GPU" / "timeline_02_step_2.json"
+
+
+def _by_primitive(path: Path, framework: str) -> dict:
+    return {r.primitive: r for r in import_file(path, framework)}
+
+
+def _ops(trace, pass_: str) -> list[str]:
+    return [n.frame.name for _, n in trace.layer(pass_, "op").walk()][1:]
+
+
+def test_mxnet_profiler_files_give_each_primitive_on_its_device():
+    gpu, cpu = _by_primitive(MX_GPU, "mxnet"), _by_primitive(MX_CPU, "mxnet")
+    assert set(gpu) == set(cpu) == {"conv2d", "relu", "maxpool2d", "dense"}
+    conv = gpu["conv2d"].trace
+    assert conv.meta["device"] == "gpu" and conv.meta["evidence"] == "imported" and conv.meta["api"] == "imported"
+    assert conv.meta["framework_version"] == "unknown"  # MXNet of 2019: never the probes' 1.9.1
+    assert _ops(conv, "forward") == ["Convolution [gpu/0]"]
+    assert _ops(conv, "backward") == ["_backward_Convolution [gpu/0]"]
+    assert _ops(cpu["conv2d"].trace, "forward") == ["Convolution"] and cpu["conv2d"].trace.meta["device"] == "cpu"
+    prov = conv.meta["provenance"]
+    assert prov["repository"] == "sandeep-krishnamurthy/mxnet-profiler-demo" and "Apache" in prov["license"]
+
+
+def test_nvprof_kernels_are_a_separate_run_on_a_k80():
+    got = _by_primitive(NVPROF, "mxnet")
+    assert set(got) == {"conv2d", "relu", "maxpool2d"}
+    conv = got["conv2d"].trace
+    assert conv.meta["machine"]["gpu"] == "Tesla K80" and "different run" in conv.meta["provenance"]["note"]
+    forward = _ops(conv, "forward")
+    assert any("implicit_convolve_sgemm" in k for k in forward) and not any("wgrad" in k for k in forward)
+    assert any("wgrad" in k for k in _ops(conv, "backward"))
+    libs = {n.frame.lib for _, n in conv.layer("forward", "op").walk() if n.frame.kind == "op"}
+    assert libs == {"cuDNN"}
+    assert any("relu_func" in k for k in _ops(got["relu"].trace, "forward"))
+
+
+def test_tensorflow_timeline_gives_dense_relu_sigmoid_on_the_gpu():
+    got = _by_primitive(TF_GPU, "tensorflow")
+    assert set(got) == {"dense", "relu", "sigmoid"}
+    dense = got["dense"].trace
+    assert dense.meta["device"] == "gpu" and dense.meta["framework_version"] == "unknown"
+    assert dense.meta["provenance"]["repository"] == "ikhlestov/tensorflow_profiling"
+    assert "MatMul [gpu:0]" in _ops(dense, "forward") and "BiasAddGrad [gpu:0]" in _ops(dense, "backward")
+    assert any(name.startswith("MatMul [gpu:0] on stream:") for name in _ops(dense, "forward"))
+    assert _ops(got["sigmoid"].trace, "backward")[0] == "SigmoidGrad [gpu:0]"
+
+
+@pytest.fixture(scope="module")
+def cpu_probes(tmp_path_factory) -> dict[str, Path]:
+    """The real CPU probes these files are set against (op layer only)."""
+    out = {}
+    for fw, prim in (("mxnet", "conv2d"), ("tensorflow", "dense")):
+        path = tmp_path_factory.mktemp(fw) / f"{prim}.json"
+        proc = dltrace("probe", fw, prim, "--layers", "op", "-o", str(path))
+        assert proc.returncode == 0, proc.stderr
+        out[fw] = path
+    return out
+
+
+@pytest.mark.parametrize("fw, src, prim, side", [("mxnet", MX_GPU, "conv2d", "Convolution [gpu/0]"),
+                                                 ("tensorflow", TF_GPU, "dense", "MatMul [gpu:0]")])
+def test_the_cpu_probe_splits_from_the_gpu_at_the_operator(cpu_probes, fw, src, prim, side):
+    gpu = _by_primitive(src, fw)[prim].trace
+    result = diff_traces(load(cpu_probes[fw]), gpu, "forward", "warm", ("op",), force=True)
+    (layer,) = result.layers
+    first = layer.splits[0]
+    assert first.classification == "device dispatch"
+    assert side in [b.label for b in first.only_b]
+
+
+def test_a_file_that_is_not_what_it_claims_is_one_line(tmp_path):
+    assert "not a mxnet operator timeline (it is a TensorFlow timeline)" in one_line_error(
+        dltrace("import", str(TF_GPU), "--framework", "mxnet", "-o", str(tmp_path / "a")))
+    assert "not a tensorflow operator timeline (it is an MXNet profiler file)" in one_line_error(
+        dltrace("import", str(MX_GPU), "--framework", "tensorflow", "-o", str(tmp_path / "b")))
+    other = tmp_path / "other.nvvp"
+    db = sqlite3.connect(other)
+    db.execute("create table t (x)")
+    db.commit()
+    db.close()
+    assert "an SQLite database, but not nvprof's" in one_line_error(
+        dltrace("import", str(other), "--framework", "mxnet", "-o", str(tmp_path / "c")))
+    truncated = tmp_path / "truncated.json"
+    truncated.write_bytes(MX_GPU.read_bytes()[:5000])
+    assert "corrupt or truncated JSON" in one_line_error(
+        dltrace("import", str(truncated), "--framework", "mxnet", "-o", str(tmp_path / "d")))

@@ -1,0 +1,104 @@
+"""``dltrace import --framework mxnet FILE.nvvp``: the kernels of an nvprof database.
+
+nvprof (CUDA's profiler before Nsight) writes a SQLite database: every kernel a
+GPU ran (``CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`` or ``..._KERNEL``), its name in
+``StringTable``, the GPU in ``CUPTI_ACTIVITY_KIND_DEVICE``. The standard library's
+sqlite3 reads it, read-only. It holds no operator records, so a kernel is a
+primitive's only where its own name says so (cuDNN's ``activation_fw_4d`` with
+``relu_func`` is relu forward, ``wgrad``/``dgrad`` engines a convolution's
+backward); cuBLAS gemms that any op may call are counted in the provenance, not
+given to a primitive. The run is not the one of the MXNet profiler JSON files
+beside it: each trace says so.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+from tracer.contract import PASSES
+from tracer.importers import Imported, ImportFailed
+from tracer.importers import meta as m
+from tracer.importers.kernels import kernel_lib, module_of
+from tracer.importers.provenance import provenance
+from tracer.importers.source import clip, read_source, short_name
+from tracer.trace import Frame, Node, Run, Trace
+
+#: primitive -> pass -> what a kernel's (mangled) name holds when it is that primitive's.
+KERNELS = {
+    "conv2d": {"forward": re.compile(r"implicit_convolve_sgemm|cudnn_convolve_sgemm|winogradForward|im2col4d"),
+               "backward": re.compile(r"dgrad|wgrad|winogradWgrad")},
+    "relu": {"forward": re.compile(r"activation_fw_4d_kernel.*relu_func"),
+             "backward": re.compile(r"activation_bw_4d_kernel.*relu_func")},
+    "maxpool2d": {"forward": re.compile(r"pooling_fw_4d_kernel.*maxpooling_func"),
+                  "backward": re.compile(r"pooling_bw_kernel_max")},
+}
+_TABLES = ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_KERNEL")
+
+
+def _kernels(path: Path) -> tuple[Counter, dict[str, int], str]:
+    """(kernel name -> launches, name -> total ns, the GPU's name)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise ImportFailed(f"{path}: not a readable nvprof database ({exc})") from None
+    try:
+        tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+        if "StringTable" not in tables or not tables & set(_TABLES):
+            raise ImportFailed(f"{path}: an SQLite database, but not nvprof's (no StringTable or kernel table)")
+        launches: Counter = Counter()
+        times: dict[str, int] = {}
+        for table in (t for t in _TABLES if t in tables):
+            for name, n, ns in db.execute(f"select s.value, count(*), sum(k.end - k.start) from {table} k "
+                                          "join StringTable s on s._id_ = k.name group by s.value"):
+                if isinstance(name, str):
+                    launches[name] += int(n)
+                    times[name] = times.get(name, 0) + int(ns or 0)
+        gpu = ""
+        if "CUPTI_ACTIVITY_KIND_DEVICE" in tables:
+            row = db.execute("select s.value from CUPTI_ACTIVITY_KIND_DEVICE d join StringTable s on s._id_ = d.name "
+                             "limit 1").fetchone()
+            gpu = clip(row[0], 100) if row and isinstance(row[0], str) else ""
+        return launches, times, gpu or "unknown"
+    except sqlite3.Error as exc:
+        raise ImportFailed(f"{path}: corrupt nvprof database ({clip(str(exc), 120)})") from None
+    finally:
+        db.close()
+
+
+def import_nvprof(path: Path, framework: str, command: str = "") -> list[Imported]:
+    src = read_source(path)  # the checks every import gets (a regular file, bounded), and the hash
+    launches, times, gpu = _kernels(path)
+    if not launches:
+        raise ImportFailed(f"{path}: an nvprof database with no kernel launches")
+    origin = provenance(src.name, src.sha256, "nvprof SQLite database")
+    claimed = {k for k in launches for passes in KERNELS.values() for rx in passes.values() if rx.search(k)}
+    origin.update({"kernels": len(launches), "launches": sum(launches.values()),
+                   "kernels_of_no_primitive": len(launches) - len(claimed),
+                   "note": "kernels only: nvprof recorded no operators, so a kernel is given to a primitive only "
+                           "where its name says which (cuBLAS gemms are not); a different run from the MXNet "
+                           "profiler JSON files"})
+    out = []
+    for primitive, passes in KERNELS.items():
+        trees = {}
+        for pass_, rx in passes.items():
+            kids = [Node(Frame("op", module_of("NVIDIA"), k, "", 0, kernel_lib(k, "NVIDIA")), n, times.get(k, 0))
+                    for k, n in sorted(launches.items()) if rx.search(k)]
+            if kids:
+                trees[pass_] = Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(c.time_ns for c in kids),
+                                    children=kids)
+        if not trees:
+            continue
+        order = [p for p in PASSES if p in trees]
+        meta = m.build_meta(framework=framework, version="unknown", primitive=primitive, variant=short_name(src.name),
+                            passes=order, shape=[], dtype=None,
+                            machine_info={"arch": "unknown", "cpu": "", "gpu": gpu, "vendor": "NVIDIA"},
+                            software={}, provenance=origin, command=command)
+        runs = [Run(p, "warm", {"op": trees[p]}, {"source": "nvprof kernels"}) for p in order]
+        n = {k for t in trees.values() for k in (c.frame.name for c in t.children)}
+        out.append(Imported(Trace(meta, runs), primitive, order, gpu, len(n), sum(launches[k] for k in n)))
+    if not out:
+        raise ImportFailed(f"{path}: none of its {len(launches)} kernels names one of dltrace's primitives")
+    return out
