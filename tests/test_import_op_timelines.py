@@ -105,3 +105,23 @@ def test_a_file_that_is_not_what_it_claims_is_one_line(tmp_path):
     truncated.write_bytes(MX_GPU.read_bytes()[:5000])
     assert "corrupt or truncated JSON" in one_line_error(
         dltrace("import", str(truncated), "--framework", "mxnet", "-o", str(tmp_path / "d")))
+
+
+TF_STATS = REF / "tensorflow-stats" / "resnet50-gpu-input-bound.tensorflow_stats.pb"
+
+
+def test_tensorflow_stats_are_read_with_published_protobuf_classes():
+    got = _by_primitive(TF_STATS, "tensorflow")
+    assert {"conv2d", "batchnorm", "relu", "maxpool2d"} <= set(got)
+    conv = got["conv2d"].trace
+    assert _ops(conv, "forward") == ["Conv2D [device]"]  # the file names no device type: "Device", as it says
+    assert _ops(conv, "backward") == ["Conv2DBackpropInput [device]", "Conv2DBackpropFilter [device]"]
+    assert conv.layer("forward", "op").children[0].count == 15642  # occurrences over its 424 Conv2D records
+    assert "aggregates" in conv.meta["provenance"]["note"] and conv.meta["provenance"]["repository"] == "tensorflow/profiler"
+
+
+def test_a_json_file_is_not_a_tensorflow_stats_file(tmp_path):
+    fake = tmp_path / "x.tensorflow_stats.pb"
+    fake.write_bytes(b"\x08\x96\x01garbage-that-is-not-a-stats-db" * 10)
+    assert "not a tensorflow_stats file" in one_line_error(
+        dltrace("import", str(fake), "--framework", "tensorflow", "-o", str(tmp_path / "o")))

@@ -58,6 +58,14 @@ def _is_sqlite(path: str | Path) -> bool:
     return head(path, 16) == b"SQLite format 3\x00"
 
 
+def _is_binary(path: str | Path) -> bool:
+    """A protobuf (TensorFlow's tensorflow_stats), not JSON or gzip."""
+    from tracer.bounded import head
+
+    start = head(path, 64).lstrip()
+    return bool(start) and start[:1] not in (b"{", b"[") and start[:2] != b"\x1f\x8b"
+
+
 def import_file(path: str | Path, framework: str, command: str = "") -> list[Imported]:
     """The traces of every primitive in a profiler file: ``framework`` "torch" reads
     Kineto JSON (plain or gzip), "jax" an XPlane protobuf, "mxnet" MXNet's profiler
@@ -76,6 +84,10 @@ def import_file(path: str | Path, framework: str, command: str = "") -> list[Imp
         from tracer.importers.nvprof import import_nvprof
 
         return import_nvprof(Path(path), framework, command)
+    if framework == "tensorflow" and _is_binary(path):
+        from tracer.importers.tf_stats import import_tf_stats
+
+        return import_tf_stats(Path(path), command)
     if framework in ("mxnet", "tensorflow"):
         from tracer.importers.op_timeline import import_op_timeline
 
