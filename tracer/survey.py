@@ -71,7 +71,7 @@ class SurveyEvent:
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
-         arm: bool = False) -> list[Job]:
+         arm: bool = False, arm_variants: str = "listed") -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -82,7 +82,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     ``arm`` adds, for each framework with an ``aarch64`` entry, one job per emulated
     CPU model: the functional cases at the default shapes, python, op and library
     layers (py-spy cannot attach under QEMU; everything runs 10 to 100 times slower
-    there, and what the libraries report is what the audit needs)."""
+    there, and what the libraries report is what the audit needs), and one more per
+    variant its ``aarch64.variants`` names (TensorFlow's oneDNN, off by default on ARM),
+    or (``arm_variants`` "all") per variant it has (JAX's nojit: opt-in, it is slow)."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -96,7 +98,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 jobs.append(Job(fw, device, variant, cases))
         if arm and fw.aarch64 is not None:
             emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims)
-            jobs += [Job(fw, "cpu", "default", emulated, cpu) for cpu in fw.aarch64.cpus]
+            listed = fw.variants if arm_variants == "all" else fw.aarch64.variants
+            on_arm = ["default", *(listed if variants else ())]
+            jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
     return jobs
 
 

@@ -64,10 +64,17 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
             try:
                 if fw.aarch64 is None:
                     raise DltraceError(f"{name} has no aarch64 entry in the registry")
+                if fw.aarch64.unavailable:
+                    if arch == "aarch64":
+                        raise DltraceError(f"{name} has no aarch64 build: {fw.aarch64.unavailable}")
+                    out.print(message("–", "yellow", f"{name}: no aarch64 environment ({fw.aarch64.unavailable})"),
+                              highlight=False)
+                    continue
                 from tracer import emulation
 
                 with err.status(f"setting up {name} (aarch64, emulated)…"):
-                    emulation.setup(name, list(fw.aarch64.requirements), log=log, force=force)
+                    emulation.setup(name, list(fw.aarch64.requirements), log=log, force=force,
+                                    sdists=list(fw.aarch64.sdists), build=list(fw.aarch64.build))
                 versions = (emulation.status(name) or {}).get("versions", {})
                 out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
                                                  f"{', '.join(fw.aarch64.cpus)})"), highlight=False)
