@@ -94,6 +94,9 @@ class Aarch64Spec:
     #: why the framework cannot run on aarch64 at all (no aarch64 wheel): a survey
     #: marks each case on each CPU as a gap with this reason, never a silent absence
     unavailable: str = ""
+    #: emulated only when asked (dltrace survey --arm-all): where its jobs would push
+    #: the default survey past its time budget (JAX: XLA compiles each pass emulated)
+    opt_in: bool = False
 
 
 @dataclass(frozen=True)
@@ -190,9 +193,9 @@ class _Entry:
         unknown = [v for v in variants if v not in self.get("variants", dict, {})]
         if unknown:
             raise self.error("aarch64.variants", f"names no variant of the framework: {', '.join(unknown)}")
-        return Aarch64Spec(requirements, cpus, variants,
-                           self.strings("aarch64.sdists", sub.get("sdists", list, [])),
-                           self.strings("aarch64.build", sub.get("build", list, [])))
+        return Aarch64Spec(requirements, cpus, variants, opt_in=sub.get("opt_in", bool, False),
+                           sdists=self.strings("aarch64.sdists", sub.get("sdists", list, [])),
+                           build=self.strings("aarch64.build", sub.get("build", list, [])))
 
     def dotted(self, key: str) -> str:
         value = self.get(key, str)

@@ -71,7 +71,7 @@ class SurveyEvent:
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
-         arm: bool = False, arm_variants: str = "listed") -> list[Job]:
+         arm: bool = False, arm_all: bool = False) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -84,7 +84,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     layers (py-spy cannot attach under QEMU; everything runs 10 to 100 times slower
     there, and what the libraries report is what the audit needs), and one more per
     variant its ``aarch64.variants`` names (TensorFlow's oneDNN, off by default on ARM),
-    or (``arm_variants`` "all") per variant it has (JAX's nojit: opt-in, it is slow)."""
+    or (``arm_all``) per variant it has; ``arm_all`` also adds the frameworks whose
+    entry is ``opt_in`` (JAX: slow to compile under emulation)."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -96,9 +97,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 continue
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, cases))
-        if arm and fw.aarch64 is not None:
+        if arm and fw.aarch64 is not None and (arm_all or not fw.aarch64.opt_in):
             emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims)
-            listed = fw.variants if arm_variants == "all" else fw.aarch64.variants
+            listed = fw.variants if arm_all else fw.aarch64.variants
             on_arm = ["default", *(listed if variants else ())]
             jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
     return jobs
