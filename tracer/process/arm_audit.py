@@ -54,6 +54,11 @@ def _label(trace: Trace) -> str:
     return f"{machine.get('arch', '?')} (this machine){suffix}"
 
 
+def _by_variant(traces: list[Trace]) -> list[Trace]:
+    """Each machine's columns together, its default path before its variants."""
+    return sorted(traces, key=lambda t: (_label(t).split(",")[0], t.meta.get("variant", "default") != "default"))
+
+
 def _compiled(trace: Trace, pass_: str) -> list[str]:
     """The instructions a compiler emitted for the pass, from the op layer: the children
     of a compiler's node (JAX: ``XLA:cpu``), in order, without repeats."""
@@ -98,7 +103,8 @@ def arm_audit(traces: list[Trace], gaps: list[Any]) -> ArmAudit | None:
     host = [t for t in chosen if not isinstance(t.meta.get("emulated"), dict)
             and t.meta.get("shape") == shapes.get(t.meta["primitive"])]
     gap_label = {id(g): f"{g.cpu} (emulated)" + ("" if g.variant == "default" else f", {g.variant}") for g in arm_gaps}
-    machines = list(dict.fromkeys([*map(_label, host), *map(_label, emulated), *gap_label.values()]))
+    machines = list(dict.fromkeys([*map(_label, _by_variant(host)), *map(_label, _by_variant(emulated)),
+                                   *gap_label.values()]))
     rows: dict[str, dict[str, ArmCell]] = {}
     for t in host + emulated:
         rows.setdefault(t.meta["primitive"], {})[_label(t)] = _cell(t)

@@ -153,7 +153,7 @@ def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str,
     return table
 
 
-_EMULATED_CPU = re.compile(r"aarch64 (.*) \(emulated\)")
+_EMULATED_CPU = re.compile(r"aarch64 (.*?) \(emulated\)")
 
 
 def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]]:
@@ -166,8 +166,9 @@ def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]
             if case.api != "functional":
                 continue
             for pr in case.pairs:
-                cpus = [m.group(1) for m in map(_EMULATED_CPU.search, (pr.a_label, pr.b_label)) if m]
-                if pr.kind != "machine" or len(cpus) != 1:
+                # a machine pair's title names both machines (pairs.Pair.title)
+                cpus = [c.split(" (")[0] for c in _EMULATED_CPU.findall(pr.title)]
+                if pr.kind != "machine" or len(cpus) != 1 or "x86_64" not in pr.title:
                     continue  # only x86 against ARM (two emulated CPUs are not this column)
                 table.setdefault(case.primitive, []).append({
                     "framework": rep.name, "cpu": cpus[0], "first": pr.first_layer, "splits": pr.splits,
