@@ -13,6 +13,8 @@ from tracer import emulation
 from tracer import survey as sv
 from tracer.process.arm_audit import arm_audit
 from tracer.process.diff import diff_traces
+from tracer.process.portability import survey_reports
+from tracer.render.html import write_report
 from tracer.runner import CaseSpec, run_probe
 
 LAYERS = ("python", "op", "library")
@@ -68,13 +70,31 @@ def test_jax_on_neoverse_n1_records_what_xla_compiled(frameworks, tmp_path_facto
     assert cell.compiled["backward"]
 
 
-def test_chainer_on_a64fx_names_openblas_kernels(frameworks, tmp_path_factory):
-    t = probe(frameworks["chainer"], "dense", tmp_path_factory.mktemp("chainer-a64fx"), cpu="a64fx")
+@pytest.fixture(scope="session")
+def chainer_dense(frameworks, tmp_path_factory):
+    """Chainer's dense on this machine and on an emulated A64FX."""
+    ch = frameworks["chainer"]
+    return (probe(ch, "dense", tmp_path_factory.mktemp("chainer-x86")),
+            probe(ch, "dense", tmp_path_factory.mktemp("chainer-a64fx"), cpu="a64fx"))
+
+
+def test_chainer_on_a64fx_names_openblas_kernels(chainer_dense):
+    x86, t = chainer_dense
     blas = t.meta["library"]["OpenBLAS"]
     # numpy's aarch64 OpenBLAS picks its kernels for the emulated CPU: an ARM core, not x86's
     assert blas["core"].lower().startswith(("armv8", "a64fx", "neoverse")), blas
-    cell = arm_audit([t], []).rows["dense"]["a64fx (emulated)"]
+    assert blas["core"] != x86.meta["library"]["OpenBLAS"]["core"]
+    cell = arm_audit([x86, t], []).rows["dense"]["a64fx (emulated)"]
     assert blas["core"] in cell.blas and not cell.failed
+
+
+def test_report_has_the_arm_audit_and_the_x86_vs_arm_column(chainer_dense, tmp_path):
+    index = write_report(survey_reports(list(chainer_dense), []), tmp_path)
+    page = (tmp_path / "chainer.html").read_text()
+    assert 'id="arm-table"' in page and "a64fx (emulated)" in page
+    assert f"OpenBLAS, {chainer_dense[1].meta['library']['OpenBLAS']['core']} kernels" in page
+    table = index.read_text().split('id="primitive-table"', 1)[1].split("</table>", 1)[0]
+    assert "x86 vs ARM (emulated)" in table and "Fujitsu A64FX" in table.split("<b>dense</b>", 1)[1]
 
 
 def test_mxnet_on_arm_is_a_marked_gap(frameworks, tmp_path):
