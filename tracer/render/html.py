@@ -130,8 +130,8 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for, graph_problem=drawer.problem)
         write_text(out / f"{slug(rep.name)}.html", page)
     index = out / "index.html"
-    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports), arm_cross=_arm_cross(reports),
-                                                            graph_problem=drawer.problem))
+    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
+                                                            arm_cross=_arm_cross(reports), graph_problem=drawer.problem))
     return index
 
 
