@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from tracer import emulation
+from tracer import registry
 from tracer import survey as sv
 from tracer.process.arm_audit import arm_audit
 from tracer.process.diff import diff_traces
 from tracer.process.portability import survey_reports
 from tracer.render.html import write_report
+from tracer.registry import ROOT, RegistryError
 from tracer.runner import CaseSpec, run_probe
 
 LAYERS = ("python", "op", "library")
@@ -59,9 +60,6 @@ def test_tensorflow_onednn_on_a64fx_against_x86_names_both_implementations(tf_co
 
 
 def test_jax_on_neoverse_n1_records_what_xla_compiled(frameworks, tmp_path_factory):
-    jax = frameworks["jax"]
-    # opt-in: `make` does not build it; the set-up is idempotent (a minute when missing)
-    emulation.setup("jax", list(jax.aarch64.requirements))
     t = probe(frameworks["jax"], "dense", tmp_path_factory.mktemp("jax-n1"), cpu="neoverse-n1")
     assert t.meta["machine"]["arch"] == "aarch64" and t.meta["emulated"]["cpu"] == "neoverse-n1"
     cell = arm_audit([t], []).rows["dense"]["neoverse-n1 (emulated)"]
@@ -115,8 +113,22 @@ def test_survey_runs_the_arm_variants(frameworks):
                 if j.cpu and j.variant != "default"]
 
 
-def test_jax_on_arm_is_opt_in(frameworks):
+def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):
     jax = frameworks["jax"]
-    assert jax.aarch64.opt_in and not [j for j in sv.plan([jax], ["dense"], arm=True) if j.cpu]
-    jobs = [j for j in sv.plan([jax], ["dense"], arm=True, arm_all=True) if j.cpu]
-    assert {(j.cpu, j.variant) for j in jobs} == {(c, v) for c in jax.aarch64.cpus for v in ("default", "nojit")}
+    jobs = [j for j in sv.plan([jax], arm=True) if j.cpu]
+    assert {(j.cpu, j.variant) for j in jobs} == {(c, "default") for c in jax.aarch64.cpus}
+    assert all({c.primitive for c in j.cases} == {"conv2d", "dense"} for j in jobs)
+    every = [j for j in sv.plan([jax], arm=True, arm_all=True) if j.cpu]
+    assert {(j.cpu, j.variant) for j in every} == {(c, v) for c in jax.aarch64.cpus for v in ("default", "nojit")}
+    assert all(len(j.cases) == 9 for j in every)
+
+
+@pytest.mark.parametrize("line, bad", [("primitives: [conv2d, dense]", "primitives: [conv3d]"),
+                                       ("variants: [onednn-on]", "variants: [onednn-maybe]")])
+def test_registry_names_an_unknown_arm_primitive_or_variant(tmp_path, line, bad):
+    text = (ROOT / "frameworks.yaml").read_text()
+    assert line in text
+    path = tmp_path / "frameworks.yaml"
+    path.write_text(text.replace(line, bad))
+    with pytest.raises(RegistryError, match=r"field 'aarch64\.(primitives|variants)' names no"):
+        registry.load(path)

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tracer.contract import APIS, DEVICES, NativeRequest
+from tracer.contract import APIS, DEVICES, PRIMITIVES, NativeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,9 +94,9 @@ class Aarch64Spec:
     #: why the framework cannot run on aarch64 at all (no aarch64 wheel): a survey
     #: marks each case on each CPU as a gap with this reason, never a silent absence
     unavailable: str = ""
-    #: emulated only when asked (dltrace survey --arm-all): where its jobs would push
-    #: the default survey past its time budget (JAX: XLA compiles each pass emulated)
-    opt_in: bool = False
+    #: the primitives the default survey emulates, where not all (JAX: XLA compiles
+    #: each pass under emulation); `dltrace survey --arm-all` runs every primitive
+    primitives: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,11 @@ class _Entry:
         unknown = [v for v in variants if v not in self.get("variants", dict, {})]
         if unknown:
             raise self.error("aarch64.variants", f"names no variant of the framework: {', '.join(unknown)}")
-        return Aarch64Spec(requirements, cpus, variants, opt_in=sub.get("opt_in", bool, False),
+        primitives = self.strings("aarch64.primitives", sub.get("primitives", list, []))
+        unknown = [p for p in primitives if p not in PRIMITIVES]
+        if unknown:
+            raise self.error("aarch64.primitives", f"names no primitive: {', '.join(unknown)}")
+        return Aarch64Spec(requirements, cpus, variants, primitives=primitives,
                            sdists=self.strings("aarch64.sdists", sub.get("sdists", list, [])),
                            build=self.strings("aarch64.build", sub.get("build", list, [])))
 

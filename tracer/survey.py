@@ -84,8 +84,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     layers (py-spy cannot attach under QEMU; everything runs 10 to 100 times slower
     there, and what the libraries report is what the audit needs), and one more per
     variant its ``aarch64.variants`` names (TensorFlow's oneDNN, off by default on ARM),
-    or (``arm_all``) per variant it has; ``arm_all`` also adds the frameworks whose
-    entry is ``opt_in`` (JAX: slow to compile under emulation)."""
+    or (``arm_all``) per variant it has; there, only the primitives its
+    ``aarch64.primitives`` lists, if any (JAX: slow to compile under emulation),
+    unless ``arm_all``."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -97,8 +98,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 continue
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, cases))
-        if arm and fw.aarch64 is not None and (arm_all or not fw.aarch64.opt_in):
-            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims)
+        if arm and fw.aarch64 is not None:
+            some = fw.aarch64.primitives if not arm_all else ()
+            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if not some or p in some)
             listed = fw.variants if arm_all else fw.aarch64.variants
             on_arm = ["default", *(listed if variants else ())]
             jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]

@@ -68,15 +68,10 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
 
 def _setup_emulated(fw, arch: str, force: bool, named: bool, log) -> bool:
     """The framework's emulated aarch64 environment, where its registry entry has one;
-    False if that failed (said on one line). An opt-in entry (JAX) is built only when
-    named: `make` runs `dltrace env setup` for all, and the default survey skips it."""
+    False if that failed (said on one line)."""
     name, spec = fw.name, fw.aarch64
     if spec is None and not (named and arch == "aarch64"):
         return True  # asked for all: the frameworks without an aarch64 entry are not asked for
-    if spec is not None and spec.opt_in and not named:
-        out.print(message("–", "yellow", f"{name}: aarch64 environment is opt-in (dltrace env setup {name} --arch "
-                                         "aarch64; dltrace survey --arm-all)"), highlight=False)
-        return True
     try:
         if spec is None:
             raise DltraceError(f"{name} has no aarch64 entry in the registry")

@@ -35,8 +35,8 @@ from tracer.runner import DEFAULT_TIMEOUT, check
               help="Also probe each framework on the emulated aarch64 CPUs its registry entry names (frameworks.yaml "
                    "aarch64: A64FX, Neoverse-N1...), for the ARM audit.")
 @click.option("--arm-all", is_flag=True,
-              help="Also the opt-in emulated jobs (slow under QEMU): frameworks whose aarch64 entry is opt_in "
-                   "(JAX), and every variant on the emulated CPUs (JAX's nojit).")
+              help="The whole emulated part (slow under QEMU): every primitive of frameworks whose aarch64 "
+                   "entry lists a few (JAX), and every variant (JAX's nojit).")
 @click.option("--imports/--no-imports", default=True, show_default=True,
               help="Import each framework's reference GPU profiles (frameworks.yaml: imported), recorded on real "
                    "GPUs by others, so that the report sets the CPU path against them.")
