@@ -156,6 +156,9 @@ def _hlo_opcode(instr: str) -> tuple[str, str]:
         calls = rest.split("calls=", 1)[1].split(",", 1)[0].split("}", 1)[0].strip().lstrip("%{")
     if opcode == "fusion" and "kind=" in rest:
         opcode = f"fusion({rest.split('kind=', 1)[1].split(',', 1)[0].strip()})"
+        # a custom fusion names the library XLA:CPU hands it to (YNNPACK: __ynn_fusion)
+        if '"fusion_config":{"kind":"' in rest:
+            opcode += ":" + rest.split('"fusion_config":{"kind":"', 1)[1].split('"', 1)[0]
     elif opcode == "custom-call" and 'custom_call_target="' in rest:
         target = rest.split('custom_call_target="', 1)[1].split('"', 1)[0]
         opcode = f"custom-call:{target}"

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tracer.contract import APIS, DEVICES, NativeRequest
+from tracer.contract import APIS, DEVICES, PRIMITIVES, NativeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,6 +84,19 @@ class Aarch64Spec:
 
     requirements: tuple[str, ...]
     cpus: tuple[str, ...]
+    #: the framework's variants a survey also runs there (the default always runs):
+    #: a switch whose default differs on ARM (TensorFlow's oneDNN) must be run both ways
+    variants: tuple[str, ...] = ()
+    #: requirements published only as sdists: built on the host into pure-Python
+    #: wheels, with the ``build`` requirements (tracer/emulation/wheels.py)
+    sdists: tuple[str, ...] = ()
+    build: tuple[str, ...] = ()
+    #: why the framework cannot run on aarch64 at all (no aarch64 wheel): a survey
+    #: marks each case on each CPU as a gap with this reason, never a silent absence
+    unavailable: str = ""
+    #: the primitives the default survey emulates, where not all (JAX: XLA compiles
+    #: each pass under emulation); `dltrace survey --arm-all` runs every primitive
+    primitives: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,10 +182,24 @@ class _Entry:
         if spec is None:
             return None
         sub = _Entry(self.source, self.name, spec)
+        unavailable = sub.get("unavailable", str, "")
+        cpus = self.strings("aarch64.cpus", sub.get("cpus", list, []))
+        if unavailable:
+            return Aarch64Spec((), cpus, unavailable=unavailable)
         requirements = self.strings("aarch64.requirements", sub.get("requirements", list))
         if not requirements:
             raise self.error("aarch64.requirements", "must be a non-empty list")
-        return Aarch64Spec(requirements, self.strings("aarch64.cpus", sub.get("cpus", list, [])))
+        variants = self.strings("aarch64.variants", sub.get("variants", list, []))
+        unknown = [v for v in variants if v not in self.get("variants", dict, {})]
+        if unknown:
+            raise self.error("aarch64.variants", f"names no variant of the framework: {', '.join(unknown)}")
+        primitives = self.strings("aarch64.primitives", sub.get("primitives", list, []))
+        unknown = [p for p in primitives if p not in PRIMITIVES]
+        if unknown:
+            raise self.error("aarch64.primitives", f"names no primitive: {', '.join(unknown)}")
+        return Aarch64Spec(requirements, cpus, variants, primitives=primitives,
+                           sdists=self.strings("aarch64.sdists", sub.get("sdists", list, [])),
+                           build=self.strings("aarch64.build", sub.get("build", list, [])))
 
     def dotted(self, key: str) -> str:
         value = self.get(key, str)

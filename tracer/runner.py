@@ -19,7 +19,7 @@ from tracer import envs
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import EXACT_LAYERS, PASSES, PRIMITIVES, CaseRequest, Exit, ProbeRequest
-from tracer.errors import EnvNotReady, ProbeFailed, UsageError
+from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.registry import ROOT, Framework
 from tracer.trace import Trace, TraceFormatError, load, save
 
@@ -128,6 +128,8 @@ def _emulated(fw: Framework, cpu: str, binds: list[Path]) -> tuple[list[str], di
     if fw.aarch64 is None:
         raise UsageError(f"{fw.name} has no aarch64 entry in the registry: it cannot run on an emulated CPU")
     model = emulation.model(cpu)  # an unknown model is a UsageError naming the choices
+    if fw.aarch64.unavailable:
+        raise DltraceError(f"{fw.name} has no aarch64 build: {fw.aarch64.unavailable}")
     if emulation.status(fw.name) is None:
         raise EnvNotReady(f"{fw.name}: emulated aarch64 environment not set up; run: dltrace env setup {fw.name} "
                           f"--arch aarch64")

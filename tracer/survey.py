@@ -103,7 +103,7 @@ class SurveyEvent:
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
-         arm: bool = False) -> list[Job]:
+         arm: bool = False, arm_all: bool = False) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -114,7 +114,11 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     ``arm`` adds, for each framework with an ``aarch64`` entry, one job per emulated
     CPU model: the functional cases at the default shapes, python, op and library
     layers (py-spy cannot attach under QEMU; everything runs 10 to 100 times slower
-    there, and what the libraries report is what the audit needs)."""
+    there, and what the libraries report is what the audit needs), and one more per
+    variant its ``aarch64.variants`` names (TensorFlow's oneDNN, off by default on ARM),
+    or (``arm_all``) per variant it has; there, only the primitives its
+    ``aarch64.primitives`` lists, if any (JAX: slow to compile under emulation),
+    unless ``arm_all``."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -131,8 +135,11 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine))
         if arm and fw.aarch64 is not None:
-            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims)
-            jobs += [Job(fw, "cpu", "default", emulated, cpu) for cpu in fw.aarch64.cpus]
+            some = fw.aarch64.primitives if not arm_all else ()
+            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if not some or p in some)
+            listed = fw.variants if arm_all else fw.aarch64.variants
+            on_arm = ["default", *(listed if variants else ())]
+            jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
     return jobs
 
 

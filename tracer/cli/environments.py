@@ -59,22 +59,38 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
             except DltraceError as exc:
                 failed.append(name)
                 err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
-        if arch in ("all", "aarch64") and (fw.aarch64 is not None or arch == "aarch64"):
-            try:
-                if fw.aarch64 is None:
-                    raise DltraceError(f"{name} has no aarch64 entry in the registry")
-                from tracer import emulation
-
-                with err.status(f"setting up {name} (aarch64, emulated)…"):
-                    emulation.setup(name, list(fw.aarch64.requirements), log=log, force=force)
-                versions = (emulation.status(name) or {}).get("versions", {})
-                out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
-                                                 f"{', '.join(fw.aarch64.cpus)})"), highlight=False)
-            except DltraceError as exc:
-                failed.append(f"{name} (aarch64)")
-                err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
+        if arch in ("all", "aarch64") and not _setup_emulated(fw, arch, force, bool(names), log):
+            failed.append(f"{name} (aarch64)")
     if failed:
         raise DltraceError(f"environment set-up failed for: {', '.join(failed)}")
+
+
+def _setup_emulated(fw, arch: str, force: bool, named: bool, log) -> bool:
+    """The framework's emulated aarch64 environment, where its registry entry has one;
+    False if that failed (said on one line)."""
+    name, spec = fw.name, fw.aarch64
+    if spec is None and not (named and arch == "aarch64"):
+        return True  # asked for all: the frameworks without an aarch64 entry are not asked for
+    try:
+        if spec is None:
+            raise DltraceError(f"{name} has no aarch64 entry in the registry")
+        if spec.unavailable:
+            if named and arch == "aarch64":
+                raise DltraceError(f"{name} has no aarch64 build: {spec.unavailable}")
+            out.print(message("–", "yellow", f"{name}: no aarch64 environment ({spec.unavailable})"), highlight=False)
+            return True
+        from tracer import emulation
+
+        with err.status(f"setting up {name} (aarch64, emulated)…"):
+            emulation.setup(name, list(spec.requirements), log=log, force=force, sdists=list(spec.sdists),
+                            build=list(spec.build))
+        versions = (emulation.status(name) or {}).get("versions", {})
+        out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
+                                         f"{', '.join(spec.cpus)})"), highlight=False)
+        return True
+    except DltraceError as exc:
+        err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
+        return False
 
 
 @env.command("list")

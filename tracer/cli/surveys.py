@@ -36,12 +36,15 @@ from tracer.runner import DEFAULT_TIMEOUT, check
 @click.option("--arm/--no-arm", default=True, show_default=True,
               help="Also probe each framework on the emulated aarch64 CPUs its registry entry names (frameworks.yaml "
                    "aarch64: A64FX, Neoverse-N1...), for the ARM audit.")
+@click.option("--arm-all", is_flag=True,
+              help="The whole emulated part (slow under QEMU): every primitive of frameworks whose aarch64 "
+                   "entry lists a few (JAX), and every variant (JAX's nojit).")
 @click.option("--imports/--no-imports", default=True, show_default=True,
               help="Import each framework's reference GPU profiles (frameworks.yaml: imported), recorded on real "
                    "GPUs by others, so that the report sets the CPU path against them.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
-def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, arm, imports,
-           timeout) -> None:
+def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, arm, arm_all,
+           imports, timeout) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
     import time
@@ -66,7 +69,8 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
     for fw in missing:
         err.print(message("!", "yellow", f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
                   highlight=False, soft_wrap=True)
-    jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm)
+    jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
+                        arm_all=arm_all)
     t0 = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
         total = progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list))

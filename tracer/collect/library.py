@@ -87,7 +87,9 @@ def openblas() -> dict[str, str]:
         return {}
     for path in paths:
         try:
-            lib = ctypes.CDLL(path)
+            # under proot the maps name host paths the guest cannot open; the loader
+            # finds a library already loaded by its file name (its soname) alone
+            lib = ctypes.CDLL(path if os.path.exists(path) else os.path.basename(path))
         except OSError:
             continue
         out = {"library": os.path.basename(path)}

@@ -9,6 +9,13 @@ therefore runs with ``platform.machine()`` and the Python version answering as t
 guest's. The wheels go to their own folder, which the command binds over the
 guest's ``/usr/local/lib/python3.11/dist-packages`` (a site directory Debian's
 python3 reads, ``.pth`` files included).
+
+A framework published only as an sdist (Chainer 7.8) cannot be installed for
+another platform: pip builds nothing with ``--platform``. When the registry names
+``build`` requirements, pip first builds the requirements that have no wheel
+into wheels on the host, in a throw-away virtual environment holding those build
+requirements (no build isolation, as the x86 step does); only a pure-Python
+(``py3-none-any``) wheel is accepted, since a compiled one would be an x86 binary.
 """
 
 from __future__ import annotations
@@ -45,10 +52,12 @@ def manylinux_platforms() -> list[str]:
     return ["manylinux2014_aarch64", *(f"manylinux_2_{v}_aarch64" for v in range(17, 37))]
 
 
-def env_spec(requirements: list[str]) -> str:
+def env_spec(requirements: list[str], sdists: list[str] | None = None, build: list[str] | None = None) -> str:
     """What an environment's wheels depend on: not the base's make-up (a rebuilt base
-    takes the same wheels), only the Python version and platform they were chosen for."""
-    return spec_hash(["env", list(requirements), SUITE, PYTHON_VERSION, manylinux_platforms()])
+    takes the same wheels), only the Python version and platform they were chosen for
+    (and the sdists built on the host, with what)."""
+    extra = [list(sdists), list(build or [])] if sdists else []
+    return spec_hash(["env", list(requirements), SUITE, PYTHON_VERSION, manylinux_platforms(), *extra])
 
 
 #: pip run with the environment markers of the guest (see the module's docstring)
@@ -62,7 +71,7 @@ _PIP_AS_GUEST = (
 )
 
 
-def pip_command(target: Path, requirements: list[str]) -> list[str]:
+def pip_command(target: Path, requirements: list[str], find_links: Path | None = None) -> list[str]:
     platforms = [a for p in manylinux_platforms() for a in ("--platform", p)]
     # .pyc files compiled by the host are valid in the guest when both are 3.11:
     # the guest then does not compile torch's Python under emulation at first import
@@ -70,7 +79,27 @@ def pip_command(target: Path, requirements: list[str]) -> list[str]:
     return [sys.executable, "-c", _PIP_AS_GUEST, "install", "--disable-pip-version-check", "--no-input",
             "--target", str(target), "--only-binary=:all:", "--python-version", PYTHON_VERSION,
             "--implementation", "cp", "--abi", f"cp{PYTHON_VERSION.replace('.', '')}", *platforms, *compile_,
-            *requirements]
+            *(["--find-links", str(find_links)] if find_links else []), *requirements]
+
+
+def build_pure_wheels(folder: Path, requirements: list[str], build: list[str], log_dir: Path, name: str) -> Path:
+    """Build ``requirements`` (their own files only, no dependencies) into wheels in
+    ``folder/wheels`` with a virtual environment holding ``build``; a wheel that is
+    not pure Python is an error (it would be an x86 binary in an aarch64 guest)."""
+    venv_dir, wheels = folder / "build-venv", folder / "wheels"
+    what = f"{name} (aarch64): building the sdists on the host"
+    envs.run_logged(f"{what}: python -m venv", [sys.executable, "-m", "venv", str(venv_dir)],
+                    log_dir / f"emulated-{name}-build-venv.log")
+    pip = [str(venv_dir / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    envs.run_logged(f"{what}: pip install {' '.join(build)}", [*pip, "install", *build],
+                    log_dir / f"emulated-{name}-build-deps.log")
+    envs.run_logged(f"{what}: pip wheel", [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-binary=:all:",
+                                           "-w", str(wheels), *requirements], log_dir / f"emulated-{name}-build.log")
+    compiled = [w.name for w in wheels.glob("*.whl") if not w.name.endswith("-none-any.whl")]
+    if compiled:
+        raise UsageError(f"{what}: {', '.join(compiled)} is not pure Python: it cannot run in the aarch64 guest")
+    shutil.rmtree(venv_dir, ignore_errors=True)
+    return wheels
 
 
 def installed_versions(site: Path) -> dict[str, str]:
@@ -89,8 +118,8 @@ def _wheels_marker(name: str) -> dict | None:
     marker = read_marker(d)
     if not marker or not (d / "site-packages").is_dir():
         return None
-    req = marker.get("requirements")
-    if not isinstance(req, list) or marker.get("spec") != env_spec(req):
+    req, sdists, build = (marker.get(k, []) for k in ("requirements", "sdists", "build"))
+    if not all(isinstance(v, list) for v in (req, sdists, build)) or marker.get("spec") != env_spec(req, sdists, build):
         return None
     return marker
 
@@ -101,17 +130,21 @@ def status(name: str) -> dict | None:
     return marker if marker is not None and base_ready() else None
 
 
-def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: bool = False) -> Path:
+def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: bool = False,
+          sdists: list[str] | None = None, build: list[str] | None = None) -> Path:
     """Build (or reuse) the aarch64 environment ``name`` with ``requirements``
     installed from wheels; returns its folder (``site-packages`` inside). The shared
-    base is built first if needed. A failure is one DltraceError line naming the step
-    and pip's or debootstrap's reason, with the full log under $DLTRACE_HOME/logs."""
+    base is built first if needed. ``sdists`` (requirements published without a
+    wheel) are first built on the host with ``build`` (:func:`build_pure_wheels`).
+    A failure is one DltraceError line naming the step and pip's or debootstrap's
+    reason, with the full log under $DLTRACE_HOME/logs."""
     requirements = [str(r) for r in requirements]
+    sdists, build = [str(r) for r in sdists or []], [str(r) for r in build or []]
     if not requirements:
         raise UsageError(f"emulated environment {name}: no requirements given")
     d = env_dir(name)
     marker = None if force else _wheels_marker(name)
-    wheels_ready = marker is not None and marker.get("requirements") == requirements
+    wheels_ready = marker is not None and marker.get("spec") == env_spec(requirements, sdists, build)
     ensure_base(log)  # a rebuilt base keeps the wheels: they depend on its Python only
     if wheels_ready:
         return d
@@ -122,11 +155,15 @@ def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: 
     log(f"{name} (aarch64): pip install {' '.join(requirements)}")
     site = tmp / "site-packages"
     try:
-        envs.run_logged(f"{name} (aarch64): pip install {' '.join(requirements)}", pip_command(site, requirements),
-                        logs / f"emulated-{name}-pip.log")
+        built = build_pure_wheels(tmp, sdists, build, logs, name) if sdists else None
+        envs.run_logged(f"{name} (aarch64): pip install {' '.join(requirements)}",
+                        pip_command(site, requirements, built), logs / f"emulated-{name}-pip.log")
+        if built:
+            shutil.rmtree(built, ignore_errors=True)
         size = dir_size(site)
         write_text(tmp / MARKER, json.dumps({
-            "spec": env_spec(requirements), "requirements": requirements, "python": PYTHON_VERSION,
+            "spec": env_spec(requirements, sdists, build), "requirements": requirements, "python": PYTHON_VERSION,
+            **({"sdists": sdists, "build": build} if sdists else {}),
             "versions": installed_versions(site), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "seconds": round(time.monotonic() - started, 1), "size_bytes": size}, indent=1))
     except BaseException:

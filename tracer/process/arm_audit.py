@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import PASSES
-from tracer.process.pairs import is_default_cpu
 from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
@@ -32,6 +31,9 @@ class ArmCell:
     capability: str = ""  # the ISA the framework's own kernels dispatched to (torch: SVE256, AVX512...)
     blas: str = ""  # the BLAS kernels OpenBLAS chose for this CPU (it reports no calls)
     failed: str = ""  # why the case could not run there (a gap)
+    #: pass -> what a compiler chose, where the framework compiles (XLA's compiled HLO
+    #: instructions: convolution, fusion(kCustom):__ynn_fusion for YNNPACK)
+    compiled: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -41,11 +43,30 @@ class ArmAudit:
 
 
 def _label(trace: Trace) -> str:
+    """The column: the machine, and the variant where it is not the default (TensorFlow
+    runs onednn-on there too: oneDNN is off by default on ARM)."""
     emulated = trace.meta.get("emulated")
+    variant = trace.meta.get("variant", "default")
+    suffix = "" if variant == "default" else f", {variant}"
     if isinstance(emulated, dict):
-        return f"{emulated.get('cpu', '?')} (emulated)"
+        return f"{emulated.get('cpu', '?')} (emulated){suffix}"
     machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
-    return f"{machine.get('arch', '?')} (this machine)"
+    return f"{machine.get('arch', '?')} (this machine){suffix}"
+
+
+def _by_variant(traces: list[Trace]) -> list[Trace]:
+    """Each machine's columns together, its default path before its variants."""
+    return sorted(traces, key=lambda t: (_label(t).split(",")[0], t.meta.get("variant", "default") != "default"))
+
+
+def _compiled(trace: Trace, pass_: str) -> list[str]:
+    """The instructions a compiler emitted for the pass, from the op layer: the children
+    of a compiler's node (JAX: ``XLA:cpu``), in order, without repeats."""
+    layer = trace.layer(pass_, "op")
+    if layer is None:
+        return []
+    return list(dict.fromkeys(k.frame.name for n in layer.children if n.frame.name.startswith("XLA:")
+                              for k in n.children))
 
 
 def _cell(trace: Trace) -> ArmCell:
@@ -59,26 +80,34 @@ def _cell(trace: Trace) -> ArmCell:
             continue
         names = list(dict.fromkeys(n.frame.name for n in layer.children))
         cell.calls[pass_] = names
+        if _compiled(trace, pass_):
+            cell.compiled[pass_] = _compiled(trace, pass_)
         cell.reference += [n for n in names if _REFERENCE.search(n) and n not in cell.reference]
     return cell
 
 
 def arm_audit(traces: list[Trace], gaps: list[Any]) -> ArmAudit | None:
-    """The audit over a framework's default CPU traces at the default shapes, functional
-    API, when any of them ran on an emulated CPU; None otherwise."""
-    chosen = [t for t in traces if is_default_cpu(t) and t.meta.get("api") == "functional"]
-    emulated = [t for t in chosen if isinstance(t.meta.get("emulated"), dict)]
+    """The audit over a framework's CPU traces at the default shapes, functional API
+    (the default path, and each variant that also ran emulated), when any of them ran
+    on an emulated CPU or an emulated case is a gap; None otherwise."""
+    functional = [t for t in traces if t.meta["device"] == "cpu" and t.meta.get("api") == "functional"]
+    emulated = [t for t in functional if isinstance(t.meta.get("emulated"), dict)]
     arm_gaps = [g for g in gaps if getattr(g, "cpu", "")]
     if not emulated and not arm_gaps:
         return None
+    # the default path, and each variant that also ran emulated, on every machine
+    variants = {"default", *(t.meta.get("variant", "default") for t in emulated)}
+    chosen = [t for t in functional if t.meta.get("variant", "default") in variants]
+    emulated = [t for t in chosen if isinstance(t.meta.get("emulated"), dict)]
     shapes = {t.meta["primitive"]: t.meta.get("shape") for t in emulated}
     host = [t for t in chosen if not isinstance(t.meta.get("emulated"), dict)
             and t.meta.get("shape") == shapes.get(t.meta["primitive"])]
-    machines = list(dict.fromkeys([*map(_label, host), *map(_label, emulated),
-                                   *(f"{g.cpu} (emulated)" for g in arm_gaps)]))
+    gap_label = {id(g): f"{g.cpu} (emulated)" + ("" if g.variant == "default" else f", {g.variant}") for g in arm_gaps}
+    machines = list(dict.fromkeys([*map(_label, _by_variant(host)), *map(_label, _by_variant(emulated)),
+                                   *gap_label.values()]))
     rows: dict[str, dict[str, ArmCell]] = {}
     for t in host + emulated:
         rows.setdefault(t.meta["primitive"], {})[_label(t)] = _cell(t)
     for g in arm_gaps:
-        rows.setdefault(g.primitive, {}).setdefault(f"{g.cpu} (emulated)", ArmCell()).failed = g.error
+        rows.setdefault(g.primitive or "(all)", {}).setdefault(gap_label[id(g)], ArmCell()).failed = g.error
     return ArmAudit(machines, rows)

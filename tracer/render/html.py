@@ -199,7 +199,8 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for, graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
     index = out / "index.html"
-    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports), graph_problem=drawer.problem))
+    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
+                                                            arm_cross=_arm_cross(reports), graph_problem=drawer.problem))
     return index
 
 
@@ -218,4 +219,27 @@ def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str,
             for pr in case.pairs:
                 cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer, "splits": pr.splits,
                              "b_libs": pr.libraries["B"], "a_libs": pr.libraries["A"], "api": case.api})
+    return table
+
+
+_EMULATED_CPU = re.compile(r"aarch64 (.*?) \(emulated\)")
+
+
+def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]]:
+    """primitive -> one entry per framework and emulated ARM CPU: the pair of this
+    machine's default path against the emulated CPU's (functional API), its first
+    decision's layer, split points and the libraries only one side reached."""
+    table: dict[str, list[dict[str, Any]]] = {}
+    for rep in reports:
+        for case in rep.cases:
+            if case.api != "functional":
+                continue
+            for pr in case.pairs:
+                # a machine pair's title names both machines (pairs.Pair.title)
+                cpus = [c.split(" (")[0] for c in _EMULATED_CPU.findall(pr.title)]
+                if pr.kind != "machine" or len(cpus) != 1 or "x86_64" not in pr.title:
+                    continue  # only x86 against ARM (two emulated CPUs are not this column)
+                table.setdefault(case.primitive, []).append({
+                    "framework": rep.name, "cpu": cpus[0], "first": pr.first_layer, "splits": pr.splits,
+                    "libs": sorted({*pr.libraries["A"], *pr.libraries["B"]})})
     return table

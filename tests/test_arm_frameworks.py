@@ -1,0 +1,134 @@
+"""The ARM audit beyond torch: TensorFlow, JAX and Chainer from their own aarch64
+wheels under QEMU (one small emulated probe each), and MXNet's marked gap.
+
+Emulation is slow (TensorFlow's import alone takes 20 to 90 s there), so each
+framework runs one primitive on one CPU model; the survey's emulated jobs cover the
+rest (tracer/survey.py ``plan(arm=True)``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracer import registry
+from tracer import survey as sv
+from tracer.process.arm_audit import arm_audit
+from tracer.process.diff import diff_traces
+from tracer.process.portability import survey_reports
+from tracer.render.html import write_report
+from tracer.registry import ROOT, RegistryError
+from tracer.runner import CaseSpec, run_probe
+
+LAYERS = ("python", "op", "library")
+
+
+def probe(fw, primitive: str, out, cpu: str = "", variant: str = "default"):
+    (res,) = run_probe(fw, [CaseSpec(primitive, layers=LAYERS)], out, variant=variant, timeout=900,
+                       command="ARM test", cpu=cpu)
+    assert res.error is None, f"{fw.name} {primitive} {cpu or 'x86'} {variant}: {res.error}"
+    return res.load()
+
+
+def calls(trace, pass_: str) -> list[str]:
+    return [n.frame.name for n in trace.layer(pass_, "library").children]
+
+
+@pytest.fixture(scope="session")
+def tf_conv2d(frameworks, tmp_path_factory):
+    """TensorFlow's conv2d with oneDNN forced on (off by default on ARM), on this
+    machine and on an emulated A64FX."""
+    tf = frameworks["tensorflow"]
+    return (probe(tf, "conv2d", tmp_path_factory.mktemp("tf-x86"), variant="onednn-on"),
+            probe(tf, "conv2d", tmp_path_factory.mktemp("tf-a64fx"), cpu="a64fx", variant="onednn-on"))
+
+
+def test_tensorflow_onednn_on_a64fx_against_x86_names_both_implementations(tf_conv2d):
+    x86, a64fx = tf_conv2d
+    assert a64fx.meta["emulated"]["cpu"] == "a64fx" and a64fx.meta["variant"] == "onednn-on"
+    assert a64fx.meta["library"]["oneDNN"]["isa"].startswith("AArch64 SVE")
+    x86_conv = [c for c in calls(x86, "forward") if c.startswith("convolution ")]
+    arm_conv = [c for c in calls(a64fx, "forward") if c.startswith("convolution ")]
+    assert x86_conv and arm_conv and any("sve_512" in c for c in arm_conv), (x86_conv, arm_conv)
+    (lib,) = [l for l in diff_traces(x86, a64fx).layers if l.layer == "library"]
+    labels_a = {b.label for s in lib.splits for b in s.only_a}
+    labels_b = {b.label for s in lib.splits for b in s.only_b}
+    assert set(x86_conv) & labels_a and set(arm_conv) & labels_b, (labels_a, labels_b)
+    # the audit sets the two side by side, in the onednn-on columns
+    audit = arm_audit([x86, a64fx], [])
+    cells = audit.rows["conv2d"]
+    assert cells["a64fx (emulated), onednn-on"].calls["forward"] == calls(a64fx, "forward")
+    assert any(m.endswith("(this machine), onednn-on") for m in audit.machines)
+
+
+def test_jax_on_neoverse_n1_records_what_xla_compiled(frameworks, tmp_path_factory):
+    t = probe(frameworks["jax"], "dense", tmp_path_factory.mktemp("jax-n1"), cpu="neoverse-n1")
+    assert t.meta["machine"]["arch"] == "aarch64" and t.meta["emulated"]["cpu"] == "neoverse-n1"
+    cell = arm_audit([t], []).rows["dense"]["neoverse-n1 (emulated)"]
+    # XLA:CPU hands the matrix product to YNNPACK, named by the custom fusion's kind
+    assert any(k.endswith(":__ynn_fusion") for k in cell.compiled["forward"]), cell.compiled
+    assert cell.compiled["backward"]
+
+
+@pytest.fixture(scope="session")
+def chainer_dense(frameworks, tmp_path_factory):
+    """Chainer's dense on this machine and on an emulated A64FX."""
+    ch = frameworks["chainer"]
+    return (probe(ch, "dense", tmp_path_factory.mktemp("chainer-x86")),
+            probe(ch, "dense", tmp_path_factory.mktemp("chainer-a64fx"), cpu="a64fx"))
+
+
+def test_chainer_on_a64fx_names_openblas_kernels(chainer_dense):
+    x86, t = chainer_dense
+    blas = t.meta["library"]["OpenBLAS"]
+    # numpy's aarch64 OpenBLAS picks its kernels for the emulated CPU: an ARM core, not x86's
+    assert blas["core"].lower().startswith(("armv8", "a64fx", "neoverse")), blas
+    assert blas["core"] != x86.meta["library"]["OpenBLAS"]["core"]
+    cell = arm_audit([x86, t], []).rows["dense"]["a64fx (emulated)"]
+    assert blas["core"] in cell.blas and not cell.failed
+
+
+def test_report_has_the_arm_audit_and_the_x86_vs_arm_column(chainer_dense, tmp_path):
+    index = write_report(survey_reports(list(chainer_dense), []), tmp_path)
+    page = (tmp_path / "chainer.html").read_text()
+    assert 'id="arm-table"' in page and "a64fx (emulated)" in page
+    assert f"OpenBLAS, {chainer_dense[1].meta['library']['OpenBLAS']['core']} kernels" in page
+    table = index.read_text().split('id="primitive-table"', 1)[1].split("</table>", 1)[0]
+    assert "x86 vs ARM (emulated)" in table and "Fujitsu A64FX" in table.split("<b>dense</b>", 1)[1]
+
+
+def test_mxnet_on_arm_is_a_marked_gap(frameworks, tmp_path):
+    fw = frameworks["mxnet"]
+    jobs = [j for j in sv.plan([fw], ["dense"], arm=True) if j.cpu]
+    assert {j.cpu for j in jobs} == set(fw.aarch64.cpus) and fw.aarch64.unavailable
+    gaps = [g for j in jobs for g in sv.run_job(j, tmp_path).gaps]
+    assert len(gaps) == len(jobs) and all("no aarch64 build" in g.error and "libarmpl" in g.error for g in gaps)
+    audit = arm_audit([], gaps)
+    assert all(c.failed for c in audit.rows["dense"].values()) and len(audit.machines) == len(jobs)
+
+
+def test_survey_runs_the_arm_variants(frameworks):
+    tf = [j for j in sv.plan([frameworks["tensorflow"]], ["conv2d"], arm=True) if j.cpu]
+    want = {(c, v) for c in ("a64fx", "neoverse-n1") for v in ("default", "onednn-on")}
+    assert {(j.cpu, j.variant) for j in tf} == want
+    assert not [j for j in sv.plan([frameworks["tensorflow"]], ["conv2d"], arm=True, variants=False)
+                if j.cpu and j.variant != "default"]
+
+
+def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):
+    jax = frameworks["jax"]
+    jobs = [j for j in sv.plan([jax], arm=True) if j.cpu]
+    assert {(j.cpu, j.variant) for j in jobs} == {(c, "default") for c in jax.aarch64.cpus}
+    assert all({c.primitive for c in j.cases} == {"conv2d", "dense"} for j in jobs)
+    every = [j for j in sv.plan([jax], arm=True, arm_all=True) if j.cpu]
+    assert {(j.cpu, j.variant) for j in every} == {(c, v) for c in jax.aarch64.cpus for v in ("default", "nojit")}
+    assert all(len(j.cases) == 9 for j in every)
+
+
+@pytest.mark.parametrize("line, bad", [("primitives: [conv2d, dense]", "primitives: [conv3d]"),
+                                       ("variants: [onednn-on]", "variants: [onednn-maybe]")])
+def test_registry_names_an_unknown_arm_primitive_or_variant(tmp_path, line, bad):
+    text = (ROOT / "frameworks.yaml").read_text()
+    assert line in text
+    path = tmp_path / "frameworks.yaml"
+    path.write_text(text.replace(line, bad))
+    with pytest.raises(RegistryError, match=r"field 'aarch64\.(primitives|variants)' names no"):
+        registry.load(path)
