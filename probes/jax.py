@@ -215,3 +215,108 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
         compiled = jax.jit(target).lower(*targs).compile()
         ops.append(base.op_node(f"XLA:{platform}", "xla", "XLA", children=_hlo_nodes(compiled.as_text())))
     return base.OpRecord(ops, "jax (jaxpr, compiled HLO)", info)
+
+
+#: The GPU platforms JAX lowers for: StableHLO for each is produced here, on the CPU.
+_GPU_PLATFORMS = ("cuda", "rocm")
+
+
+def _leaf_eqns(jaxpr) -> list:
+    """The equations that are primitives of their own: a call (pjit, custom_jvp...)
+    is looked through into its inner jaxpr."""
+    out = []
+    for eqn in jaxpr.eqns:
+        inner = next((eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params), None)
+        if inner is not None and hasattr(getattr(inner, "jaxpr", inner), "eqns"):
+            out += _leaf_eqns(getattr(inner, "jaxpr", inner))
+        else:
+            out.append(eqn)
+    return out
+
+
+def _rules(prim) -> dict[str, str]:
+    """platform -> the lowering rule JAX registers for ``prim`` there: a platform's
+    own rule where it has one (conv_general_dilated on cuda and rocm), else the
+    generic rule every platform shares."""
+    from jax._src.interpreters import mlir
+
+    def name(entry) -> str:
+        rule = getattr(entry, "rule", entry)
+        rule = getattr(rule, "func", rule)  # functools.partial
+        return f"{getattr(rule, '__module__', '?')}.{getattr(rule, '__qualname__', getattr(rule, '__name__', repr(rule)))}"
+
+    out = {}
+    generic = mlir._lowerings.get(prim)
+    for platform in ("cpu", *_GPU_PLATFORMS):
+        own = mlir._platform_specific_lowerings.get(platform, {}).get(prim)
+        if own is not None:
+            out[platform] = f"{name(own)} ({platform}-specific)"
+        elif generic is not None:
+            out[platform] = f"{name(generic)} (generic)"
+    return out
+
+
+def _stablehlo_ops(eqn, platform: str) -> list[str]:
+    """The StableHLO (and CHLO) ops one equation lowers to for ``platform``, in order,
+    custom calls with their target: the equation alone, lowered on this machine."""
+    import re
+
+    avals = [v.aval for v in eqn.invars]
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    fn = jax.jit(lambda *xs: eqn.primitive.bind(*xs, **eqn.params))
+    text = fn.trace(*structs).lower(lowering_platforms=(platform,)).as_text()
+    ops = []
+    for line in text.splitlines():
+        m = re.search(r"(?:=\s*|^\s*)\"?((?:stablehlo|chlo|mhlo)\.[a-z_]+)[\s(\"@]", line)
+        if not m or m.group(1) == "stablehlo.return":
+            continue
+        target = re.search(r'call_target_name = "([^"]+)"|stablehlo\.custom_call @(\w+)', line)
+        op = f"{m.group(1)} @{target.group(1) or target.group(2)}" if target else m.group(1)
+        if op not in ops:
+            ops.append(op)
+    return ops
+
+
+def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+    """For each primitive of the step's jaxpr (forward: the jitted primitive;
+    backward: its pullback): the lowering rule JAX registers per platform and the
+    StableHLO it lowers to for cuda and rocm, lowered here without a GPU. Which
+    kernels run (cuDNN, cuBLAS, fusions) is decided later, by XLA's GPU compiler."""
+    p = case.private
+    f, args, ones = p["f"], p["args"], p["ones"]
+    if pass_ == "forward":
+        target, targs = f, args
+    else:
+        _, pullback = jax.vjp(f, *args)
+        target, targs = pullback, (ones,)
+    eqns = _leaf_eqns(jax.make_jaxpr(target)(*targs).jaxpr)
+    ops, needs, seen = [], {}, set()
+    for eqn in eqns:
+        prim = eqn.primitive
+        if prim.name in seen:
+            continue
+        seen.add(prim.name)
+        rules = _rules(prim)
+        kids = []
+        for platform in _GPU_PLATFORMS:
+            try:
+                hlo = _stablehlo_ops(eqn, platform)
+            except Exception as exc:  # noqa: BLE001 - a primitive that does not lower alone is a gap in its row
+                hlo = [f"not lowered alone: {type(exc).__name__}"]
+            kids.append({"name": f"{platform}: {rules.get(platform, 'no lowering rule')}", "module": f"jax.lowering.{platform}",
+                         "lib": "JAX lowering", "children": [{"name": h, "module": "stablehlo", "lib": "XLA"} for h in hlo]})
+        ops.append({"name": prim.name, "module": "jax", "children": kids})
+        specific = sorted(k for k, v in rules.items() if v.endswith("-specific)"))
+        hlo_ops = sorted({h["name"] for k in kids for h in k["children"]})
+        needs[prim.name] = {"must": True, "implement": hlo_ops, "platform_specific": specific,
+                            "free": "lowered to StableHLO by JAX" + (f" (own rules for {', '.join(specific)})"
+                                                                     if specific else " (one rule for every platform)")}
+    texts = {pl: jax.jit(target).trace(*targs).lower(lowering_platforms=(pl,)).as_text() for pl in ("cpu", *_GPU_PLATFORMS)}
+    same = [pl for pl in _GPU_PLATFORMS if texts[pl] == texts["cpu"]]
+    return {"evidence": "lowered", "ops": ops,
+            "provenance": {"read": f"jax {jax.__version__} lowering for {', '.join(_GPU_PLATFORMS)} "
+                                   "(jax._src.interpreters.mlir lowering rules; jit(...).trace().lower(lowering_platforms))",
+                           "reached": "the primitives of the step's jaxpr"},
+            "backend": {"key": "PJRT plugin (an XLA compiler for the StableHLO ops)", "ops": needs},
+            # the whole step's StableHLO: where it is cpu's text, the split is in XLA's compilers
+            "info": {"platforms": list(_GPU_PLATFORMS), f"stablehlo_same_as_cpu_{pass_}": same}}

@@ -226,3 +226,44 @@ def dispatch_table(ops: list[str]) -> dict:
         out[op] = {"kernels": types, "new_backend": any(map(any_device_float, found)), "declared": declared}
     return {"source": "TensorFlow's kernel registry (tensorflow.python.framework.kernels)",
             "new_backend_key": "PluggableDevice", "ops": out}
+
+
+def _gpu_kernel_doc(op: str, kernel) -> dict:
+    """One GPU registration of ``op`` (a KernelDef) as an implementation node: its
+    type constraints, host-memory arguments and label, as the registry states them."""
+    cons = []
+    for c in kernel.constraint:
+        types = [tf.dtypes.as_dtype(t).name for t in c.allowed_values.list.type]
+        cons.append(f"{c.name}={'|'.join(types)}" if types else c.name)
+    name = f"GPU {op}" + (f" [{', '.join(cons)}]" if cons else "")
+    if kernel.host_memory_arg:
+        name += f" host_memory={'|'.join(kernel.host_memory_arg)}"
+    if kernel.label:
+        name += f" label={kernel.label}"
+    return {"name": name, "module": "tensorflow.GPU", "lib": "TensorFlow GPU kernel"}
+
+
+def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+    """What the GPU build's kernel registry holds for every op the step ran (its
+    host trace, as record_ops sees it on this CPU): each op's GPU kernels with their
+    constraints. Only the full ``tensorflow`` wheel registers them (tensorflow-cpu
+    has CPU kernels only); none of it needs CUDA to be read."""
+    from tensorflow.python.framework import kernels
+
+    rec = record_ops(case, pass_, run)
+    reached = [n.frame.name for top in rec.ops for _, n in top.walk() if n.frame.kind == "op"]
+    table = dispatch_table(reached)["ops"]
+    ops, needs = [], {}
+    for op, row in table.items():
+        gpu = [k for k in kernels.get_registered_kernels_for_op(op).kernel if k.device_type == "GPU"]
+        kids = [_gpu_kernel_doc(op, k) for k in gpu] or [{"name": "no GPU kernel registered", "module": "tensorflow.GPU"}]
+        ops.append({"name": op, "module": "tensorflow", "children": kids})
+        needs[op] = {"must": not row["new_backend"], "others": {"GPU": f"{len(gpu)} kernel(s)"} if gpu else {},
+                     "free": "a DEFAULT kernel serves any device" if row["new_backend"] else ""}
+    return {"evidence": "registered", "ops": ops,
+            "provenance": {"read": f"tensorflow {tf.__version__} kernel registry "
+                                   "(tensorflow.python.framework.kernels.get_registered_kernels_for_op)",
+                           "build": "the full tensorflow wheel (GPU kernels registered; no CUDA library loaded)",
+                           "reached": f"ops of the step on this CPU ({rec.source})"},
+            "backend": {"key": "PluggableDevice", "ops": needs},
+            "info": {"gpu_devices_visible": len(tf.config.list_physical_devices("GPU"))}}

@@ -103,6 +103,9 @@ class Framework:
     aarch64: Aarch64Spec | None = None
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
+    #: the framework's GPU build (frameworks.yaml ``gpu_build``), installed in an
+    #: environment of its own only to read what it registers for GPUs (never traced)
+    gpu_build: tuple[InstallStep, ...] = ()
 
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -239,7 +242,34 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
+        gpu_build=_steps(e, "gpu_build", e.get("gpu_build", list, [])),
     )
+
+
+def _steps(e: _Entry, key: str, steps: list) -> tuple[InstallStep, ...]:
+    out = []
+    for i, step in enumerate(steps):
+        where = f"{key}[{i}]"
+        if not isinstance(step, dict) or not isinstance(step.get("requirements"), list) or not step["requirements"]:
+            raise e.error(f"{where}.requirements", "must be a non-empty list")
+        out.append(InstallStep(e.strings(f"{where}.requirements", step["requirements"]),
+                               e.strings(f"{where}.options", step.get("options") or [])))
+    return tuple(out)
+
+
+#: The suffix of a GPU build's environment name: ``tensorflow-gpu-build``.
+GPU_BUILD = "-gpu-build"
+
+
+def gpu_build_env(fw: Framework) -> Framework | None:
+    """``fw`` as its GPU build's environment (name ``NAME-gpu-build``, the
+    ``gpu_build`` install steps), which `dltrace env setup NAME-gpu-build` builds and
+    `dltrace derive` reads; None when the registry declares no GPU build."""
+    import dataclasses
+
+    if not fw.gpu_build:
+        return None
+    return dataclasses.replace(fw, name=fw.name + GPU_BUILD, install=fw.gpu_build, aarch64=None, imported=())
 
 
 def load(path: Path | None = None) -> dict[str, Framework]:

@@ -1,0 +1,41 @@
+"""Derived GPU evidence (`dltrace derive`, and every survey): what each framework's GPU
+path runs, read on this machine without a GPU, by the framework's own probe in its own
+environment (the ``gpu-evidence`` request of tracer.contract; tracer.collect.gpu_evidence
+writes the traces). Where the registry declares a GPU build (frameworks.yaml
+``gpu_build``: TensorFlow's full wheel registers GPU kernels, tensorflow-cpu does not),
+it runs in that build's environment, NAME-gpu-build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracer import envs
+from tracer.contract import PASSES, PRIMITIVES
+from tracer.errors import EnvNotReady
+from tracer.registry import Framework, gpu_build_env
+from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
+
+#: The frameworks whose probe derives GPU evidence, and the class it derives. MXNet:
+#: none (its GPU wheel of 1.9.1 cannot be read here: see the README).
+DERIVES = {"tensorflow": "registered", "torch": "registered", "jax": "lowered", "chainer": "source"}
+
+
+def environment(fw: Framework) -> Framework:
+    """The environment the evidence is read in: the GPU build's where one is declared
+    (it must be set up), else the framework's own."""
+    build = gpu_build_env(fw)
+    if build is None:
+        return fw
+    if not envs.status(build).ready:
+        raise EnvNotReady(f"{fw.name}: its GPU build's environment is not set up; run: dltrace env setup {build.name}")
+    return build
+
+
+def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str, ...] | None = None,
+           timeout: float = DEFAULT_TIMEOUT, command: str = "") -> list[CaseResult]:
+    """One gpu-evidence trace per primitive and API level (``SLUG-gpu-evidence.json``
+    in ``out_dir``), all from one probe process."""
+    cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in primitives or PRIMITIVES for api in (apis or fw.apis)]
+    return run_probe(environment(fw), cases, out_dir, "cpu", "default", timeout, command=command,
+                     kind="gpu-evidence")
