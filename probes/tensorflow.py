@@ -228,19 +228,27 @@ def dispatch_table(ops: list[str]) -> dict:
             "new_backend_key": "PluggableDevice", "ops": out}
 
 
-def _gpu_kernel_doc(op: str, kernel) -> dict:
-    """One GPU registration of ``op`` (a KernelDef) as an implementation node: its
-    type constraints, host-memory arguments and label, as the registry states them."""
-    cons = []
-    for c in kernel.constraint:
-        types = [tf.dtypes.as_dtype(t).name for t in c.allowed_values.list.type]
-        cons.append(f"{c.name}={'|'.join(types)}" if types else c.name)
-    name = f"GPU {op}" + (f" [{', '.join(cons)}]" if cons else "")
-    if kernel.host_memory_arg:
-        name += f" host_memory={'|'.join(kernel.host_memory_arg)}"
-    if kernel.label:
-        name += f" label={kernel.label}"
-    return {"name": name, "module": "tensorflow.GPU", "lib": "TensorFlow GPU kernel"}
+def _gpu_kernel_docs(op: str, kernels: list) -> list[dict]:
+    """``op``'s GPU registrations (KernelDefs) as implementation nodes, as the registry
+    states them: those that differ only in their type T are one node listing the types;
+    other constraints, host-memory arguments and labels stay apart."""
+    groups: dict[str, list[str]] = {}
+    for kernel in kernels:
+        cons, types = [], []
+        for c in kernel.constraint:
+            names = [tf.dtypes.as_dtype(t).name for t in c.allowed_values.list.type]
+            if c.name == "T":
+                types += names
+            else:
+                cons.append(f"{c.name}={'|'.join(names)}" if names else c.name)
+        rest = "".join(f", {c}" for c in sorted(cons))
+        if kernel.host_memory_arg:
+            rest += f", host_memory={'|'.join(kernel.host_memory_arg)}"
+        if kernel.label:
+            rest += f", label={kernel.label}"
+        groups.setdefault(rest, []).extend(types)
+    return [{"name": f"GPU {op} [T={'|'.join(sorted(set(types))) or 'any'}{rest}]", "module": "tensorflow.GPU",
+             "lib": "TensorFlow GPU kernel"} for rest, types in groups.items()]
 
 
 def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
@@ -256,7 +264,7 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
     ops, needs = [], {}
     for op, row in table.items():
         gpu = [k for k in kernels.get_registered_kernels_for_op(op).kernel if k.device_type == "GPU"]
-        kids = [_gpu_kernel_doc(op, k) for k in gpu] or [{"name": "no GPU kernel registered", "module": "tensorflow.GPU"}]
+        kids = _gpu_kernel_docs(op, gpu) or [{"name": "no GPU kernel registered", "module": "tensorflow.GPU"}]
         ops.append({"name": op, "module": "tensorflow", "children": kids})
         needs[op] = {"must": not row["new_backend"], "others": {"GPU": f"{len(gpu)} kernel(s)"} if gpu else {},
                      "free": "a DEFAULT kernel serves any device" if row["new_backend"] else ""}
