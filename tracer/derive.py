@@ -39,3 +39,40 @@ def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str,
     cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in primitives or PRIMITIVES for api in (apis or fw.apis)]
     return run_probe(environment(fw), cases, out_dir, "cpu", "default", timeout, command=command,
                      kind="gpu-evidence")
+
+
+def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[str] | None = None, fresh: bool = False,
+                    timeout: float = DEFAULT_TIMEOUT, on_done=lambda name, n, error: None) -> list:
+    """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
+    gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
+    build not set up, a case that failed), never a stop."""
+    from tracer.errors import DltraceError
+    from tracer.survey import GAP_SUFFIX, Gap, _write_gap
+
+    gaps: list[Gap] = []
+    for fw in frameworks:
+        if fw.name not in DERIVES:
+            continue
+        folder = root / "traces" / fw.name / "gpu-derived"
+        name = f"{fw.name}/{folder.name}"
+        done = [p for p in folder.glob("*-gpu-evidence.json")] if folder.is_dir() else []
+        if done and not fresh:
+            on_done(name, len(done), "")
+            continue
+        for stale in folder.glob(f"*{GAP_SUFFIX}") if folder.is_dir() else ():
+            stale.unlink()
+        try:
+            results = derive(fw, list(primitives or []), folder, timeout=timeout, command="dltrace survey")
+        except DltraceError as exc:
+            gap = Gap(fw.name, "gpu", DERIVES[fw.name], "", "derived", str(exc), "derive")
+            _write_gap(folder / f"derive{GAP_SUFFIX}", gap)
+            gaps.append(gap)
+            on_done(name, 0, str(exc))
+            continue
+        for r in results:
+            if r.error:
+                gap = Gap(fw.name, "gpu", DERIVES[fw.name], r.spec.primitive, r.spec.api, r.error, "derive")
+                _write_gap(folder / f"{r.spec.slug()}{GAP_SUFFIX}", gap)
+                gaps.append(gap)
+        on_done(name, sum(1 for r in results if not r.error), "")
+    return gaps
