@@ -228,6 +228,36 @@ def _path_methods(cls: type, device: str = "gpu") -> list[str]:
     return seen
 
 
+def _device_impls(cls: type, path: list[str]) -> list[type]:
+    """Device implementation classes a path picks at run time through a module-level
+    selector (batch_normalization's ``_impl_selector`` -> _CudnnBatchNormalizationImpl):
+    the module's classes with cuDNN/GPU/CUDA in their name that such a function names."""
+    import ast
+    import inspect
+    import sys
+    import textwrap
+
+    module = sys.modules[cls.__module__]
+    methods = _methods(cls)
+    found: list[type] = []
+    for name in path:
+        for call in _calls(methods[name][1]):
+            call = call[len("self."):] if call.startswith("self.") and call[len("self."):] not in methods else call
+            fn = getattr(module, call, None)
+            if "." in call or not inspect.isfunction(fn):
+                continue
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+            except (OSError, TypeError, SyntaxError):
+                continue
+            for node in ast.walk(tree):
+                target = getattr(module, node.id, None) if isinstance(node, ast.Name) else None
+                if inspect.isclass(target) and any(k in node.id.lower() for k in ("cudnn", "gpu", "cuda")) \
+                        and target not in found:
+                    found.append(target)
+    return found
+
+
 def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
     """(the op node, its backend need, forward_cpu's calls) for one FunctionNode class."""
     import ast
@@ -244,10 +274,19 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
         kids.append({"name": f"{klass.__name__}.{name}", "module": klass.__module__, "lib": "chainer",
                      "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
         implement.append(f"{klass.__name__}.{name} ({where})")
-    generic = "forward_gpu" not in methods
+    for impl in _device_impls(cls, _path_methods(cls)):
+        for name, (klass, func) in _methods(impl).items():
+            if name.startswith("__"):
+                continue
+            calls = [c for c in _calls(func) if not c.startswith("self.")]
+            kids.append({"name": f"{impl.__name__}.{name}", "module": impl.__module__, "lib": "chainer",
+                         "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
+            implement.append(f"{impl.__name__}.{name}")
+    generic = "forward_gpu" not in methods and not any(c["lib"] for k in kids for c in k["children"])
     cpu = list(dict.fromkeys(c for m in _path_methods(cls, "cpu") for c in _calls(methods[m][1])
                              if c.startswith(("numpy.", "np.", "xp.", "intel64.", "conv.", "chainer.utils.conv."))))
-    need = {"must": not generic, "implement": implement[:1] if generic else [i for i in implement if "forward_gpu" in i],
+    need = {"must": not generic, "implement": implement[:1] if generic else
+            [i for i in implement if "forward_gpu" in i or "Impl." in i] or implement[:1],
             "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"] if c["lib"] == "cuDNN"})),
                        "decision": "; ".join(dict.fromkeys(decisions))},
             "free": "array-module generic forward (runs on any NumPy-compatible xp)" if generic else ""}

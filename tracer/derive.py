@@ -21,11 +21,19 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
 DERIVES = {"tensorflow": "registered", "torch": "registered", "jax": "lowered", "chainer": "source"}
 
 
+#: Frameworks whose evidence exists only in the GPU build (tensorflow-cpu registers no
+#: GPU kernel); the others derive what they can in their own environment without it
+#: (JAX: the lowering; the compiled HLO needs the CUDA plugin).
+NEEDS_BUILD = ("tensorflow",)
+
+
 def environment(fw: Framework) -> Framework:
     """The environment the evidence is read in: the GPU build's where one is declared
-    (it must be set up), else the framework's own."""
+    and set up, else the framework's own (where that can derive anything)."""
     build = gpu_build_env(fw)
     if build is None:
+        return fw
+    if not envs.status(build).ready and fw.name not in NEEDS_BUILD:
         return fw
     if not envs.status(build).ready:
         raise EnvNotReady(f"{fw.name}: its GPU build's environment is not set up; run: dltrace env setup {build.name}")
