@@ -186,6 +186,12 @@ _CONV_BACKENDS = {
 }
 
 
+#: What _convolution / convolution_backward call on a device without a ConvBackend of its
+#: own (PrivateUse1): the ops a new backend implements for convolution.
+_OVERRIDEABLE = {"aten::_convolution": "aten::convolution_overrideable",
+                 "aten::convolution_backward": "aten::convolution_backward_overrideable"}
+
+
 def _cuda_lib(kernel: str) -> str:
     low = kernel.lower()
     if "cudnn" in low:
@@ -248,9 +254,13 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
         else:
             kids = [{"name": "no CUDA kernel declared (a CPU-only choice of the CPU path)", "module": "native_functions.yaml"}]
         ops.append({"name": op, "module": "aten", "children": kids})
-        needs[op] = {"must": not row["new_backend"] and "CompositeImplicitAutograd" not in row["kernels"],
-                     "implement": [f"aten::{row['delegate']}"] if row.get("delegate") else [op],
-                     "others": {"CUDA": cuda} if cuda else {}, "free": ", ".join(composite)}
+        if op in _OVERRIDEABLE:  # the composite picks ConvBackend.Overrideable for a new backend
+            needs[op] = {"must": True, "implement": [_OVERRIDEABLE[op]], "others": {"CUDA": "cuDNN / MIOpen / ATen (ConvBackend)"}}
+        elif "mkldnn" in op:
+            needs[op] = {"must": False, "free": "the CPU path's choice: not reached on another device"}
+        else:
+            # read by tracer.process.backend_needs as it reads the CPU traces' dispatch table
+            needs[op] = {"dispatch_row": row, "others": {"CUDA": cuda} if cuda else {}}
     return {"evidence": "registered", "ops": ops,
             "provenance": {"read": f"torch {torch.__version__} torchgen/packaged/ATen/native/native_functions.yaml "
                                    "(dispatch: CUDA entries) and torch._C._ConvBackend",

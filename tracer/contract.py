@@ -36,6 +36,9 @@ DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
 #: What a request asks of the probe process: trace the cases, or derive their GPU
 #: evidence (the probe's ``gpu_evidence`` hook, :class:`GpuEvidence`).
 REQUEST_KINDS = ("trace", "gpu-evidence")
+#: The suffix of a framework's GPU-build environment (frameworks.yaml ``gpu_build``):
+#: ``tensorflow-gpu-build`` runs tensorflow's probe; its traces name ``tensorflow``.
+GPU_BUILD = "-gpu-build"
 
 
 # ----------------------------------------------------------------------------- primitives

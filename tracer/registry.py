@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tracer.contract import APIS, DEVICES, NativeRequest
+from tracer.contract import APIS, DEVICES, GPU_BUILD, NativeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -257,8 +257,6 @@ def _steps(e: _Entry, key: str, steps: list) -> tuple[InstallStep, ...]:
     return tuple(out)
 
 
-#: The suffix of a GPU build's environment name: ``tensorflow-gpu-build``.
-GPU_BUILD = "-gpu-build"
 
 
 def gpu_build_env(fw: Framework) -> Framework | None:

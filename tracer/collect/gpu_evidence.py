@@ -15,7 +15,7 @@ import datetime
 from typing import Any
 
 from tracer import __version__, machine
-from tracer.contract import DERIVED_EVIDENCE, CaseRequest, GpuEvidence, ProbeRequest
+from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest
 from tracer.trace import Frame, Node, Run, Trace
 
 
@@ -39,7 +39,7 @@ def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: GpuEvidence, ve
     """The GPU evidence of one case, both passes, as a trace (device "gpu")."""
     case = probe.make_case(case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape))
     case.backward(case.forward())  # warm: first-call work is not what the step reaches
-    runs, evidence, provenance, backend, info = [], set(), {}, {"key": "", "ops": {}}, {}
+    runs, evidence, provenance, backend, info = [], set(), {}, {"key": "", "ops": {}, "passes": {}}, {}
     for pass_ in case_req.passes:
         doc = probe.gpu_evidence(case, pass_, _step(case, pass_))
         if doc.get("evidence") not in DERIVED_EVIDENCE:
@@ -49,18 +49,20 @@ def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: GpuEvidence, ve
         got = doc.get("backend") or {}
         backend["key"] = backend["key"] or str(got.get("key", ""))
         backend["ops"].update(got.get("ops") or {})
+        backend["passes"][pass_] = got.get("ops") or {}  # an op's needs can differ by pass
         info.update(doc.get("info") or {})
         root = _node({"name": f"{case_req.primitive}.{pass_}", "children": doc.get("ops", [])})
         runs.append(Run(pass_, "warm", {"op": root}, {"layers": {"op": {"source": provenance.get("read", "")}}}))
     # compiled beats lowered where both were derived: name the strongest class the runs share
     cls = next(c for c in ("compiled", "registered", "lowered", "source") if c in evidence)
     meta = {
-        "framework": req.framework, "framework_version": version, "primitive": case_req.primitive,
+        "framework": req.framework.removesuffix(GPU_BUILD), "framework_version": version, "primitive": case_req.primitive,
         "api": case_req.api, "device": "gpu", "variant": cls, "evidence": cls,
         "provenance": {**provenance, "evidence": cls, "ran_on_gpu": False},
         "shape": list(case_req.shape), "passes": list(case_req.passes), "source_roots": list(req.source_roots),
         "machine": machine.describe(), "tool": "dltrace", "tool_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": req.command, "layers_requested": ["op"], "backend": backend, "gpu_evidence": info,
+        "command": req.command, "layers_requested": ["op"], "backend": backend,
+        "gpu_evidence": {**info, "environment": req.framework},
     }
     return Trace(meta, runs)

@@ -117,7 +117,7 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
         if not _derived(t):
             continue
         backend = t.meta["backend"]
-        table = backend.get("ops") if isinstance(backend.get("ops"), dict) else {}
+        tables = backend.get("passes") if isinstance(backend.get("passes"), dict) else {}
         prov = t.meta.get("provenance") if isinstance(t.meta.get("provenance"), dict) else {}
         for run in t.runs:
             root = run.layers.get("op")
@@ -128,11 +128,15 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
                 found[key] = (PassNeeds(t.meta["primitive"], run.pass_, key[0], str(prov.get("read", "")),
                                         str(backend.get("key", ""))), [])
             out, utility = found[key]
+            table = tables.get(run.pass_) or backend.get("ops") or {}
             for node in root.children:
                 op = node.frame.name
-                row = table.get(op)
+                row = table.get(op) if isinstance(table, dict) else None
                 if not isinstance(row, dict):
                     continue
+                if isinstance(row.get("dispatch_row"), dict):  # a dispatch-table row: read as backend_needs does
+                    need, why = _row_needs(op, row["dispatch_row"])
+                    row = {**row, "must": need is not None, "implement": [need] if need else [], "free": why}
                 if row.get("must"):
                     names = [str(n) for n in (row.get("implement") or [op])]
                     _add(out, utility, names)
@@ -146,6 +150,20 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
         out.must_implement += [u for u in utility if u not in out.must_implement]
     order = {p: i for i, p in enumerate(("forward", "backward"))}
     return [o for o, _ in sorted(found.values(), key=lambda v: (v[0].evidence, order.get(v[0].pass_, 9)))]
+
+
+def _operators(nodes: list) -> list[str]:
+    """The top operators of an op layer: a utility record with operators below it (MXNet's
+    ImperativeBulk, the engine's bulk of a backward) is looked through."""
+    out: list[str] = []
+    for n in nodes:
+        if n.frame.kind != "op":
+            continue
+        if knowledge().is_utility_op(n.frame.name) and n.children:
+            out += _operators(n.children)
+        else:
+            out.append(n.frame.name)
+    return out
 
 
 def op_layer_needs(traces: list[Trace]) -> list[PassNeeds]:
@@ -167,7 +185,7 @@ def op_layer_needs(traces: list[Trace]) -> list[PassNeeds]:
                                               f"the op layer of {t.meta['framework']}'s CPU run (dltrace)",
                                               "every operator reached (no GPU evidence derived)"), [])
             out, utility = found[run.pass_]
-            _add(out, utility, [n.frame.name for n in root.children if n.frame.kind == "op"])
+            _add(out, utility, _operators(root.children))
     for out, utility in found.values():
         out.must_implement += [u for u in utility if u not in out.must_implement]
     return [found[p][0] for p in ("forward", "backward") if p in found]
