@@ -118,3 +118,19 @@ def test_audit_prints_the_must_implement_list(derived, framework, forward, backw
     if backward:
         after = text.split("│ conv2d    │ backward", 1)
         assert len(after) == 2 and backward in after[1], text
+
+
+def test_a_framework_that_derives_nothing_is_one_line():
+    from tests.conftest import one_line_error
+
+    line = one_line_error(dltrace("derive", "mxnet", "conv2d", "-o", "unused"))
+    assert "mxnet derives no GPU evidence" in line
+
+
+def test_the_registry_rejects_an_unknown_evidence_class(tmp_path):
+    text = registry.registry_path().read_text().replace("gpu_evidence: {evidence: source}",
+                                                         "gpu_evidence: {evidence: recorded}")
+    path = tmp_path / "frameworks.yaml"
+    path.write_text(text)
+    with pytest.raises(registry.RegistryError, match="gpu_evidence.evidence"):
+        registry.load(path)

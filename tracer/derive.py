@@ -16,24 +16,17 @@ from tracer.errors import EnvNotReady
 from tracer.registry import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
 
-#: The frameworks whose probe derives GPU evidence, and the class it derives. MXNet:
-#: none (its GPU wheel of 1.9.1 cannot be read here: see the README).
-DERIVES = {"tensorflow": "registered", "torch": "registered", "jax": "lowered", "chainer": "source"}
-
-
-#: Frameworks whose evidence exists only in the GPU build (tensorflow-cpu registers no
-#: GPU kernel); the others derive what they can in their own environment without it
-#: (JAX: the lowering; the compiled HLO needs the CUDA plugin).
-NEEDS_BUILD = ("tensorflow",)
 
 
 def environment(fw: Framework) -> Framework:
     """The environment the evidence is read in: the GPU build's where one is declared
-    and set up, else the framework's own (where that can derive anything)."""
+    and set up, else the framework's own where that can derive anything without it
+    (frameworks.yaml ``gpu_evidence.needs_build``: tensorflow-cpu registers no GPU
+    kernel; JAX lowers without its CUDA plugin, only the compiled HLO needs it)."""
     build = gpu_build_env(fw)
     if build is None:
         return fw
-    if not envs.status(build).ready and fw.name not in NEEDS_BUILD:
+    if not envs.status(build).ready and not fw.gpu_evidence_needs_build:
         return fw
     if not envs.status(build).ready:
         raise EnvNotReady(f"{fw.name}: its GPU build's environment is not set up; run: dltrace env setup {build.name}")
@@ -59,7 +52,7 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
 
     gaps: list[Gap] = []
     for fw in frameworks:
-        if fw.name not in DERIVES:
+        if not fw.gpu_evidence:
             continue
         folder = root / "traces" / fw.name / "gpu-derived"
         name = f"{fw.name}/{folder.name}"
@@ -72,14 +65,14 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
         try:
             results = derive(fw, list(primitives or []), folder, timeout=timeout, command="dltrace survey")
         except DltraceError as exc:
-            gap = Gap(fw.name, "gpu", DERIVES[fw.name], "", "derived", str(exc), "derive")
+            gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
             _write_gap(folder / f"derive{GAP_SUFFIX}", gap)
             gaps.append(gap)
             on_done(name, 0, str(exc))
             continue
         for r in results:
             if r.error:
-                gap = Gap(fw.name, "gpu", DERIVES[fw.name], r.spec.primitive, r.spec.api, r.error, "derive")
+                gap = Gap(fw.name, "gpu", fw.gpu_evidence, r.spec.primitive, r.spec.api, r.error, "derive")
                 _write_gap(folder / f"{r.spec.slug()}{GAP_SUFFIX}", gap)
                 gaps.append(gap)
         on_done(name, sum(1 for r in results if not r.error), "")

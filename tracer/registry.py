@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tracer.contract import APIS, DEVICES, GPU_BUILD, NativeRequest
+from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, NativeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,6 +106,10 @@ class Framework:
     #: the framework's GPU build (frameworks.yaml ``gpu_build``), installed in an
     #: environment of its own only to read what it registers for GPUs (never traced)
     gpu_build: tuple[InstallStep, ...] = ()
+    #: the evidence class its probe's gpu_evidence derives (frameworks.yaml ``gpu_evidence``;
+    #: "" when it derives none), and whether only the GPU build can derive it
+    gpu_evidence: str = ""
+    gpu_evidence_needs_build: bool = False
 
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -243,7 +247,19 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
         gpu_build=_steps(e, "gpu_build", e.get("gpu_build", list, [])),
+        **_gpu_evidence(e),
     )
+
+
+def _gpu_evidence(e: _Entry) -> dict[str, Any]:
+    spec = e.get("gpu_evidence", dict, {})
+    if not spec:
+        return {}
+    sub = _Entry(e.source, e.name, spec)
+    evidence = sub.get("evidence", str)
+    if evidence not in DERIVED_EVIDENCE:
+        raise e.error("gpu_evidence.evidence", f"must be one of {', '.join(DERIVED_EVIDENCE)}")
+    return {"gpu_evidence": evidence, "gpu_evidence_needs_build": bool(sub.get("needs_build", bool, False))}
 
 
 def _steps(e: _Entry, key: str, steps: list) -> tuple[InstallStep, ...]:

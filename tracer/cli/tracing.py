@@ -152,21 +152,21 @@ def derive(framework, primitives, api, out_dir, timeout) -> None:
     build's kernel registry (tensorflow, torch: registered), JAX's lowering for cuda and
     rocm (lowered), Chainer's forward_gpu source (source). Each trace says device gpu,
     its evidence class and what was read."""
-    from tracer.derive import DERIVES
     from tracer.derive import derive as run_derive
 
     fws = frameworks()
     fw = check(fws, framework, None, "cpu", None, api)
     for p in primitives:
         check(fws, framework, p)
-    if framework not in DERIVES:
-        raise UsageError(f"{framework} derives no GPU evidence here (frameworks that do: {', '.join(DERIVES)})")
+    if not fw.gpu_evidence:
+        raise UsageError(f"{framework} derives no GPU evidence here (frameworks that do: "
+                         f"{', '.join(n for n, f in fws.items() if f.gpu_evidence)})")
     with err.status(f"deriving {framework}'s GPU evidence…"):
         results = run_derive(fw, list(primitives), out_dir, (api,) if api else None, timeout, command_line())
     for r in results:
         if r.error:
             err.print(f"✗ {r.spec.primitive} {r.spec.api}: {r.error}", markup=False, highlight=False)
         else:
-            out.print(f"✓ {r.spec.primitive} {r.spec.api} ({DERIVES[framework]}): {r.path}", markup=False, highlight=False)
+            out.print(f"✓ {r.spec.primitive} {r.spec.api} ({fw.gpu_evidence}): {r.path}", markup=False, highlight=False)
     if all(r.error for r in results):
         raise DltraceError(f"no GPU evidence derived for {framework}")
