@@ -228,10 +228,12 @@ def _path_methods(cls: type, device: str = "gpu") -> list[str]:
     return seen
 
 
-def _device_impls(cls: type, path: list[str]) -> list[type]:
+def _device_impls(cls: type, path: list[str]) -> dict[type, set[str]]:
     """Device implementation classes a path picks at run time through a module-level
     selector (batch_normalization's ``_impl_selector`` -> _CudnnBatchNormalizationImpl):
-    the module's classes with cuDNN/GPU/CUDA in their name that such a function names."""
+    the module's classes with cuDNN/GPU/CUDA in their name that such a function names,
+    and where the path calls a method of such an object (``self._impl.backward``) only
+    that method: class -> the methods called (empty: not known, all of them)."""
     import ast
     import inspect
     import sys
@@ -239,9 +241,16 @@ def _device_impls(cls: type, path: list[str]) -> list[type]:
 
     module = sys.modules[cls.__module__]
     methods = _methods(cls)
-    found: list[type] = []
+    found: dict[type, set[str]] = {}
     for name in path:
         for call in _calls(methods[name][1]):
+            parts = call.split(".")
+            if len(parts) == 3 and parts[0] == "self" and parts[1] not in methods:
+                # self._impl.backward: an impl object the forward chose, of a device class here
+                for n, c in vars(module).items():
+                    if inspect.isclass(c) and any(k in n.lower() for k in ("cudnn", "gpu", "cuda")) and parts[2] in vars(c):
+                        found.setdefault(c, set()).add(parts[2])
+                continue
             call = call[len("self."):] if call.startswith("self.") and call[len("self."):] not in methods else call
             fn = getattr(module, call, None)
             if "." in call or not inspect.isfunction(fn):
@@ -252,9 +261,8 @@ def _device_impls(cls: type, path: list[str]) -> list[type]:
                 continue
             for node in ast.walk(tree):
                 target = getattr(module, node.id, None) if isinstance(node, ast.Name) else None
-                if inspect.isclass(target) and any(k in node.id.lower() for k in ("cudnn", "gpu", "cuda")) \
-                        and target not in found:
-                    found.append(target)
+                if inspect.isclass(target) and any(k in node.id.lower() for k in ("cudnn", "gpu", "cuda")):
+                    found.setdefault(target, set())
     return found
 
 
@@ -274,9 +282,9 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
         kids.append({"name": f"{klass.__name__}.{name}", "module": klass.__module__, "lib": "chainer",
                      "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
         implement.append(f"{klass.__name__}.{name} ({where})")
-    for impl in _device_impls(cls, _path_methods(cls)):
+    for impl, called in _device_impls(cls, _path_methods(cls)).items():
         for name, (klass, func) in _methods(impl).items():
-            if name.startswith("__"):
+            if name.startswith("__") or (called and name not in called):
                 continue
             calls = [c for c in _calls(func) if not c.startswith("self.")]
             kids.append({"name": f"{impl.__name__}.{name}", "module": impl.__module__, "lib": "chainer",
