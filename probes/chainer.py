@@ -148,3 +148,181 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
         case.sync()
     info = {"use_ideep": chainer.config.use_ideep}
     return base.OpRecord(base.nest(hook.events), "chainer.FunctionHook", info)
+
+
+# ----------------------------------------------------------------------------- GPU evidence: source
+
+
+class _Reached(chainer.FunctionHook):
+    """The FunctionNode classes a step runs (forward, and those a backward runs)."""
+
+    name = "dltrace_reached"
+
+    def __init__(self) -> None:
+        self.classes: list[type] = []
+
+    def forward_preprocess(self, function, in_data):
+        if type(function) not in self.classes:
+            self.classes.append(type(function))
+
+
+def _methods(cls: type) -> dict[str, tuple[type, "object"]]:
+    """name -> (defining class, ast.FunctionDef) for the methods ``cls`` defines or
+    inherits from chainer's own function classes (not FunctionNode's machinery)."""
+    import ast
+    import inspect
+    import textwrap
+
+    out: dict[str, tuple[type, object]] = {}
+    for klass in reversed(cls.__mro__):
+        if klass in (chainer.FunctionNode, chainer.Function, object) or not klass.__module__.startswith("chainer."):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in tree.body[0].body:
+            if isinstance(node, ast.FunctionDef):
+                out[node.name] = (klass, node)
+    return out
+
+
+def _calls(func) -> list[str]:
+    """The dotted names a method calls, in source order (``cuda.cudnn.convolution_forward``)."""
+    import ast
+
+    names = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if "(" not in name and name not in names:
+                names.append(name)
+    return names
+
+
+def _lib(call: str) -> str:
+    """The library a GPU method's call lands in."""
+    low = call.lower()
+    if low.endswith("should_use_cudnn"):
+        return "chainer (cuDNN decision)"
+    if "cudnn" in low:
+        return "cuDNN"
+    if call.startswith(("cuda.", "cupy.", "xp.", "chainer.backends.cuda.")) or ".cupy." in call:
+        return "CuPy"
+    return ""
+
+
+def _path_methods(cls: type, device: str = "gpu") -> list[str]:
+    """The methods on a device's path: forward_gpu (forward_cpu) and the helpers it
+    calls on self, transitively; a class without it runs ``forward`` (array-module
+    generic)."""
+    methods = _methods(cls)
+    start = f"forward_{device}" if f"forward_{device}" in methods else "forward"
+    todo, seen = [start], []
+    while todo:
+        name = todo.pop(0)
+        if name in seen or name not in methods:
+            continue
+        seen.append(name)
+        todo += [c[len("self."):] for c in _calls(methods[name][1]) if c.startswith("self.")]
+    return seen
+
+
+def _device_impls(cls: type, path: list[str]) -> dict[type, set[str]]:
+    """Device implementation classes a path picks at run time through a module-level
+    selector (batch_normalization's ``_impl_selector`` -> _CudnnBatchNormalizationImpl):
+    the module's classes with cuDNN/GPU/CUDA in their name that such a function names,
+    and where the path calls a method of such an object (``self._impl.backward``) only
+    that method: class -> the methods called (empty: not known, all of them)."""
+    import ast
+    import inspect
+    import sys
+    import textwrap
+
+    module = sys.modules[cls.__module__]
+    methods = _methods(cls)
+    found: dict[type, set[str]] = {}
+    for name in path:
+        for call in _calls(methods[name][1]):
+            parts = call.split(".")
+            if len(parts) == 3 and parts[0] == "self" and parts[1] not in methods:
+                # self._impl.backward: an impl object the forward chose, of a device class here
+                for n, c in vars(module).items():
+                    if inspect.isclass(c) and any(k in n.lower() for k in ("cudnn", "gpu", "cuda")) and parts[2] in vars(c):
+                        found.setdefault(c, set()).add(parts[2])
+                continue
+            call = call[len("self."):] if call.startswith("self.") and call[len("self."):] not in methods else call
+            fn = getattr(module, call, None)
+            if "." in call or not inspect.isfunction(fn):
+                continue
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+            except (OSError, TypeError, SyntaxError):
+                continue
+            for node in ast.walk(tree):
+                target = getattr(module, node.id, None) if isinstance(node, ast.Name) else None
+                if inspect.isclass(target) and any(k in node.id.lower() for k in ("cudnn", "gpu", "cuda")):
+                    found.setdefault(target, set())
+    return found
+
+
+def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
+    """(the op node, its backend need, forward_cpu's calls) for one FunctionNode class."""
+    import ast
+    import inspect
+
+    methods = _methods(cls)
+    kids, implement, decisions = [], [], []
+    for name in _path_methods(cls):
+        klass, func = methods[name]
+        calls = [c for c in _calls(func) if not c.startswith("self.")]
+        decisions += [ast.unparse(n) for n in ast.walk(func) if isinstance(n, ast.Call)
+                      and ast.unparse(n.func).endswith("should_use_cudnn")]
+        where = f"{inspect.getsourcefile(klass).split('site-packages/')[-1]}:{func.lineno + inspect.getsourcelines(klass)[1] - 1}"
+        kids.append({"name": f"{klass.__name__}.{name}", "module": klass.__module__, "lib": "chainer",
+                     "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
+        implement.append(f"{klass.__name__}.{name} ({where})")
+    for impl, called in _device_impls(cls, _path_methods(cls)).items():
+        for name, (klass, func) in _methods(impl).items():
+            if name.startswith("__") or (called and name not in called):
+                continue
+            calls = [c for c in _calls(func) if not c.startswith("self.")]
+            kids.append({"name": f"{impl.__name__}.{name}", "module": impl.__module__, "lib": "chainer",
+                         "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
+            implement.append(f"{impl.__name__}.{name}")
+    generic = "forward_gpu" not in methods and not any(c["lib"] for k in kids for c in k["children"])
+    cpu = list(dict.fromkeys(c for m in _path_methods(cls, "cpu") for c in _calls(methods[m][1])
+                             if c.startswith(("numpy.", "np.", "xp.", "intel64.", "conv.", "chainer.utils.conv."))))
+    need = {"must": not generic, "implement": implement[:1] if generic else
+            [i for i in implement if "forward_gpu" in i or "Impl." in i] or implement[:1],
+            "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"] if c["lib"] == "cuDNN"})),
+                       "decision": "; ".join(dict.fromkeys(decisions))},
+            "free": "array-module generic forward (runs on any NumPy-compatible xp)" if generic else ""}
+    need["others"] = {k: v for k, v in need["others"].items() if v}
+    return {"name": cls.__name__, "module": cls.__module__, "children": kids}, need, cpu
+
+
+def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+    """For every FunctionNode the step runs (a backward runs FunctionNodes of its own):
+    its GPU methods read from the installed source (forward_gpu and the helpers it
+    calls), the CuPy and cuDNN calls they make, the chainer.should_use_cudnn decision
+    that picks cuDNN, and forward_cpu's NumPy calls beside them. Chainer has no
+    backend interface below its array modules: these methods are what a new device
+    module's arrays must serve."""
+    hook = _Reached()
+    with hook:
+        run()
+        case.sync()
+    ops, needs, cpu = [], {}, {}
+    for cls in hook.classes:
+        doc, need, cpu_calls = _function_doc(cls)
+        ops.append(doc)
+        needs[cls.__name__] = need
+        cpu[cls.__name__] = cpu_calls
+    files = sorted({c.__module__.replace(".", "/") + ".py" for c in hook.classes})
+    return {"evidence": "source", "ops": ops,
+            "provenance": {"read": f"chainer {chainer.__version__} source: {', '.join(files)}",
+                           "how": "ast of the installed modules: forward_gpu and the self.* helpers it calls",
+                           "reached": "the FunctionNodes the step ran on this CPU (a FunctionHook)"},
+            "backend": {"key": "a Chainer device module (array module + each function's GPU methods)", "ops": needs},
+            "info": {f"forward_cpu_calls_{pass_}": cpu}}

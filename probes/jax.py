@@ -9,12 +9,22 @@ seeded NCHW layout (lax convolution takes the layout as dimension numbers).
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax import lax
+import importlib.util
+import os
 
-from probes import base
+# The CUDA plugin (the GPU build's environment, jax-gpu-build) refuses to initialise
+# without a CUDA runtime; its compiler runs without one (deviceless AOT compilation for a
+# described GPU), so where no NVIDIA driver is loaded its version check is skipped.
+if importlib.util.find_spec("jax_plugins") and importlib.util.find_spec("jax_plugins.xla_cuda12") \
+        and not os.path.exists("/proc/driver/nvidia"):
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+
+from probes import base  # noqa: E402
 
 _CONV_DIMS = ("NCHW", "OIHW", "NCHW")
 _POOL = (1, 1, base.POOL_K, base.POOL_K)
@@ -218,3 +228,173 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
         compiled = jax.jit(target).lower(*targs).compile()
         ops.append(base.op_node(f"XLA:{platform}", "xla", "XLA", children=_hlo_nodes(compiled.as_text())))
     return base.OpRecord(ops, "jax (jaxpr, compiled HLO)", info)
+
+
+#: The GPU platforms JAX lowers for: StableHLO for each is produced here, on the CPU.
+_GPU_PLATFORMS = ("cuda", "rocm")
+
+
+def _leaf_eqns(jaxpr) -> list:
+    """The equations that are primitives of their own: a call (pjit, custom_jvp...)
+    is looked through into its inner jaxpr."""
+    out = []
+    for eqn in jaxpr.eqns:
+        inner = next((eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params), None)
+        if inner is not None and hasattr(getattr(inner, "jaxpr", inner), "eqns"):
+            out += _leaf_eqns(getattr(inner, "jaxpr", inner))
+        else:
+            out.append(eqn)
+    return out
+
+
+def _rules(prim) -> dict[str, str]:
+    """platform -> the lowering rule JAX registers for ``prim`` there: a platform's
+    own rule where it has one (conv_general_dilated on cuda and rocm), else the
+    generic rule every platform shares."""
+    from jax._src.interpreters import mlir
+
+    def name(entry) -> str:
+        rule = getattr(entry, "rule", entry)
+        rule = getattr(rule, "func", rule)  # functools.partial
+        return f"{getattr(rule, '__module__', '?')}.{getattr(rule, '__qualname__', getattr(rule, '__name__', repr(rule)))}"
+
+    out = {}
+    generic = mlir._lowerings.get(prim)
+    for platform in ("cpu", *_GPU_PLATFORMS):
+        own = mlir._platform_specific_lowerings.get(platform, {}).get(prim)
+        if own is not None:
+            out[platform] = f"{name(own)} ({platform}-specific)"
+        elif generic is not None:
+            out[platform] = f"{name(generic)} (generic)"
+    return out
+
+
+def _stablehlo_ops(eqn, platform: str) -> list[str]:
+    """The StableHLO (and CHLO) ops one equation lowers to for ``platform``, in order,
+    custom calls with their target: the equation alone, lowered on this machine."""
+    import re
+
+    avals = [v.aval for v in eqn.invars]
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    fn = jax.jit(lambda *xs: eqn.primitive.bind(*xs, **eqn.params))
+    text = fn.trace(*structs).lower(lowering_platforms=(platform,)).as_text()
+    ops = []
+    for line in text.splitlines():
+        m = re.search(r"(?:=\s*|^\s*)\"?((?:stablehlo|chlo|mhlo)\.[a-z_]+)[\s(\"@]", line)
+        if not m or m.group(1) == "stablehlo.return":
+            continue
+        target = re.search(r'call_target_name = "([^"]+)"|stablehlo\.custom_call @(\w+)', line)
+        op = f"{m.group(1)} @{target.group(1) or target.group(2)}" if target else m.group(1)
+        if op not in ops:
+            ops.append(op)
+    return ops
+
+
+#: The GPU XLA compiles for without one (a GpuTargetConfigProto, text format): the
+#: device description an NVIDIA H100 80GB HBM3 reports, with CUDA 12.8 and cuDNN 9.7.
+_H100_TARGET = """
+gpu_device_info { threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
+  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
+  memory_bandwidth: 3352320000000 l2_cache_size: 52428800 clock_rate_ghz: 1.98
+  device_memory_size: 84929347584 shared_memory_per_block_optin: 232448
+  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536 registers_per_block_limit: 65536 }
+runtime_version: { major: 12 minor: 8 patch: 0 }
+platform_name: "CUDA"
+dnn_version_info { major: 9 minor: 7 }
+device_description_str: "NVIDIA H100 80GB HBM3"
+"""
+
+
+def _hlo_lib(opcode: str) -> str:
+    """The library a compiled GPU HLO instruction runs in."""
+    if "cudnn" in opcode:
+        return "cuDNN"
+    if "cublas" in opcode:
+        return "cuBLAS"
+    if "triton" in opcode:
+        return "Triton"
+    return "XLA"
+
+
+def _as_doc(node) -> dict:
+    return {"name": node.frame.name, "module": "xla.cuda", "lib": _hlo_lib(node.frame.name),
+            "children": [_as_doc(c) for c in node.children]}
+
+
+def _compiled_for_cuda(case: base.Case, pass_: str) -> list[dict]:
+    """The step compiled by XLA's CUDA compiler here, deviceless, for the H100 target
+    (the CUDA plugin's topology description): its top-level HLO instructions."""
+    from jax.experimental import topologies
+
+    topo = topologies.get_topology_desc("dltrace", "cuda", target_config=_H100_TARGET, topology="1x1x1")
+    sharding = jax.sharding.SingleDeviceSharding(topo.devices[0])
+    p = case.private
+    f, args, ones = p["f"], p["args"], p["ones"]
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in (*args, ones)]
+    if pass_ == "forward":
+        fn, targs = f, structs[:-1]
+    else:
+        fn, targs = (lambda *a: jax.vjp(f, *a[:-1])[1](a[-1])), structs
+    text = jax.jit(fn).trace(*targs).lower().compile().as_text()
+    return [_as_doc(n) for n in _hlo_nodes(text)]
+
+
+def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+    """For each primitive of the step's jaxpr (forward: the jitted primitive;
+    backward: its pullback): the lowering rule JAX registers per platform and the
+    StableHLO it lowers to for cuda and rocm, lowered here without a GPU. Which
+    kernels run (cuDNN, cuBLAS, fusions) is decided later, by XLA's GPU compiler."""
+    p = case.private
+    f, args, ones = p["f"], p["args"], p["ones"]
+    if pass_ == "forward":
+        target, targs = f, args
+    else:
+        _, pullback = jax.vjp(f, *args)
+        target, targs = pullback, (ones,)
+    eqns = _leaf_eqns(jax.make_jaxpr(target)(*targs).jaxpr)
+    ops, needs, seen = [], {}, set()
+    for eqn in eqns:
+        prim = eqn.primitive
+        if prim.name in seen:
+            continue
+        seen.add(prim.name)
+        rules = _rules(prim)
+        kids = []
+        for platform in _GPU_PLATFORMS:
+            try:
+                hlo = _stablehlo_ops(eqn, platform)
+            except Exception as exc:  # noqa: BLE001 - a primitive that does not lower alone is a gap in its row
+                hlo = [f"not lowered alone: {type(exc).__name__}"]
+            kids.append({"name": f"{platform}: {rules.get(platform, 'no lowering rule')}", "module": f"jax.lowering.{platform}",
+                         "lib": "JAX lowering", "children": [{"name": h, "module": "stablehlo", "lib": "XLA"} for h in hlo]})
+        ops.append({"name": prim.name, "module": "jax", "children": kids})
+        specific = sorted(k for k, v in rules.items() if v.endswith("-specific)"))
+        hlo_ops = sorted({h["name"] for k in kids for h in k["children"]})
+        needs[prim.name] = {"must": True, "implement": hlo_ops, "platform_specific": specific,
+                            "free": "lowered to StableHLO by JAX" + (f" (own rules for {', '.join(specific)})"
+                                                                     if specific else " (one rule for every platform)")}
+    evidence, info = "lowered", {}
+    if importlib.util.find_spec("jax_plugins") and importlib.util.find_spec("jax_plugins.xla_cuda12"):
+        try:
+            hlo = _compiled_for_cuda(case, pass_)
+            ops.append({"name": "XLA:cuda (compiled deviceless, H100 target)", "module": "xla", "lib": "XLA",
+                        "children": hlo})
+            needs["XLA:cuda (compiled deviceless, H100 target)"] = {
+                "must": False, "free": "what XLA's CUDA compiler chose: " + ", ".join(h["name"] for h in hlo)}
+            evidence = "compiled"
+        except Exception as exc:  # noqa: BLE001 - the lowering stands without it; the trace says why
+            info[f"compile_error_{pass_}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    else:
+        info["compile_error"] = "the CUDA plugin is not installed here (dltrace env setup jax-gpu-build)"
+    texts = {pl: jax.jit(target).trace(*targs).lower(lowering_platforms=(pl,)).as_text() for pl in ("cpu", *_GPU_PLATFORMS)}
+    same = [pl for pl in _GPU_PLATFORMS if texts[pl] == texts["cpu"]]
+    compiled = "; compiled deviceless by the CUDA plugin's XLA for an H100 target" if evidence == "compiled" else ""
+    return {"evidence": evidence, "ops": ops,
+            "provenance": {"read": f"jax {jax.__version__} lowering for {', '.join(_GPU_PLATFORMS)} "
+                                   "(jax._src.interpreters.mlir lowering rules; jit(...).trace().lower(lowering_platforms))"
+                                   + compiled,
+                           "reached": "the primitives of the step's jaxpr"},
+            "backend": {"key": "PJRT plugin (an XLA compiler for the StableHLO ops)", "ops": needs},
+            # the whole step's StableHLO: where it is cpu's text, the split is in XLA's compilers
+            "info": {"platforms": list(_GPU_PLATFORMS), f"stablehlo_same_as_cpu_{pass_}": same, **info}}

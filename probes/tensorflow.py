@@ -226,3 +226,52 @@ def dispatch_table(ops: list[str]) -> dict:
         out[op] = {"kernels": types, "new_backend": any(map(any_device_float, found)), "declared": declared}
     return {"source": "TensorFlow's kernel registry (tensorflow.python.framework.kernels)",
             "new_backend_key": "PluggableDevice", "ops": out}
+
+
+def _gpu_kernel_docs(op: str, kernels: list) -> list[dict]:
+    """``op``'s GPU registrations (KernelDefs) as implementation nodes, as the registry
+    states them: those that differ only in their type T are one node listing the types;
+    other constraints, host-memory arguments and labels stay apart."""
+    groups: dict[str, list[str]] = {}
+    for kernel in kernels:
+        cons, types = [], []
+        for c in kernel.constraint:
+            names = [tf.dtypes.as_dtype(t).name for t in c.allowed_values.list.type]
+            if c.name == "T":
+                types += names
+            else:
+                cons.append(f"{c.name}={'|'.join(names)}" if names else c.name)
+        rest = "".join(f", {c}" for c in sorted(cons))
+        if kernel.host_memory_arg:
+            rest += f", host_memory={'|'.join(kernel.host_memory_arg)}"
+        if kernel.label:
+            rest += f", label={kernel.label}"
+        groups.setdefault(rest, []).extend(types)
+    return [{"name": f"GPU {op} [T={'|'.join(sorted(set(types))) or 'any'}{rest}]", "module": "tensorflow.GPU",
+             "lib": "TensorFlow GPU kernel"} for rest, types in groups.items()]
+
+
+def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+    """What the GPU build's kernel registry holds for every op the step ran (its
+    host trace, as record_ops sees it on this CPU): each op's GPU kernels with their
+    constraints. Only the full ``tensorflow`` wheel registers them (tensorflow-cpu
+    has CPU kernels only); none of it needs CUDA to be read."""
+    from tensorflow.python.framework import kernels
+
+    rec = record_ops(case, pass_, run)
+    reached = [n.frame.name for top in rec.ops for _, n in top.walk() if n.frame.kind == "op"]
+    table = dispatch_table(reached)["ops"]
+    ops, needs = [], {}
+    for op, row in table.items():
+        gpu = [k for k in kernels.get_registered_kernels_for_op(op).kernel if k.device_type == "GPU"]
+        kids = _gpu_kernel_docs(op, gpu) or [{"name": "no GPU kernel registered", "module": "tensorflow.GPU"}]
+        ops.append({"name": op, "module": "tensorflow", "children": kids})
+        needs[op] = {"must": not row["new_backend"], "others": {"GPU": f"{len(gpu)} kernel(s)"} if gpu else {},
+                     "free": "a DEFAULT kernel serves any device" if row["new_backend"] else ""}
+    return {"evidence": "registered", "ops": ops,
+            "provenance": {"read": f"tensorflow {tf.__version__} kernel registry "
+                                   "(tensorflow.python.framework.kernels.get_registered_kernels_for_op)",
+                           "build": "the full tensorflow wheel (GPU kernels registered; no CUDA library loaded)",
+                           "reached": f"ops of the step on this CPU ({rec.source})"},
+            "backend": {"key": "PluggableDevice", "ops": needs},
+            "info": {"gpu_devices_visible": len(tf.config.list_physical_devices("GPU"))}}

@@ -209,3 +209,100 @@ def dispatch_table(ops: list[str]) -> dict:
         out[op] = row
     return {"source": "torch._C dispatch table; torchgen/packaged/ATen/native/native_functions.yaml",
             "new_backend_key": "PrivateUse1", "ops": out}
+
+
+# ----------------------------------------------------------------------------- GPU evidence: registered
+
+#: at::native::_convolution's run-time choice (ConvBackend, from _select_conv_backend in
+#: ATen's Convolution.cpp) -> the op it calls; convolution_backward switches on the same
+#: enum. None of it is in native_functions.yaml: _convolution is a composite kernel.
+_CONV_BACKENDS = {
+    "Cudnn": ("aten::cudnn_convolution", "cuDNN"), "CudnnTranspose": ("aten::cudnn_convolution_transpose", "cuDNN"),
+    "Miopen": ("aten::miopen_convolution", "MIOpen"), "MiopenDepthwise": ("aten::miopen_depthwise_convolution", "MIOpen"),
+    "MiopenTranspose": ("aten::miopen_convolution_transpose", "MIOpen"),
+    "CudaDepthwise2d": ("aten::_conv_depthwise2d", "ATen CUDA"), "SlowDilated2d": ("aten::slow_conv_dilated2d", "ATen CUDA"),
+    "Slow2d": ("aten::thnn_conv2d", "ATen CUDA"), "Overrideable": ("aten::convolution_overrideable", "new backend"),
+}
+
+
+#: What _convolution / convolution_backward call on a device without a ConvBackend of its
+#: own (PrivateUse1): the ops a new backend implements for convolution.
+_OVERRIDEABLE = {"aten::_convolution": "aten::convolution_overrideable",
+                 "aten::convolution_backward": "aten::convolution_backward_overrideable"}
+
+
+def _cuda_lib(kernel: str) -> str:
+    low = kernel.lower()
+    if "cudnn" in low:
+        return "cuDNN"
+    if "miopen" in low:
+        return "MIOpen"
+    if any(k in low for k in ("addmm", "mm_out", "bmm", "gemm")):
+        return "cuBLAS"
+    return "ATen CUDA"
+
+
+#: convolution_backward's call for each ConvBackend (its *_backward_stub or op).
+_CONV_BACKWARD = {"Cudnn": "cudnn_convolution_backward_stub", "CudnnTranspose": "cudnn_convolution_transpose_backward_stub",
+                  "Miopen": "miopen_convolution_backward_stub", "MiopenDepthwise": "miopen_depthwise_convolution_backward_stub",
+                  "MiopenTranspose": "miopen_convolution_transpose_backward_stub",
+                  "CudaDepthwise2d": "conv_depthwise2d_backward_stub", "SlowDilated2d": "slow_conv_dilated2d_backward_stub",
+                  "Slow2d": "aten::_slow_conv2d_backward", "Overrideable": "aten::convolution_backward_overrideable"}
+
+
+def _conv_choice(op: str) -> list[dict]:
+    """The run-time choice _convolution (and convolution_backward) makes among backends:
+    which ConvBackend names torch has and the op each calls, with its declared CUDA kernel."""
+    declared = _native_functions()
+    names = [m for m in dir(torch._C._ConvBackend) if not m.startswith("_") and m not in ("name", "value")]
+    kids = []
+    for backend, (target, lib) in _CONV_BACKENDS.items():
+        if backend not in names:
+            continue
+        if op == "aten::convolution_backward":
+            target = _CONV_BACKWARD[backend]
+        cuda = declared.get(target.split("::")[-1].split(".")[0], {}).get("dispatch", {}).get("CUDA", "")
+        kids.append({"name": f"ConvBackend.{backend} -> {target}" + (f" (CUDA: {cuda})" if cuda else ""),
+                     "module": "at::native::_select_conv_backend", "lib": lib})
+    return kids
+
+
+def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+    """What torch's packaged native_functions.yaml declares for CUDA for every aten op
+    the step reached (on this CPU, torch.profiler), and, for _convolution and
+    convolution_backward, the run-time choice among cuDNN, MIOpen and ATen's own
+    kernels, which no table holds."""
+    rec = record_ops(case, pass_, run)
+    reached = [n.frame.name for top in rec.ops for _, n in top.walk() if n.frame.kind == "op"]
+    table = dispatch_table(reached)["ops"]
+    ops, needs = [], {}
+    for op, row in table.items():
+        declared = row.get("delegate_declared") if row.get("delegate") else row.get("declared")
+        cuda = (declared or {}).get("CUDA")
+        composite = [k for k in ("CompositeImplicitAutograd", "CompositeExplicitAutograd") if k in (declared or {}) or k in row["kernels"]]
+        if op in ("aten::_convolution", "aten::convolution_backward"):
+            kids = _conv_choice(op)
+        elif "mkldnn" in op:
+            kids = [{"name": "not reached on CUDA: the CPU path's choice (ConvBackend.Mkldnn / oneDNN)",
+                     "module": "at::native::_select_conv_backend"}]
+        elif cuda:
+            via = f"{row['delegate']}: " if row.get("delegate") else ""
+            kids = [{"name": f"CUDA: {via}{cuda}", "module": "native_functions.yaml", "lib": _cuda_lib(cuda)}]
+        elif composite:
+            kids = [{"name": f"{composite[0]}: no CUDA kernel of its own (runs other ops)", "module": "native_functions.yaml"}]
+        else:
+            kids = [{"name": "no CUDA kernel declared (a CPU-only choice of the CPU path)", "module": "native_functions.yaml"}]
+        ops.append({"name": op, "module": "aten", "children": kids})
+        if op in _OVERRIDEABLE:  # the composite picks ConvBackend.Overrideable for a new backend
+            needs[op] = {"must": True, "implement": [_OVERRIDEABLE[op]], "others": {"CUDA": "cuDNN / MIOpen / ATen (ConvBackend)"}}
+        elif "mkldnn" in op:
+            needs[op] = {"must": False, "free": "the CPU path's choice: not reached on another device"}
+        else:
+            # read by tracer.process.backend_needs as it reads the CPU traces' dispatch table
+            needs[op] = {"dispatch_row": row, "others": {"CUDA": cuda} if cuda else {}}
+    return {"evidence": "registered", "ops": ops,
+            "provenance": {"read": f"torch {torch.__version__} torchgen/packaged/ATen/native/native_functions.yaml "
+                                   "(dispatch: CUDA entries) and torch._C._ConvBackend",
+                           "reached": f"aten ops of the step on this CPU ({rec.source})"},
+            "backend": {"key": "PrivateUse1", "ops": needs},
+            "info": {"cudnn_in_build": bool(torch.backends.cudnn.is_available())}}

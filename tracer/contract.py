@@ -33,6 +33,18 @@ DEVICES = ("cpu", "gpu", "standin")
 #: The library tag of an op-layer frame that reached the stand-in backend: the kernels
 #: a new backend must provide (the diff names a split into them a device dispatch).
 STANDIN_LIB = "standin backend"
+#: How a GPU-side trace knows what it shows (its meta ``evidence``): run by dltrace on a
+#: GPU, imported from a profile recorded elsewhere, or derived here without a GPU: the
+#: GPU build's kernel registry, JAX's lowering for cuda/rocm, XLA's GPU compiler run
+#: deviceless, the device branch read from the framework's source.
+EVIDENCE = ("recorded", "imported", "registered", "lowered", "compiled", "source")
+DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
+#: What a request asks of the probe process: trace the cases, or derive their GPU
+#: evidence (the probe's ``gpu_evidence`` hook, :class:`GpuEvidence`).
+REQUEST_KINDS = ("trace", "gpu-evidence")
+#: The suffix of a framework's GPU-build environment (frameworks.yaml ``gpu_build``):
+#: ``tensorflow-gpu-build`` runs tensorflow's probe; its traces name ``tensorflow``.
+GPU_BUILD = "-gpu-build"
 
 
 # ----------------------------------------------------------------------------- primitives
@@ -161,6 +173,7 @@ class ProbeRequest:
     command: str = ""
     native: NativeRequest | None = None  # None: no case asks for native stacks
     native_env: dict[str, str] = field(default_factory=dict)
+    kind: str = "trace"  # one of REQUEST_KINDS
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -215,3 +228,21 @@ class OpRecorder(Protocol):
     traces; it returns a probes.base.OpRecord."""
 
     def record_ops(self, case: Any, pass_: str, run: Callable[[], Any]) -> Any: ...
+
+
+@runtime_checkable
+class GpuEvidence(Protocol):
+    """A probe module that can say, without a GPU, what its framework's GPU path runs
+    for a step: ``gpu_evidence(case, pass_, run)`` (``run()`` is the step, as for
+    :class:`OpRecorder`, to learn what it reaches) returns a plain dict::
+
+        {"evidence": one of DERIVED_EVIDENCE, "provenance": {"read": what was read, ...},
+         "ops": [{"name": op, "module": ..., "lib": "", "children": [implementation
+                  nodes, same keys, lib = the library: cuDNN, cuBLAS, CuPy, XLA...]}],
+         "backend": {"key": what a new backend registers as,
+                     "ops": {op: {"must": bool, "why": str}}},
+         "info": {...}}
+
+    The harness (tracer.collect.gpu_evidence) makes it a trace with device "gpu"."""
+
+    def gpu_evidence(self, case: Any, pass_: str, run: Callable[[], Any]) -> dict: ...

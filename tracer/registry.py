@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tracer.contract import APIS, DEVICES, PRIMITIVES, NativeRequest
+from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, NativeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,6 +116,13 @@ class Framework:
     aarch64: Aarch64Spec | None = None
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
+    #: the framework's GPU build (frameworks.yaml ``gpu_build``), installed in an
+    #: environment of its own only to read what it registers for GPUs (never traced)
+    gpu_build: tuple[InstallStep, ...] = ()
+    #: the evidence class its probe's gpu_evidence derives (frameworks.yaml ``gpu_evidence``;
+    #: "" when it derives none), and whether only the GPU build can derive it
+    gpu_evidence: str = ""
+    gpu_evidence_needs_build: bool = False
 
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
@@ -266,7 +273,44 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
+        gpu_build=_steps(e, "gpu_build", e.get("gpu_build", list, [])),
+        **_gpu_evidence(e),
     )
+
+
+def _gpu_evidence(e: _Entry) -> dict[str, Any]:
+    spec = e.get("gpu_evidence", dict, {})
+    if not spec:
+        return {}
+    sub = _Entry(e.source, e.name, spec)
+    evidence = sub.get("evidence", str)
+    if evidence not in DERIVED_EVIDENCE:
+        raise e.error("gpu_evidence.evidence", f"must be one of {', '.join(DERIVED_EVIDENCE)}")
+    return {"gpu_evidence": evidence, "gpu_evidence_needs_build": bool(sub.get("needs_build", bool, False))}
+
+
+def _steps(e: _Entry, key: str, steps: list) -> tuple[InstallStep, ...]:
+    out = []
+    for i, step in enumerate(steps):
+        where = f"{key}[{i}]"
+        if not isinstance(step, dict) or not isinstance(step.get("requirements"), list) or not step["requirements"]:
+            raise e.error(f"{where}.requirements", "must be a non-empty list")
+        out.append(InstallStep(e.strings(f"{where}.requirements", step["requirements"]),
+                               e.strings(f"{where}.options", step.get("options") or [])))
+    return tuple(out)
+
+
+
+
+def gpu_build_env(fw: Framework) -> Framework | None:
+    """``fw`` as its GPU build's environment (name ``NAME-gpu-build``, the
+    ``gpu_build`` install steps), which `dltrace env setup NAME-gpu-build` builds and
+    `dltrace derive` reads; None when the registry declares no GPU build."""
+    import dataclasses
+
+    if not fw.gpu_build:
+        return None
+    return dataclasses.replace(fw, name=fw.name + GPU_BUILD, install=fw.gpu_build, aarch64=None, imported=())
 
 
 def load(path: Path | None = None) -> dict[str, Framework]:

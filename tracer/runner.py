@@ -151,6 +151,7 @@ def run_probe(
     command: str = "",
     pyspy: str | None = None,
     cpu: str = "",
+    kind: str = "trace",
 ) -> list[CaseResult]:
     """Trace ``cases`` in one subprocess (one framework import for all of them), on this
     machine, or with ``cpu`` on that emulated aarch64 CPU model (tracer.emulation: the
@@ -159,6 +160,10 @@ def run_probe(
     Cases whose ``layers`` include "native" are sampled with py-spy (``pyspy``, or
     :func:`find_pyspy`) after all cases ran, with the framework's native env set for
     the whole subprocess.
+
+    ``kind="gpu-evidence"`` asks the probe for each case's derived GPU evidence
+    instead (tracer.collect.gpu_evidence; run on this machine's CPU): the traces are
+    written as ``SLUG-gpu-evidence.json``, beside the CPU traces of a survey.
 
     Errors that concern the whole run (no environment, no device, crash, hang) raise
     ProbeFailed; a single case that fails comes back as a CaseResult with ``error``.
@@ -169,7 +174,7 @@ def run_probe(
     var = fw.variants.get(variant)
     with tempfile.TemporaryDirectory(prefix="dltrace-") as tmp:
         tmpdir = Path(tmp)
-        outs = [out_dir / f"{c.slug()}.json" for c in cases]
+        outs = [out_dir / f"{c.slug()}{'-gpu-evidence' if kind == 'gpu-evidence' else ''}.json" for c in cases]
         for p in outs:
             for stale in (p, Path(f"{p}.error")):
                 stale.unlink(missing_ok=True)
@@ -185,7 +190,7 @@ def run_probe(
             native=nat.request(find_pyspy() if pyspy is None else pyspy) if wants_native else None,
             native_env=dict(nat.env) if wants_native else {},
             cases=tuple(CaseRequest(c.primitive, c.api, c.resolved_shape(), tuple(c.passes), tuple(c.layers), str(o))
-                        for c, o in zip(cases, outs)),
+                        for c, o in zip(cases, outs)), kind=kind,
         )
         (tmpdir / "request.json").write_text(request.to_json())
         wants_library = any("library" in c.layers for c in cases)

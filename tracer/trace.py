@@ -185,6 +185,7 @@ OPTIONAL_META: dict[str, tuple[type, ...]] = {
     "source_roots": (list,), "command": (str,), "created": (str,), "tool": (str,), "native": (dict,),
     "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
     "provenance": (dict,), "emulated": (dict, bool), "library": (dict,), "dispatch": (dict,),
+    "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,),
 }
 #: Run stats the processing stages read, and their types.
 NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")

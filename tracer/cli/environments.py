@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from tracer import envs
+from tracer import envs, registry
 from tracer.cli import main
 from tracer.cli.common import err, frameworks, out
 from tracer.contract import PASSES, PRIMITIVES
@@ -43,14 +43,17 @@ def env() -> None:
               help="x86_64: the environments this machine runs; aarch64: the emulated ones (frameworks.yaml "
                    "aarch64: the framework's own aarch64 wheels, run under QEMU); all: both.")
 def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
-    """Create the environments of NAMES (default: all frameworks)."""
+    """Create the environments of NAMES (default: all frameworks, and their GPU builds: NAME-gpu-build)."""
     fws = frameworks()
+    # the frameworks' GPU builds (frameworks.yaml gpu_build): environments of their own
+    builds = {b.name: b for b in map(registry.gpu_build_env, fws.values()) if b is not None}
     for name in names:
-        check(fws, name)
+        if name not in builds:
+            check(fws, name)
     failed = []
     log = lambda s: err.print(f"  {s}", style="dim", highlight=False, markup=False)  # noqa: E731
-    for name in names or tuple(fws):
-        fw = fws[name]
+    for name in names or (*fws, *builds):
+        fw = builds.get(name) or fws[name]
         if arch in ("all", "x86_64"):
             try:
                 with err.status(f"setting up {name}…"):

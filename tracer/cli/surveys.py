@@ -42,9 +42,12 @@ from tracer.runner import DEFAULT_TIMEOUT, check
 @click.option("--imports/--no-imports", default=True, show_default=True,
               help="Import each framework's reference GPU profiles (frameworks.yaml: imported), recorded on real "
                    "GPUs by others, so that the report sets the CPU path against them.")
+@click.option("--derive/--no-derive", "derived", default=True, show_default=True,
+              help="Derive each framework's GPU path without a GPU (dltrace derive: TensorFlow's and torch's "
+                   "registered GPU kernels, JAX's cuda/rocm lowering, Chainer's forward_gpu source), beside the traces.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
 def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, arm, arm_all,
-           imports, timeout) -> None:
+           imports, derived, timeout) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
     import time
@@ -89,6 +92,16 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
+    if derived:
+        from tracer.derive import survey_evidence
+
+        def on_done(folder: str, n: int, error: str) -> None:
+            text = f"  {folder}: {error}" if error else f"  {folder}: {n} cases' GPU evidence derived"
+            err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
+
+        t1 = time.monotonic()
+        gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
+        out.print(f"GPU evidence derived in {time.monotonic() - t1:.0f} s")
     _render([output / "traces", *with_traces], output)
 
 
@@ -120,14 +133,16 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
     """The porting audit of FRAMEWORK from its traces: the dispatch points a new
     backend must hook into, and what each primitive needs from it."""
     from tracer.process.portability import framework_report
-    from tracer.render.audit_console import print_audit
+    from tracer.render.audit_console import print_audit, print_pass_needs
 
     check(frameworks(), framework)
     traces, gaps = collect(list(folders))
     mine = [t for t in traces if t.meta.get("framework") == framework]
     if not mine:
         raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
-    print_audit(framework_report(framework, mine, gaps), out)
+    rep = framework_report(framework, mine, gaps)
+    print_audit(rep, out)
+    print_pass_needs(rep, out)
 
 
 # --------------------------------------------------------------------------- import

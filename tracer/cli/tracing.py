@@ -144,3 +144,36 @@ def export(trace_file, fmt, output, layers, pass_, phase) -> None:
     else:
         write(trace, trees, TerminalSafe(STDOUT) if STDOUT.isatty() else STDOUT)
         STDOUT.flush()
+
+
+# --------------------------------------------------------------------------- derive
+@main.command()
+@click.argument("framework")
+@click.argument("primitives", nargs=-1)
+@click.option("--api", default=None, help=f"{' or '.join(APIS)} (default: every API level the framework has).")
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the traces (SLUG-gpu-evidence.json).")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
+def derive(framework, primitives, api, out_dir, timeout) -> None:
+    """Derive FRAMEWORK's GPU path for PRIMITIVES (default: all) without a GPU: the GPU
+    build's kernel registry (tensorflow, torch: registered), JAX's lowering for cuda and
+    rocm (lowered), Chainer's forward_gpu source (source). Each trace says device gpu,
+    its evidence class and what was read."""
+    from tracer.derive import derive as run_derive
+
+    fws = frameworks()
+    fw = check(fws, framework, None, "cpu", None, api)
+    for p in primitives:
+        check(fws, framework, p)
+    if not fw.gpu_evidence:
+        raise UsageError(f"{framework} derives no GPU evidence here (frameworks that do: "
+                         f"{', '.join(n for n, f in fws.items() if f.gpu_evidence)})")
+    with err.status(f"deriving {framework}'s GPU evidence…"):
+        results = run_derive(fw, list(primitives), out_dir, (api,) if api else None, timeout, command_line())
+    for r in results:
+        if r.error:
+            err.print(f"✗ {r.spec.primitive} {r.spec.api}: {r.error}", markup=False, highlight=False)
+        else:
+            out.print(f"✓ {r.spec.primitive} {r.spec.api} ({fw.gpu_evidence}): {r.path}", markup=False, highlight=False)
+    if all(r.error for r in results):
+        raise DltraceError(f"no GPU evidence derived for {framework}")

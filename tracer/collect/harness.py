@@ -29,7 +29,8 @@ from tracer.collect.attribution import merge_stats, merge_trees
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
-from tracer.contract import LAYERS, CaseRequest, DeviceCheck, DispatchTable, Exit, NativeRequest, OpRecorder, Probe, ProbeRequest
+from tracer.contract import (LAYERS, CaseRequest, DeviceCheck, DispatchTable, Exit, GpuEvidence, NativeRequest,
+                             OpRecorder, Probe, ProbeRequest)
 from tracer.trace import Frame, Node, Run, Trace, save
 
 #: What a trace that asked for native stacks says until they are added: if the probe
@@ -288,6 +289,8 @@ def main(argv: list[str]) -> int:
         print(f"{req.probe} is not a probe: it lacks gpu_available() or make_case() (tracer.contract.Probe)",
               file=sys.stderr)
         return Exit.IMPORT
+    if req.kind == "gpu-evidence":
+        return _gpu_evidence(req, probe, str(getattr(fw, "__version__", "unknown")))
     available = probe.device_available(req.device_select) if isinstance(probe, DeviceCheck) else probe.gpu_available()
     if req.device != "cpu" and not available:
         print(f"no {req.device.upper()} visible to {req.framework} on this machine", file=sys.stderr)
@@ -318,6 +321,24 @@ def main(argv: list[str]) -> int:
         for case_req, trace, _ in pending:
             save(trace, case_req.out)
         print(f"done native ({len(pending)} cases)", file=sys.stderr, flush=True)
+    return 0
+
+
+def _gpu_evidence(req: ProbeRequest, probe: Probe, version: str) -> int:
+    """A ``gpu-evidence`` request: each case's derived GPU evidence (see
+    tracer.collect.gpu_evidence), run on this machine's CPU."""
+    from tracer.collect.gpu_evidence import derive_case
+
+    if not isinstance(probe, GpuEvidence):
+        print(f"{req.probe} derives no GPU evidence: it lacks gpu_evidence() (tracer.contract.GpuEvidence)",
+              file=sys.stderr)
+        return Exit.IMPORT
+    for case_req in req.cases:
+        try:
+            save(derive_case(req, case_req, probe, version), case_req.out)
+        except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
+            _write_error(case_req.out, exc)
+        print(f"done {case_req.primitive} {case_req.api} (gpu evidence)", file=sys.stderr, flush=True)
     return 0
 
 

@@ -74,3 +74,118 @@ def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
                 out.others[need] = others
     out.must_implement += [u for u in utility if u not in out.must_implement]
     return out
+
+
+# ----------------------------------------------------------------------------- per pass, from GPU evidence
+
+
+@dataclass
+class PassNeeds:
+    """What a new backend must provide for one primitive and pass, from one evidence
+    class: ``must_implement`` (kernel ops first, then allocation and view ops), what
+    it gets for free and why, and what the GPU build uses there (op -> backend -> kernel)."""
+
+    primitive: str
+    pass_: str
+    evidence: str  # registered / lowered / compiled / source / recorded (the CPU op layer)
+    provenance: str  # what was read
+    key: str  # what a new backend registers as
+    must_implement: list[str] = field(default_factory=list)
+    free: list[tuple[str, str]] = field(default_factory=list)
+    others: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def _derived(trace: Trace) -> bool:
+    from tracer.contract import DERIVED_EVIDENCE
+
+    return trace.meta.get("evidence") in DERIVED_EVIDENCE and isinstance(trace.meta.get("backend"), dict)
+
+
+def _add(out: PassNeeds, utility: list[str], names: list[str]) -> None:
+    for name in names:
+        target = utility if knowledge().is_utility_op(name) else out.must_implement
+        if name not in target:
+            target.append(name)
+
+
+def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
+    """Per pass, what a new backend must implement for a primitive, from each derived
+    GPU-evidence trace among ``traces`` (its meta ``backend``: op -> must, implement,
+    free, others), merged over API levels: one PassNeeds per (evidence, pass)."""
+    found: dict[tuple[str, str], tuple[PassNeeds, list[str]]] = {}
+    for t in traces:
+        if not _derived(t):
+            continue
+        backend = t.meta["backend"]
+        tables = backend.get("passes") if isinstance(backend.get("passes"), dict) else {}
+        prov = t.meta.get("provenance") if isinstance(t.meta.get("provenance"), dict) else {}
+        for run in t.runs:
+            root = run.layers.get("op")
+            if root is None:
+                continue
+            key = (str(t.meta["evidence"]), run.pass_)
+            if key not in found:
+                found[key] = (PassNeeds(t.meta["primitive"], run.pass_, key[0], str(prov.get("read", "")),
+                                        str(backend.get("key", ""))), [])
+            out, utility = found[key]
+            table = tables.get(run.pass_) or backend.get("ops") or {}
+            for node in root.children:
+                op = node.frame.name
+                row = table.get(op) if isinstance(table, dict) else None
+                if not isinstance(row, dict):
+                    continue
+                if isinstance(row.get("dispatch_row"), dict):  # a dispatch-table row: read as backend_needs does
+                    need, why = _row_needs(op, row["dispatch_row"])
+                    row = {**row, "must": need is not None, "implement": [need] if need else [], "free": why}
+                if row.get("must"):
+                    names = [str(n) for n in (row.get("implement") or [op])]
+                    _add(out, utility, names)
+                    others = row.get("others")
+                    if isinstance(others, dict) and others:
+                        for n in names:
+                            out.others.setdefault(n, {}).update({str(k): str(v) for k, v in others.items()})
+                elif (op, str(row.get("free", ""))) not in out.free:
+                    out.free.append((op, str(row.get("free", ""))))
+    for out, utility in found.values():
+        out.must_implement += [u for u in utility if u not in out.must_implement]
+    order = {p: i for i, p in enumerate(("forward", "backward"))}
+    return [o for o, _ in sorted(found.values(), key=lambda v: (v[0].evidence, order.get(v[0].pass_, 9)))]
+
+
+def _operators(nodes: list) -> list[str]:
+    """The top operators of an op layer: a utility record with operators below it (MXNet's
+    ImperativeBulk, the engine's bulk of a backward) is looked through."""
+    out: list[str] = []
+    for n in nodes:
+        if n.frame.kind != "op":
+            continue
+        if knowledge().is_utility_op(n.frame.name) and n.children:
+            out += _operators(n.children)
+        else:
+            out.append(n.frame.name)
+    return out
+
+
+def op_layer_needs(traces: list[Trace]) -> list[PassNeeds]:
+    """Per pass, the framework operators the default CPU path ran (its op layer), for a
+    framework from which no GPU evidence is derived (MXNet): each is an operator a new
+    backend must give a kernel (MXNet: an FCompute for its device), utility ops last."""
+    from tracer.process.pairs import is_default_cpu
+
+    found: dict[str, tuple[PassNeeds, list[str]]] = {}
+    for t in traces:
+        if not is_default_cpu(t) or t.meta.get("api") == "imported":
+            continue
+        for run in t.runs:
+            root = run.layers.get("op")
+            if run.phase != "warm" or root is None:
+                continue
+            if run.pass_ not in found:
+                found[run.pass_] = (PassNeeds(t.meta["primitive"], run.pass_, "recorded",
+                                              f"the op layer of {t.meta['framework']}'s CPU run (dltrace)",
+                                              "every operator reached (no GPU evidence derived)"), [])
+            out, utility = found[run.pass_]
+            _add(out, utility, _operators(root.children))
+    for out, utility in found.values():
+        out.must_implement += [u for u in utility if u not in out.must_implement]
+    return [found[p][0] for p in ("forward", "backward") if p in found]

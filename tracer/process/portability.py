@@ -13,7 +13,7 @@ from typing import Any
 
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
 from tracer.process.arm_audit import ArmAudit, arm_audit
-from tracer.process.backend_needs import BackendNeeds, backend_needs
+from tracer.process.backend_needs import BackendNeeds, PassNeeds, backend_needs, op_layer_needs, pass_needs
 from tracer.process.standin_needs import StandinNeeds, standin_needs
 from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
@@ -137,6 +137,8 @@ class AuditRow:
     kernels: list[str]
     needs: BackendNeeds | None = None  # from the framework's own dispatch tables, where it has them
     standin: StandinNeeds | None = None  # what reached a stand-in backend when the primitive ran on it
+    #: per pass, from the derived GPU evidence (or, where none is derived, the CPU op layer)
+    pass_needs: list[PassNeeds] = field(default_factory=list)
 
 
 @dataclass
@@ -229,9 +231,11 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         if is_default_cpu(t):
             cpu_default[t.meta["primitive"]].append(t)
     audit = _audit(cases, {prim: backend_needs(ts) for prim, ts in cpu_default.items()})
-    for row in audit:  # the stand-in device's run beside the tables' list
+    for row in audit:  # the stand-in device's run beside the tables' list; per pass, the derived GPU evidence
         ran = [t for t in traces if t.meta["device"] == "standin" and t.meta["primitive"] == row.primitive]
         row.standin = standin_needs(ran, cpu_default.get(row.primitive, []), row.needs) if ran else None
+        of_prim = [t for t in traces if t.meta["primitive"] == row.primitive]
+        row.pass_needs = pass_needs(of_prim) or op_layer_needs(of_prim)
     return FrameworkReport(
         name=name,
         versions=sorted({str(t.meta.get("framework_version", "?")) for t in traces}),

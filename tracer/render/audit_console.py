@@ -92,3 +92,27 @@ def _print_standin(rep: FrameworkReport, console: Console) -> None:
     console.print(table)
     if any(r.standin.differences for r in rows):
         console.print(why)
+
+
+def print_pass_needs(rep: FrameworkReport, console: Console) -> None:
+    """Per primitive and pass: what a new backend must implement, what it gets for free,
+    and from which evidence (derived here without a GPU, or the CPU run's op layer)."""
+    rows = [n for r in rep.audit for n in r.pass_needs]
+    if not rows:
+        console.print(Text(f"{rep.name}: no must-implement list (no GPU evidence derived and no op layer traced)",
+                           style="yellow"), highlight=False)
+        return
+    keys = ", ".join(dict.fromkeys(n.key for n in rows if n.key))
+    table = Table(title=f"{rep.name}: what a new backend must implement, per primitive and pass ({keys})",
+                  title_justify="left")
+    for col in ("primitive", "pass", "evidence", "must implement", "what the GPU build uses there", "gets for free"):
+        table.add_column(col, overflow="fold")
+    for n in rows:
+        others = Text("\n".join(", ".join(f"{b}: {k}" for b, k in n.others.get(op, {}).items()) or "-"
+                                for op in n.must_implement[:12]))
+        must = _lines(n.must_implement[:12])
+        if len(n.must_implement) > 12:
+            must.append(f"\n… {len(n.must_implement) - 12} more")
+        table.add_row(n.primitive, n.pass_, Text(f"{n.evidence}\n{clip(n.provenance, 160)}"), must, others,
+                      _lines([f"{op} ({why})" if why else op for op, why in n.free]))
+    console.print(table)

@@ -1,0 +1,136 @@
+"""Derived GPU evidence on this machine, without a GPU (`dltrace derive`): TensorFlow's
+GPU build's kernel registry, JAX's lowering (and XLA's deviceless CUDA compile) for
+conv, Chainer's forward_gpu source, and the audit's must-implement lists built on them.
+
+One derivation per framework (conv2d, functional API) for the whole module: each is a
+probe process in the framework's environment (tensorflow's in tensorflow-gpu-build)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dltrace
+from tracer import registry
+from tracer.contract import DERIVED_EVIDENCE
+from tracer.derive import derive
+from tracer.runner import CaseSpec, probe_one
+from tracer.trace import Node, Trace, save
+
+
+@pytest.fixture(scope="module")
+def derived(tmp_path_factory) -> dict[str, Trace]:
+    """framework -> its conv2d (functional) GPU-evidence trace; the folder also holds
+    MXNet's CPU conv2d trace (MXNet derives none: its audit reads the op layer)."""
+    root = tmp_path_factory.mktemp("derived")
+    fws = registry.load()
+    out = {}
+    for name in ("tensorflow", "jax", "chainer"):
+        (res,) = derive(fws[name], ["conv2d"], root / name, ("functional",))
+        assert res.error is None, res.error
+        out[name] = res.load()
+    mx = probe_one(fws["mxnet"], CaseSpec("conv2d", layers=("python", "op")))
+    (root / "mxnet").mkdir()
+    save(mx, root / "mxnet" / "conv2d-functional.json")
+    out["root"] = root  # type: ignore[assignment]
+    return out
+
+
+def _op(trace: Trace, pass_: str, name: str) -> Node:
+    run = trace.run(pass_, "warm")
+    assert run is not None and "op" in run.layers, [r.pass_ for r in trace.runs]
+    found = [n for n in run.layers["op"].children if n.frame.name == name]
+    assert found, [n.frame.name for n in run.layers["op"].children]
+    return found[0]
+
+
+def test_derived_traces_say_gpu_and_their_evidence(derived):
+    for name in ("tensorflow", "jax", "chainer"):
+        t = derived[name]
+        assert t.meta["framework"] == name  # not the GPU build's environment name
+        assert t.meta["device"] == "gpu"
+        assert t.meta["evidence"] in DERIVED_EVIDENCE
+        assert t.meta["provenance"]["ran_on_gpu"] is False
+        assert t.meta["provenance"]["read"]
+        assert [r.pass_ for r in t.runs] == ["forward", "backward"]
+
+
+def test_tensorflow_gpu_build_registers_conv2d_for_gpu(derived):
+    t = derived["tensorflow"]
+    assert t.meta["evidence"] == "registered"
+    assert "kernel registry" in t.meta["provenance"]["read"]
+    conv = _op(t, "forward", "Conv2D")
+    gpu = [k.frame.name for k in conv.children]
+    assert any(k.startswith("GPU Conv2D [") and "float32" in k for k in gpu), gpu
+    back = _op(t, "backward", "Conv2DBackpropInput")
+    assert any("host_memory=input_sizes" in k.frame.name for k in back.children), [k.frame.name for k in back.children]
+    assert t.meta["backend"]["passes"]["forward"]["Conv2D"]["must"] is True
+
+
+def test_jax_lowers_conv_for_cuda_with_its_own_rule(derived):
+    t = derived["jax"]
+    conv = _op(t, "forward", "conv_general_dilated")
+    cuda = [k for k in conv.children if k.frame.name.startswith("cuda: ")]
+    assert len(cuda) == 1 and "(cuda-specific)" in cuda[0].frame.name, [k.frame.name for k in conv.children]
+    assert "stablehlo.convolution" in [h.frame.name for h in cuda[0].children]
+    # the whole step's StableHLO for cuda and rocm is cpu's text: the split is in XLA's compilers
+    assert t.meta["gpu_evidence"]["stablehlo_same_as_cpu_forward"] == ["cuda", "rocm"]
+
+
+def test_jax_compiles_conv_for_a_gpu_without_one(derived):
+    t = derived["jax"]
+    assert t.meta["evidence"] == "compiled", t.meta["gpu_evidence"]
+    for pass_, target in (("forward", "__cudnn$conv"), ("backward", "__cudnn$convBackwardFilter")):
+        xla = _op(t, pass_, "XLA:cuda (compiled deviceless, H100 target)")
+        calls = [k for k in xla.children if k.frame.name.startswith("custom-call:")]
+        assert any(target in k.frame.name and k.frame.lib == "cuDNN" for k in calls), [k.frame.name for k in xla.children]
+
+
+def test_chainer_convolution_forward_gpu_calls_cudnn(derived):
+    t = derived["chainer"]
+    assert t.meta["evidence"] == "source"
+    conv = _op(t, "forward", "Convolution2DFunction")
+    methods = {m.frame.name: m for m in conv.children}
+    assert "Convolution2DFunction.forward_gpu" in methods, list(methods)
+    decision = [c.frame.name for c in methods["Convolution2DFunction.forward_gpu"].children]
+    assert "chainer.should_use_cudnn" in decision
+    cudnn = {c.frame.name: c.frame.lib for c in methods["Convolution2DFunction._forward_cudnn"].children}
+    assert cudnn.get("cuda.cudnn.convolution_forward") == "cuDNN", cudnn
+    # the CPU path, beside it: NumPy (or iDeep) where the GPU path has CuPy and cuDNN
+    assert "numpy.tensordot" in t.meta["gpu_evidence"]["forward_cpu_calls_forward"]["Convolution2DFunction"]
+
+
+@pytest.mark.parametrize("framework, forward, backward", [
+    ("tensorflow", "Conv2D", "Conv2DBackpropFilter"),
+    ("jax", "stablehlo.convolution", "stablehlo.reverse"),
+    ("chainer", "Convolution2DFunction.forward_gpu", "Convolution2DGradW.forward_gpu"),
+    ("mxnet", "Convolution", None),
+])
+def test_audit_prints_the_must_implement_list(derived, framework, forward, backward):
+    root: Path = derived["root"]  # type: ignore[assignment]
+    proc = dltrace("audit", framework, "--traces", str(root / framework), env={"COLUMNS": "400"})
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert f"{framework}: what a new backend must implement, per primitive and pass" in text
+    rows = [l for l in text.splitlines() if "│ conv2d" in l]
+    assert any("forward" in l and forward in l for l in rows), text
+    if backward:
+        after = text.split("│ conv2d    │ backward", 1)
+        assert len(after) == 2 and backward in after[1], text
+
+
+def test_a_framework_that_derives_nothing_is_one_line():
+    from tests.conftest import one_line_error
+
+    line = one_line_error(dltrace("derive", "mxnet", "conv2d", "-o", "unused"))
+    assert "mxnet derives no GPU evidence" in line
+
+
+def test_the_registry_rejects_an_unknown_evidence_class(tmp_path):
+    text = registry.registry_path().read_text().replace("gpu_evidence: {evidence: source}",
+                                                         "gpu_evidence: {evidence: recorded}")
+    path = tmp_path / "frameworks.yaml"
+    path.write_text(text)
+    with pytest.raises(registry.RegistryError, match="gpu_evidence.evidence"):
+        registry.load(path)

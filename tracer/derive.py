@@ -1,0 +1,79 @@
+"""Derived GPU evidence (`dltrace derive`, and every survey): what each framework's GPU
+path runs, read on this machine without a GPU, by the framework's own probe in its own
+environment (the ``gpu-evidence`` request of tracer.contract; tracer.collect.gpu_evidence
+writes the traces). Where the registry declares a GPU build (frameworks.yaml
+``gpu_build``: TensorFlow's full wheel registers GPU kernels, tensorflow-cpu does not),
+it runs in that build's environment, NAME-gpu-build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracer import envs
+from tracer.contract import PASSES, PRIMITIVES
+from tracer.errors import EnvNotReady
+from tracer.registry import Framework, gpu_build_env
+from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
+
+
+
+def environment(fw: Framework) -> Framework:
+    """The environment the evidence is read in: the GPU build's where one is declared
+    and set up, else the framework's own where that can derive anything without it
+    (frameworks.yaml ``gpu_evidence.needs_build``: tensorflow-cpu registers no GPU
+    kernel; JAX lowers without its CUDA plugin, only the compiled HLO needs it)."""
+    build = gpu_build_env(fw)
+    if build is None:
+        return fw
+    if not envs.status(build).ready and not fw.gpu_evidence_needs_build:
+        return fw
+    if not envs.status(build).ready:
+        raise EnvNotReady(f"{fw.name}: its GPU build's environment is not set up; run: dltrace env setup {build.name}")
+    return build
+
+
+def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str, ...] | None = None,
+           timeout: float = DEFAULT_TIMEOUT, command: str = "") -> list[CaseResult]:
+    """One gpu-evidence trace per primitive and API level (``SLUG-gpu-evidence.json``
+    in ``out_dir``), all from one probe process."""
+    cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in primitives or PRIMITIVES for api in (apis or fw.apis)]
+    return run_probe(environment(fw), cases, out_dir, "cpu", "default", timeout, command=command,
+                     kind="gpu-evidence")
+
+
+def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[str] | None = None, fresh: bool = False,
+                    timeout: float = DEFAULT_TIMEOUT, on_done=lambda name, n, error: None) -> list:
+    """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
+    gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
+    build not set up, a case that failed), never a stop."""
+    from tracer.errors import DltraceError
+    from tracer.survey import GAP_SUFFIX, Gap, _write_gap
+
+    gaps: list[Gap] = []
+    for fw in frameworks:
+        if not fw.gpu_evidence:
+            continue
+        folder = root / "traces" / fw.name / "gpu-derived"
+        name = f"{fw.name}/{folder.name}"
+        done = [p for p in folder.glob("*-gpu-evidence.json")] if folder.is_dir() else []
+        if done and not fresh:
+            on_done(name, len(done), "")
+            continue
+        for stale in folder.glob(f"*{GAP_SUFFIX}") if folder.is_dir() else ():
+            stale.unlink()
+        try:
+            results = derive(fw, list(primitives or []), folder, timeout=timeout, command="dltrace survey")
+        except DltraceError as exc:
+            gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
+            _write_gap(folder / f"derive{GAP_SUFFIX}", gap)
+            gaps.append(gap)
+            on_done(name, 0, str(exc))
+            continue
+        for r in results:
+            if r.error:
+                gap = Gap(fw.name, "gpu", fw.gpu_evidence, r.spec.primitive, r.spec.api, r.error, "derive")
+                _write_gap(folder / f"{r.spec.slug()}{GAP_SUFFIX}", gap)
+                gaps.append(gap)
+        on_done(name, sum(1 for r in results if not r.error), "")
+    return gaps
