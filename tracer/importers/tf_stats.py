@@ -12,19 +12,15 @@ done by XProf's published protobuf classes in dltrace's TensorFlow environment
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from tracer.contract import PASSES
-from tracer.errors import DltraceError
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
 from tracer.importers.provenance import provenance
-from tracer.importers.source import MAX_BYTES, clip, read_source, short_name
+from tracer.importers.env_reader import read_in_env
+from tracer.importers.source import clip, read_source, short_name
 from tracer.trace import Frame, Node, Run, Trace
 
 READER = Path(__file__).with_name("tf_stats_dump.py")
@@ -41,36 +37,10 @@ OPS = {
 
 
 def _dump(path: Path) -> dict[str, Any]:
-    from tracer import envs, registry
-
-    try:
-        python = envs.python_for(registry.load()["tensorflow"])
-    except (DltraceError, KeyError) as exc:
-        raise ImportFailed(f"{path}: reading tensorflow_stats needs XProf's protobuf classes from dltrace's "
-                           f"tensorflow environment: {exc}") from None
-    with tempfile.TemporaryDirectory(prefix="dltrace-tfstats-") as tmp:
-        out = Path(tmp) / "stats.json"
-        try:
-            proc = subprocess.run([str(python), str(READER), str(path.resolve()), str(out)], capture_output=True,
-                                  text=True, errors="replace", timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, cwd=tmp,
-                                  env={**os.environ, "PYTHONPATH": ""})
-        except subprocess.TimeoutExpired:
-            raise ImportFailed(f"{path}: the tensorflow_stats reader did not finish within {TIMEOUT_S} s") from None
-        except OSError as exc:
-            raise ImportFailed(f"{path}: cannot run the tensorflow environment's python ({exc.strerror or exc})") \
-                from None
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-            what = "not a tensorflow_stats file" if proc.returncode == 2 else "the tensorflow_stats reader failed"
-            raise ImportFailed(f"{path}: {what} ({clip(last, 160)})")
-        try:
-            if out.stat().st_size > MAX_BYTES:
-                raise ImportFailed(f"{path}: its reading is larger than {MAX_BYTES >> 20} MiB; not imported")
-            with open(out, encoding="utf-8") as fh:
-                return json.load(fh)
-        except (OSError, ValueError, RecursionError) as exc:
-            raise ImportFailed(f"{path}: the tensorflow_stats reader wrote no readable result "
-                               f"({type(exc).__name__})") from None
+    dump = read_in_env(path, "tensorflow", READER, "the tensorflow_stats reader (XProf's protobuf classes)", TIMEOUT_S)
+    if not isinstance(dump, dict):
+        raise ImportFailed(f"{path}: the tensorflow_stats reader wrote no records")
+    return dump
 
 
 def _tree(records: list[dict], primitive: str, pass_: str, types: tuple[str, ...], device: str) -> Node | None:

@@ -19,11 +19,7 @@ no shapes, so a ``conv_general_dilated`` whose names say it is 1-D or 3-D
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +27,13 @@ from typing import Any
 
 from probes.base import merge_siblings
 from tracer.contract import PASSES, PRIMITIVES
-from tracer.errors import DltraceError
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
 from tracer.importers.kernels import AMD, NVIDIA, kernel_lib, module_of
 from tracer.importers.primitives import JAX_OPS
 from tracer.importers.provenance import provenance
-from tracer.importers.source import MAX_BYTES, clip, read_source, short_name
+from tracer.importers.env_reader import read_in_env
+from tracer.importers.source import clip, read_source, short_name
 from tracer.trace import Frame, Node, Run, Trace
 
 READER = Path(__file__).resolve().with_name("xplane_dump.py")
@@ -75,35 +71,8 @@ def read_xplane(path: Path) -> tuple[dict[str, Any], Any]:
     if src.compressed or head in (b"{", b"["):
         raise ImportFailed(f"{path}: not an XPlane protobuf (it is {'gzip' if src.compressed else 'JSON'}; "
                            "a torch.profiler trace is imported with --framework torch)")
-    from tracer import envs, registry
-
-    try:
-        python = envs.python_for(registry.load()["jax"])
-    except (DltraceError, KeyError) as exc:
-        raise ImportFailed(f"{path}: reading an XPlane needs JAX's own reader (jax.profiler.ProfileData) from "
-                           f"dltrace's jax environment: {exc}") from None
-    with tempfile.TemporaryDirectory(prefix="dltrace-xplane-") as tmp:
-        out = Path(tmp) / "xplane.json"
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ""}
-        try:
-            proc = subprocess.run([str(python), str(READER), str(path.resolve()), str(out)], capture_output=True,
-                                  text=True, errors="replace", timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, cwd=tmp,
-                                  env=env)
-        except subprocess.TimeoutExpired:
-            raise ImportFailed(f"{path}: JAX's XPlane reader did not finish within {TIMEOUT_S} s") from None
-        except OSError as exc:
-            raise ImportFailed(f"{path}: cannot run the jax environment's python ({exc.strerror or exc})") from None
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-            what = "not an XPlane JAX can read" if proc.returncode == 2 else "JAX's XPlane reader failed"
-            raise ImportFailed(f"{path}: {what} ({clip(last, 160)})")
-        try:
-            if out.stat().st_size > MAX_BYTES:
-                raise ImportFailed(f"{path}: JAX's reading of it is larger than {MAX_BYTES >> 20} MiB; not imported")
-            with open(out, encoding="utf-8") as fh:
-                dump = json.load(fh)
-        except (OSError, ValueError, RecursionError) as exc:
-            raise ImportFailed(f"{path}: JAX's XPlane reader wrote no readable result ({type(exc).__name__})") from None
+    dump = read_in_env(path, "jax", READER, "JAX's XPlane reader (jax.profiler.ProfileData)", TIMEOUT_S,
+                       {"JAX_PLATFORMS": "cpu"})
     if not isinstance(dump, dict) or not isinstance(dump.get("planes"), list):
         raise ImportFailed(f"{path}: JAX's XPlane reader wrote no planes")
     return dump, src

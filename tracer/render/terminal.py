@@ -94,21 +94,19 @@ class StandardOutput:
     def _failed(self, exc: OSError) -> OutputError:
         return OutputError(f"cannot write to standard output: {exc.strerror or exc}")
 
-    def write(self, text: str) -> int:
+    def _call(self, method: str, *args: str):
         try:
-            return self._stream().write(text)
+            return getattr(self._stream(), method)(*args)
         except BrokenPipeError:
             raise
         except OSError as exc:
             raise self._failed(exc) from None
 
+    def write(self, text: str) -> int:
+        return self._call("write", text)
+
     def flush(self) -> None:
-        try:
-            self._stream().flush()
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise self._failed(exc) from None
+        self._call("flush")
 
     def isatty(self) -> bool:
         try:

@@ -1,0 +1,56 @@
+"""Running a reader inside one of dltrace's framework environments.
+
+Some profile formats are protobufs whose classes only a framework or its profiler
+package ships (JAX's XPlane, TensorBoard's tensorflow_stats). dltrace's own process
+imports no framework, so such a file is read by a small script run with that
+environment's interpreter, which writes what it read as JSON; this module runs it
+and reads the JSON back, each failure one ImportFailed line naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tracer.errors import DltraceError
+from tracer.importers import ImportFailed
+from tracer.importers.source import MAX_BYTES, clip
+
+
+def read_in_env(path: Path, framework: str, reader: Path, what: str, timeout_s: float,
+                env: dict[str, str] | None = None) -> Any:
+    """``reader IN OUT`` run with ``framework``'s interpreter; its JSON output.
+    ``what`` names the reader in errors ("JAX's XPlane reader"); the reader exits 2
+    when the file is not of its kind, with the reason as its last stderr line."""
+    from tracer import envs, registry
+
+    try:
+        python = envs.python_for(registry.load()[framework])
+    except (DltraceError, KeyError) as exc:
+        raise ImportFailed(f"{path}: {what} runs in dltrace's {framework} environment: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="dltrace-reader-") as tmp:
+        out = Path(tmp) / "read.json"
+        try:
+            proc = subprocess.run([str(python), str(reader), str(path.resolve()), str(out)], capture_output=True,
+                                  text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL, cwd=tmp,
+                                  env={**os.environ, "PYTHONPATH": "", **(env or {})})
+        except subprocess.TimeoutExpired:
+            raise ImportFailed(f"{path}: {what} did not finish within {timeout_s:g} s") from None
+        except OSError as exc:
+            raise ImportFailed(f"{path}: cannot run the {framework} environment's python ({exc.strerror or exc})") \
+                from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+            kind = "not a file it can read" if proc.returncode == 2 else "it failed"
+            raise ImportFailed(f"{path}: {what}: {kind} ({clip(last, 160)})")
+        try:
+            if out.stat().st_size > MAX_BYTES:
+                raise ImportFailed(f"{path}: {what} wrote more than {MAX_BYTES >> 20} MiB; not imported")
+            with open(out, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError, RecursionError) as exc:
+            raise ImportFailed(f"{path}: {what} wrote no readable result ({type(exc).__name__})") from None
