@@ -96,7 +96,7 @@ def report(traces, output) -> None:
 
 
 def _render(folders: list[Path], output: Path) -> None:
-    from tracer.collect.elf_code import ElfCode
+    from tracer.elf_code import ElfCode
     from tracer.process.portability import survey_reports
     from tracer.process.scorecard import scorecard
     from tracer.render.html import write_report

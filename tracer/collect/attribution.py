@@ -53,7 +53,7 @@ class FrameNamer:
         self._bases = sorted({os.path.realpath(p) + os.sep for p in paths if p}, key=len, reverse=True)
         self._cache: dict[RawFrame, Frame | None] = {}
         #: shared-object basename -> its path, as mapped: where the scorecard reads the
-        #: symbol sizes of the code each path reached (tracer.collect.elf_code)
+        #: symbol sizes of the code each path reached (tracer.elf_code)
         self.lib_paths: dict[str, str] = {}
 
     def relative(self, filename: str) -> str:

@@ -274,7 +274,7 @@ class Sampler:
 
 def _lib_files(paths: dict[str, str]) -> dict[str, dict[str, Any]]:
     """basename -> the shared object's path and size, for the scorecard to read its
-    symbol table later (tracer.collect.elf_code checks the size: the same file)."""
+    symbol table later (tracer.elf_code checks the size: the same file)."""
     out = {}
     for lib, path in sorted(paths.items()):
         try:

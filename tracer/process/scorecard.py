@@ -13,7 +13,7 @@ Here each of those is a count over the traces:
 * what a new backend must implement and gets free, from tracer.process.backend_needs;
 * the vendor libraries each path reaches;
 * the machine code each path reaches, per library, in bytes (symbol sizes read from
-  the shared objects by a caller-supplied measure, tracer.collect.elf_code; JIT code
+  the shared objects by a caller-supplied measure, tracer.elf_code; JIT code
   from oneDNN's perf map as the capture recorded it), and the Python lines in
   device-specific branches;
 * coverage per primitive and pass: CPU x86, GPU by evidence class, ARM (emulated).
@@ -263,7 +263,7 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
 
 def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Measure | None = None) -> list[ScoreRow]:
     """One row per framework; ``measure`` reads a shared object's symbol sizes
-    (tracer.collect.elf_code.ElfCode().sizes), None where they cannot be read."""
+    (tracer.elf_code.ElfCode().sizes), None where they cannot be read."""
     by_fw: dict[str, list[Trace]] = defaultdict(list)
     for t in traces:
         by_fw[t.meta["framework"]].append(t)
