@@ -5,8 +5,10 @@ Conv2DOp, and the scorecard first on the rendered index for all five frameworks.
 
 from __future__ import annotations
 
+import json
 import re
 
+from tests.conftest import dltrace
 from tracer.elf_code import ElfCode, key
 from tracer.process.portability import framework_report
 from tracer.process.ran_kernels import split_kernels
@@ -47,15 +49,20 @@ def test_elf_code_bytes_come_from_the_real_shared_objects(native_traces):
 
 
 def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces):
-    on = load(native_traces[("tensorflow", "onednn-on")].path)
-    off = load(native_traces[("tensorflow", "default")].path)
-    if on.meta.get("onednn_enabled") == off.meta.get("onednn_enabled"):
-        off = load(native_traces[("tensorflow", "onednn-off")].path)
+    on_path = native_traces[("tensorflow", "onednn-on")].path
+    off_path = native_traces[("tensorflow", "default")].path
+    if load(off_path).meta.get("onednn_enabled"):  # a CPU where TensorFlow turns oneDNN on by itself
+        off_path = native_traces[("tensorflow", "onednn-off")].path
+    on, off = load(on_path), load(off_path)
     assert on.meta["onednn_enabled"] is True and off.meta["onednn_enabled"] is False
     only_on, only_off = split_kernels(on, off, "forward")
     assert "Conv2D -> _MklNativeConv2D (oneDNN rewrite)" in only_on
     assert any(n.startswith("tensorflow::MklConvOp") for n in only_on), only_on
     assert any(n.startswith("tensorflow::Conv2DOp") for n in only_off), only_off
+    proc = dltrace("diff", str(off_path), str(on_path), "--pass", "forward", "--json")
+    assert proc.returncode == 0, proc.stderr
+    ran = json.loads(proc.stdout)["kernels"]
+    assert any("MklConvOp" in k for k in ran["B"]) and any("Conv2DOp" in k for k in ran["A"])
     rep = framework_report("tensorflow", [on, off], [])
     rows = [d for d in rep.dispatch_points if d.a_kernels or d.b_kernels]
     assert rows, [(d.layer, d.display) for d in rep.dispatch_points]

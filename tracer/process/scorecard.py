@@ -166,13 +166,14 @@ def _native_names(traces: list[Trace]) -> dict[str, dict[str, set[str]]]:
 
 
 def _jit_bytes(traces: list[Trace]) -> dict[str, int]:
-    """path label -> bytes of distinct generated kernels its loops reached (perf map)."""
-    out: dict[str, int] = defaultdict(int)
+    """path label -> bytes of distinct generated kernels its loops reached (perf map);
+    an instance two primitives of one probe process reached counts once."""
+    seen: dict[str, set[tuple]] = defaultdict(set)
     for t in traces:
         for run in t.runs:
             stats = (run.stats.get("layers") or {}).get("native") or {}
-            out[side_label(t)] += sum(int(r[1]) for r in stats.get("jit_code") or [] if isinstance(r, list) and len(r) == 3)
-    return out
+            seen[side_label(t)].update(tuple(r) for r in stats.get("jit_code") or [] if isinstance(r, list) and len(r) == 3)
+    return {side: sum(int(r[1]) for r in rows) for side, rows in seen.items()}
 
 
 def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -> Figure:
@@ -190,19 +191,25 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
         fig.thin = "the traces name no shared-object paths (captured before they were recorded): not measured"
         return fig
     jit = _jit_bytes(traces)
+    wanted: dict[str, set[str]] = defaultdict(set)  # every path's names, so each file is read once
+    for by_lib in names.values():
+        for lib, syms in by_lib.items():
+            info = paths.get(lib)
+            if library_of(_frame(lib, "")) not in SYSTEM_LIBS and isinstance(info, dict) and info.get("path"):
+                wanted[lib] |= syms
+    measured = {lib: measure(str(paths[lib]["path"]), paths[lib].get("bytes"), syms) for lib, syms in wanted.items()}
     best = 0
     for side, by_lib in names.items():
         per_tag: dict[str, int] = defaultdict(int)
         found = asked = 0
         for lib, syms in by_lib.items():
-            info = paths.get(lib)
-            if library_of(_frame(lib, "")) in SYSTEM_LIBS or not isinstance(info, dict) or not info.get("path"):
+            code = measured.get(lib)
+            if code is None:
                 continue
-            code = measure(str(info["path"]), info.get("bytes"), syms)
             asked += len(syms)
-            found += len(code.sizes)
-            for name, size in code.sizes.items():
-                per_tag[library_of(_frame(lib, name))] += size
+            for name in syms & set(code.sizes):
+                found += 1
+                per_tag[library_of(_frame(lib, name))] += code.sizes[name]
         per_tag = {k: v for k, v in per_tag.items() if k not in SYSTEM_LIBS}
         if jit.get(side):
             per_tag[JIT] = per_tag.get(JIT, 0) + jit[side]
@@ -210,6 +217,11 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
         best = max(best, total)
         libs = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(per_tag.items(), key=lambda kv: -kv[1]))
         fig.details.append(f"{side}: {total / 1024:.1f} KiB ({libs or 'none'}); {found} of {asked} symbols sized")
+    errors = sorted({f"{lib}: {c.error}" for lib, c in measured.items() if c.error})
+    fig.details += errors
+    if errors and not best:
+        fig.thin = "shared objects unreadable here: " + "; ".join(errors)[:200]
+        return fig
     fig.value = f"{best / 1024:.0f} KiB"
     return fig
 
