@@ -68,6 +68,23 @@ class ScoreRow:
     figures: dict[str, Figure]  # column -> cell, in COLUMNS order
 
 
+#: Column key -> what its figure counts, said once under the header.
+EXPLAIN = {
+    "python": "device branches in the framework's Python that pick an implementation (single trace: the arm not "
+              "taken calls other code) + python-layer split points between traced paths",
+    "registry": "op- and native-layer split points (dispatch keys, the kernel registry, an op rewrite); "
+                "decisions inside a vendor library (its ISA dispatch) counted apart",
+    "implement": "distinct ops/kernels a new backend registers for the nine primitives, forward and backward "
+                 "(tracer/process/backend_needs)",
+    "free": "ops it gets without writing a kernel: they decompose, or have a backend-agnostic kernel",
+    "vendor": "vendor and GPU libraries and JIT code any traced path reaches, per path in details",
+    "bytes": "machine code (ELF symbol sizes) of the native functions a path was sampled in, vendor and framework "
+             "libraries (system ones left out), + oneDNN JIT kernels (perf map); per path and library in details",
+    "lines": "source lines in the arms (taken and not) of the device/backend branches the default CPU path evaluated",
+    "coverage": "primitives traced on this x86 CPU, on a GPU by evidence class (recorded, imported, registered, "
+                "lowered, compiled, source), on emulated aarch64 CPUs",
+}
+
 #: Column key -> header.
 COLUMNS = {
     "python": "deciding points in Python",
@@ -100,15 +117,13 @@ def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
     lib_points = [p for p in rep.dispatch_points if p.layer == "library"]
     python = Figure(
         str(len(branches) + len(py_points)),
-        f"{len(branches)} device branch(es) in the framework's Python that pick an implementation "
-        f"(single trace: the arm not taken calls other code) + {len(py_points)} python-layer split(s) between traced paths",
+        f"{len(branches)} device branch(es) + {len(py_points)} split(s)",
         _page(rep, "dispatch-table"),
         [f"{c.function} ({c.file}:{c.line}): {c.condition}" for c in list(branches.values())[:6]]
         + [f"split at {p.display}" for p in py_points[:4]])
     registry = Figure(
         str(len(reg_points)),
-        f"op- and native-layer split points (the dispatcher, the kernel registry, an op rewrite) where paths part; "
-        f"+ {len(lib_points)} decided inside a vendor library (its ISA dispatch)",
+        f"+ {len(lib_points)} inside a vendor library",
         _page(rep, "dispatch-table"),
         [f"{p.layer}: {p.display} ({', '.join(p.primitives[:4])})" for p in reg_points[:6]])
     if not any(c.pairs for c in rep.cases):
@@ -128,10 +143,10 @@ def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
             free.setdefault(op, why)
     link = _page(rep, "audit-table")
     keys = {r.needs.key for r in rep.audit if r.needs is not None and r.needs.key}
-    implement = Figure(str(len(must)), f"distinct ops/kernels a new backend ({', '.join(sorted(keys)) or 'its key'}) "
-                       f"registers for the {len(with_table)} primitive(s) with a dispatch table, forward and backward",
+    implement = Figure(str(len(must)), f"under {', '.join(sorted(keys)) or 'its key'}, "
+                       f"{len(with_table)} primitive(s) with a dispatch table",
                        link, list(must)[:10])
-    gets = Figure(str(len(free)), "ops it gets without writing a kernel (they decompose, or have a kernel for any device)",
+    gets = Figure(str(len(free)), "ops that decompose or have a kernel for any device",
                   link, [f"{op}: {why}" for op, why in list(free.items())[:10]])
     if not with_table:
         implement.thin = gets.thin = "no dispatch table recorded for this framework: not counted"
@@ -145,7 +160,7 @@ def _vendor(rep: FrameworkReport) -> Figure:
     per_path = {side: [l for l in libs if l in VENDOR_LIBS or l in GPU_LIBS or l == JIT]
                 for side, libs in rep.libraries.items()}
     every = sorted({l for libs in per_path.values() for l in libs}, key=library_order)
-    return Figure(str(len(every)), "vendor and GPU libraries (and JIT code) any traced path reaches; per path below",
+    return Figure(str(len(every)), f"over {len(per_path)} path(s)",
                   _page(rep, "audit-table"),
                   [f"{side}: {', '.join(libs) or 'none'}" for side, libs in per_path.items()])
 
@@ -182,8 +197,7 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
     paths: dict[str, dict] = {}
     for t in traces:
         paths.update((t.meta.get("native") or {}).get("lib_paths") or {})
-    fig = Figure("—", "bytes of machine code (ELF symbol sizes) of the native functions each path was sampled in, "
-                 "vendor and framework libraries, system libraries left out; + oneDNN JIT kernels (perf map)", link)
+    fig = Figure("—", "the largest path's", link)
     if not names:
         fig.thin = "no native layer sampled: not measured"
         return fig
@@ -235,8 +249,7 @@ def _lines(rep: FrameworkReport) -> Figure:
     for case in rep.cases:
         for c in case.candidates:
             spans[(c.file, c.line)] = sum(a.last_line - a.first_line + 1 for a in c.arms if a.first_line)
-    fig = Figure(str(sum(spans.values())), f"source lines in the arms of the {len(spans)} device/backend branch(es) "
-                 "the default CPU path's Python evaluated (taken and not taken)", _page(rep, "primitives"))
+    fig = Figure(str(sum(spans.values())), f"in {len(spans)} branch(es)", _page(rep, "primitives"))
     return fig
 
 
@@ -268,8 +281,7 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
     if not arm:
         thin.append("no ARM trace")
     value = f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(sorted(gpu)) or '—'} · ARM {len(arm.get('forward', ()))}/{n}"
-    return Figure(value, "primitives traced per pass: on this x86 CPU, on a GPU by evidence class "
-                  "(recorded, imported, registered, lowered, compiled, source), on emulated aarch64 CPUs",
+    return Figure(value, "forward; per pass in details",
                   _page(rep, "primitives"), details, "; ".join(thin))
 
 

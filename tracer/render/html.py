@@ -23,7 +23,7 @@ from tracer.files import write_text
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
-from tracer.process.scorecard import COLUMNS, ScoreRow
+from tracer.process.scorecard import COLUMNS, EXPLAIN, ScoreRow
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.symbols import display
 from tracer.process.tags import SYSTEM_LIBS
@@ -134,7 +134,7 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         write_text(out / f"{slug(rep.name)}.html", page)
     index = out / "index.html"
     write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports), graph_problem=drawer.problem,
-                                                                    cards=cards or [], columns=COLUMNS))
+                                                                    cards=cards or [], columns=COLUMNS, explain=EXPLAIN))
     return index
 
 
