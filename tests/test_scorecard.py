@@ -48,7 +48,7 @@ def test_elf_code_bytes_come_from_the_real_shared_objects(native_traces):
     assert changed.error.startswith("changed since the capture") and not changed.sizes
 
 
-def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces):
+def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, cpu_traces):
     on_path = native_traces[("tensorflow", "onednn-on")].path
     off_path = native_traces[("tensorflow", "default")].path
     if load(off_path).meta.get("onednn_enabled"):  # a CPU where TensorFlow turns oneDNN on by itself
@@ -59,6 +59,12 @@ def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces):
     assert "Conv2D -> _MklNativeConv2D (oneDNN rewrite)" in only_on
     assert any(n.startswith("tensorflow::MklConvOp") for n in only_on), only_on
     assert any(n.startswith("tensorflow::Conv2DOp") for n in only_off), only_off
+    # at the default shape too, from the op rewrite record (no native layer there)
+    small_on = load(cpu_traces[("tensorflow", "onednn-on", "conv2d", "functional")].path)
+    small_off = load(cpu_traces[("tensorflow", "onednn-off", "conv2d", "functional")].path)
+    assert split_kernels(small_on, small_off, "forward") == (
+        ["Conv2D -> _MklNativeConv2D (oneDNN rewrite)"],
+        ["Conv2D: the registry's CPU kernel, not rewritten to _MklNativeConv2D"])
     proc = dltrace("diff", str(off_path), str(on_path), "--pass", "forward", "--json")
     assert proc.returncode == 0, proc.stderr
     ran = json.loads(proc.stdout)["kernels"]

@@ -6,8 +6,9 @@ needs the framework's kernel each side ran: TensorFlow's ``MklConvOp`` (its
 Two sources, both named:
 
 * the op rewrite record: the kernel registry the probe read (``meta.dispatch``:
-  ``Conv2D`` -> oneDNN ``_MklNativeConv2D``) on a side whose process had oneDNN's
-  ops on (``meta.onednn_enabled``): deterministic, every call;
+  ``Conv2D`` -> oneDNN ``_MklNativeConv2D``) and whether the process had oneDNN's
+  ops on (``meta.onednn_enabled``): the rewrite, or the CPU kernel without it;
+  deterministic, every call, at any shape;
 * the sampled native frames the framework declares as kernels (frameworks.yaml
   ``knowledge.kernels``: ``tensorflow::MklConvOp::Compute``), hottest first: the
   split's consequences as the native layer saw them, counted in samples.
@@ -41,18 +42,23 @@ class RanKernels:
 
 
 def _rewrites(trace: Trace, pass_: str) -> list[str]:
+    """The op rewrite record: for each op reached that has a oneDNN kernel in the
+    registry, the one this process ran (oneDNN's rewrite, or the CPU kernel with the
+    rewrite off)."""
     table = trace.meta.get("dispatch")
-    if trace.meta.get("onednn_enabled") is not True or not isinstance(table, dict):
+    enabled = trace.meta.get("onednn_enabled")
+    if not isinstance(enabled, bool) or not isinstance(table, dict) or not isinstance(table.get("ops"), dict):
         return []
-    ops = table.get("ops") if isinstance(table.get("ops"), dict) else {}
     tree = trace.layer(pass_, "op")
     seen = {n.frame.name for _, n in tree.walk()} if tree is not None else set()
     out = []
-    for op, row in ops.items():
+    for op, row in table["ops"].items():
         declared = row.get("declared") if isinstance(row, dict) else None
         target = declared.get("oneDNN") if isinstance(declared, dict) else None
-        if op in seen and isinstance(target, str):
-            out.append(f"{op} -> {target} (oneDNN rewrite)")
+        if op not in seen or not isinstance(target, str):
+            continue
+        out.append(f"{op} -> {target} (oneDNN rewrite)" if enabled
+                   else f"{op}: the registry's CPU kernel, not rewritten to {target}")
     return out
 
 
