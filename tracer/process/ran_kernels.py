@@ -26,6 +26,8 @@ from tracer.process.symbols import display
 from tracer.process.tags import _bare
 from tracer.trace import Trace
 
+#: How a side's op rewrite (a decision of the framework's C++, not the library's) is marked.
+REWRITE = "oneDNN rewrite"
 #: A kernel frame in fewer samples than this is not named (a misread stack).
 MIN_SAMPLES = 2
 
@@ -57,7 +59,7 @@ def _rewrites(trace: Trace, pass_: str) -> list[str]:
         target = declared.get("oneDNN") if isinstance(declared, dict) else None
         if op not in seen or not isinstance(target, str):
             continue
-        out.append(f"{op} -> {target} (oneDNN rewrite)" if enabled
+        out.append(f"{op} -> {target} ({REWRITE})" if enabled
                    else f"{op}: the registry's CPU kernel, not rewritten to {target}")
     return out
 

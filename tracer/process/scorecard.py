@@ -33,6 +33,7 @@ from typing import Callable, Iterable, Protocol
 from tracer.contract import PASSES
 from tracer.process.pairs import side_label
 from tracer.process.portability import FrameworkReport
+from tracer.process.ran_kernels import REWRITE
 from tracer.process.tags import GPU_LIBS, JIT, SYSTEM_LIBS, VENDOR_LIBS, library_of, library_order
 from tracer.trace import Frame, Trace
 
@@ -72,8 +73,8 @@ class ScoreRow:
 EXPLAIN = {
     "python": "device branches in the framework's Python that pick an implementation (single trace: the arm not "
               "taken calls other code) + python-layer split points between traced paths",
-    "registry": "op- and native-layer split points (dispatch keys, the kernel registry, an op rewrite); "
-                "decisions inside a vendor library (its ISA dispatch) counted apart",
+    "registry": "op- and native-layer split points (dispatch keys, the kernel registry), and library-layer ones "
+                "the framework's op rewrite made; decisions inside a vendor library (its ISA dispatch) counted apart",
     "implement": "distinct ops/kernels a new backend registers for the nine primitives, forward and backward "
                  "(tracer/process/backend_needs)",
     "free": "ops it gets without writing a kernel: they decompose, or have a backend-agnostic kernel",
@@ -113,8 +114,12 @@ def _page(rep: FrameworkReport, anchor: str) -> str:
 def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
     branches = {(c.file, c.line): c for case in rep.cases for c in case.candidates if c.dispatches}
     py_points = [p for p in rep.dispatch_points if p.layer == "python"]
-    reg_points = [p for p in rep.dispatch_points if p.layer in ("op", "native")]
-    lib_points = [p for p in rep.dispatch_points if p.layer == "library"]
+    # a library-layer row whose sides ran the framework's op rewrite was decided by the
+    # framework's C++ (TensorFlow's _MklNative rewrite), not by the library
+    rewritten = [p for p in rep.dispatch_points if p.layer == "library"
+                 and any(REWRITE in k for k in p.a_kernels + p.b_kernels)]
+    reg_points = [p for p in rep.dispatch_points if p.layer in ("op", "native")] + rewritten
+    lib_points = [p for p in rep.dispatch_points if p.layer == "library" and p not in rewritten]
     python = Figure(
         str(len(branches) + len(py_points)),
         f"{len(branches)} device branch(es) + {len(py_points)} split(s)",
@@ -125,7 +130,9 @@ def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
         str(len(reg_points)),
         f"+ {len(lib_points)} inside a vendor library",
         _page(rep, "dispatch-table"),
-        [f"{p.layer}: {p.display} ({', '.join(p.primitives[:4])})" for p in reg_points[:6]])
+        [f"{'' if p.display.startswith(p.layer) else p.layer + ': '}{p.display} ({', '.join(p.primitives[:4])})"
+         + (f": {', '.join(k for k in p.a_kernels + p.b_kernels if REWRITE in k)}" if p in rewritten else "")
+         for p in reg_points[:6]])
     if not any(c.pairs for c in rep.cases):
         registry.thin = "no second path traced (no variant or GPU pair): no split could show"
     return python, registry
