@@ -74,6 +74,7 @@ class FrameworkKnowledge:
     noise: tuple[str, ...] = ()  # frames that run wherever they are triggered
     incidental: tuple[str, ...] = ()  # its native frames that say where a thread was, not what ran
     same_op: tuple[str, ...] = ()  # op-name variants of one op, e.g. in-place: group 1 is the op
+    kernels: tuple[str, ...] = ()  # its native frames that are one op's kernel (tensorflow::MklConvOp::Compute)
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class _Entry:
         core = sub.get("core", str, f"{self.name} core")
         text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, "")) for f in ("core_symbols", "core_libraries", "core_modules")}
         lists = {f: tuple(self.pattern(f"knowledge.{f}", p) for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
-                 for f in ("utility_ops", "generated", "noise", "incidental", "same_op")}
+                 for f in ("utility_ops", "generated", "noise", "incidental", "same_op", "kernels")}
         return FrameworkKnowledge(core, **text, **lists)
 
     def aarch64(self) -> Aarch64Spec | None:

@@ -115,13 +115,16 @@ def report(traces, output) -> None:
 
 
 def _render(folders: list[Path], output: Path) -> None:
+    from tracer.elf_code import ElfCode
     from tracer.process.portability import survey_reports
+    from tracer.process.scorecard import scorecard
     from tracer.render.html import write_report
 
     traces, gaps = collect(folders)
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
-    index = write_report(survey_reports(traces, gaps), output)
+    reports = survey_reports(traces, gaps)
+    index = write_report(reports, output, cards=scorecard(reports, traces, ElfCode().sizes))
     out.print(f"report: {index}", markup=False, highlight=False)
 
 

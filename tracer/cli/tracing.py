@@ -106,11 +106,19 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
         return
     b = load(trace_b)
     result = diff_traces(a, b, pass_, phase, LAYERS if layer == "all" else (layer,), threshold, force)
+    from tracer.process.ran_kernels import split_kernels
+
+    ran = split_kernels(a, b, pass_)  # the framework's own kernels only one side ran
     if as_json:
-        click.echo(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json()}, indent=2),
-                   file=STDOUT)
+        click.echo(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json(),
+                               "kernels": {"A": ran[0], "B": ran[1]}}, indent=2), file=STDOUT)
     else:
         print_diff(result, out, (trace_a, trace_b))
+        if ran[0] or ran[1]:
+            from tracer.render.terminal import safe
+
+            out.print(safe(f"what the framework ran: A {', '.join(ran[0]) or '—'} · B {', '.join(ran[1]) or '—'}"),
+                      markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------- export

@@ -41,6 +41,7 @@ class _Acc:
     jit: int = 0  # samples with JIT code
     jit_orphans: int = 0  # ... whose native callers were lost (the unwind failed at the JIT frame)
     stacks: list[tuple[list[Frame], int]] = field(default_factory=list)
+    jit_code: dict[int, tuple[str, int]] = field(default_factory=dict)  # start -> (kernel, bytes) of JIT code reached
 
 
 class FrameNamer:
@@ -51,6 +52,9 @@ class FrameNamer:
         self.maps = maps
         self._bases = sorted({os.path.realpath(p) + os.sep for p in paths if p}, key=len, reverse=True)
         self._cache: dict[RawFrame, Frame | None] = {}
+        #: shared-object basename -> its path, as mapped: where the scorecard reads the
+        #: symbol sizes of the code each path reached (tracer.elf_code)
+        self.lib_paths: dict[str, str] = {}
 
     def relative(self, filename: str) -> str:
         if filename.startswith("<") or not os.path.isabs(filename):
@@ -81,6 +85,8 @@ class FrameNamer:
             out = Frame("native", "", raw.name, file=os.path.basename(raw.where))
         else:
             out = Frame("native", "", raw.name, lib=os.path.basename(raw.where) if raw.where != "?" else "")
+        if out is not None and out.lib and os.path.isabs(raw.where):
+            self.lib_paths.setdefault(out.lib, raw.where)
         self._cache[raw] = out
         return out
 
@@ -112,6 +118,10 @@ def split_by_marker(samples: list[tuple[tuple[RawFrame, ...], int]], markers: It
             if f is None:
                 bad = True
                 continue
+            if f.lib == JIT_LIB and raw.where in ("?", ""):
+                entry = namer.maps.perfmap.entry(int(raw.name, 16))
+                if entry is not None:
+                    acc.jit_code[entry[0]] = (entry[2], entry[1])
             frames.append(f)
         acc.bad_frames += count if bad else 0
         jit = [i for i, f in enumerate(frames) if f.lib == JIT_LIB]
@@ -153,6 +163,8 @@ def layer_stats(acc: _Acc, window: Window, errors: dict[str, int], rate: int) ->
         "jit_samples": acc.jit,
         "jit_orphan_samples": acc.jit_orphans,
         "rate": rate,
+        # the generated kernels this loop reached, one per instance: [kernel, bytes, start]
+        "jit_code": [[name, size, start] for start, (name, size) in sorted(acc.jit_code.items())],
         "duration_s": round(window.seconds, 4),
         "iterations": window.iterations,
         "slowdown": round(per_iter / window.baseline_s, 3) if per_iter and window.baseline_s else None,
@@ -191,6 +203,8 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         for k, n in (p.get("error_kinds") or {}).items():
             kinds[k] = kinds.get(k, 0) + n
     out["error_kinds"] = kinds
+    instances = {row[2]: row for p in parts for row in (p.get("jit_code") or [])}  # one process: starts are unique
+    out["jit_code"] = [instances[k] for k in sorted(instances)]
     slow = [p["slowdown"] for p in parts if p.get("slowdown")]
     out["slowdown"] = round(sum(slow) / len(slow), 3) if slow else None
     out["replicas"] = len(parts)

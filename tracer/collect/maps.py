@@ -55,9 +55,15 @@ class PerfMap:
         return cls(out)
 
     def name(self, addr: int) -> str | None:
+        entry = self.entry(addr)
+        return entry[2] or None if entry else None
+
+    def entry(self, addr: int) -> tuple[int, int, str] | None:
+        """(start, size in bytes, name) of the generated kernel holding ``addr``: its
+        size is the JIT code a path reached (the scorecard's measure)."""
         i = bisect.bisect_right(self._starts, addr) - 1
         if i >= 0 and addr < self.entries[i][0] + self.entries[i][1]:
-            return self.entries[i][2] or None
+            return self.entries[i]
         return None
 
 

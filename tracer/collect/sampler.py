@@ -272,6 +272,18 @@ class Sampler:
         return out
 
 
+def _lib_files(paths: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """basename -> the shared object's path and size, for the scorecard to read its
+    symbol table later (tracer.elf_code checks the size: the same file)."""
+    out = {}
+    for lib, path in sorted(paths.items()):
+        try:
+            out[lib] = {"path": path, "bytes": os.stat(path).st_size}
+        except OSError:
+            out[lib] = {"path": path, "bytes": None}
+    return out
+
+
 @dataclass
 class Job:
     """One loop to sample: ``step`` under ``marker``, for ``seconds``; its tree hangs
@@ -320,6 +332,7 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
         "pyspy_errors": sampler.totals[1] if sampler.totals else None,
         "outside_samples": outside,
         "jit_named": len(kernels.entries),
+        "lib_paths": _lib_files(namer.lib_paths),
         "rate": rate,
         "idle": idle,
     }

@@ -50,6 +50,8 @@ class DispatchPoint:
     a_names: list[str]  # short forms of what only side A reaches, over its comparisons
     b_names: list[str]
     evidence: list[str] = field(default_factory=list)  # one line per layer and pass that shows it
+    a_kernels: list[str] = field(default_factory=list)  # the framework's own kernels only A ran (ran_kernels)
+    b_kernels: list[str] = field(default_factory=list)
     consequences: int = 0  # splits further down that follow from it
 
 
@@ -104,7 +106,10 @@ class DispatchTable:
             names += [n for n in new if n not in names][: max(0, MAX_NAMES - len(names))]
         return row
 
-    def add(self, primitive: str, pair: str, diffs: dict[str, DiffResult]) -> None:
+    def add(self, primitive: str, pair: str, diffs: dict[str, DiffResult],
+            kernels: dict[str, tuple[list[str], list[str]]] | None = None) -> None:
+        """``kernels``: pass -> the framework's kernels only side A / B ran
+        (tracer.process.ran_kernels), named on the pass's rows."""
         for pass_, result in diffs.items():
             named: list[DispatchPoint] = []
             versions_differ = "framework_version" in result.differs
@@ -117,6 +122,7 @@ class DispatchTable:
                     row.consequences += sum(1 for _ in walk_splits(s.children))
                     row.evidence.append(_evidence(layer, s, pass_))
                     named.append(row)
+            first = named[0] if named else None
             for layer in result.layers:
                 if layer.layer in NAMING or not layer.splits:
                     continue
@@ -125,6 +131,18 @@ class DispatchTable:
                     row.evidence.append(_evidence(layer, s, pass_))
                     if row.classification == "other":  # what the libraries ran says what kind of decision it is
                         row.classification = s.classification
+                    first = first or row
+            self._kernels(first, pass_, (kernels or {}).get(pass_, ([], [])))
+
+    @staticmethod
+    def _kernels(row: DispatchPoint | None, pass_: str, kernels: tuple[list[str], list[str]]) -> None:
+        """Name, on the pass's first row, the framework's kernels each side ran."""
+        ka, kb = kernels
+        if row is None or not (ka or kb):
+            return
+        row.evidence.append(f"{pass_}, the framework's kernels: A {', '.join(ka) or '—'} · B {', '.join(kb) or '—'}")
+        for names, new in ((row.a_kernels, ka), (row.b_kernels, kb)):
+            names += [n for n in new if n not in names]
 
     def points(self) -> list[DispatchPoint]:
         order = {name: i for i, name in enumerate((*NAMING, "library"))}

@@ -20,6 +20,7 @@ from tracer.process.diff import DiffError, diff_traces
 from tracer.process.diff.result import DiffResult, walk_splits
 from tracer.process.dispatch import DispatchPoint, DispatchTable
 from tracer.process.pairs import Pair, case_key, is_default_cpu, machine_of, pairs, side_label
+from tracer.process.ran_kernels import split_kernels
 from tracer.process.reach import Reach, reach
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary
@@ -55,6 +56,8 @@ class PairReport:
     code: dict[str, SideCode]  # "A" / "B"
     libraries: dict[str, list[str]]  # libraries reached only in the differing branches
     isa: dict[str, list[str]]
+    #: pass -> the framework's kernels only side A / only side B ran (tracer.process.ran_kernels)
+    kernels: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 def _branch_code(branches, code: SideCode, libs: set[str], isa: set[str], seen: set) -> None:
@@ -97,8 +100,10 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
                 n += 1
                 _branch_code(s.only_a, code["A"], libs["A"], isa["A"], seen["A"])
                 _branch_code(s.only_b, code["B"], libs["B"], isa["B"], seen["B"])
+    kernels = {p: split_kernels(pair.a, pair.b, p) for p in diffs}
     return PairReport(pair.kind, pair.title, side_label(pair.a), side_label(pair.b), diffs, errors, first, n, code,
-                      {k: sorted(v, key=library_order) for k, v in libs.items()}, {k: sorted(v) for k, v in isa.items()})
+                      {k: sorted(v, key=library_order) for k, v in libs.items()}, {k: sorted(v) for k, v in isa.items()},
+                      {p: k for p, k in kernels.items() if k[0] or k[1]})
 
 
 # ----------------------------------------------------------------------------- per framework
@@ -219,7 +224,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
                 t.python_lines += c.python_lines
                 t.native_symbols += c.native_symbols
                 t.ops += c.ops
-            points.add(key[1], pr.title, pr.diffs)
+            points.add(key[1], pr.title, pr.diffs, pr.kernels)
         base = next((t for t in group if is_default_cpu(t)), None)
         # input checks that only raise on the other arm are not decisions a port hooks into
         cands = [c for c in find_candidates(base) if not c.guard] if base is not None else []

@@ -24,6 +24,7 @@ from tracer.files import write_text
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
+from tracer.process.scorecard import COLUMNS, EXPLAIN, ScoreRow
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.symbols import display
 from tracer.process.tags import SYSTEM_LIBS
@@ -170,9 +171,11 @@ class _Graphs:
         return drawing
 
 
-def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
+def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD,
+                 cards: list[ScoreRow] | None = None) -> Path:
     """Render the report of the portability model (tracer.process.portability) into
-    ``out``; returns the index page."""
+    ``out``, the scorecard (tracer.process.scorecard) first on the index; returns
+    the index page."""
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
     drawer = _Graphs(out)
@@ -199,8 +202,9 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for, graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
     index = out / "index.html"
-    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
-                                                            arm_cross=_arm_cross(reports), graph_problem=drawer.problem))
+    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports), arm_cross=_arm_cross(reports),
+                                                            graph_problem=drawer.problem, cards=cards or [],
+                                                            columns=COLUMNS, explain=EXPLAIN))
     return index
 
 

@@ -1,0 +1,105 @@
+"""The portability scorecard and the names at a split, on the session survey's real
+traces: machine-code bytes read from the real shared objects the probes mapped,
+TensorFlow's oneDNN-on conv2d naming MklConvOp / _MklNativeConv2D against Eigen's
+Conv2DOp, and the scorecard first on the rendered index for all five frameworks."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.conftest import dltrace
+from tracer.elf_code import ElfCode, key
+from tracer.process.portability import framework_report
+from tracer.process.ran_kernels import split_kernels
+from tracer.process.scorecard import COLUMNS, scorecard
+from tracer.trace import load
+
+FRAMEWORKS = ("torch", "tensorflow", "chainer", "mxnet", "jax")
+
+
+def test_demangled_names_compare_as_py_spy_prints_them():
+    # GNU's demangler prints parameters, qualifiers and a template's return type; py-spy does not
+    assert key("void dnnl::impl::parallel<F>(int, F const&)") == "dnnl::impl::parallel<F>"
+    assert key("ns::A::operator()(int) const") == "ns::A::operator()"
+    assert key("f(int) const::{lambda(int, int)#1}::operator()(int, int) const") == "f(int) const::{lambda(int, int)#1}::operator()"
+    assert key("at::native::foo(at::Tensor const&) [clone .cold]") == "at::native::foo"
+
+
+def test_native_capture_records_the_shared_objects_and_jit_code(native_traces):
+    trace = load(native_traces[("torch", "default")].path)
+    libs = trace.meta["native"]["lib_paths"]
+    assert "libtorch_cpu.so" in libs and libs["libtorch_cpu.so"]["bytes"] > 0
+    jit = [row for run in trace.runs for row in run.stats.get("layers", {}).get("native", {}).get("jit_code", [])]
+    assert jit and all(name.startswith(("jit_", "brg")) and size > 0 for name, size, _ in jit)
+
+
+def test_elf_code_bytes_come_from_the_real_shared_objects(native_traces):
+    trace = load(native_traces[("torch", "default")].path)
+    info = trace.meta["native"]["lib_paths"]["libtorch_cpu.so"]
+    names = {n.frame.name for run in trace.runs if "native" in run.layers for _, n in run.layers["native"].walk()
+             if n.frame.lib == "libtorch_cpu.so" and not n.frame.name.startswith("[")}
+    code = ElfCode().sizes(info["path"], info["bytes"], names)
+    assert not code.error
+    assert sum(code.sizes.values()) > 10_000
+    # most sampled names are found in the tables: the key matches py-spy's naming
+    assert len(code.sizes) >= 0.7 * len(names), code.missing[:5]
+    changed = ElfCode().sizes(info["path"], info["bytes"] + 1, names)
+    assert changed.error.startswith("changed since the capture") and not changed.sizes
+
+
+def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, cpu_traces):
+    on_path = native_traces[("tensorflow", "onednn-on")].path
+    off_path = native_traces[("tensorflow", "default")].path
+    if load(off_path).meta.get("onednn_enabled"):  # a CPU where TensorFlow turns oneDNN on by itself
+        off_path = native_traces[("tensorflow", "onednn-off")].path
+    on, off = load(on_path), load(off_path)
+    assert on.meta["onednn_enabled"] is True and off.meta["onednn_enabled"] is False
+    only_on, only_off = split_kernels(on, off, "forward")
+    assert "Conv2D -> _MklNativeConv2D (oneDNN rewrite)" in only_on
+    assert any(n.startswith("tensorflow::MklConvOp") for n in only_on), only_on
+    assert any(n.startswith("tensorflow::Conv2DOp") for n in only_off), only_off
+    # at the default shape too, from the op rewrite record (no native layer there)
+    small_on = load(cpu_traces[("tensorflow", "onednn-on", "conv2d", "functional")].path)
+    small_off = load(cpu_traces[("tensorflow", "onednn-off", "conv2d", "functional")].path)
+    assert split_kernels(small_on, small_off, "forward") == (
+        ["Conv2D -> _MklNativeConv2D (oneDNN rewrite)"],
+        ["Conv2D: the registry's CPU kernel, not rewritten to _MklNativeConv2D"])
+    proc = dltrace("diff", str(off_path), str(on_path), "--pass", "forward", "--json")
+    assert proc.returncode == 0, proc.stderr
+    ran = json.loads(proc.stdout)["kernels"]
+    assert any("MklConvOp" in k for k in ran["B"]) and any("Conv2DOp" in k for k in ran["A"])
+    rep = framework_report("tensorflow", [on, off], [])
+    rows = [d for d in rep.dispatch_points if d.a_kernels or d.b_kernels]
+    assert rows, [(d.layer, d.display) for d in rep.dispatch_points]
+    sides = {*rows[0].a_kernels, *rows[0].b_kernels}
+    assert any("MklConvOp" in k for k in sides) and any("Conv2DOp" in k for k in sides)
+
+
+def test_scorecard_measures_and_says_where_evidence_is_thin(native_traces, cpu_traces):
+    traces = [load(r.path) for k, r in cpu_traces.items() if r.path and k[0] in ("torch", "chainer")]
+    traces += [load(native_traces[("torch", "default")].path)]
+    reports = [framework_report(n, [t for t in traces if t.meta["framework"] == n], []) for n in ("torch", "chainer")]
+    rows = {r.framework: r for r in scorecard(reports, traces, ElfCode().sizes)}
+    torch, chainer = rows["torch"].figures, rows["chainer"].figures
+    assert list(torch) == list(COLUMNS)
+    assert all(f.explain and f.link.endswith(tuple(f"#{a}" for a in ("dispatch-table", "audit-table", "primitives")))
+               for f in torch.values())
+    assert int(torch["implement"].value) > 0 and int(torch["free"].value) > 0
+    assert torch["bytes"].value.endswith("KiB") and int(torch["bytes"].value.split()[0]) > 0
+    assert any("torch core" in d for d in torch["bytes"].details)
+    # chainer decides in Python: its device branches count there, and its lines are measured
+    assert int(chainer["python"].value) > 0 and int(chainer["lines"].value) > 0
+    # no dispatch table, no GPU trace, no ARM trace: said, not scored as simpler
+    assert chainer["implement"].thin and chainer["implement"].value == "—"
+    assert "no GPU evidence" in chainer["coverage"].thin and "no ARM trace" in chainer["coverage"].thin
+
+
+def test_index_opens_with_the_scorecard_for_every_framework(survey_report):
+    page = survey_report.read_text()
+    assert page.index('id="scorecard-table"') < page.index('id="framework-table"')
+    table = page[page.index('id="scorecard-table"'):]
+    table = table[: table.index("</table>")]
+    assert set(re.findall(r'data-framework="(\w+)"', table)) == set(FRAMEWORKS)
+    assert table.count('class="score"') == len(FRAMEWORKS) * len(COLUMNS)
+    assert re.search(r"tensorflow.*?data-key=\"bytes\"><a [^>]*><b>[1-9]\d* KiB</b>", table, re.S)
