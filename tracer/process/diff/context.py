@@ -60,12 +60,17 @@ def op_names(trace: Trace) -> frozenset[str]:
     return frozenset(names)
 
 
+def names_gpu_code(name: str, library: str = "") -> bool:
+    """A frame's own name or library tag names GPU code (cudnn_convolution, a cuBLAS
+    kernel, autograd's CudnnBatchNormBackward0, its CamelCase split into words)."""
+    words = _CAMEL.sub(" ", name)
+    return library in GPU_LIBS or bool(GPU_CODE.search(f"{name} {words} {library}".lower()))
+
+
 def _gpu_code(b: Branch) -> bool:
-    """The frame itself names GPU code (cudnn_convolution, a cuBLAS kernel, autograd's
-    CudnnBatchNormBackward0, its CamelCase split into words); its subtree is not
-    asked: a recomputed conv2d reaches cuDNN too."""
-    words = _CAMEL.sub(" ", b.label)
-    return b.library in GPU_LIBS or bool(GPU_CODE.search(f"{b.label} {words} {b.library}".lower()))
+    """The split's frame names GPU code itself; its subtree is not asked: a recomputed
+    conv2d reaches cuDNN too."""
+    return names_gpu_code(b.label, b.library)
 
 
 def _model_branch(b: Branch, imported_side: bool, probe_ops: frozenset[str]) -> bool:
