@@ -14,7 +14,8 @@ from tracer.importers import import_file
 from tracer.process.diff import diff_traces
 from tracer.process.diff.context import ARTEFACTS, MODEL_CONTEXT
 from tracer.process.diff.result import walk_splits
-from tracer.process.gpu_cells import EVIDENCE_ORDER, evidence_class, gpu_cells
+from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
+from tracer.process.gpu_cells import gpu_cells
 from tracer.process.portability import framework_report
 
 REF = Path(__file__).resolve().parent.parent / "reference" / "imported"

@@ -17,27 +17,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.knowledge import knowledge
 from tracer.process.diff.context import names_gpu_code, op_names
+from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
 from tracer.process.tags import CUDART, library_of
 from tracer.trace import Node, Trace
 
-#: Evidence classes, strongest first (BRIEF: the GPU evidence contract).
-EVIDENCE_ORDER = ("recorded", "imported", "compiled", "lowered", "registered", "source")
-#: What each class is, for the report's legend and tooltips.
-EVIDENCE_MEANING = {
-    "recorded": "dltrace ran the probe on a GPU machine",
-    "imported": "a real profile recorded elsewhere, by others (with its provenance)",
-    "compiled": "XLA's GPU compiler run here, without a GPU",
-    "lowered": "JAX's lowering for the cuda/rocm platforms, done here",
-    "registered": "the framework's GPU build's own kernel registry or dispatch table",
-    "source": "the device branch read from the framework's own source",
-}
 #: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
 _RUNTIMES = frozenset({CUDART, "HIP runtime"})
 #: Kernels that convert a layout around the one that computes (cuDNN's nchwToNhwc,
@@ -45,19 +34,6 @@ _RUNTIMES = frozenset({CUDART, "HIP runtime"})
 _LAYOUT = re.compile(r"transpose|nchwtonhwc|nhwctonchw|computeoffsets|reorder")
 #: Kernels a cell names (the rest are counted).
 MOST_KERNELS = 4
-
-
-def evidence_class(meta: Mapping[str, Any]) -> str | None:
-    """The evidence class of a trace from its meta: ``evidence`` where the trace says
-    it; older traces say nothing, then an imported trace is "imported" and any other
-    GPU trace "recorded"; None for a CPU trace. The one place this is read (to be
-    pointed at tracer.trace's own helper once the trace format carries it)."""
-    value = meta.get("evidence")
-    if value in EVIDENCE_ORDER:
-        return str(value)
-    if meta.get("api") == "imported":
-        return "imported"
-    return "recorded" if meta.get("device") == "gpu" else None
 
 
 @dataclass

@@ -22,7 +22,7 @@ from tracer import __version__
 from tracer.files import write_text
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
-from tracer.process.gpu_cells import EVIDENCE_MEANING
+from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.symbols import display
