@@ -99,7 +99,8 @@ def test_every_gpu_cell_says_its_evidence_and_source(gpu, torch_cpu):
     assert conv.cpu.op == "aten::mkldnn_convolution" and conv.cpu.library == "oneDNN"
     assert {e.label for e in conv.gpu} >= {"gpu alexnet-a100", "gpu resnet-train-mi300x"}
     by_label = {e.label: e for e in conv.gpu}
-    assert (by_label["gpu alexnet-a100"].op, by_label["gpu alexnet-a100"].library) == ("aten::cudnn_convolution", "cuDNN")
+    alexnet = by_label["gpu alexnet-a100"]
+    assert (alexnet.op, alexnet.library) == ("aten::cudnn_convolution", "cuDNN")
     assert (by_label["gpu resnet-train-mi300x"].op, by_label["gpu resnet-train-mi300x"].library) == (
         "aten::miopen_convolution", "MIOpen")
     assert "A100" in by_label["gpu alexnet-a100"].gpu and "HolisticTraceAnalysis" in by_label["gpu alexnet-a100"].source

@@ -91,7 +91,8 @@ class GpuCoverage:
     by_class: dict[str, int]
 
 
-def _kernels(op_root: Node, cpu_op: str = "", probe_ops: frozenset[str] = frozenset()) -> tuple[str, list[str], str, int]:
+def _kernels(op_root: Node, cpu_op: str = "",
+             probe_ops: frozenset[str] = frozenset()) -> tuple[str, list[str], str, int]:
     """(op, kernels, library, kernels not named) of a GPU run's op layer: kernel frames
     are those the recording tags with a library (not the runtime's memsets and
     copies); each kernel's op is the nearest framework op above it that is not a
