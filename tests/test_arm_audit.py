@@ -70,3 +70,24 @@ def test_default_report_has_the_arm_audit(survey_report):
     assert "brgconv:sve_512" in page and "gemm:ref (backward_data)" in page and "reference code" in page
     traces, _, _ = sv.collect([survey_report.parent / "traces" / "torch"])
     assert {t.meta["emulated"]["cpu"] for t in traces if isinstance(t.meta.get("emulated"), dict)} == set(CPUS)
+
+
+def test_two_torch_versions_own_code_is_a_version_difference_not_a_dispatch_row(cpu_traces, emulated):
+    """The aarch64 wheels are another torch version than x86's: where only the versions'
+    own code differs (a contiguous() inside mkldnn_convolution), no device, library or
+    ISA word tells the sides apart; that split stays in the diff, never a dispatch row."""
+    from tracer.process.diff.context import VERSION_DIFFERENCE
+    from tracer.process.diff.result import walk_splits
+    from tracer.process.portability import framework_report
+
+    x86 = cpu_traces[("torch", "default", "conv2d", "functional")].load()
+    a64fx = emulated["a64fx"]["conv2d"]
+    assert x86.meta["framework_version"] != a64fx.meta["framework_version"]
+    result = diff_traces(x86, a64fx)
+    classes = {s.frame: s.classification for l in result.layers if l.layer == "op" for s in walk_splits(l.splits)}
+    assert classes.get("aten::mkldnn_convolution") == VERSION_DIFFERENCE, classes
+    rep = framework_report("torch", [x86, a64fx], [])
+    assert all(d.classification != VERSION_DIFFERENCE for d in rep.dispatch_points)
+    assert "aten::mkldnn_convolution" not in {d.frame for d in rep.dispatch_points}
+    # the ISA decision between the two stays a row
+    assert any(d.classification == "ISA-specific code" or d.layer == "library" for d in rep.dispatch_points)

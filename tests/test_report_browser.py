@@ -92,3 +92,41 @@ def test_chainer_shows_its_device_branch(browser, survey_report):
     # chainer's FunctionNode.forward: isinstance(inputs[0], cuda.ndarray) -> forward_gpu, else forward_cpu
     cell = conv.find_element(By.XPATH, ".//td[contains(., 'forward_gpu')]")
     assert cell.is_displayed() and "forward_cpu" in cell.text
+
+
+def test_gpu_cells_show_their_evidence_class_and_fit_the_page(browser, survey_report):
+    """torch's page sets each primitive and pass's CPU op and kernel against the GPU's,
+    every GPU entry with its evidence class and source; a cell with none says so; the
+    index counts each framework's cells with evidence; tables stay within the page."""
+    open_page(browser, survey_report.parent / "torch.html")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#gpu-table tr.gpu-cell")
+    assert len(rows) == 18
+    conv = browser.find_element(By.CSS_SELECTOR, '#gpu-table tr[data-primitive="conv2d"][data-pass="forward"]')
+    assert "aten::mkldnn_convolution" in conv.text and "oneDNN" in conv.text
+    entry = conv.find_element(By.CSS_SELECTOR, ".gpu-evidence")
+    assert entry.get_attribute("data-evidence") == "imported"
+    assert entry.find_element(By.CSS_SELECTOR, ".tag.ev").text == "imported"
+    assert "recorded on" in entry.text and ("cuDNN" in entry.text or "MIOpen" in entry.text)
+    kernels = entry.find_elements(By.CSS_SELECTOR, "code.kernel")
+    assert kernels and all(k.get_attribute("title") for k in kernels)  # the full name on hover
+    for row in rows:
+        if row.get_attribute("data-evidence") == "none":
+            assert "no GPU evidence" in row.text
+        else:
+            assert row.find_element(By.CSS_SELECTOR, ".gpu-evidence .tag.ev").text in (
+                "recorded", "imported", "compiled", "lowered", "registered", "source")
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    table = browser.find_element(By.ID, "gpu-table")
+    assert table.rect["x"] + table.rect["width"] <= width + 1
+    # no model context row in the dispatch points
+    dispatch = browser.find_element(By.ID, "dispatch-table").text
+    assert "model context" not in dispatch and "version difference" not in dispatch
+    open_page(browser, survey_report)
+    torch = browser.find_element(By.XPATH, "//table[@id='framework-table']//tr[td/a[normalize-space(.)='torch']]")
+    covered = torch.find_element(By.CSS_SELECTOR, "td.gpu-coverage")
+    assert int(covered.get_attribute("data-covered")) >= 10 and "imported" in covered.text
+    column = browser.find_element(By.CSS_SELECTOR, '#primitive-table td.gpu-column[data-framework="torch"]')
+    assert column.find_element(By.CSS_SELECTOR, ".tag.ev").text == "imported"
+    table = browser.find_element(By.ID, "primitive-table")
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    assert table.rect["x"] + table.rect["width"] <= width + 1

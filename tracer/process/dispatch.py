@@ -15,6 +15,9 @@ What a porting team reads first, so each row must be a real decision:
 * between two versions of the framework (x86 torch 2.13 against the aarch64 wheels'
   2.9), the python layer's differences are the versions' own, not a dispatch: they
   stay in the pair's diff and are not rows here;
+* a split that is no decision (tracer.process.diff.context: the model around an
+  imported profile's slice, two framework versions' own code) stays in the pair's
+  diff and is not a row: every row is a decision of the framework, a library or an ISA;
 * names are shown in their short form (tracer.process.symbols), the full symbol kept.
 Pure.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import DiffResult, LayerDiff, Split, walk_splits
 from tracer.process.symbols import display
 
@@ -116,7 +120,7 @@ class DispatchTable:
             for layer in result.layers:
                 if layer.layer not in NAMING or (layer.layer == "python" and versions_differ):
                     continue
-                for s in layer.splits:
+                for s in (s for s in layer.splits if s.classification not in ARTEFACTS):
                     frame = (layer.layer == "op" and _renamed(s)) or s.frame
                     row = self._row(layer.layer, frame, s, primitive, pair)
                     row.consequences += sum(1 for _ in walk_splits(s.children))
@@ -126,7 +130,7 @@ class DispatchTable:
             for layer in result.layers:
                 if layer.layer in NAMING or not layer.splits:
                     continue
-                for s in layer.splits:
+                for s in (s for s in layer.splits if s.classification not in ARTEFACTS):
                     row = named[0] if named else self._row(layer.layer, _library_frame(s), s, primitive, pair)
                     row.evidence.append(_evidence(layer, s, pass_))
                     if row.classification == "other":  # what the libraries ran says what kind of decision it is

@@ -19,6 +19,7 @@ from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
 from tracer.process.diff.result import DiffResult, walk_splits
 from tracer.process.dispatch import DispatchPoint, DispatchTable
+from tracer.process.gpu_cells import GpuCell, GpuCoverage, coverage, gpu_cells
 from tracer.process.pairs import Pair, case_key, is_default_cpu, machine_of, pairs, side_label
 from tracer.process.ran_kernels import split_kernels
 from tracer.process.reach import Reach, reach
@@ -168,10 +169,18 @@ class FrameworkReport:
 
     devices: list[str] = field(default_factory=list)  # devices traced
     arm: ArmAudit | None = None  # what runs on each emulated aarch64 CPU, where any was traced
+    gpu_cells: list[GpuCell] = field(default_factory=list)  # per primitive and pass: CPU against GPU evidence
 
     @property
     def has_gpu(self) -> bool:
         return "gpu" in self.devices
+
+    @property
+    def gpu_coverage(self) -> GpuCoverage:
+        return coverage(self.gpu_cells)
+
+    def gpu_cells_of(self, primitive: str) -> list[GpuCell]:
+        return [c for c in self.gpu_cells if c.primitive == primitive]
 
 
 def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
@@ -260,6 +269,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         code=dict(totals),
         devices=sorted({t.meta["device"] for t in traces}),
         arm=arm_audit(traces, [g for g in gaps if g.framework == name]),
+        gpu_cells=gpu_cells(traces),
     )
 
 

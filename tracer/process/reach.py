@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from tracer.contract import PASSES
 from tracer.knowledge import knowledge
+from tracer.process.evidence_class import evidence_class
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
 from tracer.process.tags import SYSTEM_LIBS, is_unnamed, isa_of, library_of, library_order
@@ -32,6 +33,7 @@ class Reach:
     native_note: str = ""  # why there is no native layer, if there is none
     library_calls: list[tuple[str, str]] = field(default_factory=list)  # (pass, call the library reported), in order
     origin: str = ""  # where a trace recorded elsewhere came from (GPU, source, repository)
+    evidence: str = ""  # a GPU path's evidence class (tracer.process.evidence_class); "" on a CPU
 
 
 def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
@@ -127,7 +129,8 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
                 if (pass_, node.frame.name) not in calls:
                     calls.append((pass_, node.frame.name))
     return Reach(sorted(libs, key=library_order), sorted(isa), kernels, ops, handoffs, python, seconds,
-                 trace.meta["device"], trace.meta.get("variant", "default") == "default", note, calls, origin(trace))
+                 trace.meta["device"], trace.meta.get("variant", "default") == "default", note, calls, origin(trace),
+                 evidence_class(trace.meta) or "")
 
 
 def origin(trace: Trace) -> str:

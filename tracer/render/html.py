@@ -23,6 +23,7 @@ from tracer import __version__
 from tracer.files import write_text
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
+from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, ScoreRow
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
@@ -65,6 +66,7 @@ def _env() -> jinja2.Environment:
     env.filters["seconds"] = lambda s: "" if s is None else (f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} µs")
     env.globals["LAYER_NAMES"] = LAYER_NAMES
     env.globals["SYSTEM_LIBS"] = SYSTEM_LIBS
+    env.globals["EVIDENCE"] = EVIDENCE_MEANING
     return env
 
 

@@ -40,7 +40,8 @@ Design choices, each for a reason:
 
 Modules, one job each: result (the data and its JSON), align (the alignment),
 split (one split point), fragment (the deciding code), classify (the kind of
-decision); shared tree helpers and the sampling statistics are in
+decision), context (splits that are no decision: model context, version
+difference); shared tree helpers and the sampling statistics are in
 tracer.process.tree and tracer.process.sampling.
 
 Pure: no I/O, no framework imported.
@@ -53,6 +54,7 @@ from typing import Any, Sequence
 from tracer.contract import LAYERS
 from tracer.errors import DltraceError
 from tracer.process.diff.align import diff_trees
+from tracer.process.diff.context import label_context
 from tracer.process.diff.evidence import after_the_exact_layers, replicated
 from tracer.process.diff.result import DiffResult
 from tracer.process.sampling import DEFAULT_THRESHOLD
@@ -152,4 +154,6 @@ def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
         have_b = ", ".join(rb.layers) or "none"
         raise DiffError(f"no {'/'.join(layers)} layer in both traces (A has: {have_a}; B has: {have_b})")
     after_the_exact_layers(results)
-    return DiffResult(da, db, pass_, phase, threshold, differs, results, warnings)
+    diff = DiffResult(da, db, pass_, phase, threshold, differs, results, warnings)
+    label_context(diff, a, b)
+    return diff

@@ -1,6 +1,9 @@
 """What kind of decision a split is, from the frames reached on each side only:
 device dispatch, compilation, library choice, ISA-specific code,
-allocation/transfer. Pure; the rules are in :func:`classify`'s docstring."""
+allocation/transfer. Pure; the rules are in :func:`classify`'s docstring.
+Whether a split is a decision at all, once its pair is known (a whole model's GPU
+profile against a CPU probe, two framework versions), is tracer.process.diff.context's
+job: it relabels such splits "model context" or "version difference"."""
 
 from __future__ import annotations
 

@@ -9,7 +9,10 @@ from typing import Any, Iterator
 
 from tracer.trace import Node
 
-CLASSES = ("device dispatch", "library choice", "ISA-specific code", "compilation", "allocation/transfer", "other")
+#: The kinds of split; the last two are no decision of a framework, a library or an ISA
+#: (tracer.process.diff.context): they stay in a pair's diff, never in a dispatch table.
+CLASSES = ("device dispatch", "library choice", "ISA-specific code", "compilation", "allocation/transfer", "other",
+           "model context", "version difference")
 
 
 @dataclass

@@ -1,0 +1,129 @@
+"""Splits that are not a device decision: the model around a profiled slice, and the
+difference between two versions of the framework. Pure.
+
+A CPU probe calls one primitive; an imported GPU profile is a slice of a whole
+model (AlexNet, a ResNet training step, a ViT), cut out at that primitive's ops.
+What the model does around the primitive lands in the slice too: a 3-D input
+reshaped for ``aten::linear``, a gradient accumulated (``add_``) where a tensor
+feeds two layers, activation checkpointing recomputing ``conv2d`` and
+``batch_norm`` inside ``ReluBackward0``. The diff sees those as frames on the
+GPU side only, and :func:`tracer.process.diff.classify.classify` calls them a
+device dispatch (their subtrees reach cuDNN) or "other". They are the model's
+structure, not where the framework chose the GPU, so they get their own class,
+``model context``: they stay in the pair's diff, and the dispatch-point table
+(tracer.process.dispatch) leaves them out.
+
+Two CPU paths of different framework versions (the aarch64 wheels' torch 2.9
+against x86's 2.13) also part where nothing names a device, a library or an
+ISA: the versions' own code differs. Those splits are ``version difference``.
+
+The rules are on what is measurable, never on a list of names (see
+:func:`context_of`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from tracer.knowledge import knowledge
+from tracer.process.diff.result import Branch, DiffResult, walk_splits
+from tracer.process.tags import GPU_LIBS
+from tracer.process.vocabulary import GPU_CODE
+from tracer.trace import Trace
+
+MODEL_CONTEXT = "model context"
+VERSION_DIFFERENCE = "version difference"
+#: Classes that are no decision of a framework, a library or an ISA.
+ARTEFACTS = frozenset({MODEL_CONTEXT, VERSION_DIFFERENCE})
+#: What classify() says when no device, library, ISA or compilation word tells the sides apart.
+_UNEXPLAINED = frozenset({"other", "allocation/transfer"})
+_UNKNOWN_VERSIONS = frozenset({"", "unknown", "?"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def is_imported(trace: Trace) -> bool:
+    """A slice of a whole model's profile recorded elsewhere (tracer.importers)."""
+    return trace.meta.get("api") == "imported"
+
+
+def op_names(trace: Trace) -> frozenset[str]:
+    """Every op a trace reaches, in any run: what "the probe's ops" are. Traces with
+    no op layer give every frame name of every layer."""
+    names: set[str] = set()
+    layers = [r.layers["op"] for r in trace.runs if "op" in r.layers] or \
+        [root for r in trace.runs for root in r.layers.values()]
+    for root in layers:
+        for _, node in root.walk():
+            names.add(node.frame.name)
+            names.add(node.frame.label)
+    return frozenset(names)
+
+
+def names_gpu_code(name: str, library: str = "") -> bool:
+    """A frame's own name or library tag names GPU code (cudnn_convolution, a cuBLAS
+    kernel, autograd's CudnnBatchNormBackward0, its CamelCase split into words)."""
+    words = _CAMEL.sub(" ", name)
+    return library in GPU_LIBS or bool(GPU_CODE.search(f"{name} {words} {library}".lower()))
+
+
+def _gpu_code(b: Branch) -> bool:
+    """The split's frame names GPU code itself; its subtree is not asked: a recomputed
+    conv2d reaches cuDNN too."""
+    return names_gpu_code(b.label, b.library)
+
+
+def _model_branch(b: Branch, imported_side: bool, probe_ops: frozenset[str]) -> bool:
+    """A one-sided frame the model put there, when it names no GPU code itself: an op
+    that only allocates, views, copies or is autograd's bookkeeping (either side), or,
+    on the imported side, an op the CPU probe of the same primitive never reaches."""
+    if _gpu_code(b):
+        return False
+    return knowledge().is_utility_op(b.label) or (imported_side and b.kind == "op" and b.label not in probe_ops)
+
+
+def _versions(result: DiffResult) -> tuple[str, str] | None:
+    pair = result.differs.get("framework_version")
+    if not pair or any(str(v) in _UNKNOWN_VERSIONS for v in pair):
+        return None
+    return str(pair[0]), str(pair[1])
+
+
+def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], classification: str,
+               result: DiffResult, imported: tuple[bool, bool], probe_ops: frozenset[str]) -> tuple[str, str] | None:
+    """(class, reason) when a split is no decision, else None. First rule that fires:
+
+    1. model context: one side is an imported model slice, and every frame on either
+       side only is the model's (see :func:`_model_branch`);
+    2. version difference: the two sides' framework versions differ (both known) and
+       classify() found no device, library, ISA or compilation word that tells them apart.
+    """
+    a, b = list(branches_a), list(branches_b)
+    if imported[0] != imported[1] and (a or b) and \
+            all(_model_branch(x, imported[0], probe_ops) for x in a) and \
+            all(_model_branch(x, imported[1], probe_ops) for x in b):
+        side = "B" if imported[1] else "A"
+        names = ", ".join(sorted({x.label for x in (b if imported[1] else a)})[:4]) or "nothing"
+        return MODEL_CONTEXT, (f"side {side} is a slice of a whole model's profile; what differs ({names}) is the "
+                               "model around the primitive (ops the CPU probe never reaches, reshapes, autograd "
+                               "bookkeeping), not a device decision")
+    versions = _versions(result)
+    if versions and classification in _UNEXPLAINED:
+        return VERSION_DIFFERENCE, (f"framework versions differ ({versions[0]} against {versions[1]}) and no device, "
+                                    "library or ISA word tells the sides apart")
+    return None
+
+
+def label_context(result: DiffResult, a: Trace, b: Trace) -> None:
+    """Give every split of ``result`` that is model context or a version difference its
+    class and reason, in place (nested splits too: each is judged on its own frames)."""
+    imported = (is_imported(a), is_imported(b))
+    if imported[0] == imported[1] and _versions(result) is None:
+        return
+    probe = b if imported[0] else a
+    probe_ops = op_names(probe) if imported[0] != imported[1] else frozenset()
+    for layer in result.layers:
+        for s in walk_splits(layer.splits):
+            found = context_of(s.only_a, s.only_b, s.classification, result, imported, probe_ops)
+            if found:
+                s.classification, s.reason = found

@@ -1,0 +1,34 @@
+"""Which kind of evidence a GPU trace is. A GPU side is often not a run of the probe:
+most rounds no GPU machine is lent, so it is a profile recorded elsewhere, or what a
+framework's GPU build, lowering, compiler or source says a GPU would run. Those are
+different claims, and every GPU cell of a report says which one it rests on
+(evidence is labelled, never promoted). Pure."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+#: Evidence classes, strongest first (the order only decides which a cell shows first).
+EVIDENCE_ORDER = ("recorded", "imported", "compiled", "lowered", "registered", "source")
+#: What each class is, for the report's legend and tooltips.
+EVIDENCE_MEANING = {
+    "recorded": "dltrace ran the probe on a GPU machine",
+    "imported": "a real profile recorded elsewhere, by others (with its provenance)",
+    "compiled": "XLA's GPU compiler run here, without a GPU",
+    "lowered": "JAX's lowering for the cuda/rocm platforms, done here",
+    "registered": "the framework's GPU build's own kernel registry or dispatch table",
+    "source": "the device branch read from the framework's own source",
+}
+
+
+def evidence_class(meta: Mapping[str, Any]) -> str | None:
+    """The evidence class of a trace from its meta: ``evidence`` where the trace says
+    it; older traces say nothing, then an imported trace is "imported" and any other
+    GPU trace "recorded"; None for a CPU trace. The one place the processing stages
+    read it (to be pointed at tracer.trace's own helper once the format carries it)."""
+    value = meta.get("evidence")
+    if value in EVIDENCE_ORDER:
+        return str(value)
+    if meta.get("api") == "imported":
+        return "imported"
+    return "recorded" if meta.get("device") == "gpu" else None

@@ -1,0 +1,207 @@
+"""CPU against GPU, one cell per primitive and pass: what the CPU path decided (its
+op and kernel) set against each piece of GPU evidence there is (op, kernel,
+library), strongest evidence first, each saying what kind of evidence it is and
+where it came from.
+
+Why a cell lists evidence rather than one GPU path: most rounds no GPU machine is
+lent, so a framework's GPU side is a real profile recorded elsewhere, or what the
+framework's GPU build, lowering or source says it would run. Those are not the
+same claim, and a reader must see which one a cell rests on: a kernel registry
+saying ``cudnn`` is weaker than a profile in which cuDNN ran. Evidence is
+labelled, never promoted: the order below decides only which entry is shown
+first. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tracer.contract import PASSES, PRIMITIVES
+from tracer.knowledge import knowledge
+from tracer.process.diff.context import names_gpu_code, op_names
+from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
+from tracer.process.pairs import is_default_cpu, side_label
+from tracer.process.reach import origin, reach
+from tracer.process.tags import CUDART, library_of
+from tracer.trace import Node, Trace
+
+#: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
+_RUNTIMES = frozenset({CUDART, "HIP runtime"})
+#: Kernels that convert a layout around the one that computes (cuDNN's nchwToNhwc,
+#: MIOpen's batched_transpose): named after it.
+_LAYOUT = re.compile(r"transpose|nchwtonhwc|nhwctonchw|computeoffsets|reorder")
+#: Kernels a cell names (the rest are counted).
+MOST_KERNELS = 4
+
+
+@dataclass
+class CpuSide:
+    """The CPU path's decision for one primitive and pass."""
+
+    op: str  # the kernel op the framework chose ("aten::mkldnn_convolution"), "" if no op layer
+    kernel: str  # what the library reported it ran ("convolution jit:avx2"), else the hottest native leaf
+    library: str
+    trace: str  # which trace: "cpu (functional)"
+
+
+@dataclass
+class GpuEvidence:
+    """One piece of GPU evidence for a cell."""
+
+    evidence: str  # one of EVIDENCE_ORDER
+    label: str  # the side it is ("gpu alexnet-a100")
+    source: str  # where it came from: the recording's origin, or what was read
+    gpu: str  # the GPU model, "" where the evidence names none
+    version: str  # the framework version that recorded or produced it
+    op: str  # the framework op the GPU kernels run under
+    kernels: list[str]  # most run first
+    library: str  # the library of the first kernel
+    more_kernels: int = 0  # kernels not named
+
+    @property
+    def kernel(self) -> str:
+        return self.kernels[0] if self.kernels else ""
+
+
+@dataclass
+class GpuCell:
+    primitive: str
+    pass_: str
+    cpu: CpuSide | None
+    gpu: list[GpuEvidence] = field(default_factory=list)  # strongest first
+
+    @property
+    def strongest(self) -> GpuEvidence | None:
+        return self.gpu[0] if self.gpu else None
+
+    @property
+    def classes(self) -> list[str]:
+        return list(dict.fromkeys(e.evidence for e in self.gpu))
+
+
+@dataclass
+class GpuCoverage:
+    """How many of a framework's primitive x pass cells have GPU evidence, by the
+    class of each cell's strongest evidence."""
+
+    cells: int
+    covered: int
+    by_class: dict[str, int]
+
+
+def _kernels(op_root: Node, cpu_op: str = "",
+             probe_ops: frozenset[str] = frozenset()) -> tuple[str, list[str], str, int]:
+    """(op, kernels, library, kernels not named) of a GPU run's op layer: kernel frames
+    are those the recording tags with a library (not the runtime's memsets and
+    copies); each kernel's op is the nearest framework op above it that is not a
+    utility op (reshape, view). The kernel a cell names first is, of those: one under
+    the CPU path's own deciding op, else under an op that names the GPU code it
+    replaces it with (cudnn_convolution for mkldnn_convolution), else under an op the
+    CPU probe reaches (a model's profile also holds what the model does around the
+    primitive: a recomputed convolution inside ReluBackward0); computing rather than
+    converting a layout; most run."""
+    facts = knowledge()
+    counts: Counter = Counter()
+    libs: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    stack: list[tuple[Node, str]] = [(c, "") for c in op_root.children]
+    while stack:
+        node, above = stack.pop()
+        f = node.frame
+        if f.lib and f.lib not in _RUNTIMES:
+            counts[f.name] += node.count
+            libs.setdefault(f.name, f.lib)
+            owner.setdefault(f.name, above)
+            continue
+        mine = above if (f.lib or facts.is_utility_op(f.name) or facts.is_noise(f.name)) else f.name
+        stack.extend((c, mine) for c in node.children)
+    ranked = sorted(counts, key=lambda k: (owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
+                                           bool(_LAYOUT.search(k.lower())), -counts[k], k))
+    if not ranked:
+        return _deepest_op(op_root), [], "", 0
+    return owner[ranked[0]], ranked[:MOST_KERNELS], libs[ranked[0]], max(0, len(ranked) - MOST_KERNELS)
+
+
+def _deepest_op(root: Node) -> str:
+    facts = knowledge()
+    found = ""
+    for _, node in root.walk():
+        if node.frame.kind == "op" and not facts.is_utility_op(node.frame.name) and not facts.is_noise(node.frame.name):
+            found = node.frame.name
+    return found
+
+
+def _source(trace: Trace) -> tuple[str, str]:
+    """(where it came from, GPU model) from the trace's provenance and machine."""
+    prov = trace.meta.get("provenance")
+    machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
+    gpu = str(machine.get("gpu") or (prov.get("gpu") if isinstance(prov, dict) else "") or "")
+    if isinstance(prov, str):
+        return prov, gpu
+    if isinstance(prov, dict):
+        return origin(trace) or str(prov.get("what") or prov.get("source") or ""), gpu
+    return ("dltrace on " + gpu) if gpu else "dltrace on a GPU machine", gpu
+
+
+def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
+                 probe_ops: frozenset[str] = frozenset()) -> GpuEvidence | None:
+    """What one GPU trace says of one pass (its kernels picked as :func:`_kernels`
+    says, against the CPU path's op and ops); None where it has no op layer for it."""
+    cls = evidence_class(trace.meta)
+    run = trace.run(pass_, "warm")
+    if cls is None or run is None or "op" not in run.layers:
+        return None
+    op, kernels, lib, more = _kernels(run.layers["op"], cpu_op, probe_ops)
+    source, gpu = _source(trace)
+    version = str(trace.meta.get("framework_version") or "unknown")
+    return GpuEvidence(cls, side_label(trace), source, gpu, version, op, kernels, lib, more)
+
+
+def cpu_side(trace: Trace, pass_: str) -> CpuSide | None:
+    """The CPU path's kernel op and the kernel its library reported (oneDNN's
+    verbose output: every call), else its hottest sampled native leaf."""
+    run = trace.run(pass_, "warm")
+    if run is None:
+        return None
+    r = reach(trace)
+    ops = [o for p, o in r.ops if p == pass_]
+    kernel, lib = "", ""
+    calls = [n for n in (run.layers["library"].children if "library" in run.layers else ())
+             if not n.frame.name.startswith("reorder")]
+    if calls:
+        kernel, lib = calls[0].frame.name, library_of(calls[0].frame)
+    else:
+        leaves = [k for p, k, _ in r.kernels if p == pass_]
+        kernel = leaves[0] if leaves else ""
+    return CpuSide(ops[0] if ops else "", kernel, lib, f"{side_label(trace)} ({trace.meta.get('api', '?')})")
+
+
+def _cpu_trace(traces: list[Trace], primitive: str) -> Trace | None:
+    """The default CPU path of a primitive on this machine (not emulated), functional API first."""
+    mine = [t for t in traces if is_default_cpu(t) and t.meta.get("primitive") == primitive
+            and t.meta.get("api") != "imported" and not t.meta.get("emulated")]
+    return min(mine, key=lambda t: (t.meta.get("api") != "functional", len(t.meta.get("shape") or [])), default=None)
+
+
+def gpu_cells(traces: list[Trace]) -> list[GpuCell]:
+    """One framework's cells: every primitive of the contract and both passes, with
+    or without evidence (a cell with none says so in the report)."""
+    cells = []
+    for prim in PRIMITIVES:
+        cpu = _cpu_trace(traces, prim)
+        probe_ops = op_names(cpu) if cpu else frozenset()
+        gpus = [t for t in traces if t.meta.get("primitive") == prim and t.meta.get("device") == "gpu"]
+        for pass_ in PASSES:
+            mine = cpu_side(cpu, pass_) if cpu else None
+            found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops) for t in gpus) if e]
+            found.sort(key=lambda e: (EVIDENCE_ORDER.index(e.evidence), e.label))
+            cells.append(GpuCell(prim, pass_, mine, found))
+    return cells
+
+
+def coverage(cells: list[GpuCell]) -> GpuCoverage:
+    by_class = Counter(c.strongest.evidence for c in cells if c.strongest)
+    return GpuCoverage(len(cells), sum(by_class.values()),
+                       {k: by_class[k] for k in EVIDENCE_ORDER if by_class[k]})
