@@ -83,7 +83,7 @@ def test_scorecard_measures_and_says_where_evidence_is_thin(native_traces, cpu_t
     rows = {r.framework: r for r in scorecard(reports, traces, ElfCode().sizes)}
     torch, chainer = rows["torch"].figures, rows["chainer"].figures
     assert list(torch) == list(COLUMNS)
-    assert all(f.explain and f.link.endswith(tuple(f"#{a}" for a in ("dispatch-table", "audit-table", "primitives")))
+    assert all(f.explain and f.link in ("dispatch-table", "audit-table", "primitives")
                for f in torch.values())
     assert int(torch["implement"].value) > 0 and int(torch["free"].value) > 0
     assert torch["bytes"].value.endswith("KiB") and int(torch["bytes"].value.split()[0]) > 0

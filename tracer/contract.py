@@ -37,7 +37,8 @@ STANDIN_LIB = "standin backend"
 #: GPU, imported from a profile recorded elsewhere, or derived here without a GPU: the
 #: GPU build's kernel registry, JAX's lowering for cuda/rocm, XLA's GPU compiler run
 #: deviceless, the device branch read from the framework's source.
-EVIDENCE = ("recorded", "imported", "registered", "lowered", "compiled", "source")
+#: Strongest first: a cell shows the strongest it has and lists the rest.
+EVIDENCE = ("recorded", "imported", "compiled", "lowered", "registered", "source")
 DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
 #: What a request asks of the probe process: trace the cases, or derive their GPU
 #: evidence (the probe's ``gpu_evidence`` hook, :class:`GpuEvidence`).

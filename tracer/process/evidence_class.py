@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from tracer.contract import EVIDENCE
+
 #: Evidence classes, strongest first (the order only decides which a cell shows first).
-EVIDENCE_ORDER = ("recorded", "imported", "compiled", "lowered", "registered", "source")
+EVIDENCE_ORDER = EVIDENCE
 #: What each class is, for the report's legend and tooltips.
 EVIDENCE_MEANING = {
     "recorded": "dltrace ran the probe on a GPU machine",
@@ -25,7 +27,7 @@ def evidence_class(meta: Mapping[str, Any]) -> str | None:
     """The evidence class of a trace from its meta: ``evidence`` where the trace says
     it; older traces say nothing, then an imported trace is "imported" and any other
     GPU trace "recorded"; None for a CPU trace. The one place the processing stages
-    read it (to be pointed at tracer.trace's own helper once the format carries it)."""
+    read it."""
     value = meta.get("evidence")
     if value in EVIDENCE_ORDER:
         return str(value)

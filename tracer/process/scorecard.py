@@ -25,20 +25,20 @@ Pure: the shared objects are read by the function passed in.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 from tracer.contract import PASSES
 from tracer.process.pairs import side_label
+from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
 from tracer.process.ran_kernels import REWRITE
 from tracer.process.tags import GPU_LIBS, JIT, SYSTEM_LIBS, VENDOR_LIBS, library_of, library_order
 from tracer.trace import Frame, Trace
 
 #: The evidence classes of a GPU trace (the shared GPU evidence contract).
-EVIDENCE = ("recorded", "imported", "registered", "lowered", "compiled", "source")
+EVIDENCE = EVIDENCE_ORDER
 
 
 class LibraryCodeLike(Protocol):
@@ -100,15 +100,14 @@ COLUMNS = {
 
 
 def evidence_of(trace: Trace) -> str:
-    """A GPU trace's evidence class (meta.evidence; older traces: imported by api)."""
-    ev = trace.meta.get("evidence")
-    if isinstance(ev, str) and ev in EVIDENCE:
-        return ev
-    return "imported" if trace.meta.get("api") == "imported" else "recorded"
+    """A GPU trace's evidence class (tracer.process.evidence_class, "recorded" when it says none)."""
+    return evidence_class(trace.meta) or "recorded"
 
 
 def _page(rep: FrameworkReport, anchor: str) -> str:
-    return f"{re.sub(r'[^a-zA-Z0-9]+', '-', rep.name).strip('-').lower()}.html#{anchor}"
+    """Where a figure's evidence is on its framework's page: the anchor (the renderer
+    knows the page's file name)."""
+    return anchor
 
 
 def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
