@@ -123,5 +123,5 @@ def test_tensorflow_stats_are_read_with_published_protobuf_classes():
 def test_a_json_file_is_not_a_tensorflow_stats_file(tmp_path):
     fake = tmp_path / "x.tensorflow_stats.pb"
     fake.write_bytes(b"\x08\x96\x01garbage-that-is-not-a-stats-db" * 10)
-    assert "not a tensorflow_stats file" in one_line_error(
+    assert "not a tensorflow_stats protobuf" in one_line_error(
         dltrace("import", str(fake), "--framework", "tensorflow", "-o", str(tmp_path / "o")))

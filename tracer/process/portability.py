@@ -283,7 +283,8 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> li
         cpu_libs, gpu_libs, isa, provide, kernels = set(), None, set(), [], []
         for case in (c for c in cases if c.primitive == prim):
             for r in case.sides.values():
-                if r.device == "gpu":
+                if r.device == "gpu" and r.evidence in ("recorded", "imported"):  # a GPU ran it: the rest
+                    # (registries, lowering, source) is shown with its class in the GPU cells, never here
                     gpu_libs = (gpu_libs or set()) | {l for l in r.libraries if l in GPU_LIBS or l in VENDOR_LIBS}
                 elif r.device == "cpu" and r.default:
                     cpu_libs.update(l for l in r.libraries)
