@@ -56,3 +56,48 @@ def test_unreachable_scheduler_is_one_line_error(tmp_path):
     from tracer.errors import DltraceError
     with pytest.raises(DltraceError, match="unreachable"):
         fleet.run([], tmp_path, "tcp://127.0.0.1:9", timeout=5)
+
+
+def test_cli_survey_on_a_real_scheduler_and_dltrace_worker(frameworks, tmp_path):
+    """`dask scheduler` + `dltrace worker` as processes on 127.0.0.1; `dltrace survey --scheduler`."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.conftest import dltrace
+
+    bindir = Path(sys.executable).parent
+    info = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(info)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not info.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(info.read_text())["address"]
+        procs.append(subprocess.Popen([str(bindir / "dltrace"), "worker", address],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        with distributed.Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            (declared,) = [w["resources"] for w in client.scheduler_info()["workers"].values()]
+        assert "fw-chainer" in declared
+        out = tmp_path / "survey"
+        proc = dltrace("survey", "chainer", "--primitives", "relu", "--devices", "cpu", "--no-variants",
+                       "--no-native", "--no-arm", "--no-imports", "--scheduler", address, "-o", str(out), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        traces, gaps, problems = sv.collect([out / "traces"])
+        assert traces and not gaps and not problems
+        assert {t.meta["framework"] for t in traces} == {"chainer"}
+        assert (out / "index.html").is_file()
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

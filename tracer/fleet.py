@@ -75,7 +75,9 @@ def needs(job: Job) -> dict[str, float]:
     if job.device == "gpu":
         req["gpu"] = 1
     else:
-        req["arch-x86_64"] = 1  # the CPU and stand-in paths are traced on x86 hosts
+        # the CPU and stand-in paths land in the same folders as a local survey's: traced
+        # on the submitting machine's architecture, never mixed with another's
+        req[f"arch-{platform.machine()}"] = 1
     return req
 
 
