@@ -101,3 +101,54 @@ def test_cli_survey_on_a_real_scheduler_and_dltrace_worker(frameworks, tmp_path)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def test_worker_killed_mid_job_becomes_a_gap(frameworks, tmp_path):
+    """The only worker dies while probing: the job is a scheduler gap, the survey returns."""
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    bindir = Path(sys.executable).parent
+    info = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(info)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not info.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(info.read_text())["address"]
+        worker = subprocess.Popen([str(bindir / "dltrace"), "worker", address],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(worker)
+        with distributed.Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+            fw = frameworks["chainer"]
+            jobs = sv.plan([fw], ["relu", "conv2d"], ["cpu"], variants=False)
+            result: list = []
+
+            def survey() -> None:
+                try:
+                    result.append(fleet.run(jobs, tmp_path / "s", address))
+                except BaseException as exc:  # shown by the assertion below
+                    result.append(exc)
+
+            thread = threading.Thread(target=survey)
+            thread.start()
+            while not any(client.processing().values()) and time.monotonic() < deadline + 60:
+                time.sleep(0.1)
+            worker.kill()
+            thread.join(timeout=120)
+        assert not thread.is_alive()
+        (gaps,) = result
+        assert isinstance(gaps, list), repr(gaps)
+        assert gaps and all(g.kind == "scheduler" for g in gaps)
+        assert any("worker" in g.error for g in gaps)
+    finally:
+        for p in reversed(procs):
+            p.kill()
+            p.wait()

@@ -112,10 +112,31 @@ def _todo(job: Job, root: Path, fresh: bool) -> bool:
     return fresh or any(not case_path(root, job, s).is_file() for s in job.cases)
 
 
+def _resources(client) -> list[dict[str, float]]:
+    return [dict(w.get("resources") or {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+
+
+def _receive(fut, job: Job, root: Path) -> SurveyEvent:
+    """Write what a finished job sent back; a job that raised (its worker died) is a gap."""
+    try:
+        host, files = fut.result()
+    except Exception as exc:
+        return _gap_all(job, root, f"worker failed: {type(exc).__name__}: {exc}")
+    event = SurveyEvent(job, len(job.cases))
+    for rel, data in files.items():
+        if ".." in Path(rel).parts or Path(rel).is_absolute() or not rel.startswith("traces/"):
+            continue  # a worker only writes under the survey's traces
+        ensure_file_parent(root / rel)
+        write_bytes(root / rel, data)
+        if rel.endswith(GAP_SUFFIX):
+            event.gaps.append(load_gap(root / rel))
+    return event
+
+
 def run(jobs: list[Job], root: Path, address: str, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
         on_event: Callable[[SurveyEvent], None] = lambda e: None) -> list[Gap]:
     """Submit the jobs to the scheduler at ``address``; write the traces as each job ends."""
-    from distributed import Client, as_completed
+    from distributed import Client, wait
 
     try:
         client = Client(address, timeout=15)
@@ -123,7 +144,7 @@ def run(jobs: list[Job], root: Path, address: str, fresh: bool = False, timeout:
         raise DltraceError(f"scheduler {address} unreachable: {exc}") from None
     gaps: list[Gap] = []
     try:
-        workers = [dict(w.get("resources", {})) for w in client.scheduler_info()["workers"].values()]
+        workers = _resources(client)
         futures = {}
         for job in jobs:
             if not _todo(job, root, fresh):
@@ -138,23 +159,26 @@ def run(jobs: list[Job], root: Path, address: str, fresh: bool = False, timeout:
                 continue
             fut = client.submit(run_remote, job, fresh, timeout, resources=req, pure=False)
             futures[fut] = job
-        for fut in as_completed(list(futures)):
-            job = futures[fut]
+        pending = set(futures)
+        while pending:
             try:
-                host, files = fut.result()
-            except Exception as exc:  # a worker died or the job raised: keep the rest
-                event = _gap_all(job, root, f"worker failed: {type(exc).__name__}: {exc}")
-            else:
-                event = SurveyEvent(job, len(job.cases))
-                for rel, data in files.items():
-                    if ".." in Path(rel).parts or Path(rel).is_absolute() or not rel.startswith("traces/"):
-                        continue  # a worker only writes under the survey's traces
-                    ensure_file_parent(root / rel)
-                    write_bytes(root / rel, data)
-                    if rel.endswith(GAP_SUFFIX):
-                        event.gaps.append(load_gap(root / rel))
-            gaps.extend(event.gaps)
-            on_event(event)
+                done, pending = wait(list(pending), timeout=5, return_when="FIRST_COMPLETED")
+            except TimeoutError:  # distributed.wait raises when nothing ended in time
+                done = set()
+            pending = set(pending) - set(done)
+            for fut in done:
+                event = _receive(fut, futures[fut], root)
+                gaps.extend(event.gaps)
+                on_event(event)
+            if pending and not done:  # a worker may have died: never wait on jobs no worker left can run
+                workers = _resources(client)
+                for fut in [f for f in pending if not _runnable(needs(futures[f]), workers)]:
+                    fut.cancel()
+                    pending.discard(fut)
+                    event = _gap_all(futures[fut], root, "worker lost mid-job and no worker left has "
+                                     + ", ".join(sorted(needs(futures[fut]))))
+                    gaps.extend(event.gaps)
+                    on_event(event)
     finally:
         client.close()
     return gaps
