@@ -46,8 +46,10 @@ from tracer.runner import DEFAULT_TIMEOUT, check
               help="Derive each framework's GPU path without a GPU (dltrace derive: TensorFlow's and torch's "
                    "registered GPU kernels, JAX's cuda/rocm lowering, Chainer's forward_gpu source), beside the traces.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here.")
 def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, arm, arm_all,
-           imports, derived, timeout) -> None:
+           imports, derived, timeout, scheduler) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
     import time
@@ -84,7 +86,11 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
             reused = f", {e.reused} reused" if e.reused else ""
             progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
 
-        gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
+        if scheduler:
+            from tracer import fleet
+            gaps = fleet.run(jobs_list, output, scheduler, fresh=fresh, timeout=timeout, on_event=on_event)
+        else:
+            gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
     out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
     if imports:
         def on_file(folder: str, n: int, error: str) -> None:
@@ -188,3 +194,14 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
                       highlight=False, soft_wrap=True)
     if failed:
         raise click.exceptions.Exit(1)
+
+
+@main.command()
+@click.argument("address")
+@click.option("--nthreads", type=click.IntRange(min=1), default=2, show_default=True, help="Jobs at a time.")
+def worker(address, nthreads) -> None:
+    """Serve the Dask scheduler at ADDRESS (tcp://HOST:PORT) as a survey worker, declaring
+    this machine's architecture, GPUs, ready framework environments and emulated CPUs."""
+    from tracer import fleet
+
+    fleet.start_worker(address, frameworks().values(), nthreads=nthreads)
