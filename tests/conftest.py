@@ -78,7 +78,11 @@ def fake_frameworks(tmp_path_factory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("home")
     reg = home / "frameworks.yaml"
     reg.write_text(FAKE_REGISTRY)
-    env = {"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg)}
+    # their probe, tests.crashprobe, is no part of the package: the probe process finds
+    # it on the PYTHONPATH it inherits (after the package's own folder)
+    project = str(Path(__file__).resolve().parent.parent)
+    env = {"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg),
+           "PYTHONPATH": os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH")) if p)}
     proc = dltrace("env", "use", "crashy", sys.executable, env=env)
     assert proc.returncode == 0, proc.stderr
     # "broken": an interpreter that cannot import its framework (`env use` refuses

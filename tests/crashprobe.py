@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from probes import base
+from tracer.probes import base
 
 
 def gpu_available() -> bool:

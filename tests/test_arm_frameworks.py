@@ -15,7 +15,7 @@ from tracer.process.arm_audit import arm_audit
 from tracer.process.diff import diff_traces
 from tracer.process.portability import survey_reports
 from tracer.render.html import write_report
-from tracer.registry import ROOT, RegistryError
+from tracer.registry import RegistryError
 from tracer.runner import CaseSpec, run_probe
 
 LAYERS = ("python", "op", "library")
@@ -126,7 +126,7 @@ def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):
 @pytest.mark.parametrize("line, bad", [("primitives: [conv2d, dense]", "primitives: [conv3d]"),
                                        ("variants: [onednn-on]", "variants: [onednn-maybe]")])
 def test_registry_names_an_unknown_arm_primitive_or_variant(tmp_path, line, bad):
-    text = (ROOT / "frameworks.yaml").read_text()
+    text = registry.registry_path().read_text()
     assert line in text
     path = tmp_path / "frameworks.yaml"
     path.write_text(text.replace(line, bad))

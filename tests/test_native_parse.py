@@ -134,3 +134,28 @@ def test_ptrace_opt_in_and_hint():
     assert sampler.allow_ptrace_by_any() in (True, False)
     assert sampler.ptrace_hint("Failed to attach: Operation not permitted (os error 1)").startswith(" (")
     assert sampler.ptrace_hint("No such process") == ""
+
+
+def test_own_code_is_never_a_sampled_frame_in_the_package_or_through_its_link(tmp_path):
+    # the probe process imports the package through the link the runner makes
+    # (runner.code_path): a frame of its probes (tracer/probes) is dltrace's own
+    # code whether py-spy names it by the link or by the real file
+    import subprocess
+    import sys
+
+    from tracer.runner import PACKAGE, code_path
+
+    code = code_path(tmp_path)
+    script = (
+        "import sys\n"
+        "from tracer.collect import attribution\n"
+        "from tracer.collect.pyspy_format import RawFrame\n"
+        "assert attribution.__file__.startswith(sys.argv[1]), attribution.__file__\n"
+        "for where in sys.argv[1:]:\n"
+        "    print(attribution._own(RawFrame('make_case', where + '/tracer/probes/torch.py', True, 1)),\n"
+        "          attribution._own(RawFrame('relu', where + '/torch/nn/functional.py', True, 1)))\n")
+    # -S: no site-packages, so the package is found only through the link, as in the probe process
+    proc = subprocess.run([sys.executable, "-S", "-c", script, str(code), str(PACKAGE.parent)], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(code)}, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False", "True", "False"]

@@ -131,3 +131,18 @@ def test_identical_functions_in_two_modules_stay_apart(tracer):
     tree, _ = tracer.record(lambda: (conv._pair(1), deconv._pair(2)))
     assert sorted((n.frame.module, n.frame.name) for n in tree.children) == [
         ("tests.samplefw.conv", "_pair"), ("tests.samplefw.deconv", "_pair")]
+
+
+def test_dltrace_own_code_and_its_probes_are_never_part_of_a_trace():
+    # the probes live in the package (tracer.probes): even named as a framework root,
+    # or called back by the framework (else an ext hand-off), none of their frames count
+    from tracer.probes import base
+
+    tracer = PythonTracer(["tests.samplefw", "tracer.probes"])
+    tree, result = tracer.record(lambda: (base.nhwc((1, 2, 3, 4)), samplefw.through_callback(base.nhwc, (1, 2, 3, 4))))
+    assert result == ((1, 3, 4, 2), (1, 3, 4, 2))
+    assert labels(tree) == [(0, "root", "probe"), (1, "python", "through_callback")]
+    # the same callback from a module that is not dltrace's is a hand-off
+    tree, _ = tracer.record(lambda: samplefw.through_callback(markupsafe.escape, "<a>"))
+    assert [(d, n.frame.kind, n.frame.module) for d, n in tree.walk()][1:3] == [
+        (1, "python", "tests.samplefw"), (2, "ext", "markupsafe")]

@@ -1,5 +1,7 @@
 """frameworks.yaml: the real registry loads; malformed entries name entry and field."""
 
+from pathlib import Path
+
 import pytest
 
 from tracer import registry
@@ -19,7 +21,7 @@ def test_real_registry():
     assert fws["chainer"].install[1].options == ("--no-build-isolation",)
     for fw in fws.values():
         assert set(fw.devices) == ({"cpu", "gpu", "standin"} if fw.name == "torch" else {"cpu", "gpu"})
-        assert fw.probe == f"probes.{fw.name}"
+        assert fw.probe == f"tracer.probes.{fw.name}"
 
 
 def test_every_framework_declares_what_processing_knows_of_it():
@@ -45,7 +47,7 @@ frameworks:
   fw:
     import: json
     version: "1"
-    probe: probes.fw
+    probe: tracer.probes.fw
     install: [{requirements: [x]}]
     devices: {cpu: cpu}
     source_roots: [json]
@@ -91,6 +93,32 @@ def test_messages_name_the_file_given(tmp_path):
     p.write_text(GOOD.replace("    import: json\n", ""))
     with pytest.raises(RegistryError, match=r"^my-registry.yml: entry 'fw': missing field 'import'$"):
         registry.load(p)
+
+
+def test_registry_is_read_from_the_package_unless_overridden(tmp_path, monkeypatch):
+    from importlib import resources
+
+    import tracer
+
+    monkeypatch.delenv("DLTRACE_REGISTRY", raising=False)
+    own = registry.registry_path()
+    assert own == resources.files("tracer") / "frameworks.yaml"
+    assert Path(str(own)).parent == Path(tracer.__file__).parent  # inside the package, as a wheel holds it
+    p = tmp_path / "other.yaml"
+    p.write_text(GOOD)
+    monkeypatch.setenv("DLTRACE_REGISTRY", str(p))
+    assert registry.registry_path() == p and list(registry.load()) == ["fw"]
+
+
+def test_an_environment_does_not_depend_on_where_its_probe_lives():
+    # moving the probes (probes.torch -> tracer.probes.torch) must not make every
+    # environment stale: the spec is the install steps and the Python version only
+    import dataclasses
+
+    from tracer import envs
+
+    fw = registry.load()["torch"]
+    assert envs.spec_hash(dataclasses.replace(fw, probe="elsewhere.torch")) == envs.spec_hash(fw)
 
 
 def test_parse_shape():

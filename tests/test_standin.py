@@ -1,5 +1,5 @@
 """The porting dry-run: torch on the stand-in device (PrivateUse1 played by a Python
-fallback on this CPU, probes/torch_standin.py). One session-scoped run of every
+fallback on this CPU, tracer/probes/torch_standin.py). One session-scoped run of every
 primitive, both API levels, forward and backward, on the stand-in device and on
 the CPU, through the same engine as `dltrace survey`; the tests read its traces."""
 
@@ -85,7 +85,7 @@ def test_standin_computes_what_the_cpu_computes(frameworks):
     """The stand-in's values are CPU's: conv2d forward and backward agree exactly."""
     script = (
         "import torch, torch.nn.functional as F\n"
-        "from probes import torch_standin as s\n"
+        "from tracer.probes import torch_standin as s\n"
         "dev = s.install()\n"
         "torch.manual_seed(0)\n"
         "xs = [torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)]\n"

@@ -195,9 +195,9 @@ class ProbeRequest:
 
 @runtime_checkable
 class Probe(Protocol):
-    """A probe module (probes/<framework>.py), imported only inside its framework's
+    """A probe module (tracer/probes/<framework>.py), imported only inside its framework's
     environment. ``device`` is the selector from frameworks.yaml; ``make_case``
-    returns a probes.base.Case, ready to run."""
+    returns a tracer.probes.base.Case, ready to run."""
 
     def gpu_available(self) -> bool: ...
 
@@ -226,7 +226,7 @@ class DispatchTable(Protocol):
 class OpRecorder(Protocol):
     """A probe module that also records its framework's own op-level view of a step
     (torch.profiler, TF's profiler...): ``run()`` is exactly the step the Python layer
-    traces; it returns a probes.base.OpRecord."""
+    traces; it returns a tracer.probes.base.OpRecord."""
 
     def record_ops(self, case: Any, pass_: str, run: Callable[[], Any]) -> Any: ...
 

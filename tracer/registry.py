@@ -6,19 +6,27 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, NativeRequest
 
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+#: the folder the package is in: in a clone, the project, whose reference/ the
+#: registry's ``imported`` paths are relative to
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def registry_path() -> Path:
-    """frameworks.yaml beside the package, or the file $DLTRACE_REGISTRY names."""
-    return Path(os.environ.get("DLTRACE_REGISTRY") or ROOT / "frameworks.yaml")
+def registry_path() -> Traversable:
+    """The file $DLTRACE_REGISTRY names, or the package's own frameworks.yaml (read
+    through importlib.resources, so that an installed wheel finds it as a clone does)."""
+    override = os.environ.get("DLTRACE_REGISTRY")
+    return Path(override) if override else resources.files("tracer") / "frameworks.yaml"
 
 
 class RegistryError(Exception):
@@ -314,8 +322,8 @@ def gpu_build_env(fw: Framework) -> Framework | None:
     return dataclasses.replace(fw, name=fw.name + GPU_BUILD, install=fw.gpu_build, aarch64=None, imported=())
 
 
-def load(path: Path | None = None) -> dict[str, Framework]:
-    path = Path(path or registry_path())
+def load(path: str | os.PathLike | Traversable | None = None) -> dict[str, Framework]:
+    path = registry_path() if path is None else Path(path) if isinstance(path, (str, os.PathLike)) else path
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as exc:

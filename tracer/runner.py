@@ -20,10 +20,13 @@ from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import EXACT_LAYERS, PASSES, PRIMITIVES, CaseRequest, Exit, ProbeRequest
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
-from tracer.registry import ROOT, Framework
+from tracer.registry import Framework
 from tracer.trace import Trace, TraceFormatError, load, save
 
 DEFAULT_TIMEOUT = 600.0
+
+#: the tracer package: the probe process runs its harness and probes
+PACKAGE = Path(__file__).resolve().parent
 
 #: Probe processes running now, so that an interrupted dltrace stops them: they run
 #: in their own process group (a probe's children, py-spy among them, go with it).
@@ -37,6 +40,17 @@ def _kill(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def code_path(folder: Path) -> Path:
+    """A new folder in ``folder`` that holds the tracer package alone (a link to
+    it): what the probe process gets on its PYTHONPATH. The folder the package is
+    in may be a site-packages (an installed wheel) whose other packages (numpy,
+    typing_extensions, ...) must not shadow the framework environment's own."""
+    code = folder / "dltrace-code"  # no module name: the probe runs in ``folder``
+    code.mkdir()
+    (code / "tracer").symlink_to(PACKAGE, target_is_directory=True)
+    return code
 
 
 def stop_all() -> None:
@@ -196,7 +210,7 @@ def run_probe(
         wants_library = any("library" in c.layers for c in cases)
         env = {**(PERFMAP_ENV if wants_native else {}), **(VERBOSE_ENV if wants_library else {}), **os.environ, **fw.env,
                **(nat.env if wants_native else {}), **(var.env if var else {})}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(code_path(tmpdir)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
         # what the framework leaves in the temp folder (MXNet's profiler output) goes with this one
         (tmpdir / "tmp").mkdir()
@@ -204,7 +218,7 @@ def run_probe(
         # the probe kills itself if this process dies (even by SIGKILL): see harness.die_with_parent
         env["DLTRACE_PARENT_PID"] = str(os.getpid())
         if cpu:
-            python, extra = _emulated(fw, cpu, [ROOT, tmpdir, out_dir])
+            python, extra = _emulated(fw, cpu, [PACKAGE, tmpdir, out_dir])  # the guest follows the link
             env.update(extra)
         stderr_path = tmpdir / "stderr.txt"
         if _stopping.is_set():

@@ -16,8 +16,11 @@ from tracer.collect.maps import JIT_LIB, UNKNOWN_NAME, Maps
 from tracer.collect.pyspy_format import RawFrame
 from tracer.trace import Frame, Node
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_OWN = tuple(os.path.join(_ROOT, d) + os.sep for d in ("tracer", "probes"))  # dltrace's own code
+#: dltrace's own code (the tracer package, its probes included), never part of a trace:
+#: the package's folder as imported and as resolved (the runner puts it on the probe's
+#: path through a link)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OWN = tuple(dict.fromkeys(p + os.sep for p in (_PACKAGE, os.path.realpath(_PACKAGE))))
 _ADDR = re.compile(r"^0x[0-9a-fA-F]+$")
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable
 from tracer.trace import Frame, Node
 
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"}
-_NEVER = ("tracer", "probes")  # dltrace's own code is never part of a trace
+_NEVER = ("tracer",)  # dltrace's own code (its probes are tracer.probes) is never part of a trace
 _SKIP = None
 
 

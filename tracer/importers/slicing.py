@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.base import merge_siblings, op_node
+from tracer.probes.base import merge_siblings, op_node
 from tracer.importers.hierarchy import Hierarchy, ancestors, walk
 from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.kineto import HostOp, KinetoProfile, Step

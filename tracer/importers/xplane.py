@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.base import merge_siblings
+from tracer.probes.base import merge_siblings
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m

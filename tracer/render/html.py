@@ -1,7 +1,8 @@
 """The HTML portability report: an index and one page per framework, rendered with
-Jinja2 (autoescape on) from templates/, with pygments-highlighted code and inline
-Graphviz SVG. Everything lands in one folder that opens from disk: no server, no
-network, no CDN."""
+Jinja2 (autoescape on) from the package's templates/ (jinja2.PackageLoader: found
+through the import system, in a clone as in an installed wheel), with
+pygments-highlighted code and inline Graphviz SVG. Everything lands in one folder
+that opens from disk: no server, no network, no CDN."""
 
 from __future__ import annotations
 
@@ -29,10 +30,8 @@ from tracer.process.scorecard import COLUMNS, EXPLAIN, ScoreRow
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.symbols import display
 from tracer.process.tags import SYSTEM_LIBS
-from tracer.registry import ROOT
 from tracer.render import graphs
 
-TEMPLATES = ROOT / "templates"
 _FORMATTER = HtmlFormatter(nowrap=True)
 
 
@@ -57,7 +56,7 @@ def inert_text(value: Any) -> Any:
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("tracer"), autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, finalize=inert_text)
     env.filters["code"] = code_lines
     env.filters["slug"] = slug

@@ -14,7 +14,7 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from probes import base
+from tracer.probes import base
 
 
 def gpu_available() -> bool:

@@ -20,7 +20,7 @@ Each stand-in storage has a CPU twin of the same size; a stand-in tensor's value
 are its twin seen through the stand-in tensor's own sizes, strides and offset, so
 views (including those torch makes itself) line up.
 
-Imported only inside torch's environment (probes/torch.py, for ``--device standin``).
+Imported only inside torch's environment (tracer/probes/torch.py, for ``--device standin``).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def op_record(events: Any, reached: list[str]) -> Any:
     their overload as the backend got them (``reached``, in call order: the profiler
     names ``aten::empty`` what the backend got as ``aten::empty.memory_format``); the
     CPU computation under them (the ``standin::cpu`` scope) is the stand-in's, not torch's."""
-    from probes import base
+    from tracer.probes import base
 
     evs = [base.OpEvent(e.name, e.time_range.start, e.time_range.end,
                         "aten" if e.name.startswith("aten::") else "torch", "", e.thread)
@@ -237,7 +237,7 @@ def _overload(name: str, count: int, left: list[str]) -> str:
 
 def _prune(nodes: list, left: list[str]) -> list:
     """Drop the stand-in's own CPU work; mark and name the ops that reached it."""
-    from probes import base
+    from tracer.probes import base
 
     out = []
     for n in nodes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from probes import base
+from tracer.probes import base
 
 _NHWC = ("conv2d", "maxpool2d", "avgpool2d", "batchnorm")
 

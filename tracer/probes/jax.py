@@ -24,7 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 
-from probes import base  # noqa: E402
+from tracer.probes import base  # noqa: E402
 
 _CONV_DIMS = ("NCHW", "OIHW", "NCHW")
 _POOL = (1, 1, base.POOL_K, base.POOL_K)

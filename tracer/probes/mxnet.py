@@ -9,7 +9,7 @@ from __future__ import annotations
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
-from probes import base
+from tracer.probes import base
 
 
 def gpu_available() -> bool:

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from probes import base
+from tracer.probes import base
 
 
 def gpu_available() -> bool:
@@ -83,7 +83,7 @@ STANDIN = "standin"
 
 def _device(device: str) -> torch.device:
     if device == STANDIN:
-        from probes import torch_standin
+        from tracer.probes import torch_standin
 
         return torch_standin.install()
     return torch.device(device)
@@ -93,7 +93,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     base.check_shape(primitive, shape)
     dev = _device(device)
     if device == STANDIN:  # what putting the inputs and parameters on the device takes
-        from probes import torch_standin
+        from tracer.probes import torch_standin
 
         torch_standin.RECORDER.start()
     x = torch.tensor(base.array(shape), device=dev, requires_grad=True)
@@ -113,7 +113,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
             # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device == STANDIN:
-        from probes import torch_standin
+        from tracer.probes import torch_standin
 
         info["standin"] = torch_standin.describe()
         info["standin"]["reached"]["setup"] = setup
@@ -134,7 +134,7 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
         acts.append(ProfilerActivity.CUDA)
     standin = case.info.get("standin")
     if standin is not None:
-        from probes import torch_standin
+        from tracer.probes import torch_standin
 
         torch_standin.RECORDER.start()
     try:

@@ -4,7 +4,7 @@ A probe module is imported only inside its framework's environment, by
 tracer.collect.harness, which checks it against tracer.contract.Probe:
 
     gpu_available() -> bool
-    make_case(primitive, api, device, shape) -> probes.base.Case
+    make_case(primitive, api, device, shape) -> tracer.probes.base.Case
 
 and optionally tracer.contract.OpRecorder (record_ops: the framework's own op records),
 DispatchTable (dispatch_table) and DeviceCheck (device_available: devices other than a
