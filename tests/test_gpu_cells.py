@@ -18,7 +18,7 @@ from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.gpu_cells import gpu_cells
 from tracer.process.portability import framework_report
 
-REF = Path(__file__).resolve().parent.parent / "reference" / "imported"
+REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
 #: The profiles whose slices hold model structure (each a different model's reason).
 PROFILES = ("resnet-train-mi300x", "vit-h100", "resnet-train-rtx2080ti", "mlp-train-rtx2080ti", "alexnet-a100",
             "resnet-train-v100")

@@ -521,7 +521,7 @@ def test_a_malformed_library_line_costs_no_case(fake_frameworks, tmp_path):
                                   ["import", "{kineto}", "--framework", "torch", "-o", "{out}"]])
 def test_output_that_cannot_be_written_is_one_line(tmp_path, args):
     a, b = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::thnn_conv2d")
-    kineto = Path(__file__).parent.parent / "reference" / "imported" / "alexnet-a100.kineto.json.gz"
+    kineto = Path(__file__).parent.parent / "tracer" / "reference" / "imported" / "alexnet-a100.kineto.json.gz"
     args = [x.format(a=a, b=b, kineto=kineto, out=tmp_path / "o") for x in args]
     closed = subprocess.run([DLTRACE, *args], capture_output=False, stderr=subprocess.PIPE, text=True, timeout=300,
                             stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
@@ -564,7 +564,7 @@ def test_bidirectional_controls_are_inert_in_the_report(tmp_path):
 
 
 def test_each_imported_file_stands_alone(tmp_path):
-    ref = Path(__file__).parent.parent / "reference" / "imported"
+    ref = Path(__file__).parent.parent / "tracer" / "reference" / "imported"
     garbage = tmp_path / "garbage.json.gz"
     garbage.write_bytes(BAD_DEFLATE)
     proc = dltrace("import", str(ref / "alexnet-a100.kineto.json.gz"), str(garbage),

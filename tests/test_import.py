@@ -24,7 +24,7 @@ from tracer.importers.provenance import provenance
 from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, library_of
 from tracer.trace import Frame, Node, Run, Trace, load, save
 
-REF = Path(__file__).resolve().parent.parent / "reference" / "imported"
+REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
 XPLANE = REF / "jax-conv3d-mi300x.xplane.pb"
 #: What each Kineto reference file holds: primitive -> passes (facts of the files).
 BOTH = ("forward", "backward")

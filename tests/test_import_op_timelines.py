@@ -14,7 +14,7 @@ from tracer.importers import import_file
 from tracer.process.diff import diff_traces
 from tracer.trace import load
 
-REF = Path(__file__).resolve().parent.parent / "reference" / "imported"
+REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
 MX_GPU = REF / "mxnet" / "mnist-cnn-gpu.mxnet-profile.json"
 MX_CPU = REF / "mxnet" / "mnist-cnn-cpu.mxnet-profile.json"
 NVPROF = REF / "mxnet" / "mnist-cnn-k80.nvprof.nvvp"

@@ -61,6 +61,13 @@ def installed(wheel, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return venv, env
 
 
+def where_installed(installed) -> str:
+    """The installed package's folder (inside the fresh venv)."""
+    venv, env = installed
+    return subprocess.run([str(venv / "bin" / "python"), "-c", "import tracer, os; print(os.path.dirname(tracer.__file__))"],
+                          capture_output=True, text=True, env=env, check=True).stdout.strip()
+
+
 def run(installed, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     venv, env = installed
     return subprocess.run([str(venv / "bin" / "dltrace"), *args], capture_output=True, text=True, env=env, cwd=cwd,
@@ -74,7 +81,11 @@ def test_the_wheel_holds_one_package_with_its_registry_templates_and_probes(whee
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["tracer"]
     assert {"tracer/frameworks.yaml", "tracer/templates/base.html", "tracer/templates/index.html",
             "tracer/templates/framework.html", "tracer/probes/base.py", "tracer/probes/torch.py",
-            "tracer/collect/harness.py", "tracer/importers/xplane_dump.py"} <= set(names)
+            "tracer/collect/harness.py", "tracer/importers/xplane_dump.py",
+            # the real GPU profiles every survey imports, with their provenance and licenses
+            "tracer/reference/imported/PROVENANCE.md", "tracer/reference/imported/alexnet-a100.kineto.json.gz",
+            "tracer/reference/imported/licenses/HolisticTraceAnalysis-LICENSE",
+            "tracer/reference/imported/tensorflow-timeline/GPU/timeline_02_step_2.json"} <= set(names)
     # every module of the package's source is in it
     own = {p.relative_to(PROJECT).as_posix() for p in (PROJECT / "tracer").rglob("*.py")}
     assert own <= set(names), own - set(names)
@@ -116,6 +127,15 @@ def test_a_probe_and_a_report_from_the_installed_wheel(installed, tmp_path):
     assert not [f for f in frames if f["module"].split(".")[0] == "tracer" or f["file"].startswith("tracer/")
                 or "/tracer/" in f["file"]]
     assert str(venv) not in json.dumps(doc["frames"])
+
+    # a reference GPU profile the package ships, imported with its provenance and license
+    proc = run(installed, tmp_path, "import", str(Path(where_installed(installed)) / "reference" / "imported"
+                                                   / "alexnet-a100.kineto.json.gz"), "--framework", "torch",
+               "-o", str(traces))
+    assert proc.returncode == 0, proc.stderr
+    conv = json.loads(next(traces.rglob("conv2d*.json")).read_text())
+    assert conv["meta"]["provenance"]["repository"] == "facebookresearch/HolisticTraceAnalysis"
+    assert "HolisticTraceAnalysis-LICENSE" in conv["meta"]["provenance"]["license"]
 
     proc = run(installed, tmp_path, "report", str(traces), "-o", str(tmp_path / "report"))
     assert proc.returncode == 0, proc.stderr

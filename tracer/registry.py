@@ -17,9 +17,11 @@ from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIV
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-#: the folder the package is in: in a clone, the project, whose reference/ the
-#: registry's ``imported`` paths are relative to
+#: the folder the package is in: in a clone, the project
 ROOT = Path(__file__).resolve().parent.parent
+#: the package itself, whose reference/ the registry's relative ``imported`` paths name
+#: (the real GPU profiles ship with the package, so an installed wheel's survey has them)
+PACKAGE = Path(__file__).resolve().parent
 
 
 def registry_path() -> Traversable:
@@ -278,7 +280,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         source_roots=roots,
         apis=apis,
         knowledge=e.knowledge(),
-        imported=tuple(ROOT / p for p in e.strings("imported", e.get("imported", list, []))),
+        imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
         aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,

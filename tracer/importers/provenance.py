@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 #: The project's copies of the imported traces, with PROVENANCE.md and licenses/.
-REFERENCE = Path(__file__).resolve().parent.parent.parent / "reference" / "imported"
+REFERENCE = Path(__file__).resolve().parent.parent / "reference" / "imported"
 _ROW = re.compile(r"^\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|\s*$")
 _FROM = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)\s*@\s*(?P<commit>[0-9a-fA-F]{6,40})\s*:\s*(?P<path>\S+)$")
 #: What the traces of a repository may be used for, when its own notice restricts it.
@@ -95,7 +95,7 @@ def _license(repo: str) -> str:
         return ""
     kind = lines[0].removesuffix(" License") if lines else "see license file"
     holder = next((l for l in lines if l.lower().startswith("copyright")), "")
-    return f"{kind} ({holder + '; ' if holder else ''}reference/imported/licenses/{name})"
+    return f"{kind} ({holder + '; ' if holder else ''}tracer/reference/imported/licenses/{name})"
 
 
 def provenance(file_name: str, sha256: str, importer: str) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def provenance(file_name: str, sha256: str, importer: str) -> dict[str, Any]:
         if _sha256(REFERENCE / name) != sha256 and name != original:
             continue
         out.update({
-            "reference_copy": f"reference/imported/{name}",
+            "reference_copy": f"tracer/reference/imported/{name}",
             "origin": f"{row['repo']}@{row['commit']}:{row['path']}",
             "repository": row["repo"], "commit": row["commit"], "path": row["path"],
             "gpu": row["gpu"], "what": row["what"],

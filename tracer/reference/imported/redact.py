@@ -4,7 +4,7 @@ the recording machine's environment, and it holds an access token (HF_TOKEN), ho
 names and internal addresses, which this repository must not republish. Nothing
 else changes: every event, field and value is kept as recorded.
 
-    python reference/imported/redact.py ORIGINAL.kineto.json.gz COPY.kineto.json.gz
+    python tracer/reference/imported/redact.py ORIGINAL.kineto.json.gz COPY.kineto.json.gz
 """
 
 import gzip
