@@ -120,6 +120,30 @@ def test_audit_prints_the_must_implement_list(derived, framework, forward, backw
         assert len(after) == 2 and backward in after[1], text
 
 
+@pytest.mark.parametrize("framework, evidence, op", [
+    ("jax", "compiled", "stablehlo.convolution"),
+    ("chainer", "source", "Convolution2DFunction.forward_gpu"),
+    ("mxnet", "recorded", "Convolution"),
+])
+def test_the_scorecard_counts_the_must_implement_lists_without_a_dispatch_table(derived, framework, evidence, op):
+    """JAX, Chainer and MXNet have no dispatch table: the scorecard counts the audit's
+    per-pass lists instead, and says which evidence they rest on."""
+    from tracer.process.portability import framework_report
+    from tracer.process.scorecard import scorecard
+    from tracer.trace import load
+
+    root: Path = derived["root"]  # type: ignore[assignment]
+    traces = [load(p) for p in sorted((root / framework).rglob("*.json"))]
+    rep = framework_report(framework, traces, [])
+    (row,) = scorecard([rep], traces)
+    must = row.figures["implement"]
+    assert must.value.isdigit() and int(must.value) > 0, (must.value, must.thin)
+    assert any(d.split(" (")[0] == op for d in must.details), must.details
+    assert f"from {evidence}" in must.explain, must.explain
+    # a list read off the CPU path alone is said to be that, not passed for a device's
+    assert bool(must.thin) == (evidence == "recorded"), must.thin
+
+
 def test_a_framework_that_derives_nothing_is_one_line():
     from tests.conftest import one_line_error
 

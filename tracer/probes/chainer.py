@@ -187,13 +187,25 @@ def _methods(cls: type) -> dict[str, tuple[type, "object"]]:
     return out
 
 
-def _calls(func) -> list[str]:
-    """The dotted names a method calls, in source order (``cuda.cudnn.convolution_forward``)."""
+#: Conditions whose true arm runs on the CPU alone: iDeep (oneDNN for NumPy arrays on
+#: Intel CPUs) never takes a CuPy array, so a GPU path never enters that arm.
+_CPU_ONLY = ("should_use_ideep", "inputs_all_ready", "_config_use_ideep")
+
+
+def _calls(func, gpu: bool = False) -> list[str]:
+    """The dotted names a method calls, in source order (``cuda.cudnn.convolution_forward``);
+    with ``gpu``, not those in an arm only the CPU can take (``self._forward_ideep()``
+    under ``if intel64.should_use_ideep(...)``)."""
     import ast
 
+    skip: set[int] = set()
+    if gpu:
+        for node in ast.walk(func):
+            if isinstance(node, ast.If) and any(k in ast.unparse(node.test) for k in _CPU_ONLY):
+                skip.update(id(n) for part in [node.test, *node.body] for n in ast.walk(part))
     names = []
     for node in ast.walk(func):
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Call) and id(node) not in skip:
             name = ast.unparse(node.func)
             if "(" not in name and name not in names:
                 names.append(name)
@@ -224,7 +236,7 @@ def _path_methods(cls: type, device: str = "gpu") -> list[str]:
         if name in seen or name not in methods:
             continue
         seen.append(name)
-        todo += [c[len("self."):] for c in _calls(methods[name][1]) if c.startswith("self.")]
+        todo += [c[len("self."):] for c in _calls(methods[name][1], gpu=device == "gpu") if c.startswith("self.")]
     return seen
 
 
@@ -243,7 +255,7 @@ def _device_impls(cls: type, path: list[str]) -> dict[type, set[str]]:
     methods = _methods(cls)
     found: dict[type, set[str]] = {}
     for name in path:
-        for call in _calls(methods[name][1]):
+        for call in _calls(methods[name][1], gpu=True):
             parts = call.split(".")
             if len(parts) == 3 and parts[0] == "self" and parts[1] not in methods:
                 # self._impl.backward: an impl object the forward chose, of a device class here
@@ -275,7 +287,7 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
     kids, implement, decisions = [], [], []
     for name in _path_methods(cls):
         klass, func = methods[name]
-        calls = [c for c in _calls(func) if not c.startswith("self.")]
+        calls = [c for c in _calls(func, gpu=True) if not c.startswith("self.")]
         decisions += [ast.unparse(n) for n in ast.walk(func) if isinstance(n, ast.Call)
                       and ast.unparse(n.func).endswith("should_use_cudnn")]
         where = f"{inspect.getsourcefile(klass).split('site-packages/')[-1]}:{func.lineno + inspect.getsourcelines(klass)[1] - 1}"
@@ -286,7 +298,7 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
         for name, (klass, func) in _methods(impl).items():
             if name.startswith("__") or (called and name not in called):
                 continue
-            calls = [c for c in _calls(func) if not c.startswith("self.")]
+            calls = [c for c in _calls(func, gpu=True) if not c.startswith("self.")]
             kids.append({"name": f"{impl.__name__}.{name}", "module": impl.__module__, "lib": "chainer",
                          "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
             implement.append(f"{impl.__name__}.{name}")

@@ -12,6 +12,8 @@ from tracer.trace import Trace
 
 #: Pair kinds, in the order a report shows them.
 KINDS = ("device", "variant", "machine")
+#: What each kind sets against the default CPU path (side A), as a report names it.
+KIND_NAMES = {"device": "CPU vs another device", "variant": "CPU vs a CPU variant", "machine": "x86 vs another CPU"}
 
 
 def machine_of(trace: Trace) -> str:

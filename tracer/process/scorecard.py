@@ -138,9 +138,18 @@ def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
 
 
 def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
+    """From the framework's own dispatch tables where it has them (torch, TensorFlow);
+    else from the audit's per-pass lists, whose evidence class the cell names (JAX's
+    lowering, Chainer's forward_gpu source, MXNet's CPU operators)."""
+    with_table = [r.primitive for r in rep.audit if r.needs is not None]
+    if with_table:
+        return _table_needs(rep, with_table)
+    return _pass_needs(rep)
+
+
+def _table_needs(rep: FrameworkReport, with_table: list[str]) -> tuple[Figure, Figure]:
     must: dict[str, None] = {}
     free: dict[str, str] = {}
-    with_table = [r.primitive for r in rep.audit if r.needs is not None]
     for row in rep.audit:
         if row.needs is None:
             continue
@@ -154,11 +163,43 @@ def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
                        link, list(must)[:10])
     gets = Figure(str(len(free)), "ops that decompose or have a kernel for any device",
                   link, [f"{op}: {why}" for op, why in list(free.items())[:10]])
-    if not with_table:
-        implement.thin = gets.thin = "no dispatch table recorded for this framework: not counted"
-        implement.value = gets.value = "—"
-    elif len(with_table) < len(rep.primitives):
+    if len(with_table) < len(rep.primitives):
         implement.thin = f"dispatch tables for {len(with_table)} of {len(rep.primitives)} primitives"
+    return implement, gets
+
+
+#: What a per-pass list of each evidence class rests on, said in the cell.
+_PASS_EVIDENCE = {
+    "recorded": "every operator the CPU path ran: no GPU evidence derived, so not checked against a device build",
+}
+
+
+def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
+    must: dict[str, None] = {}
+    free: dict[str, str] = {}
+    classes: dict[str, None] = {}
+    keys: dict[str, None] = {}
+    prims = [r.primitive for r in rep.audit if r.pass_needs]
+    for row in rep.audit:
+        for pn in row.pass_needs:
+            must.update(dict.fromkeys(pn.must_implement))
+            for op, why in pn.free:
+                free.setdefault(op, why)
+            classes[pn.evidence] = None
+            if pn.key:
+                keys[pn.key] = None
+    link = _page(rep, "audit-table")
+    where = f"{len(prims)} primitive(s), from {', '.join(classes) or 'no'} evidence"
+    implement = Figure(str(len(must)), f"{where} ({'; '.join(keys) or 'its key'})", link, list(must)[:10])
+    gets = Figure(str(len(free)), "ops that decompose or have a kernel for any device",
+                  link, [f"{op}: {why}" for op, why in list(free.items())[:10]])
+    if not prims:
+        implement.thin = gets.thin = "no dispatch table and no must-implement list for this framework: not counted"
+        implement.value = gets.value = "—"
+    elif "recorded" in classes:
+        implement.thin = _PASS_EVIDENCE["recorded"]
+    elif len(prims) < len(rep.primitives):
+        implement.thin = f"lists for {len(prims)} of {len(rep.primitives)} primitives"
     return implement, gets
 
 

@@ -24,6 +24,7 @@ from tracer import __version__
 from tracer.files import write_text
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
+from tracer.process.pairs import KIND_NAMES
 from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, ScoreRow
@@ -66,7 +67,15 @@ def _env() -> jinja2.Environment:
     env.globals["LAYER_NAMES"] = LAYER_NAMES
     env.globals["SYSTEM_LIBS"] = SYSTEM_LIBS
     env.globals["EVIDENCE"] = EVIDENCE_MEANING
+    env.globals["KIND_NAMES"] = KIND_NAMES
+    env.filters["side_code"] = side_code
     return env
+
+
+def side_code(code: Any) -> str:
+    """One side's one-sided code (portability.SideCode) as a phrase, zeros left out."""
+    parts = [(code.python_functions, "Python functions"), (code.native_symbols, "native symbols"), (code.ops, "ops")]
+    return ", ".join(f"{n} {what}" for n, what in parts if n) or "nothing"
 
 
 def slug(text: str) -> str:
