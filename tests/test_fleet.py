@@ -1,14 +1,125 @@
-"""A survey run through a real Dask scheduler and worker on loopback (tracer.fleet)."""
+"""A survey run through a real Dask scheduler and workers on loopback (tracer.fleet),
+and the choices the fleet makes on declared worker resources (pure functions: no
+aarch64 machine is at hand, so a native ARM worker is a resource dict here)."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from tracer import fleet, envs
 from tracer import survey as sv
-from tracer.trace import load
+from tracer.trace import Frame, Node, Run, Trace, load
 
 distributed = pytest.importorskip("distributed")
+
+BIN = Path(sys.executable).parent
+X86 = {"arch-x86_64": 2, "fw-torch": 2, "fw-tensorflow": 2}
+EMU = {"arch-x86_64": 2, "fw-torch": 2, "emu-torch-a64fx": 2, "emu-torch-neoverse-n1": 2,
+       "fw-tensorflow": 2, "emu-tensorflow-a64fx": 2, "emu-tensorflow-neoverse-n1": 2}
+ARM = {"arch-aarch64": 2, "fw-torch": 2}
+
+
+# ----------------------------------------------------------------------------- routing (pure)
+
+
+def _arm_jobs(frameworks, name: str) -> list[sv.Job]:
+    return [j for j in sv.plan([frameworks[name]], ["relu"], ["cpu"], arm=True) if j.cpu]
+
+
+def test_arm_jobs_stay_emulated_without_an_aarch64_worker(frameworks):
+    jobs = _arm_jobs(frameworks, "torch")
+    assert {j.cpu for j in jobs} == {"a64fx", "neoverse-n1"}
+    routed = fleet.route(jobs, [X86, EMU], here="x86_64")
+    assert routed == jobs
+    assert [fleet.needs(j) for j in routed] == [{f"emu-torch-{j.cpu}": 1} for j in jobs]
+
+
+def test_arm_jobs_prefer_a_native_aarch64_worker(frameworks):
+    jobs = _arm_jobs(frameworks, "torch")
+    (native,) = fleet.route(jobs, [EMU, ARM], here="x86_64")  # the two emulated models: one real CPU
+    assert native.cpu == "" and native.arch == "aarch64" and native.cases == jobs[0].cases
+    assert native.folder == "torch/aarch64-native-default"
+    assert fleet.needs(native, "x86_64") == {"fw-torch": 1, "arch-aarch64": 1}
+    # the plain CPU jobs stay on the submitting machine's architecture
+    cpu = [j for j in sv.plan([frameworks["torch"]], ["relu"], ["cpu"], arm=True) if not j.cpu]
+    assert fleet.route(cpu, [EMU, ARM], here="x86_64") == cpu
+
+
+def test_native_routing_needs_the_framework_on_the_arm_worker(frameworks):
+    jobs = _arm_jobs(frameworks, "tensorflow")  # default and onednn-on, on two models
+    assert fleet.route(jobs, [EMU, ARM], here="x86_64") == jobs  # the ARM worker has no TensorFlow
+    both = fleet.route(jobs, [EMU, {**ARM, "fw-tensorflow": 1}], here="x86_64")
+    assert [(j.arch, j.variant) for j in both] == [("aarch64", "default"), ("aarch64", "onednn-on")]
+
+
+def test_on_an_aarch64_machine_emulated_models_stay_emulated(frameworks):
+    jobs = _arm_jobs(frameworks, "torch")
+    assert fleet.route(jobs, [ARM, {**ARM, "emu-torch-a64fx": 1, "emu-torch-neoverse-n1": 1}],
+                       here="aarch64") == jobs
+
+
+def test_a_native_arm_gap_says_so_and_old_gaps_read(tmp_path):
+    g = sv.Gap("torch", "cpu", "default", "relu", "functional", "no", "scheduler", "", "aarch64")
+    path = tmp_path / "relu-functional.gap.json"
+    path.write_text(sv.gap_json(g))
+    assert sv.load_gap(path) == g
+    old = sv.Gap("torch", "cpu", "default", "relu", "functional", "no")
+    assert "arch" not in json.loads(sv.gap_json(old))  # readable by a dltrace without the field
+    path.write_text(sv.gap_json(old))
+    assert sv.load_gap(path) == old
+
+
+def _arm_trace(arch: str, emulated: bool) -> Trace:
+    root = Node(Frame("root", "", "relu.forward"), 1)
+    call = Node(Frame("library", "oneDNN", "eltwise jit:sve_512"), 1)
+    lib = Node(Frame("root", "", "relu.forward"), 1, children=[call])
+    meta = {"framework": "torch", "primitive": "relu", "api": "functional", "device": "cpu", "variant": "default",
+            "shape": [2, 3, 8, 8], "machine": {"arch": arch, "cpu": "Neoverse-V1"},
+            "recorded_by": {"worker": "arm1", "address": "tcp://192.0.2.1:1"}}
+    if emulated:
+        meta["emulated"] = {"cpu": "a64fx"}
+    return Trace(meta, [Run("forward", "warm", {"python": root, "library": lib})])
+
+
+def test_arm_audit_has_a_native_aarch64_column():
+    from tracer.process.arm_audit import arm_audit, on_arm
+
+    native = _arm_trace("aarch64", emulated=False)
+    assert on_arm(native) == "native" and on_arm(_arm_trace("aarch64", True)) == "emulated"
+    audit = arm_audit([native], [sv.Gap("torch", "cpu", "default", "conv2d", "functional", "lost", "scheduler",
+                                        "", "aarch64")])
+    assert audit is not None and audit.machines == ["aarch64 (native)"]
+    assert audit.rows["relu"]["aarch64 (native)"].calls["forward"] == ["eltwise jit:sve_512"]
+    assert audit.rows["conv2d"]["aarch64 (native)"].failed == "lost"
+
+
+def test_recorded_by_is_checked_field_by_field(tmp_path):
+    from tracer.trace import TraceFormatError, save
+
+    t = _arm_trace("aarch64", False)
+    save(t, tmp_path / "t.json")
+    assert load(tmp_path / "t.json").meta["recorded_by"]["worker"] == "arm1"
+    t.meta["recorded_by"] = {"worker": 3}
+    save(t, tmp_path / "bad.json")
+    with pytest.raises(TraceFormatError, match="recorded_by.worker"):
+        load(tmp_path / "bad.json")
+
+
+def test_worker_options_narrow_the_declared_resources(frameworks, monkeypatch):
+    monkeypatch.setattr(fleet, "_emulated_ready", lambda fw: fw.aarch64 is not None)
+    monkeypatch.setattr(fleet, "gpu_count", lambda: 1)
+    monkeypatch.setattr(envs, "status", lambda fw: type("S", (), {"ready": True})())
+    every = fleet.resources_here([frameworks["torch"], frameworks["chainer"]])
+    assert {"gpu", "fw-torch", "fw-chainer", "emu-torch-a64fx", "emu-chainer-neoverse-n1"} <= set(every)
+    plain = fleet.resources_here([frameworks["torch"]], emulation=False, gpu=False)
+    assert set(plain) == {f"arch-{fleet.platform.machine()}", "fw-torch"}
 
 
 @pytest.fixture(scope="module")
@@ -58,44 +169,31 @@ def test_unreachable_scheduler_is_one_line_error(tmp_path):
         fleet.run([], tmp_path, "tcp://127.0.0.1:9", timeout=5)
 
 
-def test_cli_survey_on_a_real_scheduler_and_dltrace_worker(frameworks, tmp_path):
-    """`dask scheduler` + `dltrace worker` as processes on 127.0.0.1; `dltrace survey --scheduler`."""
-    import json
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
+class Processes:
+    """`dask scheduler` and `dltrace worker` processes on 127.0.0.1, stopped at the end."""
 
-    from tests.conftest import dltrace
-
-    bindir = Path(sys.executable).parent
-    info = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(info)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
+    def __init__(self, folder: Path) -> None:
+        self.procs: list[subprocess.Popen] = []
+        info = folder / "scheduler.json"
+        self.start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                    "--scheduler-file", str(info)])
         deadline = time.monotonic() + 60
         while not info.is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
-        address = json.loads(info.read_text())["address"]
-        procs.append(subprocess.Popen([str(bindir / "dltrace"), "worker", address],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        with distributed.Client(address, timeout=30) as client:
-            client.wait_for_workers(1, timeout=60)
-            (declared,) = [w["resources"] for w in client.scheduler_info()["workers"].values()]
-        assert "fw-chainer" in declared
-        out = tmp_path / "survey"
-        proc = dltrace("survey", "chainer", "--primitives", "relu", "--devices", "cpu", "--no-variants",
-                       "--no-native", "--no-arm", "--no-imports", "--scheduler", address, "-o", str(out), timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        traces, gaps, problems = sv.collect([out / "traces"])
-        assert traces and not gaps and not problems
-        assert {t.meta["framework"] for t in traces} == {"chainer"}
-        assert (out / "index.html").is_file()
-    finally:
-        for p in reversed(procs):
+        self.address = json.loads(info.read_text())["address"]
+
+    def start(self, argv: list[str]) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, *options: str) -> subprocess.Popen:
+        return self.start([str(BIN / "dltrace"), "worker", self.address, *options])
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
             p.terminate()
-        for p in reversed(procs):
+        for p in reversed(self.procs):
             try:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -103,29 +201,106 @@ def test_cli_survey_on_a_real_scheduler_and_dltrace_worker(frameworks, tmp_path)
                 p.wait()
 
 
+#: Two workers on this machine that differ: one offers torch and no emulation, one
+#: torch and its emulated aarch64 CPUs; the survey has both kinds of job.
+SURVEY = ("survey", "torch", "--primitives", "relu,conv2d", "--devices", "cpu", "--no-variants", "--no-native",
+          "--no-imports", "--no-derive")
+
+
+@pytest.fixture(scope="module")
+def two_workers(frameworks, tmp_path_factory):
+    """A fleet survey on two `dltrace worker` processes, and the same survey run here.
+    Yields (fleet folder, local folder, each worker's declared resources by name, the
+    fleet survey's stderr, the scheduler's address)."""
+    from tests.conftest import dltrace
+
+    fw = frameworks["torch"]
+    if not envs.status(fw).ready or not fleet._emulated_ready(fw):
+        pytest.fail("torch and its emulated aarch64 environment must be set up (dltrace env setup torch)")
+    tmp = tmp_path_factory.mktemp("fleet2")
+    procs = Processes(tmp)
+    try:
+        procs.worker("--name", "plain", "--frameworks", "torch", "--no-emulation", "--nthreads", "1")
+        procs.worker("--name", "emu", "--frameworks", "torch", "--nthreads", "2")
+        with distributed.Client(procs.address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=120)
+            declared = {w["name"]: w["resources"] for w in client.scheduler_info()["workers"].values()}
+        # side by side: the emulated probes are most of the time, and neither survey alone fills both cores
+        with ThreadPoolExecutor(2) as pool:
+            remote = pool.submit(dltrace, *SURVEY, "--scheduler", procs.address, "-o", str(tmp / "fleet"), timeout=900)
+            local = pool.submit(dltrace, *SURVEY, "-o", str(tmp / "local"), timeout=900)
+            remote, local = remote.result(), local.result()
+        assert remote.returncode == 0, remote.stderr[-2000:]
+        assert local.returncode == 0, local.stderr[-2000:]
+        yield tmp / "fleet", tmp / "local", declared, remote.stderr, procs.address
+    finally:
+        procs.stop()
+
+
+def _case(t) -> tuple:
+    emulated = t.meta.get("emulated")
+    return (t.meta["framework"], t.meta["device"], t.meta.get("variant"), t.meta["primitive"], t.meta["api"],
+            tuple(t.meta.get("shape", ())), emulated.get("cpu") if isinstance(emulated, dict) else "")
+
+
+def test_two_workers_each_job_ran_where_it_could(two_workers):
+    out, _, declared, _, _ = two_workers
+    assert "emu-torch-a64fx" not in declared["plain"] and "emu-torch-a64fx" in declared["emu"]
+    assert "fw-torch" in declared["plain"] and "fw-chainer" not in declared["emu"]
+    traces, gaps, problems = sv.collect([out / "traces"])
+    assert traces and not gaps and not problems
+    emulated = [t for t in traces if t.meta.get("emulated")]
+    assert {t.meta["emulated"]["cpu"] for t in emulated} == {"a64fx", "neoverse-n1"}
+    for t in traces:
+        who = t.meta["recorded_by"]["worker"]
+        cpu = _case(t)[-1]
+        need = {f"emu-torch-{cpu}"} if cpu else {"fw-torch", f"arch-{fleet.platform.machine()}"}
+        assert need <= set(declared[who]), (who, need)
+    assert {t.meta["recorded_by"]["worker"] for t in emulated} == {"emu"}
+
+
+def test_two_workers_traces_equal_a_local_surveys(two_workers):
+    from tracer.process.arm_audit import arm_audit
+
+    out, here, _, _, _ = two_workers
+    got, got_gaps, _ = sv.collect([out / "traces"])
+    want, want_gaps, _ = sv.collect([here / "traces"])
+    assert got_gaps == want_gaps == []
+    by_case = {_case(t): t for t in want}
+    assert sorted(by_case) == sorted(_case(t) for t in got)
+    for t in got:
+        w = by_case[_case(t)]
+        assert _op_frames(t) and _op_frames(t) == _op_frames(w), _case(t)
+        assert t.meta["machine"] == w.meta["machine"] and "recorded_by" not in w.meta
+    a, b = arm_audit(got, []), arm_audit(want, [])
+    assert a.machines == b.machines and {p: {m: c.calls for m, c in r.items()} for p, r in a.rows.items()} \
+        == {p: {m: c.calls for m, c in r.items()} for p, r in b.rows.items()}
+    # the report says which workers recorded it; the local one names none
+    workers = sorted({t.meta["recorded_by"]["worker"] for t in got})
+    assert f"by fleet workers: {'; '.join(workers)}</p>" in (out / "index.html").read_text()
+    assert "by fleet workers" not in (here / "index.html").read_text()
+
+
+def test_two_workers_rerun_reuses_every_trace(two_workers):
+    from tests.conftest import dltrace
+
+    out, _, _, _, address = two_workers
+    before = {p: p.stat().st_mtime_ns for p in (out / "traces").rglob("*.json")}
+    proc = dltrace(*SURVEY, "--scheduler", address, "-o", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in (out / "traces").rglob("*.json")} == before
+    assert proc.stderr.count("reused") == 3, proc.stderr  # the CPU job and the two emulated ones
+
+
 def test_worker_killed_mid_job_becomes_a_gap(frameworks, tmp_path):
     """The only worker dies while probing: the job is a scheduler gap, the survey returns."""
-    import json
-    import subprocess
-    import sys
     import threading
-    import time
-    from pathlib import Path
 
-    bindir = Path(sys.executable).parent
-    info = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(info)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = Processes(tmp_path)
     try:
+        worker = procs.worker()
         deadline = time.monotonic() + 60
-        while not info.is_file() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(info.read_text())["address"]
-        worker = subprocess.Popen([str(bindir / "dltrace"), "worker", address],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(worker)
-        with distributed.Client(address, timeout=30) as client:
+        with distributed.Client(procs.address, timeout=30) as client:
             client.wait_for_workers(1, timeout=60)
             fw = frameworks["chainer"]
             jobs = sv.plan([fw], ["relu", "conv2d"], ["cpu"], variants=False)
@@ -133,7 +308,7 @@ def test_worker_killed_mid_job_becomes_a_gap(frameworks, tmp_path):
 
             def survey() -> None:
                 try:
-                    result.append(fleet.run(jobs, tmp_path / "s", address))
+                    result.append(fleet.run(jobs, tmp_path / "s", procs.address))
                 except BaseException as exc:  # shown by the assertion below
                     result.append(exc)
 
@@ -149,6 +324,4 @@ def test_worker_killed_mid_job_becomes_a_gap(frameworks, tmp_path):
         assert gaps and all(g.kind == "scheduler" for g in gaps)
         assert any("worker" in g.error for g in gaps)
     finally:
-        for p in reversed(procs):
-            p.kill()
-            p.wait()
+        procs.stop()

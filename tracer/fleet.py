@@ -4,18 +4,20 @@ Why Dask: the paths that matter live on different machines (a GPU box, an ARM
 server, the x86 workstation); Dask's worker resources route each job to a worker
 that declared what the job needs, so we write no scheduler of our own. A worker
 runs ``survey.run_job`` into its own temporary folder and returns the files'
-bytes; the submitting machine writes them atomically into the survey folder, so
-resume and reuse work as for a local survey.
+bytes and its own name; the submitting machine writes them atomically into the
+survey folder, each trace naming the worker that recorded it (meta
+``recorded_by``), so resume and reuse work as for a local survey. An ARM-audit job
+runs on a native aarch64 worker where the scheduler has one (:func:`route`), on an
+emulated CPU only where it has none.
 """
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
-import socket
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -24,7 +26,8 @@ from tracer.errors import DltraceError
 from tracer.files import ensure_file_parent, write_bytes
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT
-from tracer.survey import GAP_SUFFIX, Gap, Job, SurveyEvent, case_path, load_gap
+from tracer.survey import GAP_SUFFIX, Gap, Job, SurveyEvent, case_path, gap_json, load_gap
+from tracer.trace import TraceFormatError, load, save
 
 #: Concurrent jobs a worker accepts per resource it declares.
 SLOTS = 2
@@ -41,34 +44,43 @@ def gpu_count() -> int:
     return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
 
 
-def _emulation_ready() -> bool:
+def _emulated_ready(fw: Framework) -> bool:
+    """Whether ``fw``'s emulated aarch64 environment is built here (QEMU found, the
+    Debian guest root and the framework's aarch64 wheels ready)."""
+    if fw.aarch64 is None or fw.aarch64.unavailable:
+        return False
     try:
-        from tracer.emulation import debian, guest
+        from tracer import emulation
+        from tracer.emulation import guest
         guest.qemu()
-        return debian.base_ready()
+        return emulation.status(fw.name) is not None
     except Exception:  # no qemu, no guest root: emulated jobs are not declared
         return False
 
 
-def resources_here(frameworks: Iterable[Framework]) -> dict[str, float]:
-    """What this machine can run, as Dask worker resources (names are flat strings)."""
+def resources_here(frameworks: Iterable[Framework], emulation: bool = True, gpu: bool = True) -> dict[str, float]:
+    """What this machine can run, as Dask worker resources (names are flat strings).
+    ``emulation``/``gpu`` False leave those out: two workers on one machine can then
+    offer different things (one for the emulated ARM jobs, one for the rest)."""
     res: dict[str, float] = {f"arch-{platform.machine()}": SLOTS}
-    gpus = gpu_count()
+    gpus = gpu_count() if gpu else 0
     if gpus:
         res["gpu"] = gpus
-    emulation = _emulation_ready()
     for fw in frameworks:
-        if not envs.status(fw).ready:
-            continue  # declared missing, never attempted
-        res[f"fw-{fw.name}"] = SLOTS
-        if emulation and fw.aarch64 is not None:
+        if envs.status(fw).ready:  # a missing environment is not declared, so never attempted
+            res[f"fw-{fw.name}"] = SLOTS
+        if emulation and _emulated_ready(fw):
             for cpu in fw.aarch64.cpus:
                 res[f"emu-{fw.name}-{cpu}"] = SLOTS
     return res
 
 
-def needs(job: Job) -> dict[str, float]:
-    """The worker resources ``job`` requires."""
+#: The architecture an ARM-audit job runs on natively, where a worker has it.
+ARM = "aarch64"
+
+
+def needs(job: Job, here: str | None = None) -> dict[str, float]:
+    """The worker resources ``job`` requires (``here``: the submitting machine's architecture)."""
     if job.cpu:
         return {f"emu-{job.framework.name}-{job.cpu}": 1}
     req = {f"fw-{job.framework.name}": 1}
@@ -77,7 +89,7 @@ def needs(job: Job) -> dict[str, float]:
     else:
         # the CPU and stand-in paths land in the same folders as a local survey's: traced
         # on the submitting machine's architecture, never mixed with another's
-        req[f"arch-{platform.machine()}"] = 1
+        req[f"arch-{job.arch or here or platform.machine()}"] = 1
     return req
 
 
@@ -85,24 +97,60 @@ def _runnable(req: dict[str, float], workers: list[dict[str, float]]) -> bool:
     return any(all(w.get(k, 0) >= v for k, v in req.items()) for w in workers)
 
 
-def run_remote(job: Job, fresh: bool, timeout: float) -> tuple[str, dict[str, bytes]]:
-    """On a worker: run the job into a temporary folder; return the host and its files' bytes."""
+def route(jobs: Iterable[Job], workers: list[dict[str, float]], here: str | None = None) -> list[Job]:
+    """The jobs as the fleet runs them: an ARM-audit job (an emulated CPU model) goes to
+    a native aarch64 worker with the framework's environment where one exists, the
+    emulated models' jobs of one framework and variant becoming one native job (real
+    hardware is one CPU, whichever models were asked for); emulation only where no
+    such worker exists. A pure function of the workers' declared resources
+    (``here``: the submitting machine's architecture; on an aarch64 machine the CPU
+    jobs are native already and the emulated models stay emulated)."""
+    here = here or platform.machine()
+    out: list[Job] = []
+    seen: set[str] = set()
+    for job in jobs:
+        if job.cpu and here != ARM:
+            native = replace(job, cpu="", arch=ARM)
+            if _runnable(needs(native, here), workers):
+                if native.folder in seen:
+                    continue
+                seen.add(native.folder)
+                job = native
+        out.append(job)
+    return out
+
+
+def _worker() -> dict[str, str]:
+    """The Dask worker running this task, as the trace names it: its name (``dltrace
+    worker --name``, else Dask's default, its address) and address."""
+    from distributed import get_worker
+
+    w = get_worker()
+    return {"worker": str(w.name), "address": str(w.address), "arch": platform.machine()}
+
+
+def run_remote(job: Job, fresh: bool, timeout: float) -> tuple[dict[str, str], dict[str, bytes]]:
+    """On a worker: run the job into a temporary folder; return who ran it and its files' bytes."""
     from tracer.survey import run_job
 
+    who = _worker()
+    if job.arch and job.arch != who["arch"]:
+        raise DltraceError(f"worker {who['worker']} is {who['arch']}, the job needs {job.arch}")
     with tempfile.TemporaryDirectory(prefix="dltrace-fleet-") as tmp:
         root = Path(tmp)
         run_job(job, root, fresh=True, timeout=timeout)
         files = {str(p.relative_to(root)): p.read_bytes() for p in (root / "traces").rglob("*") if p.is_file()}
-    return socket.gethostname(), files
+    return who, files
 
 
 def _gap_all(job: Job, root: Path, why: str) -> SurveyEvent:
     event = SurveyEvent(job, len(job.cases))
     for spec in job.cases:
-        g = Gap(job.framework.name, job.device, job.variant, spec.primitive, spec.api, why, "scheduler", job.cpu)
+        g = Gap(job.framework.name, job.device, job.variant, spec.primitive, spec.api, why, "scheduler", job.cpu,
+                job.arch)
         path = case_path(root, job, spec)
         ensure_file_parent(path)
-        write_bytes(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), json.dumps(g.__dict__).encode())
+        write_bytes(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(g).encode())
         event.gaps.append(g)
     return event
 
@@ -116,10 +164,21 @@ def _resources(client) -> list[dict[str, float]]:
     return [dict(w.get("resources") or {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
 
 
+def _stamp(path: Path, who: dict[str, str]) -> None:
+    """Name in a trace the worker that recorded it (meta ``recorded_by``); a file that
+    is not a readable trace is left as it came, for the report to list as a problem."""
+    try:
+        trace = load(path)
+    except TraceFormatError:
+        return
+    trace.meta["recorded_by"] = {k: str(v) for k, v in who.items()}
+    save(trace, path)
+
+
 def _receive(fut, job: Job, root: Path) -> SurveyEvent:
     """Write what a finished job sent back; a job that raised (its worker died) is a gap."""
     try:
-        host, files = fut.result()
+        who, files = fut.result()
     except Exception as exc:
         return _gap_all(job, root, f"worker failed: {type(exc).__name__}: {exc}")
     event = SurveyEvent(job, len(job.cases))
@@ -130,6 +189,8 @@ def _receive(fut, job: Job, root: Path) -> SurveyEvent:
         write_bytes(root / rel, data)
         if rel.endswith(GAP_SUFFIX):
             event.gaps.append(load_gap(root / rel))
+        else:
+            _stamp(root / rel, who)
     return event
 
 
@@ -146,7 +207,7 @@ def run(jobs: list[Job], root: Path, address: str, fresh: bool = False, timeout:
     try:
         workers = _resources(client)
         futures = {}
-        for job in jobs:
+        for job in route(jobs, workers):
             if not _todo(job, root, fresh):
                 event = SurveyEvent(job, len(job.cases), reused=len(job.cases))
                 on_event(event)
@@ -184,16 +245,18 @@ def run(jobs: list[Job], root: Path, address: str, fresh: bool = False, timeout:
     return gaps
 
 
-def start_worker(address: str, frameworks: Iterable[Framework], nthreads: int = 2) -> None:
-    """Run a Dask worker in this process until interrupted, declaring this machine's resources."""
+def start_worker(address: str, frameworks: Iterable[Framework], nthreads: int = 2, name: str | None = None,
+                 emulation: bool = True, gpu: bool = True) -> None:
+    """Run a Dask worker in this process until interrupted, declaring this machine's
+    resources (of ``frameworks``; ``emulation``/``gpu`` False leave those out)."""
     import asyncio
 
     from distributed import Worker
 
-    res = resources_here(frameworks)
+    res = resources_here(frameworks, emulation=emulation, gpu=gpu)
 
     async def main() -> None:
-        async with Worker(address, nthreads=nthreads, resources=res) as w:
+        async with Worker(address, nthreads=nthreads, resources=res, name=name) as w:
             await w.finished()
 
     asyncio.run(main())

@@ -36,17 +36,20 @@ GAP_SUFFIX = ".gap.json"
 @dataclass(frozen=True)
 class Job:
     """One probe subprocess: a framework on one device with one variant, on this
-    machine or (``cpu``) on an emulated aarch64 CPU model."""
+    machine, (``cpu``) on an emulated aarch64 CPU model, or (``arch``) natively on a
+    fleet worker of that architecture (tracer.fleet: an ARM-audit job an aarch64
+    worker runs instead of emulating it)."""
 
     framework: Framework
     device: str
     variant: str
     cases: tuple[CaseSpec, ...]
     cpu: str = ""  # an emulated CPU model (tracer.emulation), "" for this machine
+    arch: str = ""  # run natively on this architecture (a fleet worker's), "" for this machine's
 
     @property
     def folder(self) -> str:
-        where = f"aarch64-{self.cpu}" if self.cpu else self.device
+        where = f"aarch64-{self.cpu}" if self.cpu else f"{self.arch}-native" if self.arch else self.device
         return f"{self.framework.name}/{where}-{self.variant}"
 
 
@@ -62,6 +65,7 @@ class Gap:
     error: str
     kind: str = "failed"
     cpu: str = ""  # an emulated CPU model, "" for this machine
+    arch: str = ""  # the architecture of the fleet worker it was to run on natively, "" for this machine's
 
 
 #: A gap record is a few hundred bytes (a probe's stderr tail at most a few KB).
@@ -147,9 +151,15 @@ def case_path(root: Path, job: Job, spec: CaseSpec) -> Path:
     return root / "traces" / job.folder / f"{spec.slug()}.json"
 
 
+def gap_json(gap: Gap) -> str:
+    """A gap record; ``arch`` only where it is set, so that a survey folder without
+    fleet-native jobs stays readable by a dltrace that predates the field."""
+    return json.dumps({k: v for k, v in gap.__dict__.items() if k != "arch" or v})
+
+
 def _write_gap(path: Path, gap: Gap) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), json.dumps(gap.__dict__))
+    write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(gap))
 
 
 def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT) -> SurveyEvent:
@@ -182,7 +192,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
     fw = job.framework
 
     def gap(spec: CaseSpec, error: str, kind: str = "failed") -> None:
-        g = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, error, kind, job.cpu)
+        g = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, error, kind, job.cpu, job.arch)
         _write_gap(case_path(root, job, spec), g)
         event.gaps.append(g)
 

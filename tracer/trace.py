@@ -185,7 +185,7 @@ OPTIONAL_META: dict[str, tuple[type, ...]] = {
     "source_roots": (list,), "command": (str,), "created": (str,), "tool": (str,), "native": (dict,),
     "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
     "provenance": (dict,), "emulated": (dict, bool), "library": (dict,), "dispatch": (dict,),
-    "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,),
+    "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,), "recorded_by": (dict,),
 }
 #: Run stats the processing stages read, and their types.
 NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")
@@ -218,6 +218,10 @@ def _check_meta(meta: Any) -> None:
     for key in ("arch", "cpu"):
         if not isinstance(machine.get(key, ""), str):
             raise _wrong(f"meta.machine.{key}", machine[key], "a string")
+    # the fleet worker that ran the probe (tracer.fleet), written by the submitting machine
+    for key, value in (meta.get("recorded_by") or {}).items():
+        if not isinstance(value, str):
+            raise _wrong(f"meta.recorded_by.{str(key)[:40]}", value, "a string")
 
 
 def _check_stats(stats: Any) -> dict[str, Any]:

@@ -199,9 +199,22 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 @main.command()
 @click.argument("address")
 @click.option("--nthreads", type=click.IntRange(min=1), default=2, show_default=True, help="Jobs at a time.")
-def worker(address, nthreads) -> None:
+@click.option("--name", default=None, help="The name traces record this worker by (meta recorded_by; "
+                                           "default: Dask's, the worker's address).")
+@click.option("--frameworks", "only", multiple=True,
+              help="Comma-separated frameworks to offer (default: every one whose environment is ready).")
+@click.option("--emulation/--no-emulation", default=True, show_default=True,
+              help="Offer the emulated aarch64 CPUs (the ARM-audit jobs) where their environments are built.")
+@click.option("--gpu/--no-gpu", default=True, show_default=True, help="Offer the GPUs nvidia-smi lists.")
+def worker(address, nthreads, name, only, emulation, gpu) -> None:
     """Serve the Dask scheduler at ADDRESS (tcp://HOST:PORT) as a survey worker, declaring
-    this machine's architecture, GPUs, ready framework environments and emulated CPUs."""
+    this machine's architecture, GPUs, ready framework environments and emulated CPUs;
+    the options narrow that, so that two workers on one machine can differ."""
     from tracer import fleet
 
-    fleet.start_worker(address, frameworks().values(), nthreads=nthreads)
+    fws = frameworks()
+    names = split_csv(only)
+    for n in names:
+        check(fws, n)
+    fleet.start_worker(address, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
+                       emulation=emulation, gpu=gpu)

@@ -1,11 +1,13 @@
-"""The ARM audit: per primitive, what runs on each emulated aarch64 CPU next to this
-machine, from the library layer (what oneDNN and MKL report they ran: the
-implementation and its ISA), and where a CPU falls back to reference code or fails.
+"""The ARM audit: per primitive, what runs on each aarch64 CPU (emulated, or native
+where a fleet worker or another machine recorded it) next to this machine, from the
+library layer (what oneDNN and MKL report they ran: the implementation and its
+ISA), and where a CPU falls back to reference code or fails.
 
 Porting to an ARM server is mostly a question of which of the vendor library's
 implementations a CPU gets (oneDNN: brgconv:sve_512 on A64FX, indirect_gemm:acl on
 Neoverse-N1, gemm:ref where nothing better exists): the aten ops are the same on
-both. Emulated traces say so (meta ``emulated``); nothing here is a timing. Pure.
+both. Emulated traces say so (meta ``emulated``), native ones by their machine's
+architecture; nothing here is a timing. Pure.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.contract import PASSES
+from tracer.contract import PASSES, PRIMITIVES
 from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
@@ -42,6 +44,22 @@ class ArmAudit:
     rows: dict[str, dict[str, ArmCell]]  # primitive -> machine -> cell
 
 
+#: The architecture names of ARM machines (Linux, macOS).
+ARM_ARCHES = ("aarch64", "arm64")
+
+
+def _arch(trace: Trace) -> str:
+    machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
+    return str(machine.get("arch", "?"))
+
+
+def on_arm(trace: Trace) -> str:
+    """"emulated" or "native" for a trace recorded on an aarch64 CPU, "" otherwise."""
+    if isinstance(trace.meta.get("emulated"), dict):
+        return "emulated"
+    return "native" if _arch(trace) in ARM_ARCHES else ""
+
+
 def _label(trace: Trace) -> str:
     """The column: the machine, and the variant where it is not the default (TensorFlow
     runs onednn-on there too: oneDNN is off by default on ARM)."""
@@ -50,8 +68,19 @@ def _label(trace: Trace) -> str:
     suffix = "" if variant == "default" else f", {variant}"
     if isinstance(emulated, dict):
         return f"{emulated.get('cpu', '?')} (emulated){suffix}"
-    machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
-    return f"{machine.get('arch', '?')} (this machine){suffix}"
+    if on_arm(trace):
+        return f"{_arch(trace)} (native){suffix}"
+    return f"{_arch(trace)} (this machine){suffix}"
+
+
+def _default_shape(trace: Trace) -> list[int] | None:
+    prim = PRIMITIVES.get(trace.meta["primitive"])
+    return list(prim.shape) if prim else None
+
+
+def _gap_label(gap: Any) -> str:
+    suffix = "" if gap.variant == "default" else f", {gap.variant}"
+    return f"{gap.cpu} (emulated){suffix}" if gap.cpu else f"{gap.arch} (native){suffix}"
 
 
 def _by_variant(traces: list[Trace]) -> list[Trace]:
@@ -88,25 +117,29 @@ def _cell(trace: Trace) -> ArmCell:
 
 def arm_audit(traces: list[Trace], gaps: list[Any]) -> ArmAudit | None:
     """The audit over a framework's CPU traces at the default shapes, functional API
-    (the default path, and each variant that also ran emulated), when any of them ran
-    on an emulated CPU or an emulated case is a gap; None otherwise."""
+    (the default path, and each variant that also ran on ARM), when any of them ran
+    on an aarch64 CPU, emulated or native, or such a case is a gap; None otherwise."""
     functional = [t for t in traces if t.meta["device"] == "cpu" and t.meta.get("api") == "functional"]
-    emulated = [t for t in functional if isinstance(t.meta.get("emulated"), dict)]
-    arm_gaps = [g for g in gaps if getattr(g, "cpu", "")]
-    if not emulated and not arm_gaps:
+    arm = [t for t in functional if on_arm(t)]
+    arm_gaps = [g for g in gaps if getattr(g, "cpu", "") or getattr(g, "arch", "")]
+    if not arm and not arm_gaps:
         return None
-    # the default path, and each variant that also ran emulated, on every machine
-    variants = {"default", *(t.meta.get("variant", "default") for t in emulated)}
+    # the default path, and each variant that also ran on ARM, on every machine
+    variants = {"default", *(t.meta.get("variant", "default") for t in arm)}
     chosen = [t for t in functional if t.meta.get("variant", "default") in variants]
-    emulated = [t for t in chosen if isinstance(t.meta.get("emulated"), dict)]
-    shapes = {t.meta["primitive"]: t.meta.get("shape") for t in emulated}
-    host = [t for t in chosen if not isinstance(t.meta.get("emulated"), dict)
-            and t.meta.get("shape") == shapes.get(t.meta["primitive"])]
-    gap_label = {id(g): f"{g.cpu} (emulated)" + ("" if g.variant == "default" else f", {g.variant}") for g in arm_gaps}
-    machines = list(dict.fromkeys([*map(_label, _by_variant(host)), *map(_label, _by_variant(emulated)),
+    arm = [t for t in chosen if on_arm(t)]
+    # one shape per primitive: the default one where an ARM trace has it (a native ARM
+    # machine's survey also has the kernel shapes)
+    shapes = {t.meta["primitive"]: t.meta.get("shape") for t in arm}
+    shapes.update({t.meta["primitive"]: t.meta.get("shape") for t in arm
+                   if t.meta.get("shape") == _default_shape(t)})
+    host = [t for t in chosen if not on_arm(t) and t.meta.get("shape") == shapes.get(t.meta["primitive"])]
+    arm = [t for t in arm if t.meta.get("shape") == shapes.get(t.meta["primitive"])]
+    gap_label = {id(g): _gap_label(g) for g in arm_gaps}
+    machines = list(dict.fromkeys([*map(_label, _by_variant(host)), *map(_label, _by_variant(arm)),
                                    *gap_label.values()]))
     rows: dict[str, dict[str, ArmCell]] = {}
-    for t in host + emulated:
+    for t in host + arm:
         rows.setdefault(t.meta["primitive"], {})[_label(t)] = _cell(t)
     for g in arm_gaps:
         rows.setdefault(g.primitive or "(all)", {}).setdefault(gap_label[id(g)], ArmCell()).failed = g.error

@@ -21,6 +21,12 @@ def machine_of(trace: Trace) -> str:
     return f"{m.get('arch', '?')} {m.get('cpu', '?')}"
 
 
+def recorded_by(trace: Trace) -> str:
+    """The fleet worker that recorded the trace (meta ``recorded_by``, tracer.fleet), "" for a local probe."""
+    who = trace.meta.get("recorded_by")
+    return str(who.get("worker") or who.get("address") or "") if isinstance(who, dict) else ""
+
+
 def side_label(trace: Trace, with_machine: bool = False) -> str:
     m = trace.meta
     label = m["device"] if m.get("variant", "default") == "default" else f"{m['device']} {m['variant']}"

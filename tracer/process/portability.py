@@ -20,7 +20,7 @@ from tracer.process.diff import DiffError, diff_traces
 from tracer.process.diff.result import DiffResult, walk_splits
 from tracer.process.dispatch import DispatchPoint, DispatchTable
 from tracer.process.gpu_cells import GpuCell, GpuCoverage, coverage, gpu_cells
-from tracer.process.pairs import Pair, case_key, is_default_cpu, machine_of, pairs, side_label
+from tracer.process.pairs import Pair, case_key, is_default_cpu, machine_of, pairs, recorded_by, side_label
 from tracer.process.ran_kernels import split_kernels
 from tracer.process.reach import Reach, reach
 from tracer.process.sampling import DEFAULT_THRESHOLD
@@ -168,7 +168,8 @@ class FrameworkReport:
     notes: list[str] = field(default_factory=list)
 
     devices: list[str] = field(default_factory=list)  # devices traced
-    arm: ArmAudit | None = None  # what runs on each emulated aarch64 CPU, where any was traced
+    arm: ArmAudit | None = None  # what runs on each aarch64 CPU (emulated or native), where any was traced
+    workers: list[str] = field(default_factory=list)  # the fleet workers that recorded traces (tracer.fleet)
     gpu_cells: list[GpuCell] = field(default_factory=list)  # per primitive and pass: CPU against GPU evidence
 
     @property
@@ -270,6 +271,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         devices=sorted({t.meta["device"] for t in traces}),
         arm=arm_audit(traces, [g for g in gaps if g.framework == name]),
         gpu_cells=gpu_cells(traces),
+        workers=sorted({recorded_by(t) for t in traces} - {""}),
     )
 
 

@@ -16,7 +16,7 @@ Here each of those is a count over the traces:
   the shared objects by a caller-supplied measure, tracer.elf_code; JIT code
   from oneDNN's perf map as the capture recorded it), and the Python lines in
   device-specific branches;
-* coverage per primitive and pass: CPU x86, GPU by evidence class, ARM (emulated).
+* coverage per primitive and pass: CPU x86, GPU by evidence class, ARM (emulated or native).
 
 Where a framework's evidence is thinner (no native layer, no GPU trace, no dispatch
 table, no ARM trace) its cell says so: a missing measurement is never a small one.
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 from tracer.contract import PASSES
+from tracer.process.arm_audit import on_arm
 from tracer.process.pairs import side_label
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
@@ -303,6 +304,7 @@ def _lines(rep: FrameworkReport) -> Figure:
 def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
     cpu: dict[str, set[str]] = defaultdict(set)
     arm: dict[str, set[str]] = defaultdict(set)
+    arm_kinds: set[str] = set()
     gpu: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for t in traces:
         passes = {r.pass_ for r in t.runs}
@@ -310,8 +312,9 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
         for p in passes:
             if t.meta["device"] == "gpu":
                 gpu[evidence_of(t)][p].add(prim)
-            elif t.meta.get("emulated"):
+            elif on_arm(t):
                 arm[p].add(prim)
+                arm_kinds.add(on_arm(t))
             elif (t.meta.get("machine") or {}).get("arch", "x86_64") in ("x86_64", "AMD64", ""):
                 cpu[p].add(prim)
     n = len(rep.primitives) or 1
@@ -321,7 +324,7 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
 
     details = [f"CPU x86: {count(cpu)}"]
     details += [f"GPU ({ev}): {count(by_pass)}" for ev, by_pass in sorted(gpu.items())]
-    details.append(f"ARM (emulated): {count(arm)}" if arm else "ARM (emulated): no trace")
+    details.append(f"ARM ({', '.join(sorted(arm_kinds))}): {count(arm)}" if arm else "ARM: no trace")
     thin = []
     if not gpu:
         thin.append("no GPU evidence")

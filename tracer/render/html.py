@@ -197,6 +197,7 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         "css": Markup(HtmlFormatter().get_style_defs(".hl")),
         "frameworks": reports,
         "machines": sorted({m for r in reports for m in r.machines}),
+        "workers": sorted({w for r in reports for w in r.workers}),
     }
     pages = page_names([r.name for r in reports])
     env.filters["page"] = pages.__getitem__
