@@ -214,13 +214,22 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
     isa_all: set[str] = set()
     first_layers: Counter = Counter()
     n_splits = 0
+    # a path is named with its machine where one label spans several (x86 and emulated
+    # aarch64 CPU paths): their libraries and ISA must not read as one path's
+    label_machines: dict[str, set[str]] = defaultdict(set)
+    for t in traces:
+        label_machines[side_label(t)].add(machine_of(t))
+
+    def path_of(t: Trace) -> str:
+        return side_label(t, with_machine=len(label_machines[side_label(t)]) > 1)
+
     for key in sorted(by_key, key=lambda k: (_order(k[1]), k[2], k[3])):
         group = by_key[key]
         sides = {}
         for t in sorted(group, key=lambda t: (t.meta["device"], t.meta.get("variant") != "default", side_label(t))):
             label = side_label(t, with_machine=len({machine_of(x) for x in group if side_label(x) == side_label(t)}) > 1)
             sides[label] = r = reach(t, threshold)
-            side_libs[side_label(t)].update(r.libraries)
+            side_libs[path_of(t)].update(r.libraries)
             isa_all.update(r.isa)
         reports = [pair_report(p, threshold) for p in all_pairs if case_key(p.a) == key]
         for pr in reports:
@@ -256,7 +265,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         versions=sorted({str(t.meta.get("framework_version", "?")) for t in traces}),
         primitives=list(dict.fromkeys(c.primitive for c in cases)),
         apis=sorted({c.api for c in cases}),
-        sides=sorted({side_label(t) for t in traces}),
+        sides=sorted({path_of(t) for t in traces}),
         machines=sorted({machine_of(t) for t in traces}),
         cases=cases,
         gaps=[g for g in gaps if g.framework == name],
