@@ -29,7 +29,8 @@ APIS = ("functional", "layer")
 #: Devices a probe runs on: the CPU, a GPU, and a stand-in backend (a new device played
 #: on this CPU by the framework's own extension point, e.g. torch's PrivateUse1: what
 #: reaches it is what a new backend must implement; never a GPU, never timed as one).
-DEVICES = ("cpu", "gpu", "standin")
+STANDIN = "standin"
+DEVICES = ("cpu", "gpu", STANDIN)
 #: The library tag of an op-layer frame that reached the stand-in backend: the kernels
 #: a new backend must provide (the diff names a split into them a device dispatch).
 STANDIN_LIB = "standin backend"

@@ -20,7 +20,8 @@ A_STYLE, B_STYLE = "bold cyan", "bold magenta"
 A_BG, B_BG = "on #10303a", "on #3a1030"
 CLASS_STYLE = {"device dispatch": "bold red", "library choice": "bold yellow", "ISA-specific code": "bold blue",
                "compilation": "bold green", "allocation/transfer": "bold white", "other": "dim",
-               "model context": "dim italic", "version difference": "dim italic"}
+               "model context": "dim italic", "version difference": "dim italic",
+               "stand-in implementation": "dim italic", "evidence shape": "dim italic"}
 PATH_HEAD, PATH_TAIL = 2, 3  # path frames kept at each end when the common path is long
 INDENT = 4
 

@@ -17,6 +17,17 @@ Two CPU paths of different framework versions (the aarch64 wheels' torch 2.9
 against x86's 2.13) also part where nothing names a device, a library or an
 ISA: the versions' own code differs. Those splits are ``version difference``.
 
+A stand-in backend (``--device standin``) is played in Python on this CPU: torch's
+dispatcher calls its fallback back from C, and what the fallback runs (storage
+twins, ``record_function``, ``OpOverload.redispatch``) hangs below the C hand-off on
+the stand-in side alone. That is the stand-in's ``stand-in implementation``, not a
+decision of the framework: the op layer shows what reached the backend.
+
+Derived GPU evidence (registered, lowered, compiled, source) is read, not run: its op
+layer lists what the GPU build would run op by op, with no call path around it. A
+split at the step itself against such a trace is its ``evidence shape``; where an
+op's kernel differs, the split is at that op and stays a decision.
+
 The rules are on what is measurable, never on a list of names (see
 :func:`context_of`).
 """
@@ -26,16 +37,19 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from tracer.contract import DERIVED_EVIDENCE, STANDIN
 from tracer.knowledge import knowledge
-from tracer.process.diff.result import Branch, DiffResult, walk_splits
+from tracer.process.diff.result import Branch, DiffResult, Split, walk_splits
 from tracer.process.tags import GPU_LIBS
 from tracer.process.vocabulary import GPU_CODE
 from tracer.trace import Trace
 
 MODEL_CONTEXT = "model context"
 VERSION_DIFFERENCE = "version difference"
+STANDIN_IMPLEMENTATION = "stand-in implementation"
+EVIDENCE_SHAPE = "evidence shape"
 #: Classes that are no decision of a framework, a library or an ISA.
-ARTEFACTS = frozenset({MODEL_CONTEXT, VERSION_DIFFERENCE})
+ARTEFACTS = frozenset({MODEL_CONTEXT, VERSION_DIFFERENCE, STANDIN_IMPLEMENTATION, EVIDENCE_SHAPE})
 #: What classify() says when no device, library, ISA or compilation word tells the sides apart.
 _UNEXPLAINED = frozenset({"other", "allocation/transfer"})
 _UNKNOWN_VERSIONS = frozenset({"", "unknown", "?"})
@@ -114,16 +128,39 @@ def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], class
     return None
 
 
+def _standin_side(split: Split, standin: tuple[bool, bool]) -> str | None:
+    """The reason, when a python-layer split is the stand-in backend's Python called back
+    from a C hand-off: only the stand-in side has frames there."""
+    if split.layer != "python" or split.kind != "c" or standin[0] == standin[1]:
+        return None
+    mine, other = (split.only_b, split.only_a) if standin[1] else (split.only_a, split.only_b)
+    if not mine or other:
+        return None
+    names = ", ".join(sorted({x.label for x in mine})[:4])
+    return (f"side {'B' if standin[1] else 'A'} is the stand-in backend played in Python: what runs below the C "
+            f"hand-off there ({names}) is its own implementation called back from the dispatcher, not a decision")
+
+
 def label_context(result: DiffResult, a: Trace, b: Trace) -> None:
-    """Give every split of ``result`` that is model context or a version difference its
-    class and reason, in place (nested splits too: each is judged on its own frames)."""
+    """Give every split of ``result`` that is no decision (model context, a version
+    difference, the stand-in's implementation, a derived trace's shape) its class and
+    reason, in place (nested splits too: each is judged on its own frames)."""
     imported = (is_imported(a), is_imported(b))
-    if imported[0] == imported[1] and _versions(result) is None:
+    standin = (a.meta.get("device") == STANDIN, b.meta.get("device") == STANDIN)
+    derived = a.meta.get("evidence") in DERIVED_EVIDENCE or b.meta.get("evidence") in DERIVED_EVIDENCE
+    if imported[0] == imported[1] and _versions(result) is None and standin[0] == standin[1] and not derived:
         return
     probe = b if imported[0] else a
     probe_ops = op_names(probe) if imported[0] != imported[1] else frozenset()
     for layer in result.layers:
         for s in walk_splits(layer.splits):
             found = context_of(s.only_a, s.only_b, s.classification, result, imported, probe_ops)
+            why = None if found else _standin_side(s, standin)
             if found:
                 s.classification, s.reason = found
+            elif why:
+                s.classification, s.reason = STANDIN_IMPLEMENTATION, why
+            elif derived and len(s.path) == 1:
+                s.classification, s.reason = EVIDENCE_SHAPE, (
+                    "one side is derived GPU evidence (read, not run): it lists what the GPU build would run op by op, "
+                    "with no call path, so a split at the step itself is its shape; a split at an op is a decision")

@@ -9,10 +9,10 @@ from typing import Any, Iterator
 
 from tracer.trace import Node
 
-#: The kinds of split; the last two are no decision of a framework, a library or an ISA
+#: The kinds of split; the last four are no decision of a framework, a library or an ISA
 #: (tracer.process.diff.context): they stay in a pair's diff, never in a dispatch table.
 CLASSES = ("device dispatch", "library choice", "ISA-specific code", "compilation", "allocation/transfer", "other",
-           "model context", "version difference")
+           "model context", "version difference", "stand-in implementation", "evidence shape")
 
 
 @dataclass
