@@ -144,6 +144,23 @@ def test_the_scorecard_counts_the_must_implement_lists_without_a_dispatch_table(
     assert bool(must.thin) == (evidence == "recorded"), must.thin
 
 
+def test_derived_evidence_has_no_call_path_to_split_at(derived, tmp_path):
+    """Chainer's source evidence lists each FunctionNode's GPU methods, not the path a
+    run took: a split at the step itself against it is its shape, kept in the diff,
+    never a dispatch point; where a real decision exists it is Python's device branch."""
+    from tracer.process.diff import diff_traces
+    from tracer.process.diff.context import EVIDENCE_SHAPE
+    from tracer.process.portability import framework_report
+
+    fws = registry.load()
+    cpu = probe_one(fws["chainer"], CaseSpec("conv2d", layers=("python", "op")))
+    result = diff_traces(cpu, derived["chainer"], "forward", "warm", ("op",), 0.02, False)
+    (split,) = result.layers[0].splits
+    assert len(split.path) == 1 and split.classification == EVIDENCE_SHAPE, (split.path, split.classification)
+    rep = framework_report("chainer", [cpu, derived["chainer"]], [])
+    assert "conv2d.forward" not in {r.frame for r in rep.dispatch_points}, [r.frame for r in rep.dispatch_points]
+
+
 def test_a_framework_that_derives_nothing_is_one_line():
     from tests.conftest import one_line_error
 

@@ -112,6 +112,24 @@ def test_diff_against_the_cpu_splits_at_convolution(standin_root):
     assert "aten::mkldnn_convolution" in [n.label for n in split.only_a]
 
 
+def test_the_standins_own_python_is_no_dispatch_point(standin_root):
+    """Below the C hand-off the stand-in side runs its Python fallback (storage twins,
+    record_function): its implementation, kept in the diff as such, never a row of the
+    dispatch table; the op layer's split at _convolution is the row."""
+    from tracer.process.diff.context import STANDIN_IMPLEMENTATION
+    from tracer.process.portability import framework_report
+
+    cpu, standin = _trace(standin_root, "cpu", "conv2d"), _trace(standin_root, "standin", "conv2d")
+    python = diff_traces(cpu, standin, "forward", "warm", ("python",), 0.02, False).layers[0]
+    assert python.splits, "the fallback's Python is no longer seen below the C hand-off"
+    assert {s.classification for s in python.splits} == {STANDIN_IMPLEMENTATION}
+    assert all(s.kind == "c" and not s.only_a for s in python.splits)
+    rows = framework_report("torch", [cpu, standin], []).dispatch_points
+    assert [(r.layer, r.display) for r in rows if r.layer == "python"] == []
+    assert any(r.layer == "op" and r.frame == "aten::_convolution" and r.classification == "device dispatch"
+               for r in rows), [(r.layer, r.frame) for r in rows]
+
+
 def test_audit_sets_the_run_beside_the_tables(standin_root):
     traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
     rows = {r.primitive: r for r in framework_report("torch", traces, []).audit}
