@@ -128,6 +128,11 @@ def test_the_standins_own_python_is_no_dispatch_point(standin_root):
     assert [(r.layer, r.display) for r in rows if r.layer == "python"] == []
     assert any(r.layer == "op" and r.frame == "aten::_convolution" and r.classification == "device dispatch"
                for r in rows), [(r.layer, r.frame) for r in rows]
+    # relu reaches the backend as relu itself, where CPU's relu calls clamp_min: a device dispatch
+    cpu, standin = _trace(standin_root, "cpu", "relu"), _trace(standin_root, "standin", "relu")
+    rows = framework_report("torch", [cpu, standin], []).dispatch_points
+    assert ("aten::relu", "device dispatch") in [(r.frame, r.classification) for r in rows if r.layer == "op"]
+    assert all(r.classification == "device dispatch" for r in rows), [(r.frame, r.classification) for r in rows]
 
 
 def test_audit_sets_the_run_beside_the_tables(standin_root):

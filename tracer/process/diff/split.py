@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tracer.contract import STANDIN_LIB
 from tracer.process.diff.classify import classify
 from tracer.process.diff.fragment import fragments
 from tracer.process.diff.result import Branch, Split
@@ -55,7 +56,12 @@ class SplitBuilder:
         frames_b: dict[int, Frame] = {}
         branches_a = [self._branch(k, g, self.total_a, low_b, self.total_b, frames_a) for k, g in only_a]
         branches_b = [self._branch(k, g, self.total_b, low_a, self.total_a, frames_b) for k, g in only_b]
-        cls, reason = classify(list(frames_a.values()), list(frames_b.values()), self.devices_differ)
+        # an op that reached the stand-in backend on one side is itself the device's kernel
+        # there (aten::relu as the backend's leaf, against CPU's relu calling clamp_min)
+        backend_a = [g.frame for g in ga[:1] if g.frame.lib == STANDIN_LIB and gb and gb[0].frame.lib != STANDIN_LIB]
+        backend_b = [g.frame for g in gb[:1] if g.frame.lib == STANDIN_LIB and ga and ga[0].frame.lib != STANDIN_LIB]
+        cls, reason = classify(list(frames_a.values()) + backend_a, list(frames_b.values()) + backend_b,
+                               self.devices_differ)
         frame = ga[0].frame
         return Split(self.layer, frame.label, frame.kind, frame.file, frame.line, depth, path, branches_a, branches_b,
                      fragments(ga, gb, only_a, only_b, [_label(g[0].frame) for _, g in only_a],
