@@ -135,6 +135,22 @@ def test_the_standins_own_python_is_no_dispatch_point(standin_root):
     assert all(r.classification == "device dispatch" for r in rows), [(r.frame, r.classification) for r in rows]
 
 
+def test_the_scorecard_counts_what_reached_the_standin(standin_root):
+    """The run is the strongest list: the scorecard counts it, and it names the ops torch
+    routes only to a new backend, which the dispatch tables read as free."""
+    from tracer.process.portability import framework_report
+    from tracer.process.scorecard import scorecard
+
+    traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
+    (row,) = scorecard([framework_report("torch", traces, [])], traces)
+    must = row.figures["implement"]
+    assert "run on the standin device: 9 primitive(s)" in must.explain and not must.thin, (must.explain, must.thin)
+    ran = {op for t in traces if t.meta["device"] == "standin" for ops in t.meta["standin"]["reached"].values()
+           for op in ops}
+    assert int(must.value) == len(ran), (must.value, sorted(ran))
+    assert "aten::convolution_overrideable" in ran and "aten::convolution_backward_overrideable" in ran
+
+
 def test_audit_sets_the_run_beside_the_tables(standin_root):
     traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
     rows = {r.primitive: r for r in framework_report("torch", traces, []).audit}

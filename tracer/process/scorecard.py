@@ -76,8 +76,9 @@ EXPLAIN = {
               "taken calls other code) + python-layer split points between traced paths",
     "registry": "op- and native-layer split points (dispatch keys, the kernel registry), and library-layer ones "
                 "the framework's op rewrite made; decisions inside a vendor library (its ISA dispatch) counted apart",
-    "implement": "distinct ops/kernels a new backend registers for the nine primitives, forward and backward "
-                 "(tracer/process/backend_needs)",
+    "implement": "distinct ops/kernels a new backend registers for the nine primitives, forward and backward: "
+                 "run on a stand-in device where the framework has one, else its dispatch tables, else the "
+                 "audit's per-pass lists (derived GPU evidence, or the CPU path's operators)",
     "free": "ops it gets without writing a kernel: they decompose, or have a backend-agnostic kernel",
     "vendor": "vendor and GPU libraries and JIT code any traced path reaches, per path in details",
     "bytes": "machine code (ELF symbol sizes) of the native functions a path was sampled in, vendor and framework "
@@ -139,13 +140,35 @@ def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
 
 
 def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
-    """From the framework's own dispatch tables where it has them (torch, TensorFlow);
-    else from the audit's per-pass lists, whose evidence class the cell names (JAX's
-    lowering, Chainer's forward_gpu source, MXNet's CPU operators)."""
+    """From the stand-in device's run where the framework has one (torch); else from its
+    own dispatch tables (TensorFlow's kernel registry); else from the audit's per-pass
+    lists, whose evidence class the cell names (JAX's lowering, Chainer's forward_gpu
+    source, MXNet's CPU operators)."""
+    ran = [r for r in rep.audit if r.standin is not None]
+    if ran:
+        return _run_needs(rep, ran)
     with_table = [r.primitive for r in rep.audit if r.needs is not None]
     if with_table:
         return _table_needs(rep, with_table)
     return _pass_needs(rep)
+
+
+def _run_needs(rep: FrameworkReport, ran: list) -> tuple[Figure, Figure]:
+    """From the stand-in device's run, the strongest list: what reached a backend when the
+    step ran on one (setup, forward, backward), checked by running, not read from tables."""
+    must: dict[str, None] = {}
+    free: dict[str, None] = {}
+    for row in ran:
+        must.update(dict.fromkeys(row.standin.must_implement))
+        free.update(dict.fromkeys(row.standin.free))
+    link = _page(rep, "audit-table")
+    implement = Figure(str(len(must)), f"run on the {ran[0].standin.device} device: {len(ran)} primitive(s), "
+                       "setup (copies to the device) included", link, list(must)[:10])
+    gets = Figure(str(len(free)), "ops the run called that never reached the backend (torch computed them)",
+                  link, list(free)[:10])
+    if len(ran) < len(rep.primitives):
+        implement.thin = f"run for {len(ran)} of {len(rep.primitives)} primitives"
+    return implement, gets
 
 
 def _table_needs(rep: FrameworkReport, with_table: list[str]) -> tuple[Figure, Figure]:
