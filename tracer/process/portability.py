@@ -180,6 +180,12 @@ class FrameworkReport:
     def gpu_coverage(self) -> GpuCoverage:
         return coverage(self.gpu_cells)
 
+    @property
+    def device_branches(self) -> list[Candidate]:
+        """The distinct device branches that pick an implementation, over every case's
+        single-trace candidates (one branch is met by many primitives)."""
+        return list({(c.file, c.line): c for case in self.cases for c in case.candidates if c.dispatches}.values())
+
     def gpu_cells_of(self, primitive: str) -> list[GpuCell]:
         return [c for c in self.gpu_cells if c.primitive == primitive]
 

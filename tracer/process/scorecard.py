@@ -113,7 +113,7 @@ def _page(rep: FrameworkReport, anchor: str) -> str:
 
 
 def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
-    branches = {(c.file, c.line): c for case in rep.cases for c in case.candidates if c.dispatches}
+    branches = {(c.file, c.line): c for c in rep.device_branches}
     py_points = [p for p in rep.dispatch_points if p.layer == "python"]
     # a library-layer row whose sides ran the framework's op rewrite was decided by the
     # framework's C++ (TensorFlow's _MklNative rewrite), not by the library
