@@ -207,22 +207,26 @@ def _jaxpr_nodes(jaxpr) -> list:
     return base.merge_siblings(out)
 
 
+def _pass_function(case: base.Case, pass_: str) -> tuple:
+    """(function, arguments) of a pass as JAX traces it: the jitted primitive forward,
+    the pullback of ``jax.vjp`` backward."""
+    p = case.private
+    if pass_ == "forward":
+        return p["f"], p["args"]
+    _, pullback = jax.vjp(p["f"], *p["args"])
+    return pullback, (p["ones"],)
+
+
 def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
     """JAX's own view, which is static: the primitives of the step's jaxpr, then the
     platform it is lowered for and the HLO instructions XLA compiled (convolution,
     fusion(kLoop) > transpose...). Forward is the jitted primitive, backward the
     pullback of ``jax.vjp``, each jitted and compiled as a whole here (``run`` is not
     needed: nothing is learnt from running it again)."""
-    p = case.private
-    f, args, ones = p["f"], p["args"], p["ones"]
-    if pass_ == "forward":
-        target, targs = f, args
-    else:
-        _, pullback = jax.vjp(f, *args)
-        target, targs = pullback, (ones,)
+    target, targs = _pass_function(case, pass_)
     closed = jax.make_jaxpr(target)(*targs)
     ops = _jaxpr_nodes(closed.jaxpr)
-    platform = p["device"].platform
+    platform = case.private["device"].platform
     info = {"platform": platform, "jit": not jax.config.jax_disable_jit}
     if not jax.config.jax_disable_jit:
         compiled = jax.jit(target).lower(*targs).compile()
@@ -345,13 +349,7 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
     backward: its pullback): the lowering rule JAX registers per platform and the
     StableHLO it lowers to for cuda and rocm, lowered here without a GPU. Which
     kernels run (cuDNN, cuBLAS, fusions) is decided later, by XLA's GPU compiler."""
-    p = case.private
-    f, args, ones = p["f"], p["args"], p["ones"]
-    if pass_ == "forward":
-        target, targs = f, args
-    else:
-        _, pullback = jax.vjp(f, *args)
-        target, targs = pullback, (ones,)
+    target, targs = _pass_function(case, pass_)
     eqns = _leaf_eqns(jax.make_jaxpr(target)(*targs).jaxpr)
     ops, needs, seen = [], {}, set()
     for eqn in eqns:
