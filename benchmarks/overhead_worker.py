@@ -1,7 +1,9 @@
 """Runs inside a framework's environment (``PYTHON benchmarks/overhead_worker.py REQUEST OUT``):
 times one training step (forward, then backward) of each primitive untraced, under
-dltrace's PythonTracer, under viztracer and under cProfile, and writes the per-call
-seconds of every batch as JSON. benchmarks/run.py starts it; see there.
+dltrace's Python-level collector as a probe chooses it (tracer/collect/collector.py:
+the C core where it can be built, mode "dltrace"), under the pure-Python
+PythonTracer ("dltrace-python"), under viztracer and under cProfile, and writes the
+per-call seconds of every batch as JSON. benchmarks/run.py starts it; see there.
 
 "empty-hooks" installs the same hooks as dltrace (sys.setprofile, and the builtin
 getattr as sys.settrace) with callbacks that do nothing: what any tracer written
@@ -22,15 +24,17 @@ import sys
 import time
 from typing import Any, Callable
 
+from tracer.collect.collector import python_tracer
 from tracer.collect.pytrace import PythonTracer
 
 Step = Callable[[], Any]
 
 
-def _wrappers(roots: list[str]) -> tuple[dict[str, Callable[[Step], Any]], Callable[[], None]]:
+def _wrappers(roots: list[str]) -> tuple[dict[str, Callable[[Step], Any]], Callable[[], None], dict[str, str]]:
     """(mode -> how to run one step under it, what empties the tracers' buffers
-    between batches)."""
-    dl = PythonTracer(roots)
+    between batches, which collector mode "dltrace" is)."""
+    dl = python_tracer(roots)
+    dl_python = PythonTracer(roots)
     prof = cProfile.Profile()
 
     def under_cprofile(step: Step) -> Any:
@@ -57,13 +61,14 @@ def _wrappers(roots: list[str]) -> tuple[dict[str, Callable[[Step], Any]], Calla
     modes: dict[str, Callable[[Step], Any]] = {
         "untraced": lambda step: step(),
         "dltrace": lambda step: dl.record(step),
+        "dltrace-python": lambda step: dl_python.record(step),
         "cprofile": under_cprofile,
         "empty-hooks": under_empty_hooks,
     }
     try:
         from viztracer import VizTracer
     except ImportError:
-        return modes, lambda: None
+        return modes, lambda: None, dl.collector
     viz = VizTracer(verbose=0)
 
     def under_viztracer(step: Step) -> Any:
@@ -74,7 +79,7 @@ def _wrappers(roots: list[str]) -> tuple[dict[str, Callable[[Step], Any]], Calla
             viz.stop()
 
     modes["viztracer"] = under_viztracer
-    return modes, viz.clear
+    return modes, viz.clear, dl.collector
 
 
 def _batch(run: Callable[[Step], Any], step: Step, calls: int) -> float:
@@ -87,8 +92,9 @@ def _batch(run: Callable[[Step], Any], step: Step, calls: int) -> float:
 def measure(req: dict) -> dict:
     fw = importlib.import_module(req["import"])
     probe = importlib.import_module(req["probe"])
-    modes, clear = _wrappers(req["source_roots"])
-    out: dict[str, Any] = {"version": str(getattr(fw, "__version__", "?")), "modes": list(modes), "cases": {}}
+    modes, clear, collector = _wrappers(req["source_roots"])
+    out: dict[str, Any] = {"version": str(getattr(fw, "__version__", "?")), "modes": list(modes), "cases": {},
+                           "collector": collector}
     for prim in req["primitives"]:
         case = probe.make_case(prim, "functional", req["device_select"], tuple(req["shapes"][prim]))
 

@@ -104,14 +104,15 @@ static int cmp_int(const void *a, const void *b) {
 /* ------------------------------------------------------------------ caches */
 
 typedef struct {
-    int offset, line;
-    PyObject *kind; /* a "c" _Kind */
-} CtypesCall;
-
-typedef struct {
-    PyObject *kind; /* a _Kind, or NULL: transparent */
+    PyObject *kind;  /* a _Kind, or NULL: transparent */
+    PyObject *frame; /* its tracer.trace.Frame */
     unsigned char is_c, is_ext;
 } KindRef;
+
+typedef struct {
+    int offset, line;
+    KindRef k; /* a "c" kind */
+} CtypesCall;
 
 typedef struct {
     PyObject *code; /* strong reference: the key */
@@ -133,7 +134,7 @@ typedef struct {
 
 typedef struct Rec Rec;
 struct Rec {
-    PyObject *kind; /* borrowed: the caches keep it */
+    PyObject *kind, *frame; /* borrowed: the caches keep them */
     PyObject *owner; /* the frame running it (a C call: its caller), strong, or NULL */
     const CodeEntry *entry; /* the code running it, while open */
     Rec *parent, *first, *last, *next; /* children, in the order first seen */
@@ -154,6 +155,8 @@ typedef struct Chunk {
 typedef struct {
     PyObject_HEAD
     PyObject *node_type;
+    PyObject *fields[6]; /* Node's fields, set one by one on object.__new__(Node); or NULL: Node(...) */
+    PyObject *empty;
     /* persistent caches (open addressing, never shrink) */
     CodeEntry **codes;
     size_t code_cap, code_n;
@@ -169,11 +172,13 @@ typedef struct {
     Rec **stack;
     int sp, stack_cap;
     int lines_on;
+    int64_t build_ns; /* the last tree's building time */
+    int64_t n_profile, n_trace, n_switch; /* events of the last recording, trace function switches */
 } Core;
 
 static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg);
 
-static Rec *rec_new(Core *self, PyObject *kind, unsigned char is_c, unsigned char is_ext) {
+static Rec *rec_new(Core *self, const KindRef *k) {
     if (!self->chunk || self->chunk->used == CHUNK) {
         Chunk *c = PyMem_Calloc(1, sizeof(Chunk));
         if (!c) { PyErr_NoMemory(); return NULL; }
@@ -181,9 +186,10 @@ static Rec *rec_new(Core *self, PyObject *kind, unsigned char is_c, unsigned cha
         self->chunk = c;
     }
     Rec *r = &self->chunk->recs[self->chunk->used++];
-    r->kind = kind;
-    r->is_c = is_c;
-    r->is_ext = is_ext;
+    r->kind = k->kind;
+    r->frame = k->frame;
+    r->is_c = k->is_c;
+    r->is_ext = k->is_ext;
     return r;
 }
 
@@ -211,7 +217,7 @@ static Rec *child(Core *self, Rec *parent, const KindRef *k) {
         Rec *r = self->kids[i];
         if (r->parent == parent && r->kind == k->kind) return r;
     }
-    Rec *r = rec_new(self, k->kind, k->is_c, k->is_ext);
+    Rec *r = rec_new(self, k);
     if (!r) return NULL;
     r->parent = parent;
     if (parent->last) parent->last->next = r;
@@ -252,21 +258,29 @@ static int push(Core *self, Rec *r) {
 
 /* ------------------------------------------------------------------ classification */
 
+/* A _Kind's flags and Frame, read once; the references are the caller's to keep. */
 static int kindref(PyObject *kind, KindRef *out) {
-    out->kind = NULL;
+    out->kind = out->frame = NULL;
     out->is_c = out->is_ext = 0;
     if (kind == Py_None) return 0;
     PyObject *c = PyObject_GetAttrString(kind, "is_c");
-    if (!c) return -1;
-    PyObject *e = PyObject_GetAttrString(kind, "is_ext");
-    if (!e) { Py_DECREF(c); return -1; }
-    out->is_c = PyObject_IsTrue(c) == 1;
-    out->is_ext = PyObject_IsTrue(e) == 1;
-    Py_DECREF(c);
-    Py_DECREF(e);
-    Py_INCREF(kind); /* the caches keep their kinds */
-    out->kind = kind;
-    return 0;
+    PyObject *e = c ? PyObject_GetAttrString(kind, "is_ext") : NULL;
+    PyObject *f = e ? PyObject_GetAttrString(kind, "frame") : NULL;
+    if (f) {
+        out->is_c = PyObject_IsTrue(c) == 1;
+        out->is_ext = PyObject_IsTrue(e) == 1;
+        Py_INCREF(kind);
+        out->kind = kind;
+        out->frame = f;
+    }
+    Py_XDECREF(c);
+    Py_XDECREF(e);
+    return f ? 0 : -1;
+}
+
+static void kindref_clear(KindRef *k) {
+    Py_CLEAR(k->kind);
+    Py_CLEAR(k->frame);
 }
 
 static CodeEntry *code_find(Core *self, PyObject *code) {
@@ -322,8 +336,7 @@ static int read_ctypes(Core *self, PyObject *code, CodeEntry *e) {
             CtypesCall *c = &e->calls[e->n_calls++];
             c->offset = offset;
             c->line = (int)PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
-            c->kind = PyTuple_GET_ITEM(pair, 1);
-            Py_INCREF(c->kind);
+            if (kindref(PyTuple_GET_ITEM(pair, 1), &c->k) < 0) return -1;
         }
     }
     if (PyErr_Occurred()) return -1;
@@ -381,8 +394,8 @@ static CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code
     Py_DECREF(res);
     if (err < 0 || code_insert(self, e) < 0) {
         /* kept out of the cache: freed with what it holds */
-        Py_XDECREF(e->k.kind);
-        for (int i = 0; i < e->n_calls; i++) Py_DECREF(e->calls[i].kind);
+        kindref_clear(&e->k);
+        for (int i = 0; i < e->n_calls; i++) kindref_clear(&e->calls[i].k);
         PyMem_Free(e->calls);
         PyMem_Free(e->static_lines);
         Py_DECREF(e->code);
@@ -436,7 +449,7 @@ static int classify_c_call(Core *self, PyObject *fn, KindRef *kept, KindRef *oth
     PyObject *res = PyObject_CallOneArg(self->classify_c, fn);
     if (!res) return -1;
     int err = kindref(PyTuple_GET_ITEM(res, 0), kept);
-    if (!err && (err = kindref(PyTuple_GET_ITEM(res, 1), other)) < 0) Py_CLEAR(kept->kind);
+    if (!err && (err = kindref(PyTuple_GET_ITEM(res, 1), other)) < 0) kindref_clear(kept);
     Py_DECREF(res);
     return err;
 }
@@ -449,8 +462,8 @@ static CFnEntry *classify_c(Core *self, PyObject *fn, PyObject *owner, const voi
     e->owner = owner;
     e->ml = ml;
     if (cfn_insert(self, e) < 0) {
-        Py_XDECREF(e->kept.kind);
-        Py_XDECREF(e->other.kind);
+        kindref_clear(&e->kept);
+        kindref_clear(&e->other);
         Py_XDECREF(owner);
         PyMem_Free(e);
         return NULL;
@@ -464,7 +477,11 @@ static CFnEntry *classify_c(Core *self, PyObject *fn, PyObject *owner, const voi
    function is switched in the thread state directly (PyEval_SetTrace would run the
    audit hooks and touch reference counts on every switch). */
 static inline void lines(Core *self, int on) {
+#ifdef CTRACE_NO_LINES
+    on = 0;
+#endif
     if (on != self->lines_on) {
+        self->n_switch++;
         self->tstate->c_tracefunc = on ? trace_cb : NULL;
         self->lines_on = on;
     }
@@ -577,8 +594,8 @@ static int on_c_call(Core *self, PyFrameObject *frame, PyObject *fn) {
     const KindRef *k = top->owner == (PyObject *)frame ? &kept : &other;
     int err = k->kind ? open_c(self, top, k, frame) : 0;
     /* the tracer's table keeps the kinds alive; these references were only ours */
-    Py_XDECREF(kept.kind);
-    Py_XDECREF(other.kind);
+    kindref_clear(&kept);
+    kindref_clear(&other);
     return err < 0 ? fail(self) : 0;
 }
 
@@ -595,6 +612,10 @@ static int on_c_return(Core *self, PyFrameObject *frame) {
 
 static int profile_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
     Core *self = (Core *)obj;
+    self->n_profile++;
+#ifdef CTRACE_FLOOR
+    return 0;
+#endif
     switch (what) {
     case PyTrace_CALL: return on_call(self, frame);
     case PyTrace_RETURN: return on_return(self, frame);
@@ -619,8 +640,9 @@ static const CtypesCall *ctypes_at(const CodeEntry *e, int offset, int *n) {
 }
 
 static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
-    if (what != PyTrace_LINE) return 0;
     Core *self = (Core *)obj;
+    self->n_trace++;
+    if (what != PyTrace_LINE) return 0;
     Rec *rec = self->stack[self->sp - 1];
     if (intset_add(&rec->lines, PyFrame_GetLineNumber(frame)) < 0) return fail(self);
     const CodeEntry *e = rec->entry;
@@ -629,8 +651,7 @@ static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg
         int n;
         const CtypesCall *c = ctypes_at(e, PyFrame_GetLasti(frame), &n);
         for (int i = 0; i < n; i++) {
-            KindRef k = {c[i].kind, 1, 0};
-            Rec *kid = child(self, rec, &k);
+            Rec *kid = child(self, rec, &c[i].k);
             if (!kid) return fail(self);
             kid->count++;
             if (intset_add(&kid->call_lines, c[i].line) < 0) return fail(self);
@@ -644,6 +665,17 @@ static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg
 static PyObject *sorted_list(const IntSet *set, const Rec *r) {
     int n = set->n;
     for (int i = 0; r && i < r->n_statics; i++) n += r->statics[i]->n_static;
+    if (n == 0) return PyList_New(0);
+    if (n == 1 && set->n == 1) {
+        for (int i = 0; i < set->cap; i++)
+            if (set->slot[i] != EMPTY) {
+                PyObject *x = PyLong_FromLong(set->slot[i]);
+                PyObject *list = x ? PyList_New(1) : NULL;
+                if (list) PyList_SET_ITEM(list, 0, x);
+                else Py_XDECREF(x);
+                return list;
+            }
+    }
     int *v = PyMem_Malloc(sizeof(int) * (n ? n : 1));
     if (!v) return PyErr_NoMemory();
     int m = 0;
@@ -665,22 +697,31 @@ static PyObject *sorted_list(const IntSet *set, const Rec *r) {
     return list;
 }
 
-/* Node(frame, count, time_ns, call_lines, lines, children); *kids: its children list. */
+/* Node(frame, count, time_ns, call_lines, lines, children); *kids: its children list
+   (borrowed: the node holds it). Where the Python side gave Node's fields, the node is
+   object.__new__(Node) with the six attributes set: what Node's generated __init__
+   does, without a Python call per node. */
 static PyObject *make_node(Core *self, const Rec *r, PyObject **kids) {
     PyObject *args[6] = {NULL};
     PyObject *node = NULL;
-    args[0] = PyObject_GetAttrString(r->kind, "frame");
+    args[0] = r->frame;
+    Py_INCREF(args[0]);
     args[1] = PyLong_FromLongLong(r->count);
     args[2] = PyLong_FromLongLong(r->time_ns);
     args[3] = sorted_list(&r->call_lines, NULL);
     args[4] = sorted_list(&r->lines, r);
     args[5] = PyList_New(0);
-    if (args[0] && args[1] && args[2] && args[3] && args[4] && args[5])
-        node = PyObject_Vectorcall(self->node_type, args, 6, NULL);
-    if (node) *kids = args[5];
-    for (int i = 0; i < 5; i++) Py_XDECREF(args[i]);
-    if (!node) Py_XDECREF(args[5]);
-    else Py_DECREF(args[5]); /* the node holds it; *kids is borrowed */
+    if (args[1] && args[2] && args[3] && args[4] && args[5]) {
+        if (self->fields[0]) {
+            PyTypeObject *type = (PyTypeObject *)self->node_type;
+            node = type->tp_new(type, self->empty, NULL);
+            for (int i = 0; node && i < 6; i++)
+                if (PyObject_SetAttr(node, self->fields[i], args[i]) < 0) Py_CLEAR(node);
+        }
+        else node = PyObject_Vectorcall(self->node_type, args, 6, NULL);
+    }
+    *kids = args[5];
+    for (int i = 0; i < 6; i++) Py_XDECREF(args[i]);
     return node;
 }
 
@@ -778,13 +819,14 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
         free_recording(self);
         return NULL;
     }
-    Py_XDECREF(rk.kind); /* the tracer's table keeps the root's kind */
-    Rec *root = rec_new(self, args[1], 0, 0);
+    Rec *root = rec_new(self, &rk);
+    kindref_clear(&rk); /* the tracer's table keeps the root's kind and frame */
     if (!root || kids_grow(self) < 0) { free_recording(self); return NULL; }
     root->count = 1;
     self->stack[self->sp++] = root;
     self->tstate = PyThreadState_Get();
     self->lines_on = 0;
+    self->n_profile = self->n_trace = self->n_switch = 0;
 
     int64_t t0 = now_ns();
     PyEval_SetTrace(trace_cb, (PyObject *)self);
@@ -803,7 +845,9 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_RuntimeError, "the C collector failed during the recording");
         return NULL;
     }
+    int64_t t1 = now_ns();
     PyObject *tree = to_node(self, root);
+    self->build_ns = now_ns() - t1;
     free_recording(self);
     if (!tree) { Py_DECREF(result); return NULL; }
     PyObject *pair = PyTuple_Pack(2, tree, result);
@@ -813,12 +857,32 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 static PyObject *Core_stats(Core *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("{s:n,s:n}", "code_objects", (Py_ssize_t)self->code_n, "c_functions", (Py_ssize_t)self->cfn_n);
+    return Py_BuildValue("{s:n,s:n,s:L,s:L,s:L,s:L}", "code_objects", (Py_ssize_t)self->code_n, "c_functions",
+                         (Py_ssize_t)self->cfn_n, "last_build_ns", (long long)self->build_ns,
+                         "profile_events", (long long)self->n_profile, "trace_events", (long long)self->n_trace,
+                         "trace_switches", (long long)self->n_switch);
 }
 
 static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
-    PyObject *node_type;
-    if (!PyArg_ParseTuple(args, "O:Core", &node_type)) return -1;
+    PyObject *node_type, *fields = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:Core", &node_type, &fields)) return -1;
+    if (fields != Py_None) {
+        if (!PyType_Check(node_type) || !PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != 6) {
+            PyErr_SetString(PyExc_TypeError, "Core(Node, fields): fields must be a tuple of Node's 6 field names");
+            return -1;
+        }
+        for (int i = 0; i < 6; i++) {
+            PyObject *name = PyTuple_GET_ITEM(fields, i);
+            if (!PyUnicode_Check(name)) {
+                PyErr_SetString(PyExc_TypeError, "Core(Node, fields): field names must be strings");
+                return -1;
+            }
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            Py_XSETREF(self->fields[i], name);
+        }
+    }
+    if (!self->empty && !(self->empty = PyTuple_New(0))) return -1;
     Py_INCREF(node_type);
     Py_XSETREF(self->node_type, node_type);
     if (!self->codes) {
@@ -836,8 +900,8 @@ static void Core_dealloc(Core *self) {
     for (size_t i = 0; i < self->code_cap; i++) {
         CodeEntry *e = self->codes[i];
         if (!e) continue;
-        Py_XDECREF(e->k.kind);
-        for (int j = 0; j < e->n_calls; j++) Py_DECREF(e->calls[j].kind);
+        kindref_clear(&e->k);
+        for (int j = 0; j < e->n_calls; j++) kindref_clear(&e->calls[j].k);
         PyMem_Free(e->calls);
         PyMem_Free(e->static_lines);
         Py_DECREF(e->code);
@@ -846,20 +910,22 @@ static void Core_dealloc(Core *self) {
     for (size_t i = 0; i < self->cfn_cap; i++) {
         CFnEntry *e = self->cfns[i];
         if (!e) continue;
-        Py_XDECREF(e->kept.kind);
-        Py_XDECREF(e->other.kind);
+        kindref_clear(&e->kept);
+        kindref_clear(&e->other);
         Py_XDECREF(e->owner);
         PyMem_Free(e);
     }
     PyMem_Free(self->codes);
     PyMem_Free(self->cfns);
     Py_XDECREF(self->node_type);
+    for (int i = 0; i < 6; i++) Py_XDECREF(self->fields[i]);
+    Py_XDECREF(self->empty);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef Core_methods[] = {
     {"record", (PyCFunction)(void (*)(void))Core_record, METH_FASTCALL, record_doc},
-    {"stats", (PyCFunction)Core_stats, METH_NOARGS, "Sizes of the caches: {code_objects, c_functions}."},
+    {"stats", (PyCFunction)Core_stats, METH_NOARGS, "Sizes of the caches; the last recording's events, trace function switches and tree building time."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -868,7 +934,8 @@ static PyTypeObject CoreType = {
     .tp_name = "_ctrace.Core",
     .tp_basicsize = sizeof(Core),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Core(Node): the event hooks and call tree of one PythonTracer.",
+    .tp_doc = "Core(Node, fields=None): the event hooks and call tree of one PythonTracer; fields:\n"
+    "Node's six field names in its __init__'s order, to build nodes without calling it.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Core_init,
     .tp_dealloc = (destructor)Core_dealloc,

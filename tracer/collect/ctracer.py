@@ -12,6 +12,7 @@ trace's ``meta.collector``.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from types import ModuleType
 from typing import Any, Callable, Iterable
@@ -27,7 +28,7 @@ class CTracer(PythonTracer):
     def __init__(self, module: ModuleType, roots: Iterable[str], root_name: str = "probe"):
         super().__init__(roots, root_name)
         self.collector = {"python": "c"}
-        self._core = module.Core(Node)
+        self._core = module.Core(Node, _node_fields())
 
     def record(self, fn: Callable[[], Any], label: str | None = None) -> tuple[Node, Any]:
         """Call ``fn()`` under the C hooks; return (call tree, fn's result). The
@@ -40,3 +41,16 @@ class CTracer(PythonTracer):
         finally:
             if gc_was_enabled:
                 gc.enable()
+
+
+#: Node's fields, in the order of its generated __init__, as the C core sets them.
+_FIELDS = ("frame", "count", "time_ns", "call_lines", "lines", "children")
+
+
+def _node_fields() -> tuple[str, ...] | None:
+    """Node's field names where the C core may create a node as object.__new__(Node)
+    plus its six attributes (a plain dataclass with these fields, nothing run after
+    __init__); None makes it call Node(...) itself."""
+    names = tuple(f.name for f in dataclasses.fields(Node))
+    plain = names == _FIELDS and not hasattr(Node, "__post_init__") and "__slots__" not in vars(Node)
+    return names if plain else None
