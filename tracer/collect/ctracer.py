@@ -7,7 +7,10 @@ it calls ctypes), made once per code object or C function and called back from C
 the events, the open nodes and the tree are handled in C. So both collectors
 build the same tree (tests/test_ctrace.py checks it node by node on real
 frameworks), and everything after recording cannot tell them apart, except by the
-trace's ``meta.collector``.
+trace's ``meta.collector``. One difference in where a line comes from: a framework
+function passed itself as ``fn`` is called by the collector's own code, so its
+calling line is a line of pytrace.py there and of this module here (the harness
+passes the probe's steps, never framework functions).
 """
 
 from __future__ import annotations
