@@ -47,10 +47,66 @@ static inline int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* ------------------------------------------------------------------ pointer maps */
+
+/* Open addressing keyed by a pair of pointers, the keys kept in the slots: a probe
+   never reads the value it does not want (a look-up per event must not miss the
+   cache for every collision). The hash mixes the high bits down: objects are
+   16-byte aligned and their addresses close together. */
+typedef struct {
+    const void *a, *b;
+    void *v;
+} Slot;
+
+typedef struct {
+    Slot *slot;
+    size_t cap, n;
+} PtrMap;
+
 static inline size_t hash_ptr(const void *a, const void *b) {
-    uint64_t x = (uint64_t)(uintptr_t)a * 0x9E3779B97F4A7C15ull;
-    x ^= (uint64_t)(uintptr_t)b * 0xC2B2AE3D27D4EB4Full;
-    return (size_t)(x ^ (x >> 29));
+    uint64_t x = ((uint64_t)(uintptr_t)a >> 4) * 0x9E3779B97F4A7C15ull;
+    x ^= ((uint64_t)(uintptr_t)b >> 3) * 0xC2B2AE3D27D4EB4Full;
+    return (size_t)(x ^ (x >> 32));
+}
+
+/* The slot of (a, b), or the empty slot where it would go. */
+static inline Slot *pm_slot(const PtrMap *m, const void *a, const void *b) {
+    size_t mask = m->cap - 1;
+    for (size_t i = hash_ptr(a, b) & mask;; i = (i + 1) & mask) {
+        Slot *s = &m->slot[i];
+        if (!s->v || (s->a == a && s->b == b)) return s;
+    }
+}
+
+static int pm_init(PtrMap *m, size_t cap) {
+    m->slot = PyMem_Calloc(cap, sizeof(Slot));
+    if (!m->slot) { PyErr_NoMemory(); return -1; }
+    m->cap = cap;
+    m->n = 0;
+    return 0;
+}
+
+/* Store v in the empty slot s (from pm_slot); grows at half full. Values that keep
+   their slot's index (records) are told it through on_move. */
+static int pm_fill(PtrMap *m, Slot *s, const void *a, const void *b, void *v, void (*on_move)(void *, Slot *, Slot *)) {
+    s->a = a;
+    s->b = b;
+    s->v = v;
+    if (on_move) on_move(v, m->slot, s);
+    if (++m->n * 2 <= m->cap) return 0;
+    PtrMap bigger;
+    if (pm_init(&bigger, m->cap * 2) < 0) return -1;
+    for (size_t i = 0; i < m->cap; i++) {
+        Slot *old = &m->slot[i];
+        if (!old->v) continue;
+        Slot *t = pm_slot(&bigger, old->a, old->b);
+        *t = *old;
+        if (on_move) on_move(t->v, bigger.slot, t);
+    }
+    bigger.n = m->n;
+    PyMem_Free(m->slot);
+    *m = bigger;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ int sets (lines) */
@@ -142,6 +198,7 @@ struct Rec {
     IntSet call_lines, lines;
     const CodeEntry **statics;
     int n_statics, cap_statics;
+    size_t slot; /* its place in the children table */
     unsigned char is_c, is_ext, wants_lines;
 };
 
@@ -157,22 +214,20 @@ typedef struct {
     PyObject *node_type;
     PyObject *fields[6]; /* Node's fields, set one by one on object.__new__(Node); or NULL: Node(...) */
     PyObject *empty;
-    /* persistent caches (open addressing, never shrink) */
-    CodeEntry **codes;
-    size_t code_cap, code_n;
-    CFnEntry **cfns;
-    size_t cfn_cap, cfn_n;
+    /* persistent caches (never shrink): code object -> CodeEntry, (owner, def) -> CFnEntry */
+    PtrMap codes, cfns;
     /* one recording */
     int recording, failed;
     PyThreadState *tstate;
     PyObject *classify_code, *classify_c, *ctypes_map; /* set during record() */
     Chunk *chunk;
-    Rec **kids; /* (parent, kind) -> child */
-    size_t kid_cap, kid_n;
+    PtrMap kids; /* (parent, kind) -> child Rec */
     Rec **stack;
     int sp, stack_cap;
     int lines_on;
     int64_t build_ns; /* the last tree's building time */
+    PyObject **ints; /* line numbers as Python ints, made once: most lines are above the small-int cache */
+    int n_ints;
     int64_t n_profile, n_trace, n_switch; /* events of the last recording, trace function switches */
 } Core;
 
@@ -180,12 +235,14 @@ static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg
 
 static Rec *rec_new(Core *self, const KindRef *k) {
     if (!self->chunk || self->chunk->used == CHUNK) {
-        Chunk *c = PyMem_Calloc(1, sizeof(Chunk));
+        Chunk *c = PyMem_Malloc(sizeof(Chunk));
         if (!c) { PyErr_NoMemory(); return NULL; }
         c->prev = self->chunk;
+        c->used = 0;
         self->chunk = c;
     }
     Rec *r = &self->chunk->recs[self->chunk->used++];
+    memset(r, 0, sizeof(Rec)); /* chunks are reused from one recording to the next */
     r->kind = k->kind;
     r->frame = k->frame;
     r->is_c = k->is_c;
@@ -193,38 +250,22 @@ static Rec *rec_new(Core *self, const KindRef *k) {
     return r;
 }
 
-/* Children are found by (parent, kind) in one table per recording. */
-static int kids_grow(Core *self) {
-    size_t cap = self->kid_cap ? self->kid_cap * 2 : 1024;
-    Rec **t = PyMem_Calloc(cap, sizeof(Rec *));
-    if (!t) { PyErr_NoMemory(); return -1; }
-    for (Chunk *c = self->chunk; c; c = c->prev)
-        for (int i = 0; i < c->used; i++) {
-            Rec *r = &c->recs[i];
-            if (!r->parent) continue;
-            for (size_t j = hash_ptr(r->parent, r->kind) & (cap - 1);; j = (j + 1) & (cap - 1))
-                if (!t[j]) { t[j] = r; break; }
-        }
-    PyMem_Free(self->kids);
-    self->kids = t;
-    self->kid_cap = cap;
-    return 0;
+/* Children are found by (parent, kind) in one table per recording; a record knows
+   its slot, so the table is emptied slot by slot. */
+static void kid_moved(void *v, Slot *base, Slot *s) {
+    ((Rec *)v)->slot = (size_t)(s - base);
 }
 
 static Rec *child(Core *self, Rec *parent, const KindRef *k) {
-    size_t mask = self->kid_cap - 1, i;
-    for (i = hash_ptr(parent, k->kind) & mask; self->kids[i]; i = (i + 1) & mask) {
-        Rec *r = self->kids[i];
-        if (r->parent == parent && r->kind == k->kind) return r;
-    }
+    Slot *s = pm_slot(&self->kids, parent, k->kind);
+    if (s->v) return (Rec *)s->v;
     Rec *r = rec_new(self, k);
     if (!r) return NULL;
     r->parent = parent;
     if (parent->last) parent->last->next = r;
     else parent->first = r;
     parent->last = r;
-    self->kids[i] = r;
-    if (++self->kid_n * 2 > self->kid_cap && kids_grow(self) < 0) return NULL;
+    if (pm_fill(&self->kids, s, parent, k->kind, r, kid_moved) < 0) return NULL;
     return r;
 }
 
@@ -258,14 +299,16 @@ static int push(Core *self, Rec *r) {
 
 /* ------------------------------------------------------------------ classification */
 
+static PyObject *str_is_c, *str_is_ext, *str_frame; /* interned attribute names */
+
 /* A _Kind's flags and Frame, read once; the references are the caller's to keep. */
 static int kindref(PyObject *kind, KindRef *out) {
     out->kind = out->frame = NULL;
     out->is_c = out->is_ext = 0;
     if (kind == Py_None) return 0;
-    PyObject *c = PyObject_GetAttrString(kind, "is_c");
-    PyObject *e = c ? PyObject_GetAttrString(kind, "is_ext") : NULL;
-    PyObject *f = e ? PyObject_GetAttrString(kind, "frame") : NULL;
+    PyObject *c = PyObject_GetAttr(kind, str_is_c);
+    PyObject *e = c ? PyObject_GetAttr(kind, str_is_ext) : NULL;
+    PyObject *f = e ? PyObject_GetAttr(kind, str_frame) : NULL;
     if (f) {
         out->is_c = PyObject_IsTrue(c) == 1;
         out->is_ext = PyObject_IsTrue(e) == 1;
@@ -283,32 +326,12 @@ static void kindref_clear(KindRef *k) {
     Py_CLEAR(k->frame);
 }
 
-static CodeEntry *code_find(Core *self, PyObject *code) {
-    size_t mask = self->code_cap - 1;
-    for (size_t i = hash_ptr(code, NULL) & mask;; i = (i + 1) & mask) {
-        CodeEntry *e = self->codes[i];
-        if (!e || e->code == code) return e;
-    }
+static inline CodeEntry *code_find(Core *self, PyObject *code) {
+    return (CodeEntry *)pm_slot(&self->codes, code, NULL)->v;
 }
 
 static int code_insert(Core *self, CodeEntry *e) {
-    if ((self->code_n + 1) * 2 > self->code_cap) {
-        size_t cap = self->code_cap * 2;
-        CodeEntry **t = PyMem_Calloc(cap, sizeof(CodeEntry *));
-        if (!t) { PyErr_NoMemory(); return -1; }
-        for (size_t i = 0; i < self->code_cap; i++) {
-            CodeEntry *x = self->codes[i];
-            if (!x) continue;
-            for (size_t j = hash_ptr(x->code, NULL) & (cap - 1);; j = (j + 1) & (cap - 1))
-                if (!t[j]) { t[j] = x; break; }
-        }
-        PyMem_Free(self->codes);
-        self->codes = t;
-        self->code_cap = cap;
-    }
-    size_t mask = self->code_cap - 1;
-    for (size_t i = hash_ptr(e->code, NULL) & mask;; i = (i + 1) & mask)
-        if (!self->codes[i]) { self->codes[i] = e; self->code_n++; return 0; }
+    return pm_fill(&self->codes, pm_slot(&self->codes, e->code, NULL), e->code, NULL, e, NULL);
 }
 
 static int cmp_call(const void *a, const void *b) {
@@ -416,32 +439,12 @@ static inline PyObject *cfn_owner(PyObject *fn, const void **ml) {
     return (PyObject *)Py_TYPE(self);
 }
 
-static CFnEntry *cfn_find(Core *self, PyObject *owner, const void *ml) {
-    size_t mask = self->cfn_cap - 1;
-    for (size_t i = hash_ptr(owner, ml) & mask;; i = (i + 1) & mask) {
-        CFnEntry *e = self->cfns[i];
-        if (!e || (e->owner == owner && e->ml == ml)) return e;
-    }
+static inline CFnEntry *cfn_find(Core *self, PyObject *owner, const void *ml) {
+    return (CFnEntry *)pm_slot(&self->cfns, owner, ml)->v;
 }
 
 static int cfn_insert(Core *self, CFnEntry *e) {
-    if ((self->cfn_n + 1) * 2 > self->cfn_cap) {
-        size_t cap = self->cfn_cap * 2;
-        CFnEntry **t = PyMem_Calloc(cap, sizeof(CFnEntry *));
-        if (!t) { PyErr_NoMemory(); return -1; }
-        for (size_t i = 0; i < self->cfn_cap; i++) {
-            CFnEntry *x = self->cfns[i];
-            if (!x) continue;
-            for (size_t j = hash_ptr(x->owner, x->ml) & (cap - 1);; j = (j + 1) & (cap - 1))
-                if (!t[j]) { t[j] = x; break; }
-        }
-        PyMem_Free(self->cfns);
-        self->cfns = t;
-        self->cfn_cap = cap;
-    }
-    size_t mask = self->cfn_cap - 1;
-    for (size_t i = hash_ptr(e->owner, e->ml) & mask;; i = (i + 1) & mask)
-        if (!self->cfns[i]) { self->cfns[i] = e; self->cfn_n++; return 0; }
+    return pm_fill(&self->cfns, pm_slot(&self->cfns, e->owner, e->ml), e->owner, e->ml, e, NULL);
 }
 
 /* PythonTracer._classify_c(fn) -> (kind when called from a kept frame, kind otherwise) */
@@ -662,14 +665,32 @@ static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg
 
 /* ------------------------------------------------------------------ the finished tree */
 
-static PyObject *sorted_list(const IntSet *set, const Rec *r) {
+#define MAX_CACHED_LINE 200000
+
+static PyObject *line_int(Core *self, int v) {
+    if (v < 0 || v >= MAX_CACHED_LINE) return PyLong_FromLong(v);
+    if (v >= self->n_ints) {
+        int n = self->n_ints ? self->n_ints : 1024;
+        while (n <= v) n *= 2;
+        PyObject **t = PyMem_Realloc(self->ints, sizeof(PyObject *) * n);
+        if (!t) return PyErr_NoMemory();
+        memset(t + self->n_ints, 0, sizeof(PyObject *) * (n - self->n_ints));
+        self->ints = t;
+        self->n_ints = n;
+    }
+    if (!self->ints[v] && !(self->ints[v] = PyLong_FromLong(v))) return NULL;
+    Py_INCREF(self->ints[v]);
+    return self->ints[v];
+}
+
+static PyObject *sorted_list(Core *self, const IntSet *set, const Rec *r) {
     int n = set->n;
     for (int i = 0; r && i < r->n_statics; i++) n += r->statics[i]->n_static;
     if (n == 0) return PyList_New(0);
     if (n == 1 && set->n == 1) {
         for (int i = 0; i < set->cap; i++)
             if (set->slot[i] != EMPTY) {
-                PyObject *x = PyLong_FromLong(set->slot[i]);
+                PyObject *x = line_int(self, set->slot[i]);
                 PyObject *list = x ? PyList_New(1) : NULL;
                 if (list) PyList_SET_ITEM(list, 0, x);
                 else Py_XDECREF(x);
@@ -689,7 +710,7 @@ static PyObject *sorted_list(const IntSet *set, const Rec *r) {
         if (u == 0 || v[u - 1] != v[i]) v[u++] = v[i];
     PyObject *list = PyList_New(u);
     for (int i = 0; list && i < u; i++) {
-        PyObject *x = PyLong_FromLong(v[i]);
+        PyObject *x = line_int(self, v[i]);
         if (!x) { Py_CLEAR(list); break; }
         PyList_SET_ITEM(list, i, x);
     }
@@ -708,8 +729,8 @@ static PyObject *make_node(Core *self, const Rec *r, PyObject **kids) {
     Py_INCREF(args[0]);
     args[1] = PyLong_FromLongLong(r->count);
     args[2] = PyLong_FromLongLong(r->time_ns);
-    args[3] = sorted_list(&r->call_lines, NULL);
-    args[4] = sorted_list(&r->lines, r);
+    args[3] = sorted_list(self, &r->call_lines, NULL);
+    args[4] = sorted_list(self, &r->lines, r);
     args[5] = PyList_New(0);
     if (args[1] && args[2] && args[3] && args[4] && args[5]) {
         if (self->fields[0]) {
@@ -760,6 +781,9 @@ static PyObject *to_node(Core *self, Rec *root) {
     return top;
 }
 
+/* The end of a recording: what the records hold is released; the first chunk, the
+   children table and the stack are kept for the next recording (a probe records
+   thousands of steps: their allocation would be a fixed cost of each). */
 static void free_recording(Core *self) {
     while (self->chunk) {
         Chunk *c = self->chunk;
@@ -769,16 +793,15 @@ static void free_recording(Core *self) {
             intset_free(&r->call_lines);
             intset_free(&r->lines);
             PyMem_Free(r->statics);
+            if (r->parent) self->kids.slot[r->slot].v = NULL; /* only the slots used are emptied */
         }
+        c->used = 0;
+        if (!c->prev) break;
         self->chunk = c->prev;
         PyMem_Free(c);
     }
-    PyMem_Free(self->kids);
-    self->kids = NULL;
-    self->kid_cap = self->kid_n = 0;
-    PyMem_Free(self->stack);
-    self->stack = NULL;
-    self->sp = self->stack_cap = 0;
+    self->kids.n = 0;
+    self->sp = 0;
     Py_CLEAR(self->classify_code);
     Py_CLEAR(self->classify_c);
     Py_CLEAR(self->ctypes_map);
@@ -811,8 +834,10 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
     Py_INCREF(args[2]); self->classify_code = args[2];
     Py_INCREF(args[3]); self->classify_c = args[3];
     Py_INCREF(args[4]); self->ctypes_map = args[4];
-    self->stack_cap = 256;
-    self->stack = PyMem_Malloc(sizeof(Rec *) * self->stack_cap);
+    if (!self->stack) {
+        self->stack_cap = 256;
+        self->stack = PyMem_Malloc(sizeof(Rec *) * self->stack_cap);
+    }
     KindRef rk;
     if (!self->stack || kindref(args[1], &rk) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
@@ -821,7 +846,7 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
     }
     Rec *root = rec_new(self, &rk);
     kindref_clear(&rk); /* the tracer's table keeps the root's kind and frame */
-    if (!root || kids_grow(self) < 0) { free_recording(self); return NULL; }
+    if (!root || (!self->kids.slot && pm_init(&self->kids, 1024) < 0)) { free_recording(self); return NULL; }
     root->count = 1;
     self->stack[self->sp++] = root;
     self->tstate = PyThreadState_Get();
@@ -857,8 +882,8 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 static PyObject *Core_stats(Core *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("{s:n,s:n,s:L,s:L,s:L,s:L}", "code_objects", (Py_ssize_t)self->code_n, "c_functions",
-                         (Py_ssize_t)self->cfn_n, "last_build_ns", (long long)self->build_ns,
+    return Py_BuildValue("{s:n,s:n,s:L,s:L,s:L,s:L}", "code_objects", (Py_ssize_t)self->codes.n, "c_functions",
+                         (Py_ssize_t)self->cfns.n, "last_build_ns", (long long)self->build_ns,
                          "profile_events", (long long)self->n_profile, "trace_events", (long long)self->n_trace,
                          "trace_switches", (long long)self->n_switch);
 }
@@ -885,20 +910,18 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
     if (!self->empty && !(self->empty = PyTuple_New(0))) return -1;
     Py_INCREF(node_type);
     Py_XSETREF(self->node_type, node_type);
-    if (!self->codes) {
-        self->code_cap = 1024;
-        self->codes = PyMem_Calloc(self->code_cap, sizeof(CodeEntry *));
-        self->cfn_cap = 256;
-        self->cfns = PyMem_Calloc(self->cfn_cap, sizeof(CFnEntry *));
-        if (!self->codes || !self->cfns) { PyErr_NoMemory(); return -1; }
-    }
+    if (!self->codes.slot && pm_init(&self->codes, 4096) < 0) return -1;
+    if (!self->cfns.slot && pm_init(&self->cfns, 1024) < 0) return -1;
     return 0;
 }
 
 static void Core_dealloc(Core *self) {
     free_recording(self);
-    for (size_t i = 0; i < self->code_cap; i++) {
-        CodeEntry *e = self->codes[i];
+    PyMem_Free(self->chunk);
+    PyMem_Free(self->kids.slot);
+    PyMem_Free(self->stack);
+    for (size_t i = 0; i < self->codes.cap; i++) {
+        CodeEntry *e = self->codes.slot[i].v;
         if (!e) continue;
         kindref_clear(&e->k);
         for (int j = 0; j < e->n_calls; j++) kindref_clear(&e->calls[j].k);
@@ -907,16 +930,18 @@ static void Core_dealloc(Core *self) {
         Py_DECREF(e->code);
         PyMem_Free(e);
     }
-    for (size_t i = 0; i < self->cfn_cap; i++) {
-        CFnEntry *e = self->cfns[i];
+    for (size_t i = 0; i < self->cfns.cap; i++) {
+        CFnEntry *e = self->cfns.slot[i].v;
         if (!e) continue;
         kindref_clear(&e->kept);
         kindref_clear(&e->other);
         Py_XDECREF(e->owner);
         PyMem_Free(e);
     }
-    PyMem_Free(self->codes);
-    PyMem_Free(self->cfns);
+    PyMem_Free(self->codes.slot);
+    PyMem_Free(self->cfns.slot);
+    for (int i = 0; i < self->n_ints; i++) Py_XDECREF(self->ints[i]);
+    PyMem_Free(self->ints);
     Py_XDECREF(self->node_type);
     for (int i = 0; i < 6; i++) Py_XDECREF(self->fields[i]);
     Py_XDECREF(self->empty);
@@ -949,6 +974,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__ctrace(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
+    if (!str_is_c && !(str_is_c = PyUnicode_InternFromString("is_c"))) return NULL;
+    if (!str_is_ext && !(str_is_ext = PyUnicode_InternFromString("is_ext"))) return NULL;
+    if (!str_frame && !(str_frame = PyUnicode_InternFromString("frame"))) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&CoreType);

@@ -32,11 +32,14 @@ class CTracer(PythonTracer):
         super().__init__(roots, root_name)
         self.collector = {"python": "c"}
         self._core = module.Core(Node, _node_fields())
+        self._roots: dict[str | None, Any] = {}  # label -> the root's kind (a Frame costs µs to make)
 
     def record(self, fn: Callable[[], Any], label: str | None = None) -> tuple[Node, Any]:
         """Call ``fn()`` under the C hooks; return (call tree, fn's result). The
         cyclic GC is off meanwhile, as in PythonTracer.record."""
-        root = self._kind(Frame("root", "", label or self.root_name))
+        root = self._roots.get(label)
+        if root is None:
+            root = self._roots[label] = self._kind(Frame("root", "", label or self.root_name))
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -55,5 +58,5 @@ def _node_fields() -> tuple[str, ...] | None:
     plus its six attributes (a plain dataclass with these fields, nothing run after
     __init__); None makes it call Node(...) itself."""
     names = tuple(f.name for f in dataclasses.fields(Node))
-    plain = names == _FIELDS and not hasattr(Node, "__post_init__") and "__slots__" not in vars(Node)
+    plain = names == _FIELDS and not hasattr(Node, "__post_init__")
     return names if plain else None
