@@ -22,7 +22,11 @@
      order they were first seen, exactly as _Rec.to_node does.
 
    Built per framework environment by tracer/collect/cbuild.py (standard library
-   only: the environment's own compiler settings and headers). CPython 3.11 only. */
+   only: the environment's own compiler settings and headers). CPython 3.11 only.
+
+   Measurement switches (never in a build dltrace makes): -DCTRACE_FLOOR (the hooks
+   return at once: CPython's own cost of C hooks), -DCTRACE_NO_LINES (no line events),
+   -DCTRACE_NOBUILD (record() returns None for the tree). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -871,7 +875,11 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     int64_t t1 = now_ns();
+#ifdef CTRACE_NOBUILD
+    PyObject *tree = Py_NewRef(Py_None);
+#else
     PyObject *tree = to_node(self, root);
+#endif
     self->build_ns = now_ns() - t1;
     free_recording(self);
     if (!tree) { Py_DECREF(result); return NULL; }
