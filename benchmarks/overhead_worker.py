@@ -11,6 +11,9 @@ in Python pays on this interpreter before it records anything.
 
 Each traced call is wrapped on its own (start, step, stop), as the harness wraps
 ``tracer.record`` around one step; dltrace's time includes building its call tree.
+"dltrace-in-step" is not a mode of its own: the time dltrace's root node measured
+around the step in the "dltrace" batches (hooks on to hooks off), i.e. how much the
+traced step itself was slowed, without the tree built after it.
 Modes alternate within each repeat (in rotating order), so that drift of the
 machine hits all of them alike.
 """
@@ -30,10 +33,18 @@ from tracer.collect.pytrace import PythonTracer
 Step = Callable[[], Any]
 
 
-def _wrappers(roots: list[str]) -> tuple[dict[str, Callable[[Step], Any]], Callable[[], None], dict[str, str]]:
+def _wrappers(roots: list[str], in_step: list[int]) -> tuple[dict[str, Callable[[Step], Any]], Callable[[], None],
+                                                              dict[str, str]]:
     """(mode -> how to run one step under it, what empties the tracers' buffers
-    between batches, which collector mode "dltrace" is)."""
+    between batches, which collector mode "dltrace" is); each "dltrace" step's
+    in-step nanoseconds are appended to ``in_step``."""
     dl = python_tracer(roots)
+
+    def under_dltrace(step: Step) -> Any:
+        tree, result = dl.record(step)
+        in_step.append(tree.time_ns)
+        return result
+
     dl_python = PythonTracer(roots)
     prof = cProfile.Profile()
 
@@ -60,7 +71,7 @@ def _wrappers(roots: list[str]) -> tuple[dict[str, Callable[[Step], Any]], Calla
 
     modes: dict[str, Callable[[Step], Any]] = {
         "untraced": lambda step: step(),
-        "dltrace": lambda step: dl.record(step),
+        "dltrace": under_dltrace,
         "dltrace-python": lambda step: dl_python.record(step),
         "cprofile": under_cprofile,
         "empty-hooks": under_empty_hooks,
@@ -92,7 +103,8 @@ def _batch(run: Callable[[Step], Any], step: Step, calls: int) -> float:
 def measure(req: dict) -> dict:
     fw = importlib.import_module(req["import"])
     probe = importlib.import_module(req["probe"])
-    modes, clear, collector = _wrappers(req["source_roots"])
+    in_step: list[int] = []
+    modes, clear, collector = _wrappers(req["source_roots"], in_step)
     out: dict[str, Any] = {"version": str(getattr(fw, "__version__", "?")), "modes": list(modes), "cases": {},
                            "collector": collector}
     for prim in req["primitives"]:
@@ -109,12 +121,15 @@ def measure(req: dict) -> dict:
         clear()
         t = min(_batch(modes["untraced"], step, 1) for _ in range(5))
         calls = max(2, min(200, int(req["batch_s"] / max(t, 1e-6))))
-        times: dict[str, list[float]] = {m: [] for m in modes}
+        times: dict[str, list[float]] = {m: [] for m in [*modes, "dltrace-in-step"]}
         names = list(modes)
         for rep in range(req["repeats"]):
             k = rep % len(names)
             for m in names[k:] + names[:k]:
+                in_step.clear()
                 times[m].append(_batch(modes[m], step, calls))
+                if m == "dltrace":
+                    times["dltrace-in-step"].append(sum(in_step) / len(in_step) / 1e9)
                 clear()
         out["cases"][prim] = {"calls_per_batch": calls, "seconds": times}
     return out
