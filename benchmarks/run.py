@@ -158,7 +158,8 @@ def print_overhead(res: dict[str, Any]) -> None:
            ["framework", "primitive", "untraced", "dltrace", "dltrace in step", "dltrace (Python)", "viztracer",
             "cProfile", "empty hooks", "target"], rows)
     print("  dltrace: the collector a probe runs, per framework: "
-          + ", ".join(f"{n} {fw.get('collector', {}).get('python', 'python')}" for n, fw in res.items() if "error" not in fw))
+          + ", ".join(f"{n} {fw.get('collector', {}).get('python', 'python')}"
+                      for n, fw in res.items() if "error" not in fw))
     print("  dltrace in step: the same calls from hooks on to hooks off, without building the tree afterwards")
     print("  empty hooks: sys.setprofile and sys.settrace with callbacks that do nothing, the floor of a tracer in Python")
 

@@ -65,7 +65,8 @@ def main(path: str) -> int:
                     diffs = differences(*trees)
                     if not diffs:
                         break
-                report["cases"].append({"primitive": prim, "api": api, "pass": pass_, "nodes": trees[0].size(), "attempts": attempt,
+                report["cases"].append({"primitive": prim, "api": api, "pass": pass_, "nodes": trees[0].size(),
+                                        "attempts": attempt,
                                         "lines": sum(len(n.lines) for _, n in trees[0].walk()),
                                         "diffs": diffs[:20]})
     print(json.dumps(report))

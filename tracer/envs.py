@@ -182,7 +182,8 @@ def build_collector(fw: Framework, python: Path, log: Callable[[str], None] = la
     cache under home()/ext; nothing to do where it is built. Not an error when it
     cannot be built: the probes run the pure-Python collector then, and their traces
     say so (meta.collector). The install steps, and so the spec hash, are untouched."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path}
     try:
         proc = subprocess.run([str(python), "-m", "tracer.collect.cbuild"], capture_output=True, text=True, env=env,
                               timeout=300, stdin=subprocess.DEVNULL, errors="replace", cwd=ROOT)

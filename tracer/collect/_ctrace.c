@@ -958,7 +958,8 @@ static void Core_dealloc(Core *self) {
 
 static PyMethodDef Core_methods[] = {
     {"record", (PyCFunction)(void (*)(void))Core_record, METH_FASTCALL, record_doc},
-    {"stats", (PyCFunction)Core_stats, METH_NOARGS, "Sizes of the caches; the last recording's events, trace function switches and tree building time."},
+    {"stats", (PyCFunction)Core_stats, METH_NOARGS,
+     "Sizes of the caches; the last recording's events, trace function switches and tree building time."},
     {NULL, NULL, 0, NULL},
 };
 
