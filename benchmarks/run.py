@@ -56,7 +56,11 @@ from tracer.contract import PRIMITIVES  # noqa: E402
 from tracer.registry import ROOT, Framework  # noqa: E402
 
 OVERHEAD_PRIMITIVES = ("conv2d", "dense", "relu", "batchnorm")
-MODES = ("untraced", "dltrace", "viztracer", "cprofile", "empty-hooks")
+#: "dltrace": the collector a probe runs (the C core where it builds), its tree built;
+#: "dltrace-in-step": the same calls, only the time from hooks on to hooks off (how much
+#: the traced step itself slowed); "dltrace-python": the pure-Python PythonTracer it
+#: falls back to.
+MODES = ("untraced", "dltrace", "dltrace-in-step", "dltrace-python", "viztracer", "cprofile", "empty-hooks")
 SURVEY_TARGET_X, SURVEY_TARGET_S = 2.0, 300.0
 RENDER_TARGET_S, DIFF_TARGET_S = 10.0, 2.0
 
@@ -129,6 +133,7 @@ def overhead(frameworks: list[Framework], quick: bool) -> dict[str, Any]:
         summary = {m: _geomean([c["ratio"][m] for c in cases.values() if m in c["ratio"]]) for m in MODES[1:]
                    if all(m in c["ratio"] for c in cases.values())}
         result[fw.name] = {"version": data["version"], "cases": cases, "geomean_ratio": summary,
+                           "collector": data.get("collector", {"python": "python"}),
                            "viztracer_problem": problem, "wall_s": time.perf_counter() - t0}
         print(f"  {fw.name}: done in {time.perf_counter() - t0:.0f} s", flush=True)
     return result
@@ -150,7 +155,12 @@ def print_overhead(res: dict[str, Any]) -> None:
         ok = g["dltrace"] <= g.get("viztracer", float("inf"))
         rows.append([name, "geomean", ""] + [f"{g[m]:.2f}x" if m in g else "n/a" for m in MODES[1:]] + ["met" if ok else "MISSED"])
     _table("1. Python tracing overhead: µs per forward+backward step (ratio to untraced); target dltrace <= viztracer",
-           ["framework", "primitive", "untraced", "dltrace", "viztracer", "cProfile", "empty hooks", "target"], rows)
+           ["framework", "primitive", "untraced", "dltrace", "dltrace in step", "dltrace (Python)", "viztracer",
+            "cProfile", "empty hooks", "target"], rows)
+    print("  dltrace: the collector a probe runs, per framework: "
+          + ", ".join(f"{n} {fw.get('collector', {}).get('python', 'python')}"
+                      for n, fw in res.items() if "error" not in fw))
+    print("  dltrace in step: the same calls from hooks on to hooks off, without building the tree afterwards")
     print("  empty hooks: sys.setprofile and sys.settrace with callbacks that do nothing, the floor of a tracer in Python")
 
 

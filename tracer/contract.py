@@ -41,6 +41,11 @@ STANDIN_LIB = "standin backend"
 #: Strongest first: a cell shows the strongest it has and lists the rest.
 EVIDENCE = ("recorded", "imported", "compiled", "lowered", "registered", "source")
 DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
+#: What recorded a trace's Python layer (its meta ``collector.python``): the C core
+#: (tracer/collect/_ctrace.c) or the pure-Python tracer it falls back to, with the
+#: same tree. ``DLTRACE_COLLECTOR`` in a probe's environment picks one (default: C
+#: where it can be built); see tracer/collect/collector.py.
+COLLECTORS = ("c", "python")
 #: What a request asks of the probe process: trace the cases, or derive their GPU
 #: evidence (the probe's ``gpu_evidence`` hook, :class:`GpuEvidence`).
 REQUEST_KINDS = ("trace", "gpu-evidence")

@@ -146,9 +146,12 @@ def log_dir() -> Path:
 
 
 def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambda s: None) -> EnvStatus:
-    """Create (or reuse) fw's venv, install its steps in order, check the import."""
+    """Create (or reuse) fw's venv, install its steps in order, check the import, and
+    build the C collector for its interpreter (also for an environment that was ready)."""
     st = status(fw)
     if st.ready and not force:
+        if st.python is not None and not st.note:
+            build_collector(fw, st.python, log)
         return st
     d = env_dir(fw)
     if d.exists():
@@ -169,7 +172,33 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
         raise DltraceError(f"{fw.name}: installed version {version}, frameworks.yaml declares {fw.version}")
     marker = {"spec": spec_hash(fw), "version": version, "python": sys.version.split()[0], "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_text(d / MARKER, json.dumps(marker, indent=1))
+    build_collector(fw, python, log)
     return status(fw)
+
+
+def build_collector(fw: Framework, python: Path, log: Callable[[str], None] = lambda s: None) -> bool:
+    """Build the C core of the Python collector with ``python`` (tracer.collect.cbuild,
+    run in the environment: its own headers and compiler settings) into the shared
+    cache under home()/ext; nothing to do where it is built. Not an error when it
+    cannot be built: the probes run the pure-Python collector then, and their traces
+    say so (meta.collector). The install steps, and so the spec hash, are untouched."""
+    import tempfile
+
+    from tracer.runner import code_path
+
+    try:
+        # the package alone on the path, as a probe gets it (never an installed wheel's site-packages)
+        with tempfile.TemporaryDirectory(prefix="dltrace-cbuild-") as tmp:
+            path = os.pathsep.join([str(code_path(Path(tmp))), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            proc = subprocess.run([str(python), "-m", "tracer.collect.cbuild"], capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONPATH": path}, timeout=300, stdin=subprocess.DEVNULL,
+                                  errors="replace", cwd=tmp)
+        said = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        ok = proc.returncode == 0
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        said, ok = str(exc), False
+    log(f"{fw.name}: C collector {'ready' if ok else 'not built, the Python collector will run'}: {said}")
+    return ok
 
 
 def run_logged(what: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:

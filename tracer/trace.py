@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_maybe_gzip
-from tracer.contract import PASSES, PHASES
+from tracer.contract import COLLECTORS, PASSES, PHASES
 from tracer.files import write_bytes
 
 FORMAT = "dltrace-trace"
@@ -185,7 +185,7 @@ OPTIONAL_META: dict[str, tuple[type, ...]] = {
     "source_roots": (list,), "command": (str,), "created": (str,), "tool": (str,), "native": (dict,),
     "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
     "provenance": (dict,), "emulated": (dict, bool), "library": (dict,), "dispatch": (dict,),
-    "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,), "recorded_by": (dict,),
+    "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,), "recorded_by": (dict,), "collector": (dict,),
 }
 #: Run stats the processing stages read, and their types.
 NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")
@@ -222,6 +222,19 @@ def _check_meta(meta: Any) -> None:
     for key, value in (meta.get("recorded_by") or {}).items():
         if not isinstance(value, str):
             raise _wrong(f"meta.recorded_by.{str(key)[:40]}", value, "a string")
+    _check_collector(meta.get("collector"))
+
+
+def _check_collector(collector: dict[str, Any] | None) -> None:
+    """meta.collector: which Python-level collector recorded the python layer
+    (tracer.contract.COLLECTORS) and, for the fallback, why the C core did not run.
+    Traces written before it existed have none (the pure-Python collector)."""
+    if collector is None:
+        return
+    if collector.get("python") not in COLLECTORS:
+        raise ValueError(f"meta.collector.python must be one of {', '.join(COLLECTORS)}")
+    if not isinstance(collector.get("why", ""), str):
+        raise _wrong("meta.collector.why", collector["why"], "a string")
 
 
 def _check_stats(stats: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from tracer import __version__, machine
 from tracer.collect import library, sampler
 from tracer.collect.attribution import merge_stats, merge_trees
+from tracer.collect.collector import CollectorError, python_tracer
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
@@ -210,6 +211,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": req.command,
         "layers_requested": [l for l in LAYERS if l in layers],
+        "collector": dict(tracer.collector),  # which Python-level collector ran (C core or its fallback)
     }
     if "emulated" in meta["machine"]:  # the runner's account of the emulated CPU, read by _machine
         meta["emulated"] = meta["machine"]["emulated"]
@@ -297,7 +299,11 @@ def main(argv: list[str]) -> int:
         return Exit.NO_DEVICE
     version = str(getattr(fw, "__version__", "unknown"))
     pending: list[tuple[CaseRequest, Trace, Any]] = []  # cases that want native stacks, kept alive
-    tracer = PythonTracer(req.source_roots)
+    try:
+        tracer = python_tracer(req.source_roots)  # the C core where it builds, else PythonTracer
+    except CollectorError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
     # the libraries' own reports go to fd 1: into a file while the cases run
     log = StdoutLog(os.path.join(tempfile.gettempdir(), f"dltrace-stdout-{os.getpid()}.log")) \
         if any("library" in c.layers for c in req.cases) else None

@@ -208,6 +208,8 @@ class PythonTracer:
     """
 
     def __init__(self, roots: Iterable[str], root_name: str = "probe"):
+        #: which collector this is, for the trace's meta (tracer/collect/collector.py)
+        self.collector: dict[str, str] = {"python": "python"}
         self.roots = Roots(roots)
         self.root_name = root_name
         self._kinds: dict[Frame, _Kind] = {}

@@ -136,6 +136,10 @@ def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tup
     )
     if "native" in layers and m.get("native_env"):
         console.print(Text(f"  native capture env: {m['native_env']}", style="dim"))
+    collector = m.get("collector") or {}
+    if "python" in layers and collector.get("python") == "python" and collector.get("why"):
+        # the C core did not run: the tree is the same, the overhead figures are not
+        console.print(Text(clip(f"  python layer: pure-Python collector ({collector['why']})"), style="dim"))
     for run in trace.runs:
         if run.phase != phase:
             continue

@@ -1,0 +1,77 @@
+"""Runs inside a framework's environment (``PYTHON tests/collector_twins.py REQUEST``):
+records the same warm steps under both Python-level collectors, the C core and the
+pure-Python PythonTracer, and prints, as JSON, every node where the two trees differ
+(frame, count, calling lines, lines run; not times). tests/test_ctrace.py starts it.
+
+Each step is warmed up untraced first, then recorded by each collector in turn
+(one tracer per collector, shared by all cases as the harness shares its tracer),
+twice, so a difference in the first recording that the framework's own state made
+(a cache filled, a lazy import) shows as the two collectors disagreeing in both.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Any
+
+from tracer.collect import cbuild
+from tracer.collect.ctracer import CTracer
+from tracer.collect.pytrace import PythonTracer
+from tracer.trace import Node
+
+
+def rows(tree: Node) -> list[list[Any]]:
+    return [[depth, n.frame.kind, n.frame.module, n.frame.name, n.frame.file, n.frame.line, n.count,
+             n.call_lines, n.lines] for depth, n in tree.walk()]
+
+
+def differences(a: Node, b: Node) -> list[dict[str, Any]]:
+    ra, rb = rows(a), rows(b)
+    out = [{"index": i, "python": x, "c": y} for i, (x, y) in enumerate(zip(ra, rb)) if x != y]
+    if len(ra) != len(rb):
+        out.append({"index": min(len(ra), len(rb)), "python": f"{len(ra)} nodes", "c": f"{len(rb)} nodes"})
+    return out
+
+
+def step(case: Any, pass_: str) -> Any:
+    """The step the harness traces: the forward call, or the backward call on a fresh
+    forward's state (run here, untraced)."""
+    if pass_ == "forward":
+        return case.forward
+    state = case.forward()
+    return lambda: case.backward(state)
+
+
+def main(path: str) -> int:
+    with open(path) as fh:
+        req = json.load(fh)
+    importlib.import_module(req["import"])
+    probe = importlib.import_module(req["probe"])
+    py = PythonTracer(req["source_roots"])
+    c = CTracer(cbuild.load(), req["source_roots"])
+    report: dict[str, Any] = {"cases": []}
+    for prim in req["primitives"]:
+        for api in req["apis"]:
+            case = probe.make_case(prim, api, req["device_select"], tuple(req["shapes"][prim]))
+            for _ in range(3):
+                case.backward(case.forward())
+                case.sync()
+            for pass_ in ("forward", "backward"):
+                for attempt in (1, 2):
+                    trees = [tracer.record(step(case, pass_), "step")[0] for tracer in (py, c)]
+                    case.sync()
+                    diffs = differences(*trees)
+                    if not diffs:
+                        break
+                report["cases"].append({"primitive": prim, "api": api, "pass": pass_, "nodes": trees[0].size(),
+                                        "attempts": attempt,
+                                        "lines": sum(len(n.lines) for _, n in trees[0].walk()),
+                                        "diffs": diffs[:20]})
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,245 @@
+"""The C core of the Python collector (tracer/collect/_ctrace.c) against the
+pure-Python PythonTracer: the same tree, node by node (frames, counts, calling
+lines, lines run; never times), on the small call patterns of tests/samplefw and
+on real frameworks' steps; and the fallback: where the core cannot be built, the
+Python collector runs and the trace says why."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import markupsafe
+import pytest
+
+from tests import samplefw
+from tracer import envs, runner
+from tracer.collect import cbuild
+from tracer.collect.collector import ENV, CollectorError, python_tracer
+from tracer.collect.ctracer import CTracer
+from tracer.collect.pytrace import PythonTracer
+from tracer.contract import PRIMITIVES
+from tracer.registry import ROOT
+from tracer.trace import Node, TraceFormatError, from_json, load, to_json
+
+ROOTS = ["tests.samplefw"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    """A DLTRACE_HOME of this module's own, so the C core is built here from nothing."""
+    return tmp_path_factory.mktemp("ctrace-home")
+
+
+@pytest.fixture()
+def core(home, monkeypatch):
+    monkeypatch.setenv("DLTRACE_HOME", str(home))
+    monkeypatch.delenv(ENV, raising=False)
+    return cbuild.load()
+
+
+def rows(tree: Node) -> list[tuple]:
+    return [(d, n.frame, n.count, n.call_lines, n.lines) for d, n in tree.walk()]
+
+
+# ----------------------------------------------------------------------------- small patterns
+
+def _callback_step():
+    def user_code(x):
+        return helper(x)
+
+    def helper(x):
+        return samplefw.backend.double(x)
+
+    return samplefw.through_callback(user_code, 2)
+
+
+PATTERNS = {
+    "branch": lambda: samplefw.forward(3),
+    "other branch": lambda: samplefw.forward(3, device="gpu"),
+    "repeated": lambda: [samplefw.forward(i) for i in range(4)],
+    "recursion": lambda: samplefw.recurse(3),
+    "transparent callback": _callback_step,
+    "c hand-off": lambda: samplefw.handoff("<a>"),
+    "exception": lambda: samplefw.catches(),
+    "generator": lambda: list(samplefw.gen(3)),
+    "generated code": lambda: samplefw.generated(1),
+    "ctypes": lambda: [samplefw.via_ctypes(-3) for _ in range(2)],
+    "ext hand-off": lambda: samplefw.via_library("<a>"),
+    "user code only": lambda: markupsafe.escape("<a>"),
+    "identical code, two modules": lambda: (samplefw.conv._pair(1), samplefw.deconv._pair(2)),
+}
+
+
+def test_same_tree_as_the_python_tracer_on_every_pattern(core):
+    from tests.samplefw import conv, deconv  # noqa: F401 - the pattern reaches them through samplefw
+
+    py, c = PythonTracer(ROOTS), CTracer(core, ROOTS)
+    for name, fn in PATTERNS.items():
+        for _ in range(2):  # the second time from the caches
+            (a, ra), (b, rb) = py.record(fn, name), c.record(fn, name)
+            assert ra == rb, name
+            assert rows(a) == rows(b), name
+            assert a.size() > 1 or name == "user code only", name
+    assert sys.gettrace() is None and sys.getprofile() is None
+    assert c.sources == py.sources
+
+
+def test_lines_only_where_a_framework_function_wants_them(core):
+    c = CTracer(core, ROOTS)
+    tree, _ = c.record(lambda: samplefw.forward(3))
+    fwd = tree.children[0]
+    src = c.sources[(fwd.frame.file, fwd.frame.line)]
+    ran = {src[ln - fwd.frame.line].strip() for ln in fwd.lines}
+    assert ran == {'if device == "gpu":', "return backend.forward_cpu(x)"}
+    stats = c._core.stats()
+    # forward branches (line events while it runs); forward_cpu and double do not
+    assert stats["trace_switches"] >= 2 and stats["trace_events"] > 0
+
+
+def test_an_error_in_the_traced_code_propagates_and_removes_the_hooks(core):
+    c = CTracer(core, ROOTS)
+    with pytest.raises(ValueError, match="boom"):
+        c.record(samplefw.failing)
+    assert sys.gettrace() is None and sys.getprofile() is None
+    tree, result = c.record(samplefw.catches)  # and the next recording is whole
+    assert result == "caught" and [n.frame.name for _, n in tree.walk()] == ["probe", "catches", "failing"]
+
+
+def test_an_error_in_the_classification_propagates(core):
+    c = CTracer(core, ["tests.samplefw"])
+
+    def broken(frame):
+        raise RuntimeError("classification failed")
+
+    c._classify_code = broken
+    with pytest.raises(RuntimeError, match="classification failed"):
+        c.record(lambda: samplefw.forward(1))
+    assert sys.gettrace() is None and sys.getprofile() is None
+
+
+# ----------------------------------------------------------------------------- choice and fallback
+
+def test_the_c_core_is_chosen_where_it_builds(core):
+    tracer = python_tracer(ROOTS)
+    assert isinstance(tracer, CTracer) and tracer.collector == {"python": "c"}
+    assert cbuild.target().exists()
+
+
+def test_no_compiler_falls_back_to_the_python_tracer_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.delenv(ENV, raising=False)
+    tracer = python_tracer(ROOTS)
+    assert type(tracer) is PythonTracer
+    assert tracer.collector["python"] == "python" and "no C compiler" in tracer.collector["why"]
+    tree, _ = tracer.record(lambda: samplefw.forward(1))
+    assert tree.children[0].frame.name == "forward"
+    monkeypatch.setenv(ENV, "c")  # asked for explicitly, it is an error instead
+    with pytest.raises(CollectorError, match="no C compiler"):
+        python_tracer(ROOTS)
+
+
+def test_a_source_that_does_not_compile_falls_back(tmp_path, monkeypatch):
+    bad = tmp_path / "_ctrace.c"
+    bad.write_text("#include <Python.h>\nthis is not C;\n")
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
+    monkeypatch.setattr(cbuild, "SOURCE", bad)
+    with pytest.raises(cbuild.Unavailable, match="compiling _ctrace.c failed: .*error"):
+        cbuild.load()
+    assert not list((tmp_path / "ext").glob("*.so")) and not list((tmp_path / "ext").glob(".ctrace-*"))
+
+
+def test_collector_variable(monkeypatch):
+    monkeypatch.setenv(ENV, "python")
+    tracer = python_tracer(ROOTS)
+    assert type(tracer) is PythonTracer and tracer.collector == {"python": "python", "why": f"{ENV}=python"}
+    monkeypatch.setenv(ENV, "fast")
+    with pytest.raises(CollectorError, match="choose one of c, python or auto"):
+        python_tracer(ROOTS)
+
+
+def test_env_setup_builds_it_with_the_environments_interpreter(home, monkeypatch, frameworks):
+    monkeypatch.setenv("DLTRACE_HOME", str(home))
+    logged: list[str] = []
+    assert envs.build_collector(frameworks["torch"], Path(sys.executable), logged.append)
+    assert "C collector ready" in logged[0]
+    proc = subprocess.run([sys.executable, "-m", "tracer.collect.cbuild"], capture_output=True, text=True,
+                          cwd=ROOT, env={"DLTRACE_HOME": str(home), "CC": "/no/such/cc", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stdout  # built already: nothing to compile
+
+
+def test_trace_meta_collector_is_validated():
+    doc = {"format": "dltrace-trace", "version": 1, "frames": [], "runs": [],
+           "meta": {"framework": "f", "primitive": "p", "api": "functional", "device": "cpu"}}
+    for ok in ({"python": "c"}, {"python": "python", "why": "no C compiler"}):
+        assert from_json({**doc, "meta": {**doc["meta"], "collector": ok}}).meta["collector"] == ok
+    for bad, message in (({"python": "rust"}, "meta.collector.python"), ({"python": "python", "why": 3}, "why"),
+                         ("c", "meta.collector must be dict")):
+        with pytest.raises(TraceFormatError, match=message):
+            from_json({**doc, "meta": {**doc["meta"], "collector": bad}})
+
+
+# ----------------------------------------------------------------------------- real frameworks
+
+#: Two primitives per framework, both API levels, forward and backward; MXNet for its
+#: ctypes hand-offs, where its environment is ready.
+REAL = {"torch": ("conv2d", "batchnorm"), "chainer": ("conv2d", "relu"), "mxnet": ("dense", "relu")}
+
+
+@pytest.mark.parametrize("name", list(REAL))
+def test_same_tree_on_real_framework_steps(name, frameworks, tmp_path):
+    fw = frameworks[name]
+    if not envs.status(fw).ready:
+        pytest.skip(f"{name}: environment not set up")
+    prims = REAL[name]
+    req = {"import": fw.import_name, "probe": fw.probe, "device_select": fw.devices["cpu"],
+           "source_roots": list(fw.source_roots), "primitives": list(prims), "apis": list(fw.apis),
+           "shapes": {p: list(PRIMITIVES[p].shape) for p in prims}}
+    (tmp_path / "req.json").write_text(json.dumps(req))
+    proc = subprocess.run([str(envs.python_for(fw)), str(ROOT / "tests" / "collector_twins.py"),
+                           str(tmp_path / "req.json")], capture_output=True, text=True, timeout=600,
+                          env=runner_env(fw), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cases = json.loads(proc.stdout.splitlines()[-1])["cases"]
+    assert len(cases) == len(prims) * len(fw.apis) * 2
+    for case in cases:
+        assert case["diffs"] == [], case
+        assert case["attempts"] == 1, case  # agreed on the first recording
+    assert sum(c["nodes"] for c in cases) > 50 and sum(c["lines"] for c in cases) > 50
+
+
+def runner_env(fw) -> dict[str, str]:
+    import os
+
+    env = {**os.environ, **fw.env}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def test_probes_record_the_same_trees_with_either_collector(frameworks, tmp_path):
+    """Through the harness, in separate processes, cold runs included; the trace says
+    which collector ran, and why not C where the core cannot be built."""
+    fw = frameworks["chainer"]
+    if not envs.status(fw).ready:
+        pytest.skip("chainer: environment not set up")
+    spec = runner.CaseSpec("relu", layers=("python",))
+    traces = {}
+    for mode, extra in {"c": {ENV: "c"}, "python": {ENV: "python"},
+                        "no-compiler": {"DLTRACE_HOME": str(tmp_path / "empty"), "CC": "/no/such/cc"}}.items():
+        probe_fw = dataclasses.replace(fw, env={**fw.env, **extra})  # the probe process's environment only
+        (res,) = runner.run_probe(probe_fw, [spec], tmp_path / mode)
+        assert res.error is None, res.error
+        traces[mode] = load(res.path)
+    assert traces["c"].meta["collector"] == {"python": "c"}
+    assert traces["python"].meta["collector"] == {"python": "python", "why": f"{ENV}=python"}
+    assert traces["no-compiler"].meta["collector"]["python"] == "python"
+    assert "no C compiler" in traces["no-compiler"].meta["collector"]["why"]
+    assert from_json(to_json(traces["c"])).meta["collector"] == {"python": "c"}
+    for mode in ("python", "no-compiler"):
+        for a, b in zip(traces["c"].runs, traces[mode].runs):
+            assert (a.pass_, a.phase) == (b.pass_, b.phase)
+            assert rows(a.layers["python"]) == rows(b.layers["python"]), (mode, a.pass_, a.phase)

@@ -1,0 +1,138 @@
+"""Builds and loads the C core of the Python-level collector (``_ctrace.c``).
+
+The core must be compiled for each interpreter that runs a probe: the framework
+environments' (all CPython 3.11 here, possibly from different builds) or one given
+with ``dltrace env use``. So it is built with that interpreter's own compiler
+settings and headers (sysconfig), standard library only, into a cache shared by
+every environment: ``$DLTRACE_HOME/ext/_ctrace-SOURCEHASH-VERSION.EXT_SUFFIX``. The
+name changes with the source, the exact Python version and the ABI (EXT_SUFFIX
+names the platform), so an interpreter never loads a build made for another one.
+
+``dltrace env setup`` builds it for each environment (``python -m
+tracer.collect.cbuild``); a probe builds it on first use where it is missing. Where
+it cannot be built (no compiler, no headers, an emulated aarch64 guest) or loaded,
+:class:`Unavailable` says why, and the pure-Python collector runs instead
+(tracer/collect/collector.py chooses).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+SOURCE = Path(__file__).with_name("_ctrace.c")
+#: The compiler's diagnostics kept in a failure's reason, at most.
+_REASON_CHARS = 300
+_BUILD_TIMEOUT_S = 180
+
+
+class Unavailable(Exception):
+    """The C core cannot be used in this interpreter; the message says why."""
+
+
+def home() -> Path:
+    """dltrace's cache folder (tracer.envs.home, repeated here: this module runs in
+    framework environments, which have only the standard library and the framework)."""
+    return Path(os.environ.get("DLTRACE_HOME") or Path.home() / ".cache" / "dltrace")
+
+
+def target() -> Path:
+    """Where this interpreter's build of the current source lives."""
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    version = ".".join(map(str, sys.version_info[:3]))
+    return home() / "ext" / f"_ctrace-{digest}-py{version}{suffix}"
+
+
+def _supported() -> None:
+    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
+        raise Unavailable(f"the C core is written for CPython 3.11, this is "
+                          f"{sys.implementation.name} {sys.version.split()[0]}")
+
+
+def _compiler() -> list[str]:
+    """The compiler this interpreter was built with (``CC``, as distutils reads it)."""
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    if not cc or shutil.which(cc[0]) is None:
+        raise Unavailable(f"no C compiler: {' '.join(cc) or 'CC is empty'} not found")
+    return cc
+
+
+def build(force: bool = False) -> Path:
+    """Compile the core for this interpreter (nothing to do when it is there);
+    returns its path or raises :class:`Unavailable`. Written under a temporary name
+    and renamed, so two probes building at once never load half a file."""
+    _supported()
+    out = target()
+    if out.exists() and not force:
+        return out
+    cc = _compiler()
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").exists():
+        raise Unavailable(f"no Python headers (Python.h) in {include}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ctrace-", suffix=".so", dir=out.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise Unavailable(f"cannot write to {out.parent}: {exc.strerror or exc}") from None
+    cmd = [*cc, "-shared", "-fPIC", "-O2", "-fno-strict-aliasing", "-fwrapv", "-I", include,
+           str(SOURCE), "-o", tmp]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=_BUILD_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        os.unlink(tmp)
+        raise Unavailable(f"the C compiler did not run: {exc}") from None
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        errors = [l for l in proc.stderr.splitlines() if "error" in l] or proc.stderr.strip().splitlines()[-1:]
+        raise Unavailable(f"compiling {SOURCE.name} failed: {' | '.join(errors)[:_REASON_CHARS]}")
+    os.replace(tmp, out)
+    return out
+
+
+def load(build_missing: bool = True) -> ModuleType:
+    """The compiled core for this interpreter, built first if missing (and asked);
+    raises :class:`Unavailable` with the reason when it cannot be had."""
+    _supported()
+    path = target()
+    if not path.exists():
+        if not build_missing:
+            raise Unavailable(f"not built for this interpreter ({path.name}); dltrace env setup builds it")
+        path = build()
+    loader = importlib.machinery.ExtensionFileLoader("_ctrace", str(path))
+    spec = importlib.util.spec_from_file_location("_ctrace", str(path), loader=loader)
+    if spec is None:
+        raise Unavailable(f"cannot load {path}")
+    try:
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except ImportError as exc:
+        raise Unavailable(f"cannot load {path.name}: {exc}") from None
+    return module
+
+
+def main() -> int:
+    """``python -m tracer.collect.cbuild [--force]``: build for this interpreter; one
+    line on standard output, the path or why not; exit 0 or 1."""
+    try:
+        print(build(force="--force" in sys.argv[1:]))
+    except Unavailable as exc:
+        print(exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The Python-level collector with its per-event work in C (``_ctrace.c``).
+
+A :class:`CTracer` is a :class:`~tracer.collect.pytrace.PythonTracer` whose
+``record`` runs the C core: the decisions stay PythonTracer's (which code is the
+framework's, which C function is a hand-off, which lines a function reports, where
+it calls ctypes), made once per code object or C function and called back from C;
+the events, the open nodes and the tree are handled in C. So both collectors
+build the same tree (tests/test_ctrace.py checks it node by node on real
+frameworks), and everything after recording cannot tell them apart, except by the
+trace's ``meta.collector``. One difference in where a line comes from: a framework
+function passed itself as ``fn`` is called by the collector's own code, so its
+calling line is a line of pytrace.py there and of this module here (the harness
+passes the probe's steps, never framework functions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from types import ModuleType
+from typing import Any, Callable, Iterable
+
+from tracer.collect.pytrace import PythonTracer
+from tracer.trace import Frame, Node
+
+
+class CTracer(PythonTracer):
+    """Records one call tree per :meth:`record` call, with the C core ``module``
+    (tracer.collect.cbuild.load())."""
+
+    def __init__(self, module: ModuleType, roots: Iterable[str], root_name: str = "probe"):
+        super().__init__(roots, root_name)
+        self.collector = {"python": "c"}
+        self._core = module.Core(Node, _node_fields())
+        self._roots: dict[str | None, Any] = {}  # label -> the root's kind (a Frame costs µs to make)
+
+    def record(self, fn: Callable[[], Any], label: str | None = None) -> tuple[Node, Any]:
+        """Call ``fn()`` under the C hooks; return (call tree, fn's result). The
+        cyclic GC is off meanwhile, as in PythonTracer.record."""
+        root = self._roots.get(label)
+        if root is None:
+            root = self._roots[label] = self._kind(Frame("root", "", label or self.root_name))
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._core.record(fn, root, self._classify_code, self._classify_c, self._ctypes)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+
+#: Node's fields, in the order of its generated __init__, as the C core sets them.
+_FIELDS = ("frame", "count", "time_ns", "call_lines", "lines", "children")
+
+
+def _node_fields() -> tuple[str, ...] | None:
+    """Node's field names where the C core may create a node as object.__new__(Node)
+    plus its six attributes (a plain dataclass with these fields, nothing run after
+    __init__); None makes it call Node(...) itself."""
+    names = tuple(f.name for f in dataclasses.fields(Node))
+    plain = names == _FIELDS and not hasattr(Node, "__post_init__")
+    return names if plain else None
