@@ -194,7 +194,7 @@ REAL = {"torch": ("conv2d", "batchnorm"), "chainer": ("conv2d", "relu"), "mxnet"
 def test_same_tree_on_real_framework_steps(name, frameworks, tmp_path):
     fw = frameworks[name]
     if not envs.status(fw).ready:
-        pytest.skip(f"{name}: environment not set up")
+        pytest.fail(f"{name}: environment not set up (dltrace env setup {name})")
     prims = REAL[name]
     req = {"import": fw.import_name, "probe": fw.probe, "device_select": fw.devices["cpu"],
            "source_roots": list(fw.source_roots), "primitives": list(prims), "apis": list(fw.apis),
@@ -225,7 +225,7 @@ def test_probes_record_the_same_trees_with_either_collector(frameworks, tmp_path
     which collector ran, and why not C where the core cannot be built."""
     fw = frameworks["chainer"]
     if not envs.status(fw).ready:
-        pytest.skip("chainer: environment not set up")
+        pytest.fail("chainer: environment not set up (dltrace env setup chainer)")
     spec = runner.CaseSpec("relu", layers=("python",))
     traces = {}
     for mode, extra in {"c": {ENV: "c"}, "python": {ENV: "python"},
