@@ -88,7 +88,8 @@ def test_audit_names_the_dispatch_points(survey_root, tmp_path):
     assert "Dispatch points: where a new backend hooks in" in proc.stdout
     assert "jax._src.interpreters.ad.linearize" in proc.stdout and "compilation" in proc.stdout
     assert "What each primitive needs from a backend" in proc.stdout
-    assert "gpu compiled" in proc.stdout.splitlines()[0]  # derived GPU evidence, labelled with its class
+    paths = [line.strip() for line in proc.stdout.split("Dispatch points")[0].splitlines()[1:]]
+    assert "- gpu compiled" in paths  # derived GPU evidence, labelled with its class, never cut by a wrap
     proc = dltrace("audit", "torch", "--traces", str(tmp_path))
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"dltrace: error: no torch traces in {tmp_path}; run: dltrace survey torch"

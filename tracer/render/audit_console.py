@@ -17,9 +17,13 @@ def _lines(names: list[str]) -> Text:
 
 
 def print_audit(rep: FrameworkReport, console: Console) -> None:
-    head = Text.assemble((f"{rep.name} {', '.join(rep.versions)}", "bold"), f"  paths traced: {', '.join(rep.sides)}")
+    # One path per line: a path's label names its machine and evidence class, and a
+    # label cut by the terminal's wrap would split "gpu" from the class that qualifies it.
+    head = Text.assemble((f"{rep.name} {', '.join(rep.versions)}", "bold"), "  paths traced:")
     if not rep.has_gpu:
         head.append("  (no GPU trace: add one with --traces)", style="dim")
+    for side in rep.sides:
+        head.append(f"\n  - {clip(side)}")
     console.print(head, highlight=False)
     points = Table(title="Dispatch points: where a new backend hooks in", title_justify="left", show_lines=False)
     for col in ("frame", "layer", "decision", "primitives", "A side", "B side"):
