@@ -1,6 +1,7 @@
 # The two set-up commands (see README):
 #   make survey   installs everything needed, then runs the survey and writes the HTML report
 #   make test     installs everything needed, then runs the tests
+# For development, `make test-fast` runs the tier that needs no framework environment.
 # Both are idempotent: what is already installed is reused.
 
 PYTHON ?= python3
@@ -8,13 +9,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 SURVEY ?= reports/survey
 
-.PHONY: survey test setup system tool envs
+.PHONY: survey test test-fast setup system tool envs
 
 survey: setup
 	$(BIN)/dltrace survey -o $(SURVEY)
 
 test: setup
 	$(BIN)/python -m pytest
+
+# Synthetic traces, the format, the registry, the diff, the renderers and the command
+# line's error paths: no framework environment, no emulated root, no slow fake survey.
+test-fast: tool
+	$(BIN)/python -m pytest -m "not frameworks and not slow"
 
 setup: system tool envs
 

@@ -172,3 +172,13 @@ def survey_report(survey_root) -> Path:
     assert proc.returncode == 0, proc.stderr
     assert "torch/cpu-default: 18 cases, 18 reused" in proc.stderr
     return survey_root / "index.html"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Apply the `frameworks` marker to every test whose fixtures reach the `frameworks`
+    fixture (every fixture that runs a real framework asks for it), so that
+    `make test-fast` (``-m "not frameworks and not slow"``) runs the tier that needs
+    no framework environment: synthetic traces, format, registry, diff, render, errors."""
+    for item in items:
+        if "frameworks" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.frameworks)

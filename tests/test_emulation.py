@@ -201,6 +201,7 @@ def _missing_host_tools() -> str:
     return ""
 
 
+@pytest.mark.frameworks
 def test_torch_conv2d_on_an_emulated_a64fx_runs_onednn_sve512(tmp_path):
     # the set-up (make test) installs QEMU, proot and debootstrap: without them this fails, it does not skip
     assert not _missing_host_tools(), _missing_host_tools()

@@ -6,9 +6,12 @@ from __future__ import annotations
 import sys
 import textwrap
 
+import pytest
+
 from tests.conftest import dltrace
 
 
+@pytest.mark.frameworks
 def test_chainer_environment_builds_from_nothing(tmp_path):
     # chainer is the one framework built from its sdist: with an empty DLTRACE_HOME and
     # pip's cache off, every build requirement must be named in frameworks.yaml (a warm
@@ -38,6 +41,7 @@ frameworks:
 """
 
 
+@pytest.mark.slow
 def test_failed_install_step_says_what_went_wrong(tmp_path):
     pkg = tmp_path / "badpkg"
     pkg.mkdir()

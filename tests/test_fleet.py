@@ -163,6 +163,7 @@ def test_gpu_job_without_gpu_worker_is_a_scheduler_gap(cluster, frameworks, tmp_
     assert len(on_disk) == len(job.cases)
 
 
+@pytest.mark.slow
 def test_unreachable_scheduler_is_one_line_error(tmp_path):
     from tracer.errors import DltraceError
     with pytest.raises(DltraceError, match="unreachable"):

@@ -20,7 +20,7 @@ from tracer.trace import Node, Trace, save
 
 
 @pytest.fixture(scope="module")
-def derived(tmp_path_factory) -> dict[str, Trace]:
+def derived(frameworks, tmp_path_factory) -> dict[str, Trace]:
     """framework -> its conv2d (functional) GPU-evidence trace; the folder also holds
     MXNet's CPU conv2d trace (MXNet derives none: its audit reads the op layer)."""
     root = tmp_path_factory.mktemp("derived")

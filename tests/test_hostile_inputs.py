@@ -321,6 +321,7 @@ def test_stopping_dltrace_stops_its_probes(fake_frameworks, tmp_path, command, h
         assert proc.returncode == 130, (proc.returncode, proc.stderr)
 
 
+@pytest.mark.slow
 def test_the_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(fake_frameworks, tmp_path):
     """`nohup make test &` from a non-interactive shell: pytest and everything it starts
     inherit SIGINT ignored. The test above must still mean Ctrl-C, so run it that way."""
@@ -340,6 +341,7 @@ def test_a_probe_leaves_no_temporary_folder(fake_frameworks, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.frameworks
 def test_mxnet_probe_leaves_no_profiler_folder(tmp_path):
     proc = dltrace("probe", "mxnet", "relu", "--pass", "forward", "--layers", "python,op", env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
@@ -396,6 +398,7 @@ def _gzip_bomb(path: Path, gib: float) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_decompression_bomb_is_one_line_in_every_command(tmp_path):
     good, _ = write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
     bomb = _gzip_bomb(tmp_path / "t" / "bomb.json.gz", 5.8)
@@ -417,6 +420,7 @@ def test_a_decompression_bomb_is_one_line_in_every_command(tmp_path):
     assert "Traceback" not in proc.stderr and "skipped" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_survey_resumes_past_a_bomb_in_its_traces(fake_frameworks, tmp_path):
     args = ("survey", "crashy", "--primitives", "dense", "--no-native", "-o", str(tmp_path))
     assert dltrace(*args, env=fake_frameworks).returncode == 0
@@ -438,6 +442,7 @@ def _tiny_event_profile(path: Path, events: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_importing_millions_of_tiny_events_is_bounded(tmp_path):
     src = _tiny_event_profile(tmp_path / "tiny.kineto.json.gz", 10_000_000)
     assert src.stat().st_size < 16 << 20
@@ -606,6 +611,7 @@ def test_an_ascii_terminal_gets_escapes_not_a_codec_error(tmp_path):
     assert "aten::thnn_conv2d\\xe9" in proc.stdout and "split" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_page_lists_a_bounded_number_of_kernels(tmp_path):
     kids = [Node(Frame("op", "aten", f"aten::kernel_{i}"), 1, 10) for i in range(100_000)]
     for variant, children in (("default", [op("aten::mkldnn_convolution")]), ("fast", kids)):

@@ -76,6 +76,7 @@ def kernel_libs(node: Node) -> set[str]:
 # ----------------------------------------------------------------------------- every reference file
 
 
+@pytest.mark.slow
 def test_every_kineto_reference_file_imports_with_its_primitives_and_passes(imported, tmp_path):
     for source, expected in EXPECTED.items():
         got = {p: tuple(r.passes) for p, r in imported[source].items()}
@@ -414,7 +415,7 @@ def _jax_ready() -> bool:
 
 
 @pytest.fixture(scope="module")
-def xplane_profile():
+def xplane_profile(frameworks):
     # make test sets the jax environment up: without it this fails, it does not skip
     assert _jax_ready(), "the jax environment is not set up (dltrace env setup jax): JAX reads XPlane files"
     from tracer.importers.xplane import profile_of, read_xplane

@@ -67,7 +67,7 @@ def test_tensorflow_timeline_gives_dense_relu_sigmoid_on_the_gpu():
 
 
 @pytest.fixture(scope="module")
-def cpu_probes(tmp_path_factory) -> dict[str, Path]:
+def cpu_probes(frameworks, tmp_path_factory) -> dict[str, Path]:
     """The real CPU probes these files are set against (op layer only)."""
     out = {}
     for fw, prim in (("mxnet", "conv2d"), ("tensorflow", "dense")):
@@ -110,6 +110,7 @@ def test_a_file_that_is_not_what_it_claims_is_one_line(tmp_path):
 TF_STATS = REF / "tensorflow-stats" / "resnet50-gpu-input-bound.tensorflow_stats.pb"
 
 
+@pytest.mark.frameworks
 def test_tensorflow_stats_are_read_with_published_protobuf_classes():
     got = _by_primitive(TF_STATS, "tensorflow")
     assert {"conv2d", "batchnorm", "relu", "maxpool2d"} <= set(got)
@@ -120,6 +121,7 @@ def test_tensorflow_stats_are_read_with_published_protobuf_classes():
     assert "aggregates" in conv.meta["provenance"]["note"] and conv.meta["provenance"]["repository"] == "tensorflow/profiler"
 
 
+@pytest.mark.frameworks
 def test_a_json_file_is_not_a_tensorflow_stats_file(tmp_path):
     fake = tmp_path / "x.tensorflow_stats.pb"
     fake.write_bytes(b"\x08\x96\x01garbage-that-is-not-a-stats-db" * 10)

@@ -130,8 +130,8 @@ def test_perf_map_names_jit_code(tmp_path):
 
 def test_ptrace_opt_in_and_hint():
     # under Yama's ptrace_scope=1 the probe must opt in for its py-spy child to attach;
-    # without Yama the call fails harmlessly
-    assert sampler.allow_ptrace_by_any() in (True, False)
+    # without Yama the kernel refuses PR_SET_PTRACER (EINVAL) and the call says so, harmlessly
+    assert sampler.allow_ptrace_by_any() == Path("/proc/sys/kernel/yama").is_dir()
     assert sampler.ptrace_hint("Failed to attach: Operation not permitted (os error 1)").startswith(" (")
     assert sampler.ptrace_hint("No such process") == ""
 

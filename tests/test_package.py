@@ -106,7 +106,7 @@ def test_the_installed_wheel_runs_outside_the_clone(installed, tmp_path):
         assert name in proc.stdout, name
 
 
-def test_a_probe_and_a_report_from_the_installed_wheel(installed, tmp_path):
+def test_a_probe_and_a_report_from_the_installed_wheel(frameworks, installed, tmp_path):
     """torch's relu, forward, all four layers, in the framework environment that
     DLTRACE_HOME holds; then the HTML report of its trace (the package's templates)."""
     venv, _ = installed

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from tests.conftest import dltrace
 from tracer import survey as sv
 from tracer.contract import PRIMITIVES
@@ -39,6 +41,7 @@ def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_p
     assert "chainer/cpu-default: 3 cases, 3 reused" in proc.stderr
 
 
+@pytest.mark.slow
 def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_frameworks, tmp_path):
     out = tmp_path / "reports" / "s"
     # a relative -o, as in the README's `make survey` (the probe itself runs in another directory)
