@@ -76,7 +76,7 @@ def main() -> None:
     print("|---|---|" + "---|" * len(cols) + "---|")
     total = 0
     for fw in sorted(diffs):
-        false = sum(splits[fw][l] for l in LAYERS)
+        false = sum(splits[fw][layer] for layer in LAYERS)
         total += false
         print(f"| {fw} | {diffs[fw]} | " + " | ".join(str(splits[fw][c]) for c in cols) + f" | {false} |")
     print(f"\n{total} false splits in {sum(diffs.values())} diffs")

@@ -358,7 +358,7 @@ def machine() -> dict[str, Any]:
     model = ""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), "")
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
     except OSError:
         pass
     return {"cpu": model or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),

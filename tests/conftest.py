@@ -34,7 +34,7 @@ def dltrace(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
     """Assert that the command failed with exactly one `dltrace: error:` line; return it."""
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("dltrace: error: ")
     assert "Traceback" not in proc.stderr

@@ -113,8 +113,8 @@ def test_audit_prints_the_must_implement_list(derived, framework, forward, backw
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert f"{framework}: what a new backend must implement, per primitive and pass" in text
-    rows = [l for l in text.splitlines() if "│ conv2d" in l]
-    assert any("forward" in l and forward in l for l in rows), text
+    rows = [line for line in text.splitlines() if "│ conv2d" in line]
+    assert any("forward" in row and forward in row for row in rows), text
     if backward:
         after = text.split("│ conv2d    │ backward", 1)
         assert len(after) == 2 and backward in after[1], text

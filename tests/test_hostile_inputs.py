@@ -134,11 +134,11 @@ def test_an_invalid_trace_is_skipped_and_the_rest_renders(tmp_path):
     (tmp_path / "t" / "list-framework.json").write_text(json.dumps(doc))
     proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
-    skipped = [l for l in proc.stderr.splitlines() if "skipped" in l]
+    skipped = [line for line in proc.stderr.splitlines() if "skipped" in line]
     assert len(skipped) == 2 and "Traceback" not in proc.stderr
-    assert any("no-framework.json: malformed trace (meta.framework is missing)" in l for l in skipped)
-    assert any("list-framework.json: malformed trace (meta.framework must be a non-empty string, not list)" in l
-               for l in skipped)
+    assert any("no-framework.json: malformed trace (meta.framework is missing)" in line for line in skipped)
+    assert any("list-framework.json: malformed trace (meta.framework must be a non-empty string, not list)" in line
+               for line in skipped)
     assert "aten::thnn_conv2d" in (tmp_path / "r" / "samplefw.html").read_text()
 
 

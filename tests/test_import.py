@@ -251,7 +251,7 @@ def test_diff_against_the_cpu_probe_splits_at_aten_convolution(imported, source,
     from tracer.process.diff import diff_traces
 
     result = diff_traces(cpu_conv2d(), imported[source]["conv2d"].trace, "forward", "warm", ("op",), force=True)
-    layer = next(l for l in result.layers if l.layer == "op")
+    layer = next(ld for ld in result.layers if ld.layer == "op")
     first = layer.splits[0]
     assert first.frame == "aten::_convolution"
     assert first.path == ["conv2d.forward", "aten::conv2d", "aten::convolution", "aten::_convolution"]
@@ -264,7 +264,7 @@ def test_backward_diff_aligns_the_autograd_nodes(imported):
 
     result = diff_traces(cpu_conv2d(), imported["resnet-train-v100"]["conv2d"].trace, "backward", "warm", ("op",),
                          force=True)
-    layer = next(l for l in result.layers if l.layer == "op")
+    layer = next(ld for ld in result.layers if ld.layer == "op")
     assert layer.shared >= 4  # root > evaluate_function > ConvolutionBackward0 > aten::convolution_backward
     assert any(s.frame == "aten::convolution_backward" for _, s in layer.all_splits())
 

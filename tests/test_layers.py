@@ -271,11 +271,11 @@ def test_export_collapsed(native_traces):
     proc = dltrace("export", str(path), "--format", "collapsed", "--layer", "native", "--pass", "forward")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines and all(re.fullmatch(r"[^;\n]+(;[^;\n]+)* \d+", l) for l in lines), lines[:3]
-    assert all(l.startswith("conv2d.forward [native]") for l in lines)  # the root alone: a sample in the loop itself
+    assert lines and all(re.fullmatch(r"[^;\n]+(;[^;\n]+)* \d+", line) for line in lines), lines[:3]
+    assert all(line.startswith("conv2d.forward [native]") for line in lines)  # the root alone: a sample in the loop itself
     t = native_traces[("torch", "default")].load()
-    assert sum(int(l.rsplit(" ", 1)[1]) for l in lines) == t.layer("forward", "native").count
-    assert any("(libtorch_cpu.so)" in l for l in lines)
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == t.layer("forward", "native").count
+    assert any("(libtorch_cpu.so)" in line for line in lines)
 
 
 def test_export_and_probe_reject_unknown_layers(native_traces):

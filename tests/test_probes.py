@@ -42,9 +42,9 @@ def test_torch_conv2d_is_a_c_builtin_and_the_module_adds_python(cpu_traces):
     f = trace_of(cpu_traces, "torch").layer("forward")
     assert summarize(f).python_functions == 0
     assert names(f, "c") == {"torch._VariableFunctionsClass.conv2d"}
-    l = trace_of(cpu_traces, "torch", api="layer").layer("forward")
-    assert {"torch.nn.modules.conv.Conv2d.forward", "torch.nn.modules.conv.Conv2d._conv_forward"} <= names(l, "python")
-    assert "torch._VariableFunctionsClass.conv2d" in names(l, "c")
+    lyr = trace_of(cpu_traces, "torch", api="layer").layer("forward")
+    assert {"torch.nn.modules.conv.Conv2d.forward", "torch.nn.modules.conv.Conv2d._conv_forward"} <= names(lyr, "python")
+    assert "torch._VariableFunctionsClass.conv2d" in names(lyr, "c")
     b = trace_of(cpu_traces, "torch").layer("backward")
     assert "torch._C._EngineBase.run_backward" in names(b, "c")
 

@@ -130,7 +130,7 @@ def _tail(path: Path, lines: int = 3) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    keep = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith("done ")]
+    keep = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("done ")]
     return " | ".join(keep[-lines:])
 
 

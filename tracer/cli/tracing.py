@@ -42,19 +42,19 @@ def probe(framework, primitive, device, variant, pass_, api, shape, phase, outpu
           layers, cpu) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
     fw = check(frameworks(), framework, primitive, device, variant, api)
-    chosen = tuple(l for l in LAYERS if l in layer_list(layers))
+    chosen = tuple(layer for layer in LAYERS if layer in layer_list(layers))
     if cpu and "native" in chosen:
         if layers != ",".join(LAYERS):
             raise UsageError("the native layer cannot be recorded on an emulated CPU: py-spy cannot attach under QEMU")
-        chosen = tuple(l for l in chosen if l != "native")
+        chosen = tuple(layer for layer in chosen if layer != "native")
     if device == "standin" and set(chosen) - {"python", "op"}:
         # below the op layer is the stand-in's own CPU computation, not what a backend runs
         if layers != ",".join(LAYERS):
             raise UsageError("the standin device records the python and op layers only: its library calls and "
                              "native stacks are the CPU computation it stands in with")
-        chosen = tuple(l for l in chosen if l in ("python", "op"))
+        chosen = tuple(layer for layer in chosen if layer in ("python", "op"))
     spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,),
-                    layers=("python", *(l for l in chosen if l != "python")))
+                    layers=("python", *(layer for layer in chosen if layer != "python")))
     if output:
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):

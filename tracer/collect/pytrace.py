@@ -269,7 +269,7 @@ class PythonTracer:
             return
         last = max((ln for _, _, ln in code.co_lines() if ln is not None), default=code.co_firstlineno)
         last = min(last, code.co_firstlineno + 400)
-        self.sources[key] = [l.rstrip("\n") for l in lines[code.co_firstlineno - 1 : last]]
+        self.sources[key] = [line.rstrip("\n") for line in lines[code.co_firstlineno - 1 : last]]
 
     def _classify_c(self, fn: Any) -> tuple[_Kind | None, _Kind | None]:
         """(kind when called from a kept frame, kind otherwise) of a builtin or C

@@ -169,7 +169,7 @@ class Sampler:
             return ""
 
     def _why(self) -> str:
-        lines = [l.strip() for l in self._read_log().splitlines() if l.strip() and not ANY_LOG.match(l.strip())]
+        lines = [line.strip() for line in self._read_log().splitlines() if line.strip() and not ANY_LOG.match(line.strip())]
         return " | ".join(lines[-3:]) or "no output"
 
     def start(self) -> None:

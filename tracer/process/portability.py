@@ -193,10 +193,10 @@ class FrameworkReport:
 def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
     rows = []
     for prim in dict.fromkeys(c.primitive for c in cases):
-        f, l = by_case.get((prim, "functional")), by_case.get((prim, "layer"))
-        if not f or not l:
+        f, layer_case = by_case.get((prim, "functional")), by_case.get((prim, "layer"))
+        if not f or not layer_case:
             continue
-        rf, rl = f.sides.get("cpu"), l.sides.get("cpu")
+        rf, rl = f.sides.get("cpu"), layer_case.sides.get("cpu")
         if not rf or not rl or "forward" not in rf.python or "forward" not in rl.python:
             continue
         kf = [o for p, o in (rf.ops or rf.handoffs) if p == "forward"]
@@ -302,9 +302,9 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> li
             for r in case.sides.values():
                 if r.device == "gpu" and r.evidence in ("recorded", "imported"):  # a GPU ran it: the rest
                     # (registries, lowering, source) is shown with its class in the GPU cells, never here
-                    gpu_libs = (gpu_libs or set()) | {l for l in r.libraries if l in GPU_LIBS or l in VENDOR_LIBS}
+                    gpu_libs = (gpu_libs or set()) | {lib for lib in r.libraries if lib in GPU_LIBS or lib in VENDOR_LIBS}
                 elif r.device == "cpu" and r.default:
-                    cpu_libs.update(l for l in r.libraries)
+                    cpu_libs.update(lib for lib in r.libraries)
                     isa.update(r.isa)
                     for pass_, op in (r.ops or r.handoffs):
                         item = f"{op} ({pass_})"

@@ -228,9 +228,9 @@ def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
 
 
 def _vendor(rep: FrameworkReport) -> Figure:
-    per_path = {side: [l for l in libs if l in VENDOR_LIBS or l in GPU_LIBS or l == JIT]
+    per_path = {side: [lib for lib in libs if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT]
                 for side, libs in rep.libraries.items()}
-    every = sorted({l for libs in per_path.values() for l in libs}, key=library_order)
+    every = sorted({lib for libs in per_path.values() for lib in libs}, key=library_order)
     return Figure(str(len(every)), f"over {len(per_path)} path(s)",
                   _page(rep, "audit-table"),
                   [f"{side}: {', '.join(libs) or 'none'}" for side, libs in per_path.items()])

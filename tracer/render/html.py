@@ -129,7 +129,7 @@ def most(items: Any, n: int = PAGE_LIST) -> list[Any]:
 
 def code_lines(fragment: Fragment) -> list[dict[str, Any]]:
     """Each source line of a fragment, highlighted, with what ran on which side."""
-    text = "\n".join(l.text for l in fragment.lines)
+    text = "\n".join(line.text for line in fragment.lines)
     rendered = highlight(text, PythonLexer(), _FORMATTER).split("\n")
     out = []
     for i, line in enumerate(fragment.lines):
