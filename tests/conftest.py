@@ -25,7 +25,8 @@ from tracer.runner import CaseResult, CaseSpec
 DLTRACE = str(Path(sys.executable).parent / "dltrace")
 
 
-def dltrace(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def dltrace(*args: str, env: dict | None = None, timeout: float = 900,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real `dltrace` command."""
     return subprocess.run([DLTRACE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)

@@ -84,7 +84,8 @@ def test_jax_compiles_conv_for_a_gpu_without_one(derived):
     for pass_, target in (("forward", "__cudnn$conv"), ("backward", "__cudnn$convBackwardFilter")):
         xla = _op(t, pass_, "XLA:cuda (compiled deviceless, H100 target)")
         calls = [k for k in xla.children if k.frame.name.startswith("custom-call:")]
-        assert any(target in k.frame.name and k.frame.lib == "cuDNN" for k in calls), [k.frame.name for k in xla.children]
+        assert any(target in k.frame.name and k.frame.lib == "cuDNN" for k in calls), \
+            [k.frame.name for k in xla.children]
 
 
 def test_chainer_convolution_forward_gpu_calls_cudnn(derived):

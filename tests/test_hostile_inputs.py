@@ -154,7 +154,8 @@ def test_a_corrupt_trace_in_a_survey_folder_is_probed_again(fake_frameworks, tmp
 
 
 def test_a_probe_that_writes_a_corrupt_trace_is_a_gap(fake_frameworks, tmp_path):
-    proc = dltrace("survey", "crashy", "--primitives", "maxpool2d", "--no-native", "-o", str(tmp_path), env=fake_frameworks)
+    proc = dltrace("survey", "crashy", "--primitives", "maxpool2d", "--no-native", "-o", str(tmp_path),
+                   env=fake_frameworks)
     assert proc.returncode == 0, proc.stderr
     assert "1 gaps" in proc.stdout
     _, gaps, _ = sv.collect([tmp_path / "traces"])
@@ -341,7 +342,8 @@ def test_a_probe_leaves_no_temporary_folder(fake_frameworks, tmp_path):
 
 
 def test_mxnet_probe_leaves_no_profiler_folder(tmp_path):
-    proc = dltrace("probe", "mxnet", "relu", "--pass", "forward", "--layers", "python,op", env={"TMPDIR": str(tmp_path)})
+    proc = dltrace("probe", "mxnet", "relu", "--pass", "forward", "--layers", "python,op",
+                   env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "from mx.profiler" in proc.stdout  # the operator profiler ran
     assert list(tmp_path.iterdir()) == []
@@ -610,7 +612,8 @@ def test_a_page_lists_a_bounded_number_of_kernels(tmp_path):
     kids = [Node(Frame("op", "aten", f"aten::kernel_{i}"), 1, 10) for i in range(100_000)]
     for variant, children in (("default", [op("aten::mkldnn_convolution")]), ("fast", kids)):
         tree = Node(Frame("root", "", "conv2d.forward"), 1, 3000,
-                    children=[op("aten::conv2d", Node(Frame("op", "aten", "aten::_convolution"), 1, 10, children=children))])
+                    children=[op("aten::conv2d",
+                                 Node(Frame("op", "aten", "aten::_convolution"), 1, 10, children=children))])
         save(Trace({**META, "variant": variant}, [Run("forward", "warm", {"op": tree}, {"untraced_s": 1e-4})]),
              tmp_path / "t" / f"{variant}.json") if (tmp_path / "t").mkdir(exist_ok=True) is None else None
     proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
@@ -627,7 +630,8 @@ def test_the_same_trace_twice_counts_once(tmp_path):
     thrice, _, _ = sv.collect([tmp_path / "t", tmp_path / "t", tmp_path / "copy"])
     assert len(once) == len(thrice) == 2
     single = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r1"))
-    triple = dltrace("report", str(tmp_path / "t"), str(tmp_path / "t"), str(tmp_path / "copy"), "-o", str(tmp_path / "r3"))
+    triple = dltrace("report", str(tmp_path / "t"), str(tmp_path / "t"), str(tmp_path / "copy"),
+                     "-o", str(tmp_path / "r3"))
     assert single.returncode == triple.returncode == 0
     count = lambda r: (tmp_path / r / "samplefw.html").read_text().count("split point(s)")  # noqa: E731
     assert count("r1") == count("r3") >= 1

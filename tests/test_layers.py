@@ -246,7 +246,8 @@ def test_export_speedscope(native_traces, tmp_path):
     frames = doc["shared"]["frames"]
     assert frames and all(isinstance(f["name"], str) and f["name"] for f in frames)
     names = [p["name"] for p in doc["profiles"]]
-    assert len(names) == 8 and all(any(f"[{layer}]" in n for n in names) for layer in ("python", "op", "library", "native"))
+    assert len(names) == 8 and all(any(f"[{layer}]" in n for n in names)
+                                   for layer in ("python", "op", "library", "native"))
     for p in doc["profiles"]:
         # evented: two events per frame, properly nested, in time order
         assert p["type"] == "evented" and p["unit"] in ("none", "nanoseconds")
@@ -272,7 +273,8 @@ def test_export_collapsed(native_traces):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines and all(re.fullmatch(r"[^;\n]+(;[^;\n]+)* \d+", line) for line in lines), lines[:3]
-    assert all(line.startswith("conv2d.forward [native]") for line in lines)  # the root alone: a sample in the loop itself
+    # the root alone: a sample in the loop itself
+    assert all(line.startswith("conv2d.forward [native]") for line in lines)
     t = native_traces[("torch", "default")].load()
     assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == t.layer("forward", "native").count
     assert any("(libtorch_cpu.so)" in line for line in lines)
@@ -280,7 +282,8 @@ def test_export_collapsed(native_traces):
 
 def test_export_and_probe_reject_unknown_layers(native_traces):
     path = native_traces[("torch", "default")].path
-    for args in (["export", str(path), "--format", "collapsed", "--layer", "gpu"], ["probe", "torch", "conv2d", "--layers", "gpu"]):
+    for args in (["export", str(path), "--format", "collapsed", "--layer", "gpu"],
+                 ["probe", "torch", "conv2d", "--layers", "gpu"]):
         proc = dltrace(*args)
         assert proc.returncode == 1 and "unknown layer 'gpu'" in proc.stderr and "Traceback" not in proc.stderr
     # the cold runs have no native layer (it is sampled on the warm path only)

@@ -56,5 +56,6 @@ def gen(n):
 
 
 GENERATED = {}
-exec(compile("def generated(x):\n    return x + 1\n", "<string>", "exec"), {"__name__": "tests.samplefw.gen_ops"}, GENERATED)
+exec(compile("def generated(x):\n    return x + 1\n", "<string>", "exec"), {"__name__": "tests.samplefw.gen_ops"},
+     GENERATED)
 generated = GENERATED["generated"]
