@@ -90,7 +90,8 @@ def dir_size(path: Path) -> int:
 def status(fw: Framework, sizes: bool = False) -> EnvStatus:
     external = _externals().get(fw.name)
     if external:
-        return EnvStatus(fw.name, Path(external).exists(), Path(external), _external_version(fw, external), 0, "external interpreter")
+        return EnvStatus(fw.name, Path(external).exists(), Path(external), _external_version(fw, external), 0,
+                         "external interpreter")
     d = env_dir(fw)
     python = d / "bin" / "python"
     try:
@@ -170,7 +171,8 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
     version = _import_version(fw, python)
     if version.split("+")[0] != fw.version:
         raise DltraceError(f"{fw.name}: installed version {version}, frameworks.yaml declares {fw.version}")
-    marker = {"spec": spec_hash(fw), "version": version, "python": sys.version.split()[0], "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    marker = {"spec": spec_hash(fw), "version": version, "python": sys.version.split()[0],
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_text(d / MARKER, json.dumps(marker, indent=1))
     build_collector(fw, python, log)
     return status(fw)

@@ -253,7 +253,8 @@ class PythonTracer:
             else:
                 result = (kind, "lines" if _may_branch(code) else _static_lines(code))
         elif top and top not in _STDLIB and top != "__main__":
-            result = (self._kind(Frame("ext", module, qual, self.roots.relative(code.co_filename), code.co_firstlineno)), "")
+            result = (self._kind(Frame("ext", module, qual, self.roots.relative(code.co_filename),
+                                       code.co_firstlineno)), "")
         self._code[id(code)] = result
         self._alive.append(code)
         return result
