@@ -258,7 +258,8 @@ def _jit_bytes(traces: list[Trace]) -> dict[str, int]:
     for t in traces:
         for run in t.runs:
             stats = (run.stats.get("layers") or {}).get("native") or {}
-            seen[side_label(t)].update(tuple(r) for r in stats.get("jit_code") or [] if isinstance(r, list) and len(r) == 3)
+            seen[side_label(t)].update(tuple(r) for r in stats.get("jit_code") or []
+                                       if isinstance(r, list) and len(r) == 3)
     return {side: sum(int(r[1]) for r in rows) for side, rows in seen.items()}
 
 
@@ -353,7 +354,8 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
         thin.append("no GPU evidence")
     if not arm:
         thin.append("no ARM trace")
-    value = f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(sorted(gpu)) or '—'} · ARM {len(arm.get('forward', ()))}/{n}"
+    value = (f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(sorted(gpu)) or '—'} · "
+             f"ARM {len(arm.get('forward', ()))}/{n}")
     return Figure(value, "forward; per pass in details",
                   _page(rep, "primitives"), details, "; ".join(thin))
 
