@@ -46,7 +46,8 @@ def main() -> None:
             continue
         gaps = sv.run(jobs, root / side, workers=2, fresh=True)
         if gaps:
-            print(f"{side}: {len(gaps)} gaps: " + "; ".join(f"{g.framework} {g.primitive} {g.api}: {g.error}" for g in gaps[:5]))
+            print(f"{side}: {len(gaps)} gaps: "
+                  + "; ".join(f"{g.framework} {g.primitive} {g.api}: {g.error}" for g in gaps[:5]))
     print(f"two surveys in {time.monotonic() - t0:.0f} s ({root})")
     splits: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     diffs: dict[str, int] = defaultdict(int)
@@ -76,7 +77,7 @@ def main() -> None:
     print("|---|---|" + "---|" * len(cols) + "---|")
     total = 0
     for fw in sorted(diffs):
-        false = sum(splits[fw][l] for l in LAYERS)
+        false = sum(splits[fw][layer] for layer in LAYERS)
         total += false
         print(f"| {fw} | {diffs[fw]} | " + " | ".join(str(splits[fw][c]) for c in cols) + f" | {false} |")
     print(f"\n{total} false splits in {sum(diffs.values())} diffs")

@@ -119,7 +119,8 @@ def overhead(frameworks: list[Framework], quick: bool) -> dict[str, Any]:
             (Path(tmp) / "req.json").write_text(json.dumps(req))
             out = Path(tmp) / "out.json"
             t0 = time.perf_counter()
-            proc = subprocess.run([str(python), str(HERE / "overhead_worker.py"), str(Path(tmp) / "req.json"), str(out)],
+            proc = subprocess.run([str(python), str(HERE / "overhead_worker.py"), str(Path(tmp) / "req.json"),
+                                   str(out)],
                                   env=_fw_env(fw), capture_output=True, text=True, cwd=tmp)
             if proc.returncode != 0:
                 result[fw.name] = {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -153,7 +154,8 @@ def print_overhead(res: dict[str, Any]) -> None:
             rows.append(row)
         g = fw["geomean_ratio"]
         ok = g["dltrace"] <= g.get("viztracer", float("inf"))
-        rows.append([name, "geomean", ""] + [f"{g[m]:.2f}x" if m in g else "n/a" for m in MODES[1:]] + ["met" if ok else "MISSED"])
+        rows.append([name, "geomean", ""] + [f"{g[m]:.2f}x" if m in g else "n/a" for m in MODES[1:]]
+                    + ["met" if ok else "MISSED"])
     _table("1. Python tracing overhead: µs per forward+backward step (ratio to untraced); target dltrace <= viztracer",
            ["framework", "primitive", "untraced", "dltrace", "dltrace in step", "dltrace (Python)", "viztracer",
             "cProfile", "empty hooks", "target"], rows)
@@ -161,7 +163,8 @@ def print_overhead(res: dict[str, Any]) -> None:
           + ", ".join(f"{n} {fw.get('collector', {}).get('python', 'python')}"
                       for n, fw in res.items() if "error" not in fw))
     print("  dltrace in step: the same calls from hooks on to hooks off, without building the tree afterwards")
-    print("  empty hooks: sys.setprofile and sys.settrace with callbacks that do nothing, the floor of a tracer in Python")
+    print("  empty hooks: sys.setprofile and sys.settrace with callbacks that do nothing, "
+          "the floor of a tracer in Python")
 
 
 
@@ -220,13 +223,15 @@ def survey_time(frameworks: list[Framework], workers: int = 2) -> dict[str, Any]
     from tracer.trace import load
 
     jobs = sv.plan(frameworks, native=False)  # Python and op layers: native sampling is table 2
-    print(f"  bare baseline: {len(jobs)} jobs, {sum(len(j.cases) for j in jobs)} cases, {workers} at a time ...", flush=True)
+    print(f"  bare baseline: {len(jobs)} jobs, {sum(len(j.cases) for j in jobs)} cases, {workers} at a time ...",
+          flush=True)
     bare_total, bare_cpu, bare_per = _timed_jobs(jobs, _bare_job, workers)
     print("  survey ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="dltrace-survey-") as tmp:
         root = Path(tmp)
         gaps: list[Any] = []
-        survey_total, survey_cpu, survey_per = _timed_jobs(jobs, lambda job: gaps.extend(sv.run_job(job, root, fresh=True).gaps), workers)
+        survey_total, survey_cpu, survey_per = _timed_jobs(
+            jobs, lambda job: gaps.extend(sv.run_job(job, root, fresh=True).gaps), workers)
         timing, native = {}, {}
         for job in jobs:
             for spec in job.cases:
@@ -240,25 +245,28 @@ def survey_time(frameworks: list[Framework], workers: int = 2) -> dict[str, Any]
                             run.stats["untraced_s"], run.stats.get("traced_s") or 0.0)
                     stats = native_stats(run.stats)
                     if stats:
-                        native.setdefault(job.framework.name, []).append(stats | {"case": spec.slug(), "pass": run.pass_})
+                        native.setdefault(job.framework.name, []).append(
+                            stats | {"case": spec.slug(), "pass": run.pass_})
     return {"workers": workers, "jobs": len(jobs), "cases": sum(len(j.cases) for j in jobs),
             "bare_s": bare_total, "survey_s": survey_total, "ratio": survey_total / bare_total,
-            "bare_cpu_s": bare_cpu, "survey_cpu_s": survey_cpu, "cpu_ratio": survey_cpu / bare_cpu if bare_cpu else None,
+            "bare_cpu_s": bare_cpu, "survey_cpu_s": survey_cpu,
+            "cpu_ratio": survey_cpu / bare_cpu if bare_cpu else None,
             "bare_per_job": bare_per, "survey_per_job": survey_per, "timing_loop_per_job": timing,
             "gaps": [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in gaps], "native": native}
 
 
 def print_survey(res: dict[str, Any]) -> None:
     rows = [[job, f"{res['bare_per_job'][job]:.1f}", f"{res['survey_per_job'][job]:.1f}",
-             f"{res['survey_per_job'][job] / res['bare_per_job'][job]:.2f}x", f"{res['timing_loop_per_job'].get(job, 0):.1f}"]
+             f"{res['survey_per_job'][job] / res['bare_per_job'][job]:.2f}x",
+             f"{res['timing_loop_per_job'].get(job, 0):.1f}"]
             for job in res["survey_per_job"]]
     ok = res["ratio"] <= SURVEY_TARGET_X and res["survey_s"] < SURVEY_TARGET_S
     rows.append([f"all ({res['jobs']} jobs, {res['cases']} cases, {res['workers']} at a time)", f"{res['bare_s']:.1f}",
                  f"{res['survey_s']:.1f}", f"{res['ratio']:.2f}x", f"{sum(res['timing_loop_per_job'].values()):.1f}",
                  "met" if ok else "MISSED"])
     if res.get("cpu_ratio"):
-        rows.append(["all, CPU seconds of the probe processes", f"{res['bare_cpu_s']:.1f}", f"{res['survey_cpu_s']:.1f}",
-                     f"{res['cpu_ratio']:.2f}x", "", ""])
+        rows.append(["all, CPU seconds of the probe processes", f"{res['bare_cpu_s']:.1f}",
+                     f"{res['survey_cpu_s']:.1f}", f"{res['cpu_ratio']:.2f}x", "", ""])
     _table(f"3. Survey time, wall seconds (target <= {SURVEY_TARGET_X:g}x bare and < {SURVEY_TARGET_S:g} s)",
            ["job", "bare", "survey", "ratio", "harness timing loops >=", "target"], rows)
     if res["gaps"]:
@@ -309,13 +317,15 @@ def native_capture_cost(native: dict[str, list[dict[str, Any]]]) -> dict[str, An
         slow = [r["slowdown"] for r in runs if isinstance(r.get("slowdown"), (int, float))]
         out[fw] = {"runs": len(runs), "samples": sum(r.get("samples") or 0 for r in runs),
                    "errors": sum(r.get("errors") or 0 for r in runs),
-                   "slowdown_median": statistics.median(slow) if slow else None, "slowdown_max": max(slow) if slow else None}
+                   "slowdown_median": statistics.median(slow) if slow else None,
+                   "slowdown_max": max(slow) if slow else None}
     return out
 
 
 def print_native(res: dict[str, Any] | None) -> None:
     if not res:
-        print("\n## 2. Native capture cost\n\n  the native layer is not available: no trace of this survey has native stats"
+        print("\n## 2. Native capture cost\n\n"
+              "  the native layer is not available: no trace of this survey has native stats"
               " (Run.stats['layers']['native'] 'samples', 'errors', 'slowdown')")
         return
     rows = [[fw, r["runs"], r["samples"], r["errors"],
@@ -332,10 +342,11 @@ def print_native(res: dict[str, Any] | None) -> None:
 def print_scaling(diff: list[dict[str, Any]], report: list[dict[str, Any]]) -> None:
     rows = [[f"{r['frames']:,}", f"{r['wall_s']:.3f}", f"{r['cpu_s']:.3f}", f"{r['us_per_frame']:.2f}", r["splits"],
              ("met" if r["cpu_s"] < DIFF_TARGET_S else "MISSED") if r["frames"] >= 1_000_000 else ""] for r in diff]
-    _table(f"4a. Diff of synthetic traces (benchmarks/bench_diff.py trees; target 1M frames < {DIFF_TARGET_S:g} s, linear)",
+    _table("4a. Diff of synthetic traces "
+           f"(benchmarks/bench_diff.py trees; target 1M frames < {DIFF_TARGET_S:g} s, linear)",
            ["frames per tree", "wall s", "CPU s", "µs per frame", "splits", "target"], rows)
-    rows = [[f"{r['frames']:,}", f"{r['seconds']:.2f}", f"{r['html_bytes'] / 1e3:.0f} kB", r["inline_graphs"], r["full_graphs"],
-             "met" if r["seconds"] < RENDER_TARGET_S else "MISSED"] for r in report]
+    rows = [[f"{r['frames']:,}", f"{r['seconds']:.2f}", f"{r['html_bytes'] / 1e3:.0f} kB", r["inline_graphs"],
+             r["full_graphs"], "met" if r["seconds"] < RENDER_TARGET_S else "MISSED"] for r in report]
     _table(f"4b. HTML report of a default/variant pair (target < {RENDER_TARGET_S:g} s)",
            ["frames per trace", "seconds", "HTML", "inline graphs", "full graphs", "target"], rows)
 
@@ -344,7 +355,8 @@ def print_pipeline(r: dict[str, Any]) -> None:
     def row(name: str, m: dict[str, Any]) -> list[Any]:
         return [name, f"{m['seconds']:.1f}", f"{m['peak_mib']:.0f}", "ok" if m["ok"] else f"FAILED: {m['error']}"]
 
-    print(f"\n(trace files of {r['frames']:,} frames: {r['file_mib']:.0f} MiB each; load of one in-process: {r['load_s']:.1f} s)")
+    print(f"\n(trace files of {r['frames']:,} frames: {r['file_mib']:.0f} MiB each; "
+          f"load of one in-process: {r['load_s']:.1f} s)")
     _table(f"5. Commands on trace files: a {r['frames']:,}-frame pair, and a trace {r['depth']:,} calls deep "
            "(seconds and peak memory of the dltrace process, loading included)",
            ["command", "seconds", "peak MiB", "result"],
@@ -358,7 +370,7 @@ def machine() -> dict[str, Any]:
     model = ""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), "")
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
     except OSError:
         pass
     return {"cpu": model or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
@@ -385,7 +397,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats, no 1M-node diff")
     ap.add_argument("--only", default="overhead,native,survey,scaling,pipeline")
-    ap.add_argument("--frameworks", default="", help="comma-separated subset (default: every framework with an environment)")
+    ap.add_argument("--frameworks", default="",
+                    help="comma-separated subset (default: every framework with an environment)")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
     ap.add_argument("--show", action="store_true", help="reprint the tables of --out, measure nothing")
     args = ap.parse_args()
@@ -399,7 +412,8 @@ def main() -> None:
     ready = [f for f in fws if envs.status(f).ready]
     results: dict[str, Any] = {"machine": machine(), "command": " ".join(["benchmarks/run.py", *sys.argv[1:]]),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    print(f"machine: {results['machine']['cpu']}, {results['machine']['cores']} cores; frameworks: {', '.join(f.name for f in ready)}")
+    print(f"machine: {results['machine']['cpu']}, {results['machine']['cores']} cores; "
+          f"frameworks: {', '.join(f.name for f in ready)}")
     if "overhead" in only:
         print("1. overhead ...", flush=True)
         results["overhead"] = overhead(ready, args.quick)

@@ -25,7 +25,8 @@ from tracer.runner import CaseResult, CaseSpec
 DLTRACE = str(Path(sys.executable).parent / "dltrace")
 
 
-def dltrace(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def dltrace(*args: str, env: dict | None = None, timeout: float = 900,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real `dltrace` command."""
     return subprocess.run([DLTRACE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
@@ -34,7 +35,7 @@ def dltrace(*args: str, env: dict | None = None, timeout: float = 900, cwd: Path
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
     """Assert that the command failed with exactly one `dltrace: error:` line; return it."""
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("dltrace: error: ")
     assert "Traceback" not in proc.stderr

@@ -48,7 +48,7 @@ def test_x86_against_each_arm_cpu_names_both_sides_implementations(cpu_traces, e
     a64fx = emulated["a64fx"]["conv2d"]
     assert any("sve_512" in c for c in calls(a64fx, "forward") if c.startswith("convolution "))
     assert all("sve_512" in c for c in calls(a64fx, "backward") if c.startswith("convolution "))
-    (lib,) = [l for l in diff_traces(x86, a64fx).layers if l.layer == "library"]
+    (lib,) = [ld for ld in diff_traces(x86, a64fx).layers if ld.layer == "library"]
     (split,) = lib.splits
     assert any(b.label in x86_impl for b in split.only_a)
     assert any("sve_512" in b.label for b in split.only_b)
@@ -58,7 +58,7 @@ def test_x86_against_each_arm_cpu_names_both_sides_implementations(cpu_traces, e
     assert any(c.startswith("convolution ") and ":acl" in c for c in calls(n1, "forward"))
     assert {c for c in calls(n1, "backward") if c.startswith("convolution ")} == {
         "convolution gemm:ref (backward_data)", "convolution gemm:ref (backward_weights)"}
-    (lib,) = [l for l in diff_traces(x86, n1).layers if l.layer == "library"]
+    (lib,) = [ld for ld in diff_traces(x86, n1).layers if ld.layer == "library"]
     (split,) = lib.splits
     assert split.classification == "library choice" and "Arm Compute Library" in split.reason
 
@@ -84,7 +84,7 @@ def test_two_torch_versions_own_code_is_a_version_difference_not_a_dispatch_row(
     a64fx = emulated["a64fx"]["conv2d"]
     assert x86.meta["framework_version"] != a64fx.meta["framework_version"]
     result = diff_traces(x86, a64fx)
-    classes = {s.frame: s.classification for l in result.layers if l.layer == "op" for s in walk_splits(l.splits)}
+    classes = {s.frame: s.classification for ld in result.layers if ld.layer == "op" for s in walk_splits(ld.splits)}
     assert classes.get("aten::mkldnn_convolution") == VERSION_DIFFERENCE, classes
     rep = framework_report("torch", [x86, a64fx], [])
     assert all(d.classification != VERSION_DIFFERENCE for d in rep.dispatch_points)

@@ -48,7 +48,7 @@ def test_tensorflow_onednn_on_a64fx_against_x86_names_both_implementations(tf_co
     x86_conv = [c for c in calls(x86, "forward") if c.startswith("convolution ")]
     arm_conv = [c for c in calls(a64fx, "forward") if c.startswith("convolution ")]
     assert x86_conv and arm_conv and any("sve_512" in c for c in arm_conv), (x86_conv, arm_conv)
-    (lib,) = [l for l in diff_traces(x86, a64fx).layers if l.layer == "library"]
+    (lib,) = [ld for ld in diff_traces(x86, a64fx).layers if ld.layer == "library"]
     labels_a = {b.label for s in lib.splits for b in s.only_a}
     labels_b = {b.label for s in lib.splits for b in s.only_b}
     assert set(x86_conv) & labels_a and set(arm_conv) & labels_b, (labels_a, labels_b)

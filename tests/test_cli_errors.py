@@ -10,10 +10,15 @@ from tests.conftest import FAKE_REGISTRY, dltrace, one_line_error
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["probe", "caffe", "conv2d"], "unknown framework 'caffe' (choose from: torch, tensorflow, chainer, mxnet, jax)"),
-        (["probe", "torch", "conv3d"], "unknown primitive 'conv3d' (choose from: dense, conv2d, relu, sigmoid, tanh, softmax, maxpool2d, avgpool2d, batchnorm)"),
-        (["probe", "torch", "conv2d", "--device", "tpu"], "unknown device for torch 'tpu' (choose from: cpu, gpu, standin)"),
-        (["probe", "jax", "conv2d", "--variant", "onednn-off"], "unknown variant for jax 'onednn-off' (choose from: default, nojit)"),
+        (["probe", "caffe", "conv2d"],
+         "unknown framework 'caffe' (choose from: torch, tensorflow, chainer, mxnet, jax)"),
+        (["probe", "torch", "conv3d"],
+         "unknown primitive 'conv3d' (choose from: dense, conv2d, relu, sigmoid, tanh, softmax, maxpool2d, avgpool2d, "
+         "batchnorm)"),
+        (["probe", "torch", "conv2d", "--device", "tpu"],
+         "unknown device for torch 'tpu' (choose from: cpu, gpu, standin)"),
+        (["probe", "jax", "conv2d", "--variant", "onednn-off"],
+         "unknown variant for jax 'onednn-off' (choose from: default, nojit)"),
         (["probe", "jax", "conv2d", "--api", "layer"], "unknown API level for jax 'layer' (choose from: functional)"),
         (["probe", "torch", "conv2d", "--shape", "8xbig"], "shape '8xbig' is not of the form"),
         (["diff-nothing"], None),

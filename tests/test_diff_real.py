@@ -20,12 +20,12 @@ def load(results, key):
 
 
 def first_splits(result, layer):
-    (ld,) = [l for l in result.layers if l.layer == layer]
+    (ld,) = [d for d in result.layers if d.layer == layer]
     return ld.splits
 
 
 def all_splits(result, layer):
-    (ld,) = [l for l in result.layers if l.layer == layer]
+    (ld,) = [d for d in result.layers if d.layer == layer]
     return [s for _, s in ld.all_splits()]
 
 
@@ -48,7 +48,7 @@ def test_torch_onednn_split_names_the_kernels(native_traces):
     assert any(b.label == "SGEMM" and b.library == "MKL" for b in lib.only_b)
     assert lib.classification == "library choice"
     # the op layer names the decision: the native differences follow from it, none is listed
-    (native,) = [l for l in result.layers if l.layer == "native"]
+    (native,) = [d for d in result.layers if d.layer == "native"]
     assert native.splits == [] and native.consequences + native.unreplicated >= 1
 
 
@@ -117,7 +117,7 @@ def test_chainer_single_trace_names_the_device_branch(cpu_traces):
 def test_a_trace_against_itself_has_no_split(native_traces, fw):
     t = load(native_traces, (fw, "default"))
     for pass_ in ("forward", "backward"):
-        assert all(not l.splits for l in diff_traces(t, t, pass_=pass_).layers)
+        assert all(not ld.splits for ld in diff_traces(t, t, pass_=pass_).layers)
 
 
 def test_cli_diff_json_and_mismatch(native_traces, cpu_traces):

@@ -684,8 +684,10 @@ def test_cli_force(saved):
 
 @pytest.mark.parametrize("frame, tag", [
     (Frame("native", "", "mxnet::op::MKLDNNConvolutionForward::Execute", lib="libmxnet.so"), "oneDNN"),
-    (Frame("native", "", "tensorflow::MklConvOp<Eigen::ThreadPoolDevice, float>::Compute", lib="_pywrap_tensorflow_internal.so"), "oneDNN"),
-    (Frame("native", "", "tensorflow::Conv2DOp<Eigen::ThreadPoolDevice, float>::Compute", lib="_pywrap_tensorflow_internal.so"), "TensorFlow core"),
+    (Frame("native", "", "tensorflow::MklConvOp<Eigen::ThreadPoolDevice, float>::Compute",
+           lib="_pywrap_tensorflow_internal.so"), "oneDNN"),
+    (Frame("native", "", "tensorflow::Conv2DOp<Eigen::ThreadPoolDevice, float>::Compute",
+           lib="_pywrap_tensorflow_internal.so"), "TensorFlow core"),
     (Frame("op", "xla", "fusion.1"), "XLA"),
     (Frame("op", "xla", "convolution"), "XLA"),
 ])

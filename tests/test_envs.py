@@ -55,7 +55,7 @@ def test_failed_install_step_says_what_went_wrong(tmp_path):
     home = tmp_path / "home"
     proc = dltrace("env", "setup", "failing", env={"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg)})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    line = next(l for l in proc.stderr.splitlines() if "install step" in l)
+    line = next(ln for ln in proc.stderr.splitlines() if "install step" in ln)
     # the framework, the step and its pip command, pip's real reason, and the full log
     assert f"failing: install step 1 of 1 (pip install --no-build-isolation --no-index {pkg}) failed:" in line
     assert "error: the C compiler cannot find cblas.h" in line

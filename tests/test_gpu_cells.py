@@ -38,8 +38,8 @@ def torch_cpu(cpu_traces) -> dict[str, object]:
 
 
 def split_at(result, layer: str, frame: str):
-    found = [s for l in result.layers if l.layer == layer for s in walk_splits(l.splits) if s.frame == frame]
-    assert found, f"no {layer} split at {frame!r}: {[s.frame for l in result.layers for s in l.splits]}"
+    found = [s for ld in result.layers if ld.layer == layer for s in walk_splits(ld.splits) if s.frame == frame]
+    assert found, f"no {layer} split at {frame!r}: {[s.frame for ld in result.layers for s in ld.splits]}"
     return found[0]
 
 
@@ -86,8 +86,8 @@ def test_dispatch_table_keeps_decisions_only_and_the_diffs_keep_the_artefacts(gp
     assert all(d.classification not in ARTEFACTS | {"other"} for d in rep.dispatch_points), \
         [(d.display, d.classification) for d in rep.dispatch_points]
     assert {"aten::_convolution", "batchnorm.backward", "aten::max_pool2d_with_indices"} <= frames
-    kept = {s.frame for c in rep.cases for pr in c.pairs for r in pr.diffs.values() for l in r.layers
-            for s in walk_splits(l.splits) if s.classification == MODEL_CONTEXT}
+    kept = {s.frame for c in rep.cases for pr in c.pairs for r in pr.diffs.values() for ld in r.layers
+            for s in walk_splits(ld.splits) if s.classification == MODEL_CONTEXT}
     assert {"ReluBackward0", "aten::linear", "dense.backward"} <= kept
 
 

@@ -84,7 +84,8 @@ def test_jax_compiles_conv_for_a_gpu_without_one(derived):
     for pass_, target in (("forward", "__cudnn$conv"), ("backward", "__cudnn$convBackwardFilter")):
         xla = _op(t, pass_, "XLA:cuda (compiled deviceless, H100 target)")
         calls = [k for k in xla.children if k.frame.name.startswith("custom-call:")]
-        assert any(target in k.frame.name and k.frame.lib == "cuDNN" for k in calls), [k.frame.name for k in xla.children]
+        assert any(target in k.frame.name and k.frame.lib == "cuDNN" for k in calls), \
+            [k.frame.name for k in xla.children]
 
 
 def test_chainer_convolution_forward_gpu_calls_cudnn(derived):
@@ -113,8 +114,8 @@ def test_audit_prints_the_must_implement_list(derived, framework, forward, backw
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert f"{framework}: what a new backend must implement, per primitive and pass" in text
-    rows = [l for l in text.splitlines() if "│ conv2d" in l]
-    assert any("forward" in l and forward in l for l in rows), text
+    rows = [line for line in text.splitlines() if "│ conv2d" in line]
+    assert any("forward" in row and forward in row for row in rows), text
     if backward:
         after = text.split("│ conv2d    │ backward", 1)
         assert len(after) == 2 and backward in after[1], text

@@ -134,11 +134,11 @@ def test_an_invalid_trace_is_skipped_and_the_rest_renders(tmp_path):
     (tmp_path / "t" / "list-framework.json").write_text(json.dumps(doc))
     proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
-    skipped = [l for l in proc.stderr.splitlines() if "skipped" in l]
+    skipped = [line for line in proc.stderr.splitlines() if "skipped" in line]
     assert len(skipped) == 2 and "Traceback" not in proc.stderr
-    assert any("no-framework.json: malformed trace (meta.framework is missing)" in l for l in skipped)
-    assert any("list-framework.json: malformed trace (meta.framework must be a non-empty string, not list)" in l
-               for l in skipped)
+    assert any("no-framework.json: malformed trace (meta.framework is missing)" in line for line in skipped)
+    assert any("list-framework.json: malformed trace (meta.framework must be a non-empty string, not list)" in line
+               for line in skipped)
     assert "aten::thnn_conv2d" in (tmp_path / "r" / "samplefw.html").read_text()
 
 
@@ -154,7 +154,8 @@ def test_a_corrupt_trace_in_a_survey_folder_is_probed_again(fake_frameworks, tmp
 
 
 def test_a_probe_that_writes_a_corrupt_trace_is_a_gap(fake_frameworks, tmp_path):
-    proc = dltrace("survey", "crashy", "--primitives", "maxpool2d", "--no-native", "-o", str(tmp_path), env=fake_frameworks)
+    proc = dltrace("survey", "crashy", "--primitives", "maxpool2d", "--no-native", "-o", str(tmp_path),
+                   env=fake_frameworks)
     assert proc.returncode == 0, proc.stderr
     assert "1 gaps" in proc.stdout
     _, gaps, _ = sv.collect([tmp_path / "traces"])
@@ -343,7 +344,8 @@ def test_a_probe_leaves_no_temporary_folder(fake_frameworks, tmp_path):
 
 @pytest.mark.frameworks
 def test_mxnet_probe_leaves_no_profiler_folder(tmp_path):
-    proc = dltrace("probe", "mxnet", "relu", "--pass", "forward", "--layers", "python,op", env={"TMPDIR": str(tmp_path)})
+    proc = dltrace("probe", "mxnet", "relu", "--pass", "forward", "--layers", "python,op",
+                   env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "from mx.profiler" in proc.stdout  # the operator profiler ran
     assert list(tmp_path.iterdir()) == []
@@ -616,7 +618,8 @@ def test_a_page_lists_a_bounded_number_of_kernels(tmp_path):
     kids = [Node(Frame("op", "aten", f"aten::kernel_{i}"), 1, 10) for i in range(100_000)]
     for variant, children in (("default", [op("aten::mkldnn_convolution")]), ("fast", kids)):
         tree = Node(Frame("root", "", "conv2d.forward"), 1, 3000,
-                    children=[op("aten::conv2d", Node(Frame("op", "aten", "aten::_convolution"), 1, 10, children=children))])
+                    children=[op("aten::conv2d",
+                                 Node(Frame("op", "aten", "aten::_convolution"), 1, 10, children=children))])
         save(Trace({**META, "variant": variant}, [Run("forward", "warm", {"op": tree}, {"untraced_s": 1e-4})]),
              tmp_path / "t" / f"{variant}.json") if (tmp_path / "t").mkdir(exist_ok=True) is None else None
     proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
@@ -633,7 +636,8 @@ def test_the_same_trace_twice_counts_once(tmp_path):
     thrice, _, _ = sv.collect([tmp_path / "t", tmp_path / "t", tmp_path / "copy"])
     assert len(once) == len(thrice) == 2
     single = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r1"))
-    triple = dltrace("report", str(tmp_path / "t"), str(tmp_path / "t"), str(tmp_path / "copy"), "-o", str(tmp_path / "r3"))
+    triple = dltrace("report", str(tmp_path / "t"), str(tmp_path / "t"), str(tmp_path / "copy"),
+                     "-o", str(tmp_path / "r3"))
     assert single.returncode == triple.returncode == 0
     count = lambda r: (tmp_path / r / "samplefw.html").read_text().count("split point(s)")  # noqa: E731
     assert count("r1") == count("r3") >= 1

@@ -101,7 +101,8 @@ def test_provenance_names_the_source_repository_commit_and_license(imported):
     assert prov["source"] == "alexnet-a100.kineto.json.gz" and prov["imported_by"] == "dltrace import"
     assert prov["origin"] == ("facebookresearch/HolisticTraceAnalysis@f4d0062c:tests/data/critical_path/alexnet/"
                               "benchmark_result_2869224_1695835535_trace.json.gz")
-    assert prov["license"].startswith("MIT (Copyright (c) Meta Platforms") and "HolisticTraceAnalysis-LICENSE" in prov["license"]
+    assert (prov["license"].startswith("MIT (Copyright (c) Meta Platforms")
+            and "HolisticTraceAnalysis-LICENSE" in prov["license"])
     assert len(prov["sha256"]) == 64
     tracelens = imported["vit-h100"]["dense"].trace.meta["provenance"]
     assert tracelens["repository"] == "AMD-AGI/TraceLens" and tracelens["commit"] == "171dd747"
@@ -115,7 +116,8 @@ def test_meta_keeps_recorded_versions_and_never_the_recorders_environment(import
     assert vit["framework_version"] == "2.6.0+cu124" and vit["gpu_software"]["cuda_runtime_version"] == 12040
     assert vit["machine"]["arch"] == "x86_64" and vit["shape"] == [4, 3, 224, 224] and vit["dtype"] == "c10::BFloat16"
     amd = imported["vit-mi300x"]["conv2d"].trace.meta
-    assert amd["framework_version"] == "2.7.0+gitf717b2a" and amd["gpu_software"]["torch_env.miopen_runtime_version"] == "3.4.0"
+    assert (amd["framework_version"] == "2.7.0+gitf717b2a"
+            and amd["gpu_software"]["torch_env.miopen_runtime_version"] == "3.4.0")
     # files without the information say so instead of guessing
     alex = imported["alexnet-a100"]["conv2d"].trace.meta
     assert alex["framework_version"] == "unknown" and alex["machine"]["arch"] == "unknown" and alex["shape"] == []
@@ -219,7 +221,8 @@ def test_kernel_tags_come_from_the_tag_table():
         ("hip", "naive_conv_fwd_nchw_float_double_float", ""): "MIOpen",
         ("hip", "MIOpenBatchNormFwdTrainSpatial", ""): "MIOpen",
         ("hip", "void at::native::vectorized_elementwise_kernel<4>(int)", "PyTorch HIP kernels"): "PyTorch HIP kernels",
-        ("cuda", "void at::native::vectorized_elementwise_kernel<4>(int)", "PyTorch CUDA kernels"): "PyTorch CUDA kernels",
+        ("cuda", "void at::native::vectorized_elementwise_kernel<4>(int)", "PyTorch CUDA kernels"):
+            "PyTorch CUDA kernels",
     }
     for (module, name, lib), tag in cases.items():
         assert library_of(Frame("op", module, name, lib=lib)) == tag, name
@@ -252,7 +255,7 @@ def test_diff_against_the_cpu_probe_splits_at_aten_convolution(imported, source,
     from tracer.process.diff import diff_traces
 
     result = diff_traces(cpu_conv2d(), imported[source]["conv2d"].trace, "forward", "warm", ("op",), force=True)
-    layer = next(l for l in result.layers if l.layer == "op")
+    layer = next(ld for ld in result.layers if ld.layer == "op")
     first = layer.splits[0]
     assert first.frame == "aten::_convolution"
     assert first.path == ["conv2d.forward", "aten::conv2d", "aten::convolution", "aten::_convolution"]
@@ -265,7 +268,7 @@ def test_backward_diff_aligns_the_autograd_nodes(imported):
 
     result = diff_traces(cpu_conv2d(), imported["resnet-train-v100"]["conv2d"].trace, "backward", "warm", ("op",),
                          force=True)
-    layer = next(l for l in result.layers if l.layer == "op")
+    layer = next(ld for ld in result.layers if ld.layer == "op")
     assert layer.shared >= 4  # root > evaluate_function > ConvolutionBackward0 > aten::convolution_backward
     assert any(s.frame == "aten::convolution_backward" for _, s in layer.all_splits())
 
@@ -285,7 +288,8 @@ def test_old_schema_categories_import_the_same_paths(tmp_path):
     """torch 1.8-era files name the categories Operator, Kernel and Runtime: the real
     AlexNet events, recategorised so, give the same conv2d path and kernels."""
     old = tmp_path / "alexnet-old.json"
-    _rewrite(REF / "alexnet-a100.kineto.json.gz", old, {"cpu_op": "Operator", "kernel": "Kernel", "cuda_runtime": "Runtime"})
+    _rewrite(REF / "alexnet-a100.kineto.json.gz", old,
+             {"cpu_op": "Operator", "kernel": "Kernel", "cuda_runtime": "Runtime"})
     r = {x.primitive: x for x in import_file(old, "torch")}["conv2d"]
     conv = chain(r.trace.layer("forward", "op"), "aten::conv2d", "aten::convolution", "aten::_convolution",
                  "aten::cudnn_convolution")
@@ -304,8 +308,10 @@ def test_plain_json_imports_like_gzip(tmp_path):
 
 def test_malformed_events_are_left_out_and_counted(tmp_path):
     doc = json.loads(gzip.decompress((REF / "mlp-train-mi250.kineto.json.gz").read_bytes()))
-    doc["traceEvents"] += [5, "x", {"ph": "X", "cat": "cpu_op", "name": ["aten::relu"], "ts": 1, "dur": 1, "pid": 1, "tid": 1},
-                           {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": "1", "dur": float("nan"), "pid": 1, "tid": 1}]
+    doc["traceEvents"] += [5, "x",
+                           {"ph": "X", "cat": "cpu_op", "name": ["aten::relu"], "ts": 1, "dur": 1, "pid": 1, "tid": 1},
+                           {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": "1", "dur": float("nan"),
+                            "pid": 1, "tid": 1}]
     (tmp_path / "t.json").write_text(json.dumps(doc))
     r = import_file(tmp_path / "t.json", "torch")
     assert r[0].trace.meta["provenance"]["events_skipped_malformed"] == 4
@@ -338,11 +344,13 @@ def test_import_command_writes_one_trace_per_primitive(tmp_path):
     proc = dltrace("import", str(REF / "mlp-train-mi250.kineto.json.gz"), "--framework", "torch", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("dense  forward+backward  AMD Radeon Graphics  4 kernels (4 launches)")
+    assert len(lines) == 2 and lines[0].startswith(
+        "dense  forward+backward  AMD Radeon Graphics  4 kernels (4 launches)")
     folder = tmp_path / "imported" / "mlp-train-mi250"
     assert sorted(p.name for p in folder.iterdir()) == ["dense-imported.json", "relu-imported.json"]
     meta = load(folder / "dense-imported.json").meta
-    assert meta["command"].startswith("dltrace import") and meta["provenance"]["source"] == "mlp-train-mi250.kineto.json.gz"
+    assert (meta["command"].startswith("dltrace import")
+            and meta["provenance"]["source"] == "mlp-train-mi250.kineto.json.gz")
 
 
 def test_several_files_go_to_one_folder_each(tmp_path):
@@ -444,7 +452,8 @@ def test_xplane_3d_convolution_is_not_taken_for_conv2d(tmp_path):
     if not _jax_ready():
         assert "dltrace env setup jax" in line
         return
-    assert "none of dltrace's primitives" in line and "conv_general_dilated is not 2-D here (jit_forward_3d_conv)" in line
+    assert ("none of dltrace's primitives" in line
+            and "conv_general_dilated is not 2-D here (jit_forward_3d_conv)" in line)
 
 
 def test_xplane_trees_nest_jax_op_hlo_op_kernel():

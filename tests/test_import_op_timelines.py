@@ -118,7 +118,8 @@ def test_tensorflow_stats_are_read_with_published_protobuf_classes():
     assert _ops(conv, "forward") == ["Conv2D [device]"]  # the file names no device type: "Device", as it says
     assert _ops(conv, "backward") == ["Conv2DBackpropInput [device]", "Conv2DBackpropFilter [device]"]
     assert conv.layer("forward", "op").children[0].count == 15642  # occurrences over its 424 Conv2D records
-    assert "aggregates" in conv.meta["provenance"]["note"] and conv.meta["provenance"]["repository"] == "tensorflow/profiler"
+    assert ("aggregates" in conv.meta["provenance"]["note"]
+            and conv.meta["provenance"]["repository"] == "tensorflow/profiler")
 
 
 @pytest.mark.frameworks

@@ -246,7 +246,8 @@ def test_export_speedscope(native_traces, tmp_path):
     frames = doc["shared"]["frames"]
     assert frames and all(isinstance(f["name"], str) and f["name"] for f in frames)
     names = [p["name"] for p in doc["profiles"]]
-    assert len(names) == 8 and all(any(f"[{layer}]" in n for n in names) for layer in ("python", "op", "library", "native"))
+    assert len(names) == 8 and all(any(f"[{layer}]" in n for n in names)
+                                   for layer in ("python", "op", "library", "native"))
     for p in doc["profiles"]:
         # evented: two events per frame, properly nested, in time order
         assert p["type"] == "evented" and p["unit"] in ("none", "nanoseconds")
@@ -271,16 +272,18 @@ def test_export_collapsed(native_traces):
     proc = dltrace("export", str(path), "--format", "collapsed", "--layer", "native", "--pass", "forward")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines and all(re.fullmatch(r"[^;\n]+(;[^;\n]+)* \d+", l) for l in lines), lines[:3]
-    assert all(l.startswith("conv2d.forward [native]") for l in lines)  # the root alone: a sample in the loop itself
+    assert lines and all(re.fullmatch(r"[^;\n]+(;[^;\n]+)* \d+", line) for line in lines), lines[:3]
+    # the root alone: a sample in the loop itself
+    assert all(line.startswith("conv2d.forward [native]") for line in lines)
     t = native_traces[("torch", "default")].load()
-    assert sum(int(l.rsplit(" ", 1)[1]) for l in lines) == t.layer("forward", "native").count
-    assert any("(libtorch_cpu.so)" in l for l in lines)
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == t.layer("forward", "native").count
+    assert any("(libtorch_cpu.so)" in line for line in lines)
 
 
 def test_export_and_probe_reject_unknown_layers(native_traces):
     path = native_traces[("torch", "default")].path
-    for args in (["export", str(path), "--format", "collapsed", "--layer", "gpu"], ["probe", "torch", "conv2d", "--layers", "gpu"]):
+    for args in (["export", str(path), "--format", "collapsed", "--layer", "gpu"],
+                 ["probe", "torch", "conv2d", "--layers", "gpu"]):
         proc = dltrace(*args)
         assert proc.returncode == 1 and "unknown layer 'gpu'" in proc.stderr and "Traceback" not in proc.stderr
     # the cold runs have no native layer (it is sampled on the warm path only)

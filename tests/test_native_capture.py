@@ -19,7 +19,8 @@ def _busy(_state=None) -> int:
 def test_capture_attributes_samples_to_their_loop(tmp_path):
     assert PYSPY, "py-spy is not installed: make test installs it with the tool"
     jobs = [sampler.Job("_dltrace_native_0_forward", sampler.Step(_busy), Frame("root", "", "busy.forward"), 0.5),
-            sampler.Job("_dltrace_native_0_backward", sampler.Step(_busy, prepare=_busy), Frame("root", "", "busy.backward"), 0.5)]
+            sampler.Job("_dltrace_native_0_backward", sampler.Step(_busy, prepare=_busy),
+                        Frame("root", "", "busy.backward"), 0.5)]
     results, session = sampler.capture(PYSPY, jobs, str(tmp_path), rate=100)
     assert session["startup_s"] > 0 and session["pyspy_samples"] >= sum(r[1]["samples"] for r in results.values())
     for marker, (tree, stats) in results.items():

@@ -26,19 +26,23 @@ def _maps(name: str) -> maps.Maps:
 
 def _groups(name: str):
     samples = pyspy_format.parse_raw((DATA / f"{name}.raw").read_text())
-    namer = attribution.FrameNamer(_maps(f"{name}.maps"), ["/home/user/.cache/dltrace/envs/torch/lib/python3.11/site-packages",
-                                                      "/home/user/.cache/dltrace/envs/tensorflow/lib/python3.11/site-packages"])
-    return samples, attribution.split_by_marker(samples, ["_dltrace_native_0_forward", "_dltrace_native_0_backward"], namer)
+    namer = attribution.FrameNamer(_maps(f"{name}.maps"),
+                                   ["/home/user/.cache/dltrace/envs/torch/lib/python3.11/site-packages",
+                                    "/home/user/.cache/dltrace/envs/tensorflow/lib/python3.11/site-packages"])
+    return samples, attribution.split_by_marker(samples, ["_dltrace_native_0_forward", "_dltrace_native_0_backward"],
+                                                namer)
 
 
 @pytest.mark.parametrize("text, expect", [
     ("<module> (t1.py:12)", pyspy_format.RawFrame("<module>", "t1.py", True, 12)),
     ("Convolution (<string>:43)", pyspy_format.RawFrame("Convolution", "<string>", True, 43)),
-    ("at::native::conv2d_symint (/x/libtorch_cpu.so)", pyspy_format.RawFrame("at::native::conv2d_symint", "/x/libtorch_cpu.so", False)),
+    ("at::native::conv2d_symint (/x/libtorch_cpu.so)",
+     pyspy_format.RawFrame("at::native::conv2d_symint", "/x/libtorch_cpu.so", False)),
     # C++ symbols carry parentheses: the library is the last group
     ("std::_Function_handler<void (int, int), f(ctx const&) const::{lambda(int, int)#1}>::_M_invoke (libtorch_cpu.so)",
-     pyspy_format.RawFrame("std::_Function_handler<void (int, int), f(ctx const&) const::{lambda(int, int)#1}>::_M_invoke",
-                     "libtorch_cpu.so", False)),
+     pyspy_format.RawFrame("std::_Function_handler<void (int, int), f(ctx const&) const::"
+                           "{lambda(int, int)#1}>::_M_invoke",
+                           "libtorch_cpu.so", False)),
     ("0x7eff16aab032 (?)", pyspy_format.RawFrame("0x7eff16aab032", "?", False)),
     # a native function of a library with debug info: its source file, not a Python frame
     ("_ctypes_callproc (callproc.c:1186)", pyspy_format.RawFrame("_ctypes_callproc", "callproc.c", False, 1186)),
@@ -63,7 +67,8 @@ def test_torch_sample_splits_by_marker_and_keeps_jit_code():
     assert fwd.samples + bwd.samples + outside == total
     # oneDNN's generated kernels: an executable anonymous mapping, kept as JIT code under its caller
     assert bwd.jit > 0 and bwd.bad_frames == 0
-    jit_parents = {frames[i - 1].name for frames, _ in bwd.stacks for i, f in enumerate(frames) if f.lib == maps.JIT_LIB}
+    jit_parents = {frames[i - 1].name for frames, _ in bwd.stacks for i, f in enumerate(frames)
+                   if f.lib == maps.JIT_LIB}
     assert any("jit_avx2_convolution" in p or "_M_invoke" in p or "parallel" in p for p in jit_parents), jit_parents
     # frames below the marker only, and none of dltrace's own code
     for frames, _ in fwd.stacks + bwd.stacks:

@@ -64,7 +64,8 @@ def installed(wheel, tmp_path_factory) -> tuple[Path, dict[str, str]]:
 def where_installed(installed) -> str:
     """The installed package's folder (inside the fresh venv)."""
     venv, env = installed
-    return subprocess.run([str(venv / "bin" / "python"), "-c", "import tracer, os; print(os.path.dirname(tracer.__file__))"],
+    return subprocess.run([str(venv / "bin" / "python"), "-c",
+                           "import tracer, os; print(os.path.dirname(tracer.__file__))"],
                           capture_output=True, text=True, env=env, check=True).stdout.strip()
 
 

@@ -26,14 +26,16 @@ def test_every_primitive_every_api_both_passes(cpu_traces, frameworks, fw):
     for primitive in PRIMITIVES:
         for api in frameworks[fw].apis:
             t = trace_of(cpu_traces, fw, primitive, api)
-            assert (t.meta["framework"], t.meta["primitive"], t.meta["api"], t.meta["device"]) == (fw, primitive, api, "cpu")
+            assert (t.meta["framework"], t.meta["primitive"], t.meta["api"], t.meta["device"]) == \
+                (fw, primitive, api, "cpu")
             assert t.meta["machine"]["arch"] and "python" in t.meta["machine"]
             for pass_ in PASSES:
                 for phase in ("cold", "warm"):
                     tree = t.layer(pass_, "python", phase)
                     assert tree is not None and tree.frame.name == f"{primitive}.{pass_}"
                     # each primitive reaches the framework: Python frames or a C hand-off
-                    assert summarize(tree).python_functions + summarize(tree).c_handoffs > 0, (fw, primitive, api, pass_, phase)
+                    assert summarize(tree).python_functions + summarize(tree).c_handoffs > 0, \
+                        (fw, primitive, api, pass_, phase)
                 st = t.run(pass_, "warm").stats
                 assert st["untraced_s"] > 0 and st["traced_s"] > 0
 
@@ -42,9 +44,10 @@ def test_torch_conv2d_is_a_c_builtin_and_the_module_adds_python(cpu_traces):
     f = trace_of(cpu_traces, "torch").layer("forward")
     assert summarize(f).python_functions == 0
     assert names(f, "c") == {"torch._VariableFunctionsClass.conv2d"}
-    l = trace_of(cpu_traces, "torch", api="layer").layer("forward")
-    assert {"torch.nn.modules.conv.Conv2d.forward", "torch.nn.modules.conv.Conv2d._conv_forward"} <= names(l, "python")
-    assert "torch._VariableFunctionsClass.conv2d" in names(l, "c")
+    lyr = trace_of(cpu_traces, "torch", api="layer").layer("forward")
+    assert {"torch.nn.modules.conv.Conv2d.forward",
+            "torch.nn.modules.conv.Conv2d._conv_forward"} <= names(lyr, "python")
+    assert "torch._VariableFunctionsClass.conv2d" in names(lyr, "c")
     b = trace_of(cpu_traces, "torch").layer("backward")
     assert "torch._C._EngineBase.run_backward" in names(b, "c")
 
@@ -76,7 +79,8 @@ def test_jax_conv2d_goes_through_jit_dispatch(cpu_traces):
     assert any(n.startswith("jax._src") for n in names(f, "python"))
 
 
-@pytest.mark.parametrize("fw, variant", [("torch", "onednn-off"), ("tensorflow", "onednn-off"), ("mxnet", "onednn-off"), ("jax", "nojit")])
+@pytest.mark.parametrize("fw, variant", [("torch", "onednn-off"), ("tensorflow", "onednn-off"), ("mxnet", "onednn-off"),
+                                         ("jax", "nojit")])
 def test_variants_run_and_are_recorded(cpu_traces, frameworks, fw, variant):
     for api in frameworks[fw].apis:
         t = trace_of(cpu_traces, fw, api=api, variant=variant)

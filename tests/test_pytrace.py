@@ -75,7 +75,8 @@ def test_foreign_frames_are_transparent(tracer):
 def test_c_handoffs_kept_builtins_dropped(tracer):
     tree, _ = tracer.record(lambda: samplefw.handoff("<a>"))
     h = child(tree, "handoff")
-    assert [(c.frame.kind, c.frame.module, c.frame.name) for c in h.children] == [("c", "markupsafe._speedups", "_escape_inner")]
+    assert [(c.frame.kind, c.frame.module, c.frame.name) for c in h.children] == \
+        [("c", "markupsafe._speedups", "_escape_inner")]
 
 
 def test_exceptions_and_generators_keep_the_stack_balanced(tracer):

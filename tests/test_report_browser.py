@@ -51,7 +51,8 @@ def test_index_lists_every_framework_and_links_work(browser, survey_report):
     rows = browser.find_elements(By.CSS_SELECTOR, "#framework-table tr")[1:]
     assert [r.find_element(By.TAG_NAME, "a").text for r in rows] == ["chainer", "jax", "mxnet", "tensorflow", "torch"]
     assert all(r.is_displayed() for r in rows)
-    prims = [r.find_element(By.TAG_NAME, "td").text for r in browser.find_elements(By.CSS_SELECTOR, "#primitive-table tr")
+    prims = [r.find_element(By.TAG_NAME, "td").text
+             for r in browser.find_elements(By.CSS_SELECTOR, "#primitive-table tr")
              if r.find_elements(By.TAG_NAME, "td")]
     assert prims == ["dense", "conv2d", "relu", "sigmoid", "tanh", "softmax", "maxpool2d", "avgpool2d", "batchnorm"]
     for name in ["chainer", "jax", "mxnet", "tensorflow", "torch"]:
@@ -74,7 +75,8 @@ def test_split_points_and_graphs_are_visible(browser, survey_report, framework):
     box = svgs[0].rect
     assert box["width"] > 100 and box["height"] > 50
     assert browser.find_elements(By.CSS_SELECTOR, ".graph svg g.node")
-    assert browser.find_elements(By.CSS_SELECTOR, '.graph svg g.node path[stroke="#d62728"], .graph svg g.node polygon[stroke="#d62728"]')
+    assert browser.find_elements(By.CSS_SELECTOR, '.graph svg g.node path[stroke="#d62728"], '
+                                                  '.graph svg g.node polygon[stroke="#d62728"]')
     # the full graph is a page of its own
     full = browser.find_elements(By.LINK_TEXT, "full graph")
     if full:

@@ -22,7 +22,8 @@ def test_demangled_names_compare_as_py_spy_prints_them():
     # GNU's demangler prints parameters, qualifiers and a template's return type; py-spy does not
     assert key("void dnnl::impl::parallel<F>(int, F const&)") == "dnnl::impl::parallel<F>"
     assert key("ns::A::operator()(int) const") == "ns::A::operator()"
-    assert key("f(int) const::{lambda(int, int)#1}::operator()(int, int) const") == "f(int) const::{lambda(int, int)#1}::operator()"
+    assert key("f(int) const::{lambda(int, int)#1}::operator()(int, int) const") == \
+        "f(int) const::{lambda(int, int)#1}::operator()"
     assert key("at::native::foo(at::Tensor const&) [clone .cold]") == "at::native::foo"
 
 

@@ -25,7 +25,7 @@ onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:f32::blocked:abcd
 onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx2,forward_training,src:f32:a:blocked:abcd::f0,attr-scratchpad:user,alg:convolution_direct,mb2_ic3oc4_ih8oh8kh3sh1dh0ph1_iw8ow8kw3sw1dw0pw1,1.07397
 some other line the framework printed
 onednn_verbose,v1,primitive,exec,cpu,gemm_api,,undef,src:f32::blocked:ab::f0,,,8x8:8x8,0.021
-"""
+"""  # noqa: E501 - verbatim log lines, as oneDNN prints them
 DNNL_V2 = """\
 dnnl_verbose,info,oneDNN v2.4.4 (commit 5818c40f07bdb6307f9bc64e929836fe036da644)
 dnnl_verbose,exec,cpu,convolution,x64:gemm:jit,backward_data,src_f32::blocked:abcd:f0,,alg:convolution_direct,mb2_ic3oc4,0.26001
@@ -33,7 +33,7 @@ dnnl_verbose,exec,cpu,convolution,x64:gemm:jit,backward_data,src_f32::blocked:ab
 MKL = """\
 MKL_VERBOSE oneMKL 2024.0 Update 2 Product build 20240605 for Intel(R) 64 architecture Intel(R) Architecture processors
 MKL_VERBOSE SGEMM(T,N,8,4,16,0x7ffc3b4c75a0,0x55853d4a2c00,16,0x55853d4a2600,16,0x7ffc3b4c75c0,0x55853d467540,8) 1.41ms CNR:OFF Dyn:1 FastMM:1 TID:0  NThr:2
-"""
+"""  # noqa: E501 - verbatim log lines, as MKL prints them
 
 
 def test_vendor_logs_are_parsed_into_calls_and_facts():
@@ -49,7 +49,8 @@ def test_vendor_logs_are_parsed_into_calls_and_facts():
 
 
 def lib_tree(label, *calls):
-    return Node(Frame("root", "", label), 1, children=[Node(Frame("library", lib, name, "", 0, lib), 1) for lib, name in calls])
+    return Node(Frame("root", "", label), 1,
+                children=[Node(Frame("library", lib, name, "", 0, lib), 1) for lib, name in calls])
 
 
 def trace(layers, replicas=None, **meta):
@@ -120,13 +121,16 @@ def test_native_splits_follow_the_decision_the_op_layer_names():
         return Node(Frame("op", "aten", name), 1, children=list(kids))
 
     def ops(kernel):
-        return Node(Frame("root", "", "conv2d.forward"), 1, children=[op("aten::conv2d", op("aten::_convolution", op(kernel)))])
+        return Node(Frame("root", "", "conv2d.forward"), 1,
+                    children=[op("aten::conv2d", op("aten::_convolution", op(kernel)))])
 
     def nat(kernel, lib):
         return native_root(native("THPVariable_conv2d", native(kernel, count=90, lib=lib), count=100), count=100)
 
-    a = trace({"op": ops("aten::mkldnn_convolution"), "native": nat("dnnl::impl::cpu::x64::jit_avx2_conv::execute", "libtorch_cpu.so")})
-    b = trace({"op": ops("aten::thnn_conv2d"), "native": nat("at::native::slow_conv2d_forward_out_cpu", "libtorch_cpu.so")},
+    a = trace({"op": ops("aten::mkldnn_convolution"),
+               "native": nat("dnnl::impl::cpu::x64::jit_avx2_conv::execute", "libtorch_cpu.so")})
+    b = trace({"op": ops("aten::thnn_conv2d"),
+               "native": nat("at::native::slow_conv2d_forward_out_cpu", "libtorch_cpu.so")},
               variant="onednn-off")
     result = diff_traces(a, b)
     op_layer, nat_layer = result.layers
@@ -157,7 +161,8 @@ def test_the_dispatch_table_lists_first_decisions_with_their_evidence():
     assert any(e.startswith("forward, library layer: A convolution jit:avx2") for e in row.evidence)
     # where no layer names the decision, the library chose: its own row
     x = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution jit:avx2 (forward_training)"))})
-    y = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution gemm:ref (forward_training)"))}, variant="v")
+    y = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution gemm:ref (forward_training)"))},
+              variant="v")
     table = DispatchTable()
     table.add("conv2d", "x86 vs arm", {"forward": diff_traces(x, y)})
     (row,) = table.points()
@@ -169,7 +174,8 @@ def test_the_dispatch_table_lists_first_decisions_with_their_evidence():
      "at::Tensor const&, int)::{lambda(long, long)#1}>(long, long, long, at::native::(anonymous namespace)::"
      "cpu_max_pool<float, false>(at::Tensor const&, int)::{lambda(long, long)#1} const&)::{lambda()#1}>(long, long, "
      "long, at::parallel_for<x>(long, long)::{lambda()#1} const&) [clone ._omp_fn.0]", "cpu_max_pool (lambda)"),
-    ("at::native::(anonymous namespace)::cpu_max_pool<float, false>(at::Tensor const&)", "at::native::cpu_max_pool<float>"),
+    ("at::native::(anonymous namespace)::cpu_max_pool<float, false>(at::Tensor const&)",
+     "at::native::cpu_max_pool<float>"),
     ("std::_Function_handler<void (long, long), dnnl::impl::cpu::x64::jit_uni_softmax_fwd_t::execute("
      "dnnl::impl::exec_ctx_t const&) const::{lambda(long, long)#1}>::_M_invoke(std::_Any_data const&, long&&, long&&)",
      "jit_uni_softmax_fwd_t::execute (lambda)"),

@@ -30,7 +30,8 @@ def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_p
     traces, gaps, _ = sv.collect([tmp_path / "traces"])
     relu = {(t.meta["api"], tuple(t.meta["shape"])): t for t in traces if t.meta["primitive"] == "relu"}
     kernel = ("functional", PRIMITIVES["relu"].kernel_shape)
-    assert not gaps and set(relu) == {("functional", PRIMITIVES["relu"].shape), ("layer", PRIMITIVES["relu"].shape), kernel}
+    assert not gaps and set(relu) == {("functional", PRIMITIVES["relu"].shape), ("layer", PRIMITIVES["relu"].shape),
+                                      kernel}
     assert relu[kernel].layer("forward", "native") is not None and relu[kernel].meta["native"]["pyspy_samples"] > 0
     assert all(t.layer("forward", "native") is None for key, t in relu.items() if key != kernel)
     # at the kernel shape numpy's own loops compute chainer's relu: the report names the library
@@ -45,8 +46,8 @@ def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_p
 def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_frameworks, tmp_path):
     out = tmp_path / "reports" / "s"
     # a relative -o, as in the README's `make survey` (the probe itself runs in another directory)
-    proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--no-native", "--timeout", "5", "-o", "reports/s",
-                   env=fake_frameworks, cwd=tmp_path)
+    proc = dltrace("survey", "--primitives", "dense,conv2d,relu,tanh", "--no-native", "--timeout", "5",
+                   "-o", "reports/s", env=fake_frameworks, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "absent: environment not set up" in proc.stderr
@@ -64,8 +65,8 @@ def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_framew
     index = (out / "index.html").read_text()
     assert index.count('class="gap-row"') == len(gaps) == 11
     # a resumed run keeps the trace it has and retries the gaps
-    proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--no-native", "--timeout", "5", "-o", "reports/s",
-                   env=fake_frameworks, cwd=tmp_path)
+    proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--no-native", "--timeout", "5",
+                   "-o", "reports/s", env=fake_frameworks, cwd=tmp_path)
     assert "crashy/cpu-default: 2 cases, 1 reused, 1 gaps" in proc.stderr
 
 
@@ -123,7 +124,8 @@ def test_default_report_sets_torch_cpu_against_real_gpus(survey_report):
 
     traces, gaps, _ = sv.collect([survey_report.parent / "traces"])
     rep = framework_report("torch", [t for t in traces if t.meta["framework"] == "torch"], gaps)
-    conv = next(d for d in rep.dispatch_points if d.frame == "aten::_convolution" and d.classification == "device dispatch")
+    conv = next(d for d in rep.dispatch_points
+                if d.frame == "aten::_convolution" and d.classification == "device dispatch")
     assert {"aten::cudnn_convolution", "aten::miopen_convolution"} <= set(conv.b_names) | {
         n for d in rep.dispatch_points if d.frame == "aten::_convolution" for n in d.b_names}
     rows = {r.primitive: r for r in rep.audit}

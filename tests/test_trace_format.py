@@ -51,7 +51,8 @@ def test_deep_tree_round_trip(tmp_path):
         (b'{"format": "dltrace-trace", "version": 1, "meta": {}, "frames": [', "corrupt or truncated"),
         (b'{"hello": "world"}', "not a dltrace trace"),
         (json.dumps({"format": "dltrace-trace", "version": VERSION + 1}).encode(), "not supported"),
-        (json.dumps({"format": "dltrace-trace", "version": 1, "meta": {}, "frames": [], "runs": [{"pass": "forward"}]}).encode(), "malformed"),
+        (json.dumps({"format": "dltrace-trace", "version": 1, "meta": {}, "frames": [],
+                     "runs": [{"pass": "forward"}]}).encode(), "malformed"),
         (gzip.compress(b"not json"), "corrupt or truncated"),
         (gzip.compress(b'{"format": "dltrace-trace"')[:-8], "corrupt or truncated"),
     ],
@@ -74,7 +75,8 @@ def _doc(**edit):
     """A valid trace document (one frame, one tree) with ``edit`` applied to it."""
     doc = {"format": "dltrace-trace", "version": 1, "meta": dict(META),
            "frames": [["root", "", "conv2d.forward", "", 0, ""], ["python", "m", "f", "m.py", 3, ""]],
-           "runs": [{"pass": "forward", "phase": "warm", "layers": {"python": [[0, 1, 5, [], [], -1], [1, 1, 4, [2], [3], 0]]},
+           "runs": [{"pass": "forward", "phase": "warm",
+                     "layers": {"python": [[0, 1, 5, [], [], -1], [1, 1, 4, [2], [3], 0]]},
                      "stats": {"untraced_s": 0.001}}],
            "sources": [["m.py", 3, ["def f():", "    pass"]]]}
     for key, value in edit.items():
@@ -117,7 +119,8 @@ _BAD_DEFLATE = gzip.compress(json.dumps(_doc()).encode())[:10] + bytes([0x00, 0x
         (json.dumps(_doc(frames=[["root", "", "r", "", 0, ""], ["alien", "m", "f", "m.py", 3, ""]])).encode(),
          "unknown kind 'alien'"),
         (json.dumps(_doc(runs=[{"pass": "sideways", "phase": "warm", "layers": {}}])).encode(), "pass and phase"),
-        (json.dumps(_doc(runs=[{"pass": "forward", "phase": "warm", "layers": {}, "stats": {"untraced_s": "fast"}}])).encode(),
+        (json.dumps(_doc(runs=[{"pass": "forward", "phase": "warm", "layers": {},
+                                "stats": {"untraced_s": "fast"}}])).encode(),
          "stats.untraced_s must be a number, not str"),
         (json.dumps(_doc(sources=[["m.py", 3, "def f(): pass"]])).encode(), "a source entry must be"),
     ],

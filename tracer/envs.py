@@ -90,7 +90,8 @@ def dir_size(path: Path) -> int:
 def status(fw: Framework, sizes: bool = False) -> EnvStatus:
     external = _externals().get(fw.name)
     if external:
-        return EnvStatus(fw.name, Path(external).exists(), Path(external), _external_version(fw, external), 0, "external interpreter")
+        return EnvStatus(fw.name, Path(external).exists(), Path(external), _external_version(fw, external), 0,
+                         "external interpreter")
     d = env_dir(fw)
     python = d / "bin" / "python"
     try:
@@ -170,7 +171,8 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
     version = _import_version(fw, python)
     if version.split("+")[0] != fw.version:
         raise DltraceError(f"{fw.name}: installed version {version}, frameworks.yaml declares {fw.version}")
-    marker = {"spec": spec_hash(fw), "version": version, "python": sys.version.split()[0], "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    marker = {"spec": spec_hash(fw), "version": version, "python": sys.version.split()[0],
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_text(d / MARKER, json.dumps(marker, indent=1))
     build_collector(fw, python, log)
     return status(fw)
@@ -230,11 +232,11 @@ def error_lines(output: str, most: int = 3) -> list[str]:
     """The few lines of a failed pip (or apt) run that say what went wrong
     (``error: invalid command 'bdist_wheel'``), without pip's generic framing; the
     last lines of the output if none looks like an error."""
-    lines = [l.strip().lstrip("│║╰╭─ ").strip() for l in output.splitlines()]
-    lines = [l for l in lines if l and not l.startswith(("WARNING: Location", "$ "))]
-    found = [l for l in lines if _ERROR.search(l) and not _GENERIC.search(l)]
-    keep = list(dict.fromkeys(found))[:most] or [l for l in lines if not _GENERIC.search(l)][-most:]
-    return [l if len(l) <= 300 else l[:299] + "…" for l in keep]
+    lines = [line.strip().lstrip("│║╰╭─ ").strip() for line in output.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("WARNING: Location", "$ "))]
+    found = [line for line in lines if _ERROR.search(line) and not _GENERIC.search(line)]
+    keep = list(dict.fromkeys(found))[:most] or [line for line in lines if not _GENERIC.search(line)][-most:]
+    return [line if len(line) <= 300 else line[:299] + "…" for line in keep]
 
 
 def use(fw: Framework, python: str | None) -> EnvStatus:

@@ -190,8 +190,10 @@ class _Entry:
         k = self.get("knowledge", dict, {})
         sub = _Entry(self.source, self.name, k)
         core = sub.get("core", str, f"{self.name} core")
-        text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, "")) for f in ("core_symbols", "core_libraries", "core_modules")}
-        lists = {f: tuple(self.pattern(f"knowledge.{f}", p) for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
+        text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, ""))
+                for f in ("core_symbols", "core_libraries", "core_modules")}
+        lists = {f: tuple(self.pattern(f"knowledge.{f}", p)
+                          for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
                  for f in ("utility_ops", "generated", "noise", "incidental", "same_op", "kernels")}
         return FrameworkKnowledge(core, **text, **lists)
 

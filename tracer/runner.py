@@ -130,7 +130,7 @@ def _tail(path: Path, lines: int = 3) -> str:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    keep = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith("done ")]
+    keep = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("done ")]
     return " | ".join(keep[-lines:])
 
 
@@ -208,8 +208,8 @@ def run_probe(
         )
         (tmpdir / "request.json").write_text(request.to_json())
         wants_library = any("library" in c.layers for c in cases)
-        env = {**(PERFMAP_ENV if wants_native else {}), **(VERBOSE_ENV if wants_library else {}), **os.environ, **fw.env,
-               **(nat.env if wants_native else {}), **(var.env if var else {})}
+        env = {**(PERFMAP_ENV if wants_native else {}), **(VERBOSE_ENV if wants_library else {}), **os.environ,
+               **fw.env, **(nat.env if wants_native else {}), **(var.env if var else {})}
         env["PYTHONPATH"] = os.pathsep.join([str(code_path(tmpdir)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
         # what the framework leaves in the temp folder (MXNet's profiler output) goes with this one
@@ -235,7 +235,8 @@ def run_probe(
             except subprocess.TimeoutExpired:
                 _kill(proc)
                 proc.wait()
-                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s; stderr: {_tail(stderr_path) or '(empty)'}", "timeout") from None
+                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s; "
+                                  f"stderr: {_tail(stderr_path) or '(empty)'}", "timeout") from None
             except BaseException:  # Ctrl-C, SIGTERM: the probe must not outlive dltrace
                 _kill(proc)
                 proc.wait()
@@ -254,9 +255,11 @@ def run_probe(
             raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "import")
         if rc < 0:
             name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            raise ProbeFailed(f"{what} crashed with signal {name} (exit {rc}); stderr: {_tail(stderr_path) or '(empty)'}", "crashed")
+            raise ProbeFailed(f"{what} crashed with signal {name} (exit {rc}); "
+                              f"stderr: {_tail(stderr_path) or '(empty)'}", "crashed")
         if rc != 0:
-            raise ProbeFailed(f"{what} failed with exit status {rc}; stderr: {_tail(stderr_path) or '(empty)'}", "failed")
+            raise ProbeFailed(f"{what} failed with exit status {rc}; stderr: {_tail(stderr_path) or '(empty)'}",
+                              "failed")
     return [_result(spec, out) for spec, out in zip(cases, outs)]
 
 

@@ -140,7 +140,8 @@ def to_json(trace: Trace) -> dict[str, Any]:
         while stack:
             node, parent = stack.pop()
             me = len(flat)
-            flat.append([fid(node.frame), node.count, node.time_ns, sorted(node.call_lines), sorted(node.lines), parent])
+            flat.append([fid(node.frame), node.count, node.time_ns, sorted(node.call_lines), sorted(node.lines),
+                         parent])
             stack.extend((c, me) for c in reversed(node.children))
         return flat
 
@@ -244,7 +245,8 @@ def _check_stats(stats: Any) -> dict[str, Any]:
         value = stats.get(key)
         if value is not None and (type(value) not in (int, float) or value != value):
             raise _wrong(f"stats.{key}", value, "a number")
-    if not isinstance(stats.get("layers", {}), dict) or not all(isinstance(v, dict) for v in stats.get("layers", {}).values()):
+    if not isinstance(stats.get("layers", {}), dict) or not all(isinstance(v, dict)
+                                                                for v in stats.get("layers", {}).values()):
         raise ValueError("stats.layers must map layer names to objects")
     return dict(stats)
 

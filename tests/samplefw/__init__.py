@@ -5,9 +5,9 @@ import ctypes
 import markupsafe
 from markupsafe._speedups import _escape_inner  # a C function outside the standard library
 
-_LIB = ctypes.CDLL(None)  # as mxnet reaches libmxnet: through ctypes
-
 from tests.samplefw import backend
+
+_LIB = ctypes.CDLL(None)  # as mxnet reaches libmxnet: through ctypes
 
 
 def forward(x, device="cpu"):
@@ -56,5 +56,6 @@ def gen(n):
 
 
 GENERATED = {}
-exec(compile("def generated(x):\n    return x + 1\n", "<string>", "exec"), {"__name__": "tests.samplefw.gen_ops"}, GENERATED)
+exec(compile("def generated(x):\n    return x + 1\n", "<string>", "exec"), {"__name__": "tests.samplefw.gen_ops"},
+     GENERATED)
 generated = GENERATED["generated"]

@@ -118,4 +118,5 @@ def env_use(name: str, python: str | None) -> None:
     environment); without PYTHON, go back to dltrace's own environment."""
     fw = check(frameworks(), name)
     st = envs.use(fw, python)
-    out.print(f"{name}: {'using ' + str(st.python) + ' (' + st.version + ')' if python else 'back to the dltrace environment'}")
+    out.print(f"{name}: "
+              f"{'using ' + str(st.python) + ' (' + st.version + ')' if python else 'back to the dltrace environment'}")

@@ -24,7 +24,8 @@ from tracer.runner import DEFAULT_TIMEOUT, check
 @click.option("--devices", multiple=True, default=("cpu,standin",), show_default=True,
               help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
                    "stand-in backend).")
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"), show_default=True)
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"),
+              show_default=True)
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Probe subprocesses at a time.")
 @click.option("--with-traces", "with_traces", multiple=True, type=click.Path(exists=True, path_type=Path),
               help="Add traces recorded elsewhere (a GPU or ARM machine); repeatable.")
@@ -44,8 +45,10 @@ from tracer.runner import DEFAULT_TIMEOUT, check
                    "GPUs by others, so that the report sets the CPU path against them.")
 @click.option("--derive/--no-derive", "derived", default=True, show_default=True,
               help="Derive each framework's GPU path without a GPU (dltrace derive: TensorFlow's and torch's "
-                   "registered GPU kernels, JAX's cuda/rocm lowering, Chainer's forward_gpu source), beside the traces.")
-@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per probe subprocess.")
+                   "registered GPU kernels, JAX's cuda/rocm lowering, Chainer's forward_gpu source), "
+                   "beside the traces.")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds per probe subprocess.")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here.")
 def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, arm, arm_all,
@@ -72,12 +75,14 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
     ensure_dir(output / "traces")  # before probing: results must have somewhere to go
     ready, missing = sv.ready_frameworks(chosen)
     for fw in missing:
-        err.print(message("!", "yellow", f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
+        err.print(message("!", "yellow",
+                          f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
                   highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
                         arm_all=arm_all)
     t0 = time.monotonic()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err) as progress:
         total = progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list))
 
         def on_event(e) -> None:
@@ -137,7 +142,8 @@ def _render(folders: list[Path], output: Path) -> None:
 @main.command()
 @click.argument("framework")
 @click.option("--traces", "folders", multiple=True, type=click.Path(exists=True, path_type=Path),
-              default=(Path("reports/survey/traces"),), show_default=True, help="Trace folders (a survey's, a GPU machine's...).")
+              default=(Path("reports/survey/traces"),), show_default=True,
+              help="Trace folders (a survey's, a GPU machine's...).")
 def audit(framework: str, folders: tuple[Path, ...]) -> None:
     """The porting audit of FRAMEWORK from its traces: the dispatch points a new
     backend must hook into, and what each primitive needs from it."""
@@ -158,9 +164,11 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
 @main.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE...")
 @click.option("--framework", type=click.Choice(FRAMEWORKS), required=True,
-              help="torch: a torch.profiler trace (Kineto JSON, plain or gzip); jax: a jax.profiler XPlane (.xplane.pb).")
+              help="torch: a torch.profiler trace (Kineto JSON, plain or gzip); "
+                   "jax: a jax.profiler XPlane (.xplane.pb).")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the traces (default: ./imported/<source name>/; with several files, one subfolder each).")
+              help="Folder for the traces (default: ./imported/<source name>/; "
+                   "with several files, one subfolder each).")
 def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> None:
     """Turn GPU profiler files recorded elsewhere into dltrace traces: one trace per
     primitive found, <primitive>-imported.json, its op layer shaped like the CPU probe's

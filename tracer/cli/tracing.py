@@ -23,13 +23,17 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
 @click.argument("framework")
 @click.argument("primitive")
 @click.option("--device", default="cpu", show_default=True, help="cpu or gpu.")
-@click.option("--variant", default="default", show_default=True, help="A variant from frameworks.yaml (see dltrace list).")
+@click.option("--variant", default="default", show_default=True,
+              help="A variant from frameworks.yaml (see dltrace list).")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
 @click.option("--api", default="functional", show_default=True, help=f"{' or '.join(APIS)}.")
 @click.option("--shape", default=None, help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
-@click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True, help="Which call to print.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the trace (JSON; .gz compresses).")
-@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
+@click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True,
+              help="Which call to print.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the trace (JSON; .gz compresses).")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds before the probe is stopped.")
 @click.option("--max-depth", type=click.IntRange(min=1), default=40, show_default=True)
 @click.option("--max-nodes", type=click.IntRange(min=1), default=400, show_default=True)
 @click.option("--layers", default=",".join(LAYERS), show_default=True,
@@ -37,24 +41,26 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
                    "own op records), library (what oneDNN and MKL report they ran), native (py-spy native "
                    "stacks, warm runs; takes a few seconds).")
 @click.option("--cpu", default="", help="Run on this emulated aarch64 CPU (a64fx, neoverse-n1, sve256, sve128, "
-                                        "cortex-a57): the framework's aarch64 wheels under QEMU; no native layer there.")
+                                        "cortex-a57): the framework's aarch64 wheels under QEMU; "
+                                        "no native layer there.")
 def probe(framework, primitive, device, variant, pass_, api, shape, phase, output, timeout, max_depth, max_nodes,
           layers, cpu) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
     fw = check(frameworks(), framework, primitive, device, variant, api)
-    chosen = tuple(l for l in LAYERS if l in layer_list(layers))
+    chosen = tuple(layer for layer in LAYERS if layer in layer_list(layers))
     if cpu and "native" in chosen:
         if layers != ",".join(LAYERS):
             raise UsageError("the native layer cannot be recorded on an emulated CPU: py-spy cannot attach under QEMU")
-        chosen = tuple(l for l in chosen if l != "native")
+        chosen = tuple(layer for layer in chosen if layer != "native")
     if device == "standin" and set(chosen) - {"python", "op"}:
         # below the op layer is the stand-in's own CPU computation, not what a backend runs
         if layers != ",".join(LAYERS):
             raise UsageError("the standin device records the python and op layers only: its library calls and "
                              "native stacks are the CPU computation it stands in with")
-        chosen = tuple(l for l in chosen if l in ("python", "op"))
-    spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (), PASSES if pass_ == "both" else (pass_,),
-                    layers=("python", *(l for l in chosen if l != "python")))
+        chosen = tuple(layer for layer in chosen if layer in ("python", "op"))
+    spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (),
+                    PASSES if pass_ == "both" else (pass_,),
+                    layers=("python", *(layer for layer in chosen if layer != "python")))
     if output:
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
@@ -127,7 +133,8 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
 @click.option("--format", "fmt", type=click.Choice(list(EXPORTS)), required=True,
               help="; ".join(f"{name}: {what}" for name, (_, what) in EXPORTS.items()) + ".")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
-@click.option("--layer", "layers", multiple=True, help="python, op or native (repeatable or comma-separated; default: all in the trace).")
+@click.option("--layer", "layers", multiple=True,
+              help="python, op or native (repeatable or comma-separated; default: all in the trace).")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
 @click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True)
 def export(trace_file, fmt, output, layers, pass_, phase) -> None:
@@ -161,7 +168,8 @@ def export(trace_file, fmt, output, layers, pass_, phase) -> None:
 @click.option("--api", default=None, help=f"{' or '.join(APIS)} (default: every API level the framework has).")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for the traces (SLUG-gpu-evidence.json).")
-@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True, help="Seconds before the probe is stopped.")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds before the probe is stopped.")
 def derive(framework, primitives, api, out_dir, timeout) -> None:
     """Derive FRAMEWORK's GPU path for PRIMITIVES (default: all) without a GPU: the GPU
     build's kernel registry (tensorflow, torch: registered), JAX's lowering for cuda and

@@ -96,7 +96,7 @@ def build(force: bool = False) -> Path:
         raise Unavailable(f"the C compiler did not run: {exc}") from None
     if proc.returncode != 0:
         os.unlink(tmp)
-        errors = [l for l in proc.stderr.splitlines() if "error" in l] or proc.stderr.strip().splitlines()[-1:]
+        errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.strip().splitlines()[-1:]
         raise Unavailable(f"compiling {SOURCE.name} failed: {' | '.join(errors)[:_REASON_CHARS]}")
     os.replace(tmp, out)
     return out

@@ -56,7 +56,8 @@ def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: GpuEvidence, ve
     # compiled beats lowered where both were derived: name the strongest class the runs share
     cls = next(c for c in ("compiled", "registered", "lowered", "source") if c in evidence)
     meta = {
-        "framework": req.framework.removesuffix(GPU_BUILD), "framework_version": version, "primitive": case_req.primitive,
+        "framework": req.framework.removesuffix(GPU_BUILD), "framework_version": version,
+        "primitive": case_req.primitive,
         "api": case_req.api, "device": "gpu", "variant": cls, "evidence": cls,
         "provenance": {**provenance, "evidence": cls, "ran_on_gpu": False},
         "shape": list(case_req.shape), "passes": list(case_req.passes), "source_roots": list(req.source_roots),

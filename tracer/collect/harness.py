@@ -210,7 +210,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         "tool_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": req.command,
-        "layers_requested": [l for l in LAYERS if l in layers],
+        "layers_requested": [layer for layer in LAYERS if layer in layers],
         "collector": dict(tracer.collector),  # which Python-level collector ran (C core or its fallback)
     }
     if "emulated" in meta["machine"]:  # the runner's account of the emulated CPU, read by _machine

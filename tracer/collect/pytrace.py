@@ -253,7 +253,8 @@ class PythonTracer:
             else:
                 result = (kind, "lines" if _may_branch(code) else _static_lines(code))
         elif top and top not in _STDLIB and top != "__main__":
-            result = (self._kind(Frame("ext", module, qual, self.roots.relative(code.co_filename), code.co_firstlineno)), "")
+            result = (self._kind(Frame("ext", module, qual, self.roots.relative(code.co_filename),
+                                       code.co_firstlineno)), "")
         self._code[id(code)] = result
         self._alive.append(code)
         return result
@@ -269,7 +270,7 @@ class PythonTracer:
             return
         last = max((ln for _, _, ln in code.co_lines() if ln is not None), default=code.co_firstlineno)
         last = min(last, code.co_firstlineno + 400)
-        self.sources[key] = [l.rstrip("\n") for l in lines[code.co_firstlineno - 1 : last]]
+        self.sources[key] = [line.rstrip("\n") for line in lines[code.co_firstlineno - 1 : last]]
 
     def _classify_c(self, fn: Any) -> tuple[_Kind | None, _Kind | None]:
         """(kind when called from a kept frame, kind otherwise) of a builtin or C

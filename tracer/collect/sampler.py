@@ -169,14 +169,16 @@ class Sampler:
             return ""
 
     def _why(self) -> str:
-        lines = [l.strip() for l in self._read_log().splitlines() if l.strip() and not ANY_LOG.match(l.strip())]
+        lines = [line.strip() for line in self._read_log().splitlines()
+                 if line.strip() and not ANY_LOG.match(line.strip())]
         return " | ".join(lines[-3:]) or "no output"
 
     def start(self) -> None:
         """Attach; returns once py-spy is sampling. NativeUnavailable says why not."""
         if not self.pyspy or not os.path.isfile(self.pyspy) or not os.access(self.pyspy, os.X_OK):
             where = f" at {self.pyspy}" if self.pyspy else ""
-            raise NativeUnavailable(f"py-spy not found{where} (install it in dltrace's environment: pip install py-spy)")
+            raise NativeUnavailable(f"py-spy not found{where} "
+                                    "(install it in dltrace's environment: pip install py-spy)")
         cmd = [self.pyspy, "record", "--native", "--pid", str(os.getpid()), "--format", "raw", "--rate", str(self.rate),
                "--function", "--full-filenames", "--output", self.out, *(["--idle"] if self.idle else []), *self.extra]
         # warn: the samples py-spy failed to take; remoteprocess=info: the libraries

@@ -114,7 +114,8 @@ def build_meta(*, framework: str, version: str, primitive: str, variant: str, pa
                provenance: dict[str, Any], command: str, device: str = "gpu") -> dict[str, Any]:
     meta: dict[str, Any] = {
         "framework": framework, "framework_version": version, "primitive": primitive, "api": "imported",
-        "device": device, "evidence": "imported", "variant": variant, "shape": shape, "passes": passes, "machine": machine_info,
+        "device": device, "evidence": "imported", "variant": variant, "shape": shape, "passes": passes,
+        "machine": machine_info,
         "provenance": provenance, "emulated": False, "tool": "dltrace", "tool_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "command": command, "layers_requested": ["op"],

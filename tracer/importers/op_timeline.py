@@ -47,7 +47,8 @@ TF_OPS = {
     "maxpool2d": (("MaxPool",), ("MaxPoolGrad",)),
 }
 _MX_CONTEXT = re.compile(r"^(cpu|gpu|cpu_pinned|cpu_shared)/(\d+)$")
-_TF_LANE = re.compile(r"^(?:/job:[^/]+/replica:\d+/task:\d+)?/(?:device:)?(cpu|gpu|CPU|GPU):(\d+)(/stream:\w+|/memcpy)? Compute$")
+_TF_LANE = re.compile(r"^(?:/job:[^/]+/replica:\d+/task:\d+)?/(?:device:)?(cpu|gpu|CPU|GPU):(\d+)"
+                      r"(/stream:\w+|/memcpy)? Compute$")
 
 
 @dataclass
@@ -157,8 +158,9 @@ def _tree(tl: Timeline, primitive: str, pass_: str, names: tuple[str, ...]) -> N
     children = []
     for (name, device), group in _group(ops).items():
         node = Node(Frame("op", tl.framework, _on(name, device)), len(group), int(sum(o.dur_us for o in group) * 1e3))
-        node.children = [Node(Frame("op", f"{tl.framework}.stream", f"{_on(name, device)} on {lane}", "", 0, "GPU stream"),
-                              n, 0) for lane, n in sorted(streams.get((name, device), Counter()).items())]
+        node.children = [Node(Frame("op", f"{tl.framework}.stream", f"{_on(name, device)} on {lane}", "", 0,
+                                    "GPU stream"), n, 0)
+                         for lane, n in sorted(streams.get((name, device), Counter()).items())]
         children.append(node)
     return Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(c.time_ns for c in children), children=children)
 

@@ -90,11 +90,11 @@ def _license(repo: str) -> str:
     name = f"{repo.split('/', 1)[1]}-LICENSE"
     try:
         text = (REFERENCE / "licenses" / name).read_text(encoding="utf-8")
-        lines = [l.strip().lstrip("#").strip() for l in text.splitlines() if l.strip().lstrip("#").strip()]
+        lines = [line.strip().lstrip("#").strip() for line in text.splitlines() if line.strip().lstrip("#").strip()]
     except OSError:
         return ""
     kind = lines[0].removesuffix(" License") if lines else "see license file"
-    holder = next((l for l in lines if l.lower().startswith("copyright")), "")
+    holder = next((line for line in lines if line.lower().startswith("copyright")), "")
     return f"{kind} ({holder + '; ' if holder else ''}tracer/reference/imported/licenses/{name})"
 
 

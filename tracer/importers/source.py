@@ -30,8 +30,8 @@ MAX_BYTES = 1 << 30
 #: recommender step on an A100, 33 MiB) holds 193,000; counting the file's ``{``
 #: before parsing (a string holding one only overcounts) bounds an import near 1.5 GB.
 MAX_OBJECTS = 1_000_000
-_SUFFIXES = re.compile(r"(?:\.(?:gz|json|pb|xplane|kineto|pt\.trace|trace|mxnet-profile|nvvp|nvprof|tensorflow_stats))+$",
-                       re.I)
+_SUFFIXES = re.compile(r"(?:\.(?:gz|json|pb|xplane|kineto|pt\.trace|trace|mxnet-profile|nvvp|nvprof"
+                       r"|tensorflow_stats))+$", re.I)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 

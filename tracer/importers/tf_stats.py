@@ -79,7 +79,9 @@ def import_tf_stats(path: Path, command: str = "") -> list[Imported]:
         passes = [p for p in PASSES if p in trees]
         meta = m.build_meta(framework="tensorflow", version="unknown (TensorFlow 2)", primitive=primitive,
                             variant=short_name(src.name), passes=passes, shape=[], dtype=None,
-                            machine_info={"arch": "unknown", "cpu": "", "gpu": dump.get("device_type") or "unknown (a GPU profile, per its provenance)",
+                            machine_info={"arch": "unknown", "cpu": "",
+                                          "gpu": dump.get("device_type")
+                                          or "unknown (a GPU profile, per its provenance)",
                                           "vendor": "unknown"},
                             software={}, provenance=origin, command=command)
         runs = [Run(p, "warm", {"op": trees[p]}, {"source": "tensorflow_stats aggregates"}) for p in passes]

@@ -94,7 +94,8 @@ def profile_of(dump: dict[str, Any], path: Path) -> Profile:
                 if k is not None:
                     kernels.append(k)
         if kernels:
-            per_device[int(dev.group(1))] = (plane.get("stats") if isinstance(plane.get("stats"), dict) else {}, kernels)
+            per_device[int(dev.group(1))] = (plane.get("stats") if isinstance(plane.get("stats"), dict) else {},
+                                             kernels)
     if not per_device:
         raise ImportFailed(f"{path}: no GPU kernel with a JAX op (stats hlo_op, name) in this XPlane")
     first = min(per_device)
@@ -102,7 +103,8 @@ def profile_of(dump: dict[str, Any], path: Path) -> Profile:
     vendor_stat = stats.get("device_vendor")
     vendor = AMD if vendor_stat == "AMD" else NVIDIA if vendor_stat == "Nvidia" or vendor_stat == "NVIDIA" else ""
     facts = [f"compute capability {stats['compute_cap_major']}.{stats['compute_cap_minor']}"
-             if isinstance(stats.get("compute_cap_major"), int) and isinstance(stats.get("compute_cap_minor"), int) else "",
+             if isinstance(stats.get("compute_cap_major"), int) and isinstance(stats.get("compute_cap_minor"), int)
+             else "",
              f"{stats['core_count']} cores" if isinstance(stats.get("core_count"), int) else ""]
     gpu = f"{vendor or 'unknown'} GPU" + (f" ({', '.join(f for f in facts if f)})" if any(facts) else "")
     reader = f"{dump.get('reader', '')} (jax {clip(str(dump.get('jax_version', '?')), 20)})"
@@ -207,7 +209,8 @@ def import_xplane(path: Path, command: str = "") -> list[Imported]:
             runs.append(Run(p, "warm", {"op": _tree(primitive, p, passes_k[p], prof.vendor)}, {"layers": {"op": info}}))
         meta = m.build_meta(framework="jax", version="unknown", primitive=primitive, variant=short_name(src.name),
                             passes=passes, shape=[], dtype=None,
-                            machine_info={"arch": "unknown", "cpu": "", "gpu": prof.gpu, "vendor": prof.vendor or "unknown"},
+                            machine_info={"arch": "unknown", "cpu": "", "gpu": prof.gpu,
+                                          "vendor": prof.vendor or "unknown"},
                             software={}, provenance=origin, command=command)
         names = Counter(k.name for p in passes for k in passes_k[p])
         out.append(Imported(Trace(meta, runs), primitive, passes, prof.gpu, len(names), sum(names.values())))

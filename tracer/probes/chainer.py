@@ -57,7 +57,8 @@ def _functional(primitive: str, x: chainer.Variable, dev):
         xp = dev.xp
         mean, var = dev.send(xp.zeros(c, dtype=xp.float32)), dev.send(xp.ones(c, dtype=xp.float32))
         return (
-            lambda: F.batch_normalization(x, g, b, eps=base.BN_EPS, running_mean=mean, running_var=var, decay=base.BN_MOMENTUM)
+            lambda: F.batch_normalization(x, g, b, eps=base.BN_EPS, running_mean=mean, running_var=var,
+                                          decay=base.BN_MOMENTUM)
         ), [g, b]
     raise base.ProbeError(f"unknown primitive {primitive}")
 
@@ -260,7 +261,8 @@ def _device_impls(cls: type, path: list[str]) -> dict[type, set[str]]:
             if len(parts) == 3 and parts[0] == "self" and parts[1] not in methods:
                 # self._impl.backward: an impl object the forward chose, of a device class here
                 for n, c in vars(module).items():
-                    if inspect.isclass(c) and any(k in n.lower() for k in ("cudnn", "gpu", "cuda")) and parts[2] in vars(c):
+                    if (inspect.isclass(c) and any(k in n.lower() for k in ("cudnn", "gpu", "cuda"))
+                            and parts[2] in vars(c)):
                         found.setdefault(c, set()).add(parts[2])
                 continue
             call = call[len("self."):] if call.startswith("self.") and call[len("self."):] not in methods else call
@@ -290,7 +292,8 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
         calls = [c for c in _calls(func, gpu=True) if not c.startswith("self.")]
         decisions += [ast.unparse(n) for n in ast.walk(func) if isinstance(n, ast.Call)
                       and ast.unparse(n.func).endswith("should_use_cudnn")]
-        where = f"{inspect.getsourcefile(klass).split('site-packages/')[-1]}:{func.lineno + inspect.getsourcelines(klass)[1] - 1}"
+        where = (f"{inspect.getsourcefile(klass).split('site-packages/')[-1]}:"
+                 f"{func.lineno + inspect.getsourcelines(klass)[1] - 1}")
         kids.append({"name": f"{klass.__name__}.{name}", "module": klass.__module__, "lib": "chainer",
                      "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
         implement.append(f"{klass.__name__}.{name} ({where})")
@@ -307,7 +310,8 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
                              if c.startswith(("numpy.", "np.", "xp.", "intel64.", "conv.", "chainer.utils.conv."))))
     need = {"must": not generic, "implement": implement[:1] if generic else
             [i for i in implement if "forward_gpu" in i or "Impl." in i] or implement[:1],
-            "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"] if c["lib"] == "cuDNN"})),
+            "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"]
+                                                  if c["lib"] == "cuDNN"})),
                        "decision": "; ".join(dict.fromkeys(decisions))},
             "free": "array-module generic forward (runs on any NumPy-compatible xp)" if generic else ""}
     need["others"] = {k: v for k, v in need["others"].items() if v}

@@ -260,7 +260,8 @@ def _rules(prim) -> dict[str, str]:
     def name(entry) -> str:
         rule = getattr(entry, "rule", entry)
         rule = getattr(rule, "func", rule)  # functools.partial
-        return f"{getattr(rule, '__module__', '?')}.{getattr(rule, '__qualname__', getattr(rule, '__name__', repr(rule)))}"
+        return (f"{getattr(rule, '__module__', '?')}."
+                f"{getattr(rule, '__qualname__', getattr(rule, '__name__', repr(rule)))}")
 
     out = {}
     generic = mlir._lowerings.get(prim)
@@ -364,8 +365,9 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
                 hlo = _stablehlo_ops(eqn, platform)
             except Exception as exc:  # noqa: BLE001 - a primitive that does not lower alone is a gap in its row
                 hlo = [f"not lowered alone: {type(exc).__name__}"]
-            kids.append({"name": f"{platform}: {rules.get(platform, 'no lowering rule')}", "module": f"jax.lowering.{platform}",
-                         "lib": "JAX lowering", "children": [{"name": h, "module": "stablehlo", "lib": "XLA"} for h in hlo]})
+            kids.append({"name": f"{platform}: {rules.get(platform, 'no lowering rule')}",
+                         "module": f"jax.lowering.{platform}", "lib": "JAX lowering",
+                         "children": [{"name": h, "module": "stablehlo", "lib": "XLA"} for h in hlo]})
         ops.append({"name": prim.name, "module": "jax", "children": kids})
         specific = sorted(k for k, v in rules.items() if v.endswith("-specific)"))
         hlo_ops = sorted({h["name"] for k in kids for h in k["children"]})
@@ -385,12 +387,14 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
             info[f"compile_error_{pass_}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     else:
         info["compile_error"] = "the CUDA plugin is not installed here (dltrace env setup jax-gpu-build)"
-    texts = {pl: jax.jit(target).trace(*targs).lower(lowering_platforms=(pl,)).as_text() for pl in ("cpu", *_GPU_PLATFORMS)}
+    texts = {pl: jax.jit(target).trace(*targs).lower(lowering_platforms=(pl,)).as_text()
+             for pl in ("cpu", *_GPU_PLATFORMS)}
     same = [pl for pl in _GPU_PLATFORMS if texts[pl] == texts["cpu"]]
     compiled = "; compiled deviceless by the CUDA plugin's XLA for an H100 target" if evidence == "compiled" else ""
     return {"evidence": evidence, "ops": ops,
             "provenance": {"read": f"jax {jax.__version__} lowering for {', '.join(_GPU_PLATFORMS)} "
-                                   "(jax._src.interpreters.mlir lowering rules; jit(...).trace().lower(lowering_platforms))"
+                                   "(jax._src.interpreters.mlir lowering rules; "
+                                   "jit(...).trace().lower(lowering_platforms))"
                                    + compiled,
                            "reached": "the primitives of the step's jaxpr"},
             "backend": {"key": "PJRT plugin (an XLA compiler for the StableHLO ops)", "ops": needs},

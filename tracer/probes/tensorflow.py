@@ -140,7 +140,8 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
 
     logdir = tempfile.mkdtemp(prefix="dltrace-tfprof-")
     try:
-        opts = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0, device_tracer_level=1)
+        opts = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
+                                                        device_tracer_level=1)
         tf.profiler.experimental.start(logdir, opts)
         try:
             run()

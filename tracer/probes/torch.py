@@ -182,7 +182,8 @@ def _native_functions() -> dict[str, dict]:
         for keys, kernel in (e.get("dispatch") or {}).items():
             for key in str(keys).split(","):
                 dispatch[key.strip()] = str(kernel)
-        out[name] = {"dispatch": dispatch, **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {})}
+        out[name] = {"dispatch": dispatch,
+                     **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {})}
     return out
 
 
@@ -218,9 +219,11 @@ def dispatch_table(ops: list[str]) -> dict:
 #: enum. None of it is in native_functions.yaml: _convolution is a composite kernel.
 _CONV_BACKENDS = {
     "Cudnn": ("aten::cudnn_convolution", "cuDNN"), "CudnnTranspose": ("aten::cudnn_convolution_transpose", "cuDNN"),
-    "Miopen": ("aten::miopen_convolution", "MIOpen"), "MiopenDepthwise": ("aten::miopen_depthwise_convolution", "MIOpen"),
+    "Miopen": ("aten::miopen_convolution", "MIOpen"),
+    "MiopenDepthwise": ("aten::miopen_depthwise_convolution", "MIOpen"),
     "MiopenTranspose": ("aten::miopen_convolution_transpose", "MIOpen"),
-    "CudaDepthwise2d": ("aten::_conv_depthwise2d", "ATen CUDA"), "SlowDilated2d": ("aten::slow_conv_dilated2d", "ATen CUDA"),
+    "CudaDepthwise2d": ("aten::_conv_depthwise2d", "ATen CUDA"),
+    "SlowDilated2d": ("aten::slow_conv_dilated2d", "ATen CUDA"),
     "Slow2d": ("aten::thnn_conv2d", "ATen CUDA"), "Overrideable": ("aten::convolution_overrideable", "new backend"),
 }
 
@@ -243,10 +246,13 @@ def _cuda_lib(kernel: str) -> str:
 
 
 #: convolution_backward's call for each ConvBackend (its *_backward_stub or op).
-_CONV_BACKWARD = {"Cudnn": "cudnn_convolution_backward_stub", "CudnnTranspose": "cudnn_convolution_transpose_backward_stub",
-                  "Miopen": "miopen_convolution_backward_stub", "MiopenDepthwise": "miopen_depthwise_convolution_backward_stub",
+_CONV_BACKWARD = {"Cudnn": "cudnn_convolution_backward_stub",
+                  "CudnnTranspose": "cudnn_convolution_transpose_backward_stub",
+                  "Miopen": "miopen_convolution_backward_stub",
+                  "MiopenDepthwise": "miopen_depthwise_convolution_backward_stub",
                   "MiopenTranspose": "miopen_convolution_transpose_backward_stub",
-                  "CudaDepthwise2d": "conv_depthwise2d_backward_stub", "SlowDilated2d": "slow_conv_dilated2d_backward_stub",
+                  "CudaDepthwise2d": "conv_depthwise2d_backward_stub",
+                  "SlowDilated2d": "slow_conv_dilated2d_backward_stub",
                   "Slow2d": "aten::_slow_conv2d_backward", "Overrideable": "aten::convolution_backward_overrideable"}
 
 
@@ -279,7 +285,8 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
     for op, row in table.items():
         declared = row.get("delegate_declared") if row.get("delegate") else row.get("declared")
         cuda = (declared or {}).get("CUDA")
-        composite = [k for k in ("CompositeImplicitAutograd", "CompositeExplicitAutograd") if k in (declared or {}) or k in row["kernels"]]
+        composite = [k for k in ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
+                     if k in (declared or {}) or k in row["kernels"]]
         if op in ("aten::_convolution", "aten::convolution_backward"):
             kids = _conv_choice(op)
         elif "mkldnn" in op:
@@ -289,12 +296,15 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
             via = f"{row['delegate']}: " if row.get("delegate") else ""
             kids = [{"name": f"CUDA: {via}{cuda}", "module": "native_functions.yaml", "lib": _cuda_lib(cuda)}]
         elif composite:
-            kids = [{"name": f"{composite[0]}: no CUDA kernel of its own (runs other ops)", "module": "native_functions.yaml"}]
+            kids = [{"name": f"{composite[0]}: no CUDA kernel of its own (runs other ops)",
+                     "module": "native_functions.yaml"}]
         else:
-            kids = [{"name": "no CUDA kernel declared (a CPU-only choice of the CPU path)", "module": "native_functions.yaml"}]
+            kids = [{"name": "no CUDA kernel declared (a CPU-only choice of the CPU path)",
+                     "module": "native_functions.yaml"}]
         ops.append({"name": op, "module": "aten", "children": kids})
         if op in _OVERRIDEABLE:  # the composite picks ConvBackend.Overrideable for a new backend
-            needs[op] = {"must": True, "implement": [_OVERRIDEABLE[op]], "others": {"CUDA": "cuDNN / MIOpen / ATen (ConvBackend)"}}
+            needs[op] = {"must": True, "implement": [_OVERRIDEABLE[op]],
+                         "others": {"CUDA": "cuDNN / MIOpen / ATen (ConvBackend)"}}
         elif "mkldnn" in op:
             needs[op] = {"must": False, "free": "the CPU path's choice: not reached on another device"}
         else:

@@ -134,7 +134,7 @@ def _parse(source: list[str]) -> ast.Module | None:
 def _strip_first_indent(source: list[str]) -> str:
     # dedent gives up when a multi-line string sits at column 0; strip the def's own indent instead
     indent = source[0][: len(source[0]) - len(source[0].lstrip())] if source else ""
-    return "\n".join(l[len(indent):] if l.startswith(indent) else l for l in source)
+    return "\n".join(line[len(indent):] if line.startswith(indent) else line for line in source)
 
 
 def _own_nodes(root: ast.AST) -> Iterator[ast.AST]:

@@ -121,7 +121,8 @@ def identity(frame: Frame) -> tuple[str, str, str]:
     module = normalize(frame.module, kind) if frame.module else ""
     if kind == "native" and _ADDRESS_ONLY.match(name):
         lib = frame.lib
-        name = "[jit]" if lib in ("", "[jit]") or name in ("[jit]", "JIT code", "[JIT code]") else f"[{normalize_lib(lib)}]"
+        name = ("[jit]" if lib in ("", "[jit]") or name in ("[jit]", "JIT code", "[JIT code]")
+                else f"[{normalize_lib(lib)}]")
     return (kind, module, name)
 
 

@@ -103,7 +103,8 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
                 _branch_code(s.only_b, code["B"], libs["B"], isa["B"], seen["B"])
     kernels = {p: split_kernels(pair.a, pair.b, p) for p in diffs}
     return PairReport(pair.kind, pair.title, side_label(pair.a), side_label(pair.b), diffs, errors, first, n, code,
-                      {k: sorted(v, key=library_order) for k, v in libs.items()}, {k: sorted(v) for k, v in isa.items()},
+                      {k: sorted(v, key=library_order) for k, v in libs.items()},
+                      {k: sorted(v) for k, v in isa.items()},
                       {p: k for p, k in kernels.items() if k[0] or k[1]})
 
 
@@ -193,10 +194,10 @@ class FrameworkReport:
 def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
     rows = []
     for prim in dict.fromkeys(c.primitive for c in cases):
-        f, l = by_case.get((prim, "functional")), by_case.get((prim, "layer"))
-        if not f or not l:
+        f, layer_case = by_case.get((prim, "functional")), by_case.get((prim, "layer"))
+        if not f or not layer_case:
             continue
-        rf, rl = f.sides.get("cpu"), l.sides.get("cpu")
+        rf, rl = f.sides.get("cpu"), layer_case.sides.get("cpu")
         if not rf or not rl or "forward" not in rf.python or "forward" not in rl.python:
             continue
         kf = [o for p, o in (rf.ops or rf.handoffs) if p == "forward"]
@@ -207,7 +208,8 @@ def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
     return rows
 
 
-def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold: float = DEFAULT_THRESHOLD) -> FrameworkReport:
+def framework_report(name: str, traces: list[Trace], gaps: list[Any],
+                     threshold: float = DEFAULT_THRESHOLD) -> FrameworkReport:
     by_key: dict[tuple, list[Trace]] = defaultdict(list)
     for t in traces:
         by_key[case_key(t)].append(t)
@@ -233,7 +235,8 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any], threshold:
         group = by_key[key]
         sides = {}
         for t in sorted(group, key=lambda t: (t.meta["device"], t.meta.get("variant") != "default", side_label(t))):
-            label = side_label(t, with_machine=len({machine_of(x) for x in group if side_label(x) == side_label(t)}) > 1)
+            label = side_label(t, with_machine=len({machine_of(x) for x in group
+                                                    if side_label(x) == side_label(t)}) > 1)
             sides[label] = r = reach(t, threshold)
             side_libs[path_of(t)].update(r.libraries)
             isa_all.update(r.isa)
@@ -302,9 +305,10 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> li
             for r in case.sides.values():
                 if r.device == "gpu" and r.evidence in ("recorded", "imported"):  # a GPU ran it: the rest
                     # (registries, lowering, source) is shown with its class in the GPU cells, never here
-                    gpu_libs = (gpu_libs or set()) | {l for l in r.libraries if l in GPU_LIBS or l in VENDOR_LIBS}
+                    gpu_libs = (gpu_libs or set()) | {lib for lib in r.libraries
+                                                      if lib in GPU_LIBS or lib in VENDOR_LIBS}
                 elif r.device == "cpu" and r.default:
-                    cpu_libs.update(l for l in r.libraries)
+                    cpu_libs.update(lib for lib in r.libraries)
                     isa.update(r.isa)
                     for pass_, op in (r.ops or r.handoffs):
                         item = f"{op} ({pass_})"

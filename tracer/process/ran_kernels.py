@@ -86,6 +86,8 @@ def split_kernels(a: Trace, b: Trace, pass_: str) -> tuple[list[str], list[str]]
     ka, kb = ran_kernels(a, pass_), ran_kernels(b, pass_)
     a_names = {n for n, _ in ka.sampled}
     b_names = {n for n, _ in kb.sampled}
-    only_a = RanKernels([r for r in ka.rewrites if r not in kb.rewrites], [(n, c) for n, c in ka.sampled if n not in b_names])
-    only_b = RanKernels([r for r in kb.rewrites if r not in ka.rewrites], [(n, c) for n, c in kb.sampled if n not in a_names])
+    only_a = RanKernels([r for r in ka.rewrites if r not in kb.rewrites],
+                        [(n, c) for n, c in ka.sampled if n not in b_names])
+    only_b = RanKernels([r for r in kb.rewrites if r not in ka.rewrites],
+                        [(n, c) for n, c in kb.sampled if n not in a_names])
     return only_a.names(), only_b.names()

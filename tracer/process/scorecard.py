@@ -228,9 +228,9 @@ def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
 
 
 def _vendor(rep: FrameworkReport) -> Figure:
-    per_path = {side: [l for l in libs if l in VENDOR_LIBS or l in GPU_LIBS or l == JIT]
+    per_path = {side: [lib for lib in libs if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT]
                 for side, libs in rep.libraries.items()}
-    every = sorted({l for libs in per_path.values() for l in libs}, key=library_order)
+    every = sorted({lib for libs in per_path.values() for lib in libs}, key=library_order)
     return Figure(str(len(every)), f"over {len(per_path)} path(s)",
                   _page(rep, "audit-table"),
                   [f"{side}: {', '.join(libs) or 'none'}" for side, libs in per_path.items()])
@@ -258,7 +258,8 @@ def _jit_bytes(traces: list[Trace]) -> dict[str, int]:
     for t in traces:
         for run in t.runs:
             stats = (run.stats.get("layers") or {}).get("native") or {}
-            seen[side_label(t)].update(tuple(r) for r in stats.get("jit_code") or [] if isinstance(r, list) and len(r) == 3)
+            seen[side_label(t)].update(tuple(r) for r in stats.get("jit_code") or []
+                                       if isinstance(r, list) and len(r) == 3)
     return {side: sum(int(r[1]) for r in rows) for side, rows in seen.items()}
 
 
@@ -353,7 +354,8 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
         thin.append("no GPU evidence")
     if not arm:
         thin.append("no ARM trace")
-    value = f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(sorted(gpu)) or '—'} · ARM {len(arm.get('forward', ()))}/{n}"
+    value = (f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(sorted(gpu)) or '—'} · "
+             f"ARM {len(arm.get('forward', ()))}/{n}")
     return Figure(value, "forward; per pass in details",
                   _page(rep, "primitives"), details, "; ".join(thin))
 

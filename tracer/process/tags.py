@@ -46,7 +46,8 @@ def _t(*rows: tuple[str, str]) -> tuple[tuple[re.Pattern[str], str], ...]:
 SYMBOL_LIBS = _t(
     # the frameworks' oneDNN integrations count as oneDNN: mxnet::op::MKLDNNConvolutionForward,
     # tensorflow::MklConvOp, MklEagerOpRewrite (a port replaces them together with the library)
-    (r"(?:^|::)MKLDNN[A-Z]\w*|(?:^|::)_?Mkl[A-Z]\w*|" + QUALIFIED + r"(?:dnnl|mkldnn|ideep|zendnn)::|(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|brgemm|"
+    (r"(?:^|::)MKLDNN[A-Z]\w*|(?:^|::)_?Mkl[A-Z]\w*|" + QUALIFIED + r"(?:dnnl|mkldnn|ideep|zendnn)::|"
+     r"(?:^|[^A-Za-z])(?:dnnl|mkldnn)_|brgemm|"
      r"(?:^|[^A-Za-z])jit_(?:uni|sse41|avx|avx2|avx512\w*|brgemm|brdgmm|amx)", ONEDNN),
     (r"(?:^|[^A-Za-z])(?:mkl_|MKL_)|^_?mkl", MKL),
     (r"(?i)openblas|gotoblas|blas_thread_server|(?:^|[^a-z])exec_blas|"

@@ -27,7 +27,8 @@ DEVICE_CHOICE = re.compile(words(*CPU_BACKEND_WORDS, *OTHER_DEVICE_WORDS, *CHOIC
 #: source text (and a ``try``'s first statement and handler types).
 DEVICE_CONDITION = re.compile(
     r"cuda|gpu|" + words("cpu") + r"|device|(?<![\w.])xp(?!\w)|cupy|(?<![\w.])(?:numpy|np)(?![\w.])|cudnn|"
-    r"ideep|mkldnn|onednn|dnnl|intel64|backend|is_available|ndarray|platform|" + words("xpu", "mps", "tpu", "rocm", "hip")
+    r"ideep|mkldnn|onednn|dnnl|intel64|backend|is_available|ndarray|platform|"
+    + words("xpu", "mps", "tpu", "rocm", "hip")
     + "|" + words("jit", "eager"),
     re.IGNORECASE,
 )

@@ -51,8 +51,8 @@ def print_audit(rep: FrameworkReport, console: Console) -> None:
     console.print(needs)
     rows = [r for r in rep.audit if r.needs]
     if rows:
-        table = Table(title=f"What a new backend must implement ({rows[0].needs.key}), from the framework's own dispatch "
-                            "tables", title_justify="left")
+        table = Table(title=f"What a new backend must implement ({rows[0].needs.key}), "
+                            "from the framework's own dispatch tables", title_justify="left")
         for col in ("primitive", "must implement", "what other backends use there", "gets for free"):
             table.add_column(col, overflow="fold")
         for r in rows:

@@ -17,7 +17,8 @@ from tracer.trace import Node, Run, Trace
 #: The native tree hides branches under this share of the samples.
 NATIVE_MIN_SHARE = 0.02
 
-_KIND_STYLE = {"python": "bold", "c": "magenta", "ext": "yellow", "op": "cyan", "native": "green", "root": "bold underline"}
+_KIND_STYLE = {"python": "bold", "c": "magenta", "ext": "yellow", "op": "cyan", "native": "green",
+               "root": "bold underline"}
 _HANDOFF = {"c": "→ C ", "ext": "→ lib "}
 
 

@@ -44,7 +44,8 @@ def _path(path: list[str]) -> Text:
 
 
 def _branch(side: str, b: Branch, show_calls: bool) -> Text:
-    text = Text.assemble((f"{side} only: ", A_STYLE if side == "A" else B_STYLE), (display(b.label, NAME_WIDTH), "bold"))
+    text = Text.assemble((f"{side} only: ", A_STYLE if side == "A" else B_STYLE),
+                         (display(b.label, NAME_WIDTH), "bold"))
     facts = []
     if b.share is not None:
         facts.append(f"{b.share:.1%} of samples" + (f" (other side {b.other_share:.1%})" if b.other_share else ""))
@@ -82,7 +83,8 @@ def fragment_view(fragment: Fragment) -> RenderableType:
     else:
         for side, names in (("A", fragment.a_names), ("B", fragment.b_names)):
             if names:
-                parts.append(Text.assemble((f"  {side}: ", A_STYLE if side == "A" else B_STYLE), ", ".join(map(clip, names))))
+                parts.append(Text.assemble((f"  {side}: ", A_STYLE if side == "A" else B_STYLE),
+                                           ", ".join(map(clip, names))))
     if fragment.note:
         parts.append(Text(f"  ({fragment.note})", style="dim italic"))
     return Group(*parts)

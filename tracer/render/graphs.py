@@ -85,16 +85,17 @@ def fold_chains(sub: nx.DiGraph) -> nx.DiGraph:
 
 
 def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
-    dot = pydot.Dot(graph_type="digraph", rankdir="TB", fontname="Helvetica", fontsize="10", label=quoted(short(title, 200)),
-                    labelloc="t", nodesep="0.15", ranksep="0.3")
+    dot = pydot.Dot(graph_type="digraph", rankdir="TB", fontname="Helvetica", fontsize="10",
+                    label=quoted(short(title, 200)), labelloc="t", nodesep="0.15", ranksep="0.3")
     ids = {n: f"n{i}" for i, n in enumerate(g.nodes)}
     clusters: dict[str, pydot.Cluster] = {}
     for n, d in g.nodes(data=True):
         side = d.get("side", SHARED)
         kind = d.get("kind", "")
         label = str(d.get("label", ""))
-        attrs = dict(label=quoted(short(label)), shape="box", style="filled,rounded", fillcolor=FILL.get(side, "#ffffff"),
-                     fontname="Helvetica", fontsize="9", color="#999999", tooltip=quoted(short(label, TOOLTIP_WIDTH)))
+        attrs = dict(label=quoted(short(label)), shape="box", style="filled,rounded",
+                     fillcolor=FILL.get(side, "#ffffff"), fontname="Helvetica", fontsize="9", color="#999999",
+                     tooltip=quoted(short(label, TOOLTIP_WIDTH)))
         if kind == "fold":
             attrs.update(style="dashed,rounded", fillcolor="#ffffff", fontcolor="#777777")
         if d.get("split"):
@@ -104,8 +105,8 @@ def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
         if lib:
             cl = clusters.get(lib)
             if cl is None:
-                cl = clusters[lib] = pydot.Cluster(f"lib{len(clusters)}", label=quoted(short(lib)), style="dashed", color="#bbbbbb",
-                                                   fontsize="9", fontname="Helvetica")
+                cl = clusters[lib] = pydot.Cluster(f"lib{len(clusters)}", label=quoted(short(lib)), style="dashed",
+                                                   color="#bbbbbb", fontsize="9", fontname="Helvetica")
                 dot.add_subgraph(cl)
             cl.add_node(node)
         else:

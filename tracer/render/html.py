@@ -124,12 +124,13 @@ def most(items: Any, n: int = PAGE_LIST) -> list[Any]:
     """The first ``n`` items of a list a template loops over, and, when some are left
     out, a last string saying how many."""
     items = list(items)
-    return items if len(items) <= n else [*items[:n], Markup('<span class="muted">… {} more</span>').format(len(items) - n)]
+    return items if len(items) <= n else [*items[:n],
+                                          Markup('<span class="muted">… {} more</span>').format(len(items) - n)]
 
 
 def code_lines(fragment: Fragment) -> list[dict[str, Any]]:
     """Each source line of a fragment, highlighted, with what ran on which side."""
-    text = "\n".join(l.text for l in fragment.lines)
+    text = "\n".join(line.text for line in fragment.lines)
     rendered = highlight(text, PythonLexer(), _FORMATTER).split("\n")
     out = []
     for i, line in enumerate(fragment.lines):
@@ -207,13 +208,17 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
             for i, pr in enumerate(case.pairs):
                 for pass_, result in pr.diffs.items():
                     for layer in result.layers:
-                        name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-{layer.layer}", 80)
+                        name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-"
+                                         f"{layer.layer}", 80)
                         graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
-                            name, layer, f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer")
-        page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for, graph_problem=drawer.problem)
+                            name, layer,
+                            f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer")
+        page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for,
+                                                         graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
     index = out / "index.html"
-    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports), arm_cross=_arm_cross(reports),
+    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
+                                                            arm_cross=_arm_cross(reports),
                                                             graph_problem=drawer.problem, cards=cards or [],
                                                             columns=COLUMNS, explain=EXPLAIN))
     return index
@@ -229,8 +234,8 @@ def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str,
                 continue
             cell.clear()
             if not case.pairs and case.candidates:
-                cell.append({"title": "one path", "kind": "candidates", "first": None, "splits": 0, "b_libs": [], "a_libs": [],
-                             "api": case.api, "candidates": len(case.candidates)})
+                cell.append({"title": "one path", "kind": "candidates", "first": None, "splits": 0, "b_libs": [],
+                             "a_libs": [], "api": case.api, "candidates": len(case.candidates)})
             for pr in case.pairs:
                 cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer, "splits": pr.splits,
                              "b_libs": pr.libraries["B"], "a_libs": pr.libraries["A"], "api": case.api})

@@ -63,6 +63,7 @@ def write(trace: Trace, trees: list[Tree], out: TextIO) -> None:
             first = False
         out.write("]}")
     m = trace.meta
-    name = f"{m.get('framework', '')} {m.get('primitive', '')} ({m.get('api', '')}, {m.get('device', '')}, {m.get('variant', '')})"
+    name = (f"{m.get('framework', '')} {m.get('primitive', '')} "
+            f"({m.get('api', '')}, {m.get('device', '')}, {m.get('variant', '')})")
     out.write('],"shared":{"frames":' + json.dumps(frames.rows) + '},"name":' + json.dumps(name)
               + ',"activeProfileIndex":0,"exporter":' + json.dumps(f"dltrace {__version__}") + "}\n")

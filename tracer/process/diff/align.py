@@ -39,7 +39,8 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     min_a, min_b = threshold * total_a, threshold * total_b
     # every frame above the threshold is tested once at most: the family's significance
     alpha = family_alpha(_above_count(a_root, min_a) + _above_count(b_root, min_b)) if sampled else ALPHA
-    ctx = SplitBuilder(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {}, devices_differ=devices_differ)
+    ctx = SplitBuilder(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {},
+                       devices_differ=devices_differ)
 
     # Identities are numbered: int keys hash and compare faster than tuples of strings.
     # keyof maps id(Frame) to that number: Frame objects are shared by all the nodes

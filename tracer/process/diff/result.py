@@ -80,7 +80,8 @@ class Split:
     reason: str
     children: list["Split"] = field(default_factory=list)  # splits further down, consequences of this one
     library: str = ""  # the library tag of the split frame itself
-    ident_path: tuple = field(default=(), repr=False, compare=False, metadata={"json": False})  # identities below the root, to the split frame
+    # identities below the root, to the split frame
+    ident_path: tuple = field(default=(), repr=False, compare=False, metadata={"json": False})
 
 
 def walk_splits(splits: list[Split]) -> Iterator[Split]:
