@@ -19,7 +19,7 @@ import pytest
 
 from tracer import registry
 from tracer import survey as sv
-from tracer.contract import LAYERS
+from tracer.contract import LAYERS, Exit
 from tracer.runner import CaseResult, CaseSpec
 
 DLTRACE = str(Path(sys.executable).parent / "dltrace")
@@ -32,9 +32,10 @@ def dltrace(*args: str, env: dict | None = None, timeout: float = 900,
                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
 
 
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    """Assert that the command failed with exactly one `dltrace: error:` line; return it."""
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+def one_line_error(proc: subprocess.CompletedProcess, code: int = Exit.ERROR) -> str:
+    """Assert that the command failed with exactly one `dltrace: error:` line and exit
+    status ``code`` (Exit.USAGE for a command line asking for what does not exist); return it."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("dltrace: error: ")

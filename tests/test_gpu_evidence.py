@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import dltrace
 from tracer import registry
-from tracer.contract import DERIVED_EVIDENCE
+from tracer.contract import DERIVED_EVIDENCE, Exit
 from tracer.derive import derive
 from tracer.runner import CaseSpec, probe_one
 from tracer.trace import Node, Trace, save
@@ -165,7 +165,7 @@ def test_derived_evidence_has_no_call_path_to_split_at(derived, tmp_path):
 def test_a_framework_that_derives_nothing_is_one_line():
     from tests.conftest import one_line_error
 
-    line = one_line_error(dltrace("derive", "mxnet", "conv2d", "-o", "unused"))
+    line = one_line_error(dltrace("derive", "mxnet", "conv2d", "-o", "unused"), Exit.USAGE)
     assert "mxnet derives no GPU evidence" in line
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import DLTRACE, dltrace, one_line_error
 from tracer import survey as sv
+from tracer.contract import Exit
 from tracer.trace import Frame, Node, Run, Trace, load, save
 
 META = {"framework": "samplefw", "framework_version": "1.0", "primitive": "conv2d", "api": "functional",
@@ -250,7 +251,7 @@ def test_a_probes_stderr_is_made_safe(fake_frameworks):
 
 
 def test_rich_markup_in_input_is_printed_as_it_is(tmp_path):
-    line = one_line_error(dltrace("probe", "[/bold][red]x", "conv2d"))
+    line = one_line_error(dltrace("probe", "[/bold][red]x", "conv2d"), Exit.USAGE)
     assert "unknown framework '[/bold][red]x'" in line
 
 

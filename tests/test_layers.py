@@ -285,7 +285,7 @@ def test_export_and_probe_reject_unknown_layers(native_traces):
     for args in (["export", str(path), "--format", "collapsed", "--layer", "gpu"],
                  ["probe", "torch", "conv2d", "--layers", "gpu"]):
         proc = dltrace(*args)
-        assert proc.returncode == 1 and "unknown layer 'gpu'" in proc.stderr and "Traceback" not in proc.stderr
+        assert proc.returncode == 2 and "unknown layer 'gpu'" in proc.stderr and "Traceback" not in proc.stderr
     # the cold runs have no native layer (it is sampled on the warm path only)
     proc = dltrace("export", str(path), "--format", "speedscope", "--layer", "native", "--phase", "cold")
     assert proc.returncode == 1 and "no native layer in the cold runs" in proc.stderr

@@ -129,12 +129,19 @@ def output_shape(primitive: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class Exit(enum.IntEnum):
-    """The probe process's exit status. Anything else non-zero is a failure whose
-    reason is in its stderr; a negative status is the signal that killed it."""
+    """The exit status of every process dltrace starts or is: the command itself, the
+    probe process, the readers run in framework environments. Anything else non-zero
+    is a failure whose reason is in its stderr; a negative status is the signal that
+    killed it."""
 
-    OK = 0  # ran (a case that failed is written as CASE.error next to its trace path)
+    OK = 0  # ran (a probe's case that failed is written as CASE.error next to its trace path)
+    ERROR = 1  # failed; the reason is one line on stderr
+    USAGE = 2  # the command line asked for something that does not exist (click's convention)
     NO_DEVICE = 3  # the requested device is not available (message on stderr)
-    IMPORT = 4  # the framework or probe could not be imported (message on stderr)
+    IMPORT = 4  # the framework, probe or reader's library could not be imported (message on stderr)
+    NOT_ITS_KIND = 5  # a reader was given a file that is not of the kind it reads (reason on stderr)
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as shells report it
+    BROKEN_PIPE = 141  # the reader of standard output went away: 128 + SIGPIPE
 
 
 @dataclass(frozen=True)

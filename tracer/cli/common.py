@@ -1,5 +1,10 @@
 """What every command shares: the consoles (made terminal-safe), one-line errors
-and interrupts (Group), option types, and reading the registry and trace folders."""
+and interrupts (Group), option types, and reading the registry and trace folders.
+
+Every error is one line, ``dltrace: error: ...``. A command line that asks for what
+does not exist (an unknown name, option or value, from click's own checks or from
+the registry's) exits Exit.USAGE; a failure of the work itself exits Exit.ERROR. A
+bug in dltrace is a bug: it is not caught here, so its traceback reaches the report."""
 
 from __future__ import annotations
 
@@ -8,12 +13,15 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 import click
+from click.shell_completion import CompletionItem
 
 from tracer import registry
-from tracer.contract import LAYERS
+from tracer.contract import APIS, DEVICES, LAYERS, PRIMITIVES, Exit
 from tracer.errors import DltraceError, UsageError
 from tracer.files import describe
 from tracer.registry import RegistryError
@@ -25,31 +33,58 @@ out = safe_console(file=STDOUT)
 err = safe_console(stderr=True)
 
 
-class Group(click.Group):
-    """Turns the tool's own errors into `dltrace: error: ...` and exit status 1."""
+def _fail(text: str, code: Exit) -> NoReturn:
+    err.print(message("dltrace: error:", "red", text), highlight=False, soft_wrap=True)
+    sys.exit(code)
 
-    def invoke(self, ctx: click.Context):
+
+class Group(click.Group):
+    """Turns the tool's own errors, and click's usage errors, into one line
+    `dltrace: error: ...` with a named exit status (Exit)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            status = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:  # unknown command, option, or a value its type refuses
+            # a refused value names its choices; a missing or unknown option points to the help
+            hint = (f" (see: {exc.ctx.command_path} --help)"
+                    if exc.ctx is not None and (not isinstance(exc, click.BadParameter)
+                                                or isinstance(exc, click.MissingParameter)) else "")
+            _fail(exc.format_message() + hint, Exit.USAGE)
+        except click.ClickException as exc:  # a file option click could not open
+            _fail(exc.format_message(), Exit.ERROR)
+        except click.Abort:  # Ctrl-C while click itself was reading the command line
+            err.print("dltrace: interrupted", markup=False)
+            sys.exit(Exit.INTERRUPTED)
+        sys.exit(status if isinstance(status, int) else Exit.OK)
+
+    def invoke(self, ctx: click.Context) -> Any:
         signal.signal(signal.SIGTERM, _interrupt)  # `kill dltrace`: stop its probes, as Ctrl-C does
         tolerant_streams()
         try:
             return super().invoke(ctx)
         except BrokenPipeError:  # `dltrace list | head -1`: the reader has gone; end quietly
             _silence_stdout()
-            ctx.exit(141)
+            ctx.exit(Exit.BROKEN_PIPE)
         except MemoryError:
             stop_all()
             err.print("dltrace: error: out of memory (a trace or profile too large for this machine?)", markup=False)
-            ctx.exit(1)
-        except (DltraceError, TraceFormatError, RegistryError, ValueError) as exc:
+            ctx.exit(Exit.ERROR)
+        except UsageError as exc:  # what the registry says does not exist (a device this framework lacks...)
             err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
-            ctx.exit(1)
+            ctx.exit(Exit.USAGE)
+        except (DltraceError, TraceFormatError, RegistryError) as exc:
+            err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
+            ctx.exit(Exit.ERROR)
         except OSError as exc:  # a full disk, a folder that vanished: said in one line
             err.print(message("dltrace: error:", "red", describe(exc, "")), highlight=False, soft_wrap=True)
-            ctx.exit(1)
+            ctx.exit(Exit.ERROR)
         except KeyboardInterrupt:
             stop_all()
             err.print("dltrace: interrupted", markup=False)
-            ctx.exit(130)
+            ctx.exit(Exit.INTERRUPTED)
 
 
 def _silence_stdout() -> None:
@@ -63,8 +98,81 @@ def _silence_stdout() -> None:
         pass
 
 
-def _interrupt(signum: int, frame) -> None:
+def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+class Names(click.ParamType):
+    """One name, or with ``csv`` a comma-separated list of names, from a list that the
+    contract or the registry holds. The list is read when a value is converted, not at
+    import, so that a broken registry is its own one-line error; an unknown name is a
+    usage error naming the choices, as every other value click refuses."""
+
+    def __init__(self, kind: str, choices: Callable[[], Iterable[str]], csv: bool = False) -> None:
+        self.kind, self.choices, self.csv = kind, choices, csv
+        self.name = f"{kind}s" if csv else kind
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):  # a default given as a tuple is already converted
+            return value
+        valid = list(self.choices())
+        names = [v.strip() for v in value.split(",") if v.strip()] if self.csv else [value]
+        if not names:
+            self.fail(f"no {self.kind} given (choose from: {', '.join(valid)})", param, ctx)
+        for name in names:
+            if name not in valid:
+                self.fail(f"unknown {self.kind} '{name}' (choose from: {', '.join(valid)})", param, ctx)
+        return tuple(names) if self.csv else value
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        return [CompletionItem(c) for c in self.choices() if c.startswith(incomplete.rsplit(",", 1)[-1])]
+
+
+def _framework_names() -> list[str]:
+    return list(registry.load())
+
+
+FRAMEWORK = Names("framework", _framework_names)
+FRAMEWORKS = Names("framework", _framework_names, csv=True)
+PRIMITIVE = Names("primitive", lambda: PRIMITIVES)
+PRIMITIVE_LIST = Names("primitive", lambda: PRIMITIVES, csv=True)
+API = Names("API level", lambda: APIS)
+DEVICE = Names("device", lambda: DEVICES)
+DEVICE_LIST = Names("device", lambda: DEVICES, csv=True)
+
+
+def _cpu_models() -> list[str]:
+    from tracer.emulation.cpus import MODELS
+
+    return list(MODELS)
+
+
+CPU_MODEL = Names("emulated CPU", _cpu_models)
+#: One shape for every layer option (probe, diff, export): ``--layers python,op``,
+#: repeatable, ``--layer`` accepted as its other spelling.
+LAYER_LIST = Names("layer", lambda: LAYERS, csv=True)
+LAYERS_HELP = ("python (Python frames and C hand-offs), op (the framework's own op records), library (what "
+               "oneDNN and MKL report they ran), native (py-spy native stacks, warm runs); comma-separated or "
+               "repeated")
+
+
+def flat(values: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+    """The names of a repeatable comma-separated option, in order, each once."""
+    return tuple(dict.fromkeys(name for group in values for name in group))
+
+
+class Shape(click.ParamType):
+    """An input shape, 8x64x112x112."""
+
+    name = "shape"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return registry.parse_shape(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class Seconds(click.ParamType):
@@ -89,21 +197,6 @@ def frameworks() -> dict[str, registry.Framework]:
 
 def command_line() -> str:
     return "dltrace " + shlex.join(sys.argv[1:])
-
-
-def layer_list(text: str) -> list[str]:
-    """'python,native' -> ['python', 'native']; an unknown layer is a UsageError naming the choices."""
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    for name in names:
-        if name not in LAYERS:
-            raise UsageError(f"unknown layer '{name}' (choose from: {', '.join(LAYERS)})")
-    if not names:
-        raise UsageError(f"no layer given (choose from: {', '.join(LAYERS)})")
-    return names
-
-
-def split_csv(values: tuple[str, ...]) -> list[str]:
-    return [v for item in values for v in item.split(",") if v]
 
 
 def collect(folders: list[Path]) -> tuple[list, list]:

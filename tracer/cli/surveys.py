@@ -8,20 +8,21 @@ from pathlib import Path
 import click
 
 from tracer.cli import main
-from tracer.cli.common import Seconds, collect, command_line, err, frameworks, out, split_csv
-from tracer.contract import DEVICES
+from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, Seconds, collect, command_line,
+                               err, flat, frameworks, out)
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir
-from tracer.importers import FRAMEWORKS
+from tracer.importers import FRAMEWORKS as IMPORTABLE
 from tracer.render.terminal import message
-from tracer.runner import DEFAULT_TIMEOUT, check
+from tracer.runner import DEFAULT_TIMEOUT
 
 
 # --------------------------------------------------------------------------- survey / report
 @main.command()
-@click.argument("names", nargs=-1)
-@click.option("--primitives", multiple=True, help="Comma-separated primitives (default: all).")
-@click.option("--devices", multiple=True, default=("cpu,standin",), show_default=True,
+@click.argument("names", type=FRAMEWORK, nargs=-1)
+@click.option("--primitives", type=PRIMITIVE_LIST, multiple=True,
+              help="Comma-separated primitives (default: all).")
+@click.option("--devices", type=DEVICE_LIST, multiple=True, default=("cpu,standin",), show_default=True,
               help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
                    "stand-in backend).")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"),
@@ -62,16 +63,9 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
     from tracer import survey as sv
 
     fws = frameworks()
-    for name in names:
-        check(fws, name)
-    prims = split_csv(primitives) or None
-    for p in prims or ():
-        check(fws, next(iter(fws)), primitive=p)
-    devs = split_csv(devices)
-    for d in devs:
-        if d not in DEVICES:
-            raise DltraceError(f"unknown device '{d}' (choose from: {', '.join(DEVICES)})")
-    chosen = [fws[n] for n in (names or fws)]
+    prims = list(flat(primitives)) or None
+    devs = list(flat(devices))
+    chosen = [fws[n] for n in (dict.fromkeys(names) or fws)]
     ensure_dir(output / "traces")  # before probing: results must have somewhere to go
     ready, missing = sv.ready_frameworks(chosen)
     for fw in missing:
@@ -140,7 +134,7 @@ def _render(folders: list[Path], output: Path) -> None:
 
 
 @main.command()
-@click.argument("framework")
+@click.argument("framework", type=FRAMEWORK)
 @click.option("--traces", "folders", multiple=True, type=click.Path(exists=True, path_type=Path),
               default=(Path("reports/survey/traces"),), show_default=True,
               help="Trace folders (a survey's, a GPU machine's...).")
@@ -150,7 +144,6 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
     from tracer.process.portability import framework_report
     from tracer.render.audit_console import print_audit, print_pass_needs
 
-    check(frameworks(), framework)
     traces, gaps = collect(list(folders))
     mine = [t for t in traces if t.meta.get("framework") == framework]
     if not mine:
@@ -163,7 +156,7 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
 # --------------------------------------------------------------------------- import
 @main.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE...")
-@click.option("--framework", type=click.Choice(FRAMEWORKS), required=True,
+@click.option("--framework", type=click.Choice(IMPORTABLE), required=True,
               help="torch: a torch.profiler trace (Kineto JSON, plain or gzip); "
                    "jax: a jax.profiler XPlane (.xplane.pb).")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
@@ -209,7 +202,7 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 @click.option("--nthreads", type=click.IntRange(min=1), default=2, show_default=True, help="Jobs at a time.")
 @click.option("--name", default=None, help="The name traces record this worker by (meta recorded_by; "
                                            "default: Dask's, the worker's address).")
-@click.option("--frameworks", "only", multiple=True,
+@click.option("--frameworks", "only", type=FRAMEWORKS, multiple=True,
               help="Comma-separated frameworks to offer (default: every one whose environment is ready).")
 @click.option("--emulation/--no-emulation", default=True, show_default=True,
               help="Offer the emulated aarch64 CPUs (the ARM-audit jobs) where their environments are built.")
@@ -221,8 +214,6 @@ def worker(address, nthreads, name, only, emulation, gpu) -> None:
     from tracer import fleet
 
     fws = frameworks()
-    names = split_csv(only)
-    for n in names:
-        check(fws, n)
+    names = flat(only)
     fleet.start_worker(address, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
                        emulation=emulation, gpu=gpu)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from tracer import registry
 from tracer.cli import main
-from tracer.cli.common import Seconds, command_line, err, frameworks, layer_list, out
-from tracer.contract import APIS, LAYERS, PASSES, PHASES
+from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, Seconds, Shape,
+                               command_line, err, flat, frameworks, out)
+from tracer.contract import LAYERS, PASSES, PHASES
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
 from tracer.process.sampling import DEFAULT_THRESHOLD
@@ -20,51 +20,55 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
 
 # --------------------------------------------------------------------------- probe
 @main.command()
-@click.argument("framework")
-@click.argument("primitive")
-@click.option("--device", default="cpu", show_default=True, help="cpu or gpu.")
+@click.argument("framework", type=FRAMEWORK)
+@click.argument("primitive", type=PRIMITIVE)
+@click.option("--device", type=DEVICE, default="cpu", show_default=True,
+              help="cpu, gpu, or standin (torch's stand-in backend); the framework must declare it.")
 @click.option("--variant", default="default", show_default=True,
               help="A variant from frameworks.yaml (see dltrace list).")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
-@click.option("--api", default="functional", show_default=True, help=f"{' or '.join(APIS)}.")
-@click.option("--shape", default=None, help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
+@click.option("--api", type=API, default="functional", show_default=True, help="The API level the probe calls.")
+@click.option("--shape", type=Shape(), default=None,
+              help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
 @click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True,
               help="Which call to print.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the trace (JSON; .gz compresses).")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the probe is stopped.")
-@click.option("--max-depth", type=click.IntRange(min=1), default=40, show_default=True)
-@click.option("--max-nodes", type=click.IntRange(min=1), default=400, show_default=True)
-@click.option("--layers", default=",".join(LAYERS), show_default=True,
-              help="Layers to record and print, comma-separated: python (always recorded), op (the framework's "
-                   "own op records), library (what oneDNN and MKL report they ran), native (py-spy native "
-                   "stacks, warm runs; takes a few seconds).")
-@click.option("--cpu", default="", help="Run on this emulated aarch64 CPU (a64fx, neoverse-n1, sve256, sve128, "
-                                        "cortex-a57): the framework's aarch64 wheels under QEMU; "
-                                        "no native layer there.")
-def probe(framework, primitive, device, variant, pass_, api, shape, phase, output, timeout, max_depth, max_nodes,
-          layers, cpu) -> None:
+@click.option("--max-depth", type=click.IntRange(min=1), default=40, show_default=True,
+              help="Print the call tree this many frames deep (the trace keeps all).")
+@click.option("--max-nodes", type=click.IntRange(min=1), default=400, show_default=True,
+              help="Print at most this many frames of the call tree (the trace keeps all).")
+@click.option("--layers", "--layer", "layers", type=LAYER_LIST, multiple=True,
+              help=f"Layers to record and print (default: all; python is always recorded): {LAYERS_HELP}.")
+@click.option("--cpu", type=CPU_MODEL, default=None,
+              help="Run on this emulated aarch64 CPU (see dltrace list): the framework's aarch64 wheels under QEMU; "
+                   "no native layer there.")
+def probe(framework: str, primitive: str, device: str, variant: str, pass_: str, api: str,
+          shape: tuple[int, ...] | None, phase: str, output: Path | None, timeout: float, max_depth: int,
+          max_nodes: int, layers: tuple[tuple[str, ...], ...], cpu: str | None) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
     fw = check(frameworks(), framework, primitive, device, variant, api)
-    chosen = tuple(layer for layer in LAYERS if layer in layer_list(layers))
+    asked = flat(layers)
+    chosen = tuple(layer for layer in LAYERS if layer in asked) if asked else LAYERS
     if cpu and "native" in chosen:
-        if layers != ",".join(LAYERS):
+        if asked:
             raise UsageError("the native layer cannot be recorded on an emulated CPU: py-spy cannot attach under QEMU")
         chosen = tuple(layer for layer in chosen if layer != "native")
     if device == "standin" and set(chosen) - {"python", "op"}:
         # below the op layer is the stand-in's own CPU computation, not what a backend runs
-        if layers != ",".join(LAYERS):
+        if asked:
             raise UsageError("the standin device records the python and op layers only: its library calls and "
                              "native stacks are the CPU computation it stands in with")
         chosen = tuple(layer for layer in chosen if layer in ("python", "op"))
-    spec = CaseSpec(primitive, api, registry.parse_shape(shape) if shape else (),
+    spec = CaseSpec(primitive, api, shape or (),
                     PASSES if pass_ == "both" else (pass_,),
                     layers=("python", *(layer for layer in chosen if layer != "python")))
     if output:
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
-        trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu)
+        trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu or "")
     from tracer.render.console import print_trace
     from tracer.trace import save
 
@@ -79,13 +83,15 @@ def probe(framework, primitive, device, variant, pass_, api, shape, phase, outpu
 @click.argument("trace_a", metavar="A.json")
 @click.argument("trace_b", metavar="[B.json]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--layer", type=click.Choice([*LAYERS, "all"]), default="all", show_default=True)
+@click.option("--layers", "--layer", "layers", type=LAYER_LIST, multiple=True,
+              help=f"Layers to diff (default: all): {LAYERS_HELP}.")
 @click.option("--pass", "pass_", type=click.Choice(list(PASSES)), default="forward", show_default=True)
 @click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True)
 @click.option("--threshold", type=float, default=DEFAULT_THRESHOLD, show_default=True,
               help="Sampled layers: a frame counts only when in at least this share of the samples.")
 @click.option("--force", is_flag=True, help="Diff traces of different frameworks or primitives anyway.")
-def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> None:
+def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[str, ...], ...], pass_: str,
+         phase: str, threshold: float, force: bool) -> None:
     """Where the paths of two traces split (A.json B.json), or, with one trace, the
     branches on the device or backend that could split it (candidate split points)."""
     import json
@@ -96,9 +102,11 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
     from tracer.trace import load
 
     a = load(trace_a)
+    wanted = tuple(layer for layer in LAYERS if layer in flat(layers)) if layers else LAYERS
     if trace_b is None:
-        if layer not in ("python", "all"):
-            raise DiffError(f"single-trace mode reads the python layer, not the {layer} layer; give a second trace")
+        if "python" not in wanted:
+            raise DiffError(f"single-trace mode reads the python layer, not the {'/'.join(wanted)} layer; "
+                            "give a second trace")
         if a.run(pass_, phase) is None:
             raise DiffError(f"{trace_a}: no {phase} {pass_} run")
         candidates = find_candidates(a, pass_, phase)
@@ -111,7 +119,7 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
             print_candidates(candidates, out, describe(a), pass_, phase)
         return
     b = load(trace_b)
-    result = diff_traces(a, b, pass_, phase, LAYERS if layer == "all" else (layer,), threshold, force)
+    result = diff_traces(a, b, pass_, phase, wanted, threshold, force)
     from tracer.process.ran_kernels import split_kernels
 
     ran = split_kernels(a, b, pass_)  # the framework's own kernels only one side ran
@@ -133,18 +141,19 @@ def diff(trace_a, trace_b, as_json, layer, pass_, phase, threshold, force) -> No
 @click.option("--format", "fmt", type=click.Choice(list(EXPORTS)), required=True,
               help="; ".join(f"{name}: {what}" for name, (_, what) in EXPORTS.items()) + ".")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
-@click.option("--layer", "layers", multiple=True,
-              help="python, op or native (repeatable or comma-separated; default: all in the trace).")
+@click.option("--layers", "--layer", "layers", type=LAYER_LIST, multiple=True,
+              help=f"Layers to write (default: all in the trace): {LAYERS_HELP}.")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
 @click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True)
-def export(trace_file, fmt, output, layers, pass_, phase) -> None:
+def export(trace_file: str, fmt: str, output: Path | None, layers: tuple[tuple[str, ...], ...], pass_: str,
+           phase: str) -> None:
     """Write TRACE's call trees in a format other tools read: native layers as samples,
     python and op layers weighted by time (nanoseconds) or, without times, by calls."""
     from tracer.render.export import select_trees
     from tracer.trace import load
 
     trace = load(trace_file)
-    wanted = tuple(layer_list(",".join(layers))) if layers else LAYERS
+    wanted = flat(layers) or LAYERS
     trees = select_trees(trace, wanted, PASSES if pass_ == "both" else (pass_,), phase)
     if not trees:
         have = sorted({f"{r.phase} {r.pass_}: {', '.join(r.layers)}" for r in trace.runs})
@@ -163,14 +172,14 @@ def export(trace_file, fmt, output, layers, pass_, phase) -> None:
 
 # --------------------------------------------------------------------------- derive
 @main.command()
-@click.argument("framework")
-@click.argument("primitives", nargs=-1)
-@click.option("--api", default=None, help=f"{' or '.join(APIS)} (default: every API level the framework has).")
+@click.argument("framework", type=FRAMEWORK)
+@click.argument("primitives", type=PRIMITIVE, nargs=-1)
+@click.option("--api", type=API, default=None, help="The API level (default: every API level the framework has).")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for the traces (SLUG-gpu-evidence.json).")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the probe is stopped.")
-def derive(framework, primitives, api, out_dir, timeout) -> None:
+def derive(framework: str, primitives: tuple[str, ...], api: str | None, out_dir: Path, timeout: float) -> None:
     """Derive FRAMEWORK's GPU path for PRIMITIVES (default: all) without a GPU: the GPU
     build's kernel registry (tensorflow, torch: registered), JAX's lowering for cuda and
     rocm (lowered), Chainer's forward_gpu source (source). Each trace says device gpu,
@@ -179,8 +188,6 @@ def derive(framework, primitives, api, out_dir, timeout) -> None:
 
     fws = frameworks()
     fw = check(fws, framework, None, "cpu", None, api)
-    for p in primitives:
-        check(fws, framework, p)
     if not fw.gpu_evidence:
         raise UsageError(f"{framework} derives no GPU evidence here (frameworks that do: "
                          f"{', '.join(n for n, f in fws.items() if f.gpu_evidence)})")

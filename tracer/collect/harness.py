@@ -55,7 +55,7 @@ def die_with_parent() -> None:
     except (OSError, AttributeError):
         return
     if str(os.getppid()) != parent:  # the parent died before the prctl
-        os._exit(1)
+        os._exit(Exit.ERROR)
 
 
 def set_dotted(dotted: str, value: Any) -> Any:

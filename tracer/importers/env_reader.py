@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tracer.contract import Exit
 from tracer.errors import DltraceError
 from tracer.importers import ImportFailed
 from tracer.importers.source import MAX_BYTES, clip
@@ -24,9 +25,12 @@ from tracer.importers.source import MAX_BYTES, clip
 def read_in_env(path: Path, framework: str, reader: Path, what: str, timeout_s: float,
                 env: dict[str, str] | None = None) -> Any:
     """``reader IN OUT`` run with ``framework``'s interpreter; its JSON output.
-    ``what`` names the reader in errors ("JAX's XPlane reader"); the reader exits 2
-    when the file is not of its kind, with the reason as its last stderr line."""
+    ``what`` names the reader in errors ("JAX's XPlane reader"); the reader exits
+    Exit.NOT_ITS_KIND when the file is not of its kind, with the reason as its last
+    stderr line. It gets the package alone on its path (for the contract's Exit), as
+    probes do, never this process's site-packages."""
     from tracer import envs, registry
+    from tracer.runner import code_path
 
     try:
         python = envs.python_for(registry.load()[framework])
@@ -37,7 +41,7 @@ def read_in_env(path: Path, framework: str, reader: Path, what: str, timeout_s: 
         try:
             proc = subprocess.run([str(python), str(reader), str(path.resolve()), str(out)], capture_output=True,
                                   text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL, cwd=tmp,
-                                  env={**os.environ, "PYTHONPATH": "", **(env or {})})
+                                  env={**os.environ, "PYTHONPATH": str(code_path(Path(tmp))), **(env or {})})
         except subprocess.TimeoutExpired:
             raise ImportFailed(f"{path}: {what} did not finish within {timeout_s:g} s") from None
         except OSError as exc:
@@ -45,7 +49,7 @@ def read_in_env(path: Path, framework: str, reader: Path, what: str, timeout_s: 
                 from None
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-            kind = "not a file it can read" if proc.returncode == 2 else "it failed"
+            kind = "not a file it can read" if proc.returncode == Exit.NOT_ITS_KIND else "it failed"
             raise ImportFailed(f"{path}: {what}: {kind} ({clip(last, 160)})")
         try:
             if out.stat().st_size > MAX_BYTES:

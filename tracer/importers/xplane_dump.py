@@ -11,14 +11,16 @@ reading happens where JAX is: in the JAX environment dltrace already keeps for i
 probes, as a subprocess, so that dltrace's process imports no framework.
 
 Usage: python xplane_dump.py IN.xplane.pb OUT.json
-Exit status 2: the file is not an XPlane JAX can read (the reason on stderr).
-Standard library and jax only.
+Exit status Exit.NOT_ITS_KIND: the file is not an XPlane JAX can read (the reason on
+stderr). Standard library, jax and the package's contract only.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+from tracer.contract import Exit
 
 #: The most events written: a real profile of one step has thousands; a file with
 #: millions (hostile, or hours of profiling) is cut, and the cut is said.
@@ -45,15 +47,15 @@ def _stats(obj) -> dict:
     return out
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> Exit:
     if len(argv) != 3:
         print("usage: xplane_dump.py IN OUT", file=sys.stderr)
-        return 1
+        return Exit.USAGE
     try:
         from jax.profiler import ProfileData
     except Exception as exc:  # noqa: BLE001 - any import failure is the answer
         print(f"jax.profiler.ProfileData is not available here ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return 3
+        return Exit.IMPORT
     try:
         with open(argv[1], "rb") as fh:
             data = ProfileData.from_serialized_xspace(fh.read())
@@ -72,11 +74,11 @@ def main(argv: list[str]) -> int:
             planes.append({"name": plane.name, "stats": _stats(plane), "lines": lines})
     except Exception as exc:  # noqa: BLE001 - JAX's reader raises various types for a bad file
         print(f"{type(exc).__name__}: {exc}"[:300], file=sys.stderr)
-        return 2
+        return Exit.NOT_ITS_KIND
     with open(argv[2], "w", encoding="utf-8") as fh:
         json.dump({"reader": "jax.profiler.ProfileData", "jax_version": _jax_version(), "planes": planes,
                    "events": total, "cut": cut}, fh)
-    return 0
+    return Exit.OK
 
 
 def _jax_version() -> str:
