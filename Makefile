@@ -9,13 +9,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 SURVEY ?= reports/survey
 
-.PHONY: survey test test-fast setup system tool envs
+.PHONY: survey test test-fast lint setup system tool envs
 
 survey: setup
 	$(BIN)/dltrace survey -o $(SURVEY)
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest
+
+# Style and types, checked before the tests (pyproject.toml holds their settings).
+lint: tool
+	$(BIN)/ruff check .
 
 # Synthetic traces, the format, the registry, the diff, the renderers and the command
 # line's error paths: no framework environment, no emulated root, no slow fake survey.

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import dltrace, one_line_error
 from tracer import envs
 from tracer import survey as sv
-from tracer.contract import PRIMITIVES, STANDIN_LIB
+from tracer.contract import PRIMITIVES, STANDIN_LIB, Exit
 from tracer.process.diff import diff_traces
 from tracer.process.portability import framework_report
 from tracer.trace import load
@@ -185,7 +185,7 @@ def test_audit_command_prints_the_run(standin_root):
 
 
 def test_standin_is_torchs_alone():
-    line = one_line_error(dltrace("probe", "jax", "relu", "--device", "standin"))
+    line = one_line_error(dltrace("probe", "jax", "relu", "--device", "standin"), Exit.USAGE)
     assert "standin" in line and "cpu" in line
 
 
@@ -203,5 +203,6 @@ def test_standin_traces_stop_at_the_op_layer(standin_root):
     # below the op layer is the stand-in's own CPU computation (oneDNN...), not a backend's
     t = _trace(standin_root, "standin", "conv2d")
     assert all(set(r.layers) <= {"python", "op"} for r in t.runs)
-    line = one_line_error(dltrace("probe", "torch", "relu", "--device", "standin", "--layers", "python,library"))
+    line = one_line_error(dltrace("probe", "torch", "relu", "--device", "standin", "--layers", "python,library"),
+                          Exit.USAGE)
     assert "python and op layers only" in line
