@@ -156,7 +156,10 @@ def _function_sizes(path: str, wanted: set[str]) -> dict[str, set[tuple[int, int
         tokens = _tokens(w)
         if tokens:
             by_hint.setdefault(tokens[0], []).append((tokens[1:], w))
-    hint = re.compile(b"|".join(sorted(map(re.escape, by_hint), key=len, reverse=True))) if by_hint else None
+    hint: re.Pattern[bytes] | None = None
+    if by_hint:
+        longest_first = sorted(map(re.escape, by_hint), key=len, reverse=True)
+        hint = re.compile(b"|".join(longest_first))
     out: dict[str, set[tuple[int, int]]] = {}
     with open(path, "rb") as fh:
         elf = ELFFile(fh)

@@ -32,7 +32,7 @@ def replacing(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as fh:
             yield fh
         os.replace(tmp, path)
     except BaseException:

@@ -69,7 +69,7 @@ def resources_here(frameworks: Iterable[Framework], emulation: bool = True, gpu:
     for fw in frameworks:
         if envs.status(fw).ready:  # a missing environment is not declared, so never attempted
             res[f"fw-{fw.name}"] = SLOTS
-        if emulation and _emulated_ready(fw):
+        if emulation and fw.aarch64 is not None and _emulated_ready(fw):  # (False without aarch64 anyway)
             for cpu in fw.aarch64.cpus:
                 res[f"emu-{fw.name}-{cpu}"] = SLOTS
     return res
@@ -83,7 +83,7 @@ def needs(job: Job, here: str | None = None) -> dict[str, float]:
     """The worker resources ``job`` requires (``here``: the submitting machine's architecture)."""
     if job.cpu:
         return {f"emu-{job.framework.name}-{job.cpu}": 1}
-    req = {f"fw-{job.framework.name}": 1}
+    req: dict[str, float] = {f"fw-{job.framework.name}": 1}
     if job.device == "gpu":
         req["gpu"] = 1
     else:

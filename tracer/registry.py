@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,11 @@ import yaml
 from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, NativeRequest
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+    # importlib.resources.abc is new in 3.11; 3.10 has Traversable in importlib.abc
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 #: the folder the package is in: in a clone, the project
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,12 +195,22 @@ class _Entry:
         k = self.get("knowledge", dict, {})
         sub = _Entry(self.source, self.name, k)
         core = sub.get("core", str, f"{self.name} core")
-        text = {f: self.pattern(f"knowledge.{f}", sub.get(f, str, ""))
-                for f in ("core_symbols", "core_libraries", "core_modules")}
-        lists = {f: tuple(self.pattern(f"knowledge.{f}", p)
-                          for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
-                 for f in ("utility_ops", "generated", "noise", "incidental", "same_op", "kernels")}
-        return FrameworkKnowledge(core, **text, **lists)
+
+        def text(f: str) -> str:
+            return self.pattern(f"knowledge.{f}", sub.get(f, str, ""))
+
+        def patterns(f: str) -> tuple[str, ...]:
+            return tuple(self.pattern(f"knowledge.{f}", p)
+                         for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
+
+        # the fields by name (mypy cannot type a ** of a dict of mixed fields); in the
+        # order they were validated before, so that the first malformed one is the one reported
+        return FrameworkKnowledge(
+            core,
+            core_symbols=text("core_symbols"), core_libraries=text("core_libraries"),
+            core_modules=text("core_modules"),
+            utility_ops=patterns("utility_ops"), generated=patterns("generated"), noise=patterns("noise"),
+            incidental=patterns("incidental"), same_op=patterns("same_op"), kernels=patterns("kernels"))
 
     def aarch64(self) -> Aarch64Spec | None:
         spec = self.get("aarch64", dict, None)

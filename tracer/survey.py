@@ -310,7 +310,8 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
 
 
 def ready_frameworks(frameworks: Iterable[Framework]) -> tuple[list[Framework], list[Framework]]:
-    ready, missing = [], []
+    ready: list[Framework] = []
+    missing: list[Framework] = []
     for fw in frameworks:
         (ready if envs.status(fw).ready else missing).append(fw)
     return ready, missing

@@ -13,7 +13,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_maybe_gzip
 from tracer.contract import COLLECTORS, PASSES, PHASES
@@ -379,7 +379,7 @@ def from_json(doc: Any, where: str = "trace") -> Trace:
         sources = _sources(doc.get("sources", []))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise TraceFormatError(f"{where}: malformed trace ({exc})"[:500]) from None
-    return Trace(meta, runs, sources)
+    return Trace(cast("dict[str, Any]", meta), runs, sources)  # _check_meta raised unless it is a dict
 
 
 #: The most a trace may expand to (``DLTRACE_MAX_TRACE_MB`` MiB to change it). The

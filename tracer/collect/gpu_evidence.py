@@ -12,11 +12,19 @@ Stdlib only (and tracer.trace / tracer.contract): imported in every framework en
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
 from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest
 from tracer.trace import Frame, Node, Run, Trace
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from tracer.contract import Probe
+
+    class _EvidenceProbe(Probe, GpuEvidence, Protocol):
+        """A probe that has the gpu_evidence hook (harness checks it before calling)."""
 
 
 def _node(doc: dict[str, Any], depth: int = 0) -> Node:
@@ -28,18 +36,22 @@ def _node(doc: dict[str, Any], depth: int = 0) -> Node:
     return Node(frame, int(doc.get("count", 1)), 0, children=[_node(c, depth + 1) for c in doc.get("children", ())])
 
 
-def _step(case: Any, pass_: str):
+def _step(case: Any, pass_: str) -> Callable[[], Any]:
     if pass_ == "forward":
         return case.forward
     state = case.forward()
     return lambda: case.backward(state)
 
 
-def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: GpuEvidence, version: str) -> Trace:
+def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe, version: str) -> Trace:
     """The GPU evidence of one case, both passes, as a trace (device "gpu")."""
     case = probe.make_case(case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape))
     case.backward(case.forward())  # warm: first-call work is not what the step reaches
-    runs, evidence, provenance, backend, info = [], set(), {}, {"key": "", "ops": {}, "passes": {}}, {}
+    runs: list[Run] = []
+    evidence: set[str] = set()
+    provenance: dict[str, Any] = {}
+    backend: dict[str, Any] = {"key": "", "ops": {}, "passes": {}}
+    info: dict[str, Any] = {}
     for pass_ in case_req.passes:
         doc = probe.gpu_evidence(case, pass_, _step(case, pass_))
         if doc.get("evidence") not in DERIVED_EVIDENCE:

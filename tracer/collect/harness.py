@@ -142,7 +142,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     layers = case_req.layers
     runs: list[Run] = []
 
-    def traced(pass_: str) -> Callable[[], tuple]:
+    def traced(pass_: str) -> tuple[Node, float]:
         """One traced step: (tree, seconds). Backward traces only the backward call."""
         label = f"{case_req.primitive}.{pass_}"
         if pass_ == "forward":
@@ -175,7 +175,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     for pass_ in passes:
         tree, _ = traced(pass_)
         case.sync()
-        stats = {
+        stats: dict[str, Any] = {
             "untraced_s": _timed(lambda: untraced(pass_), case.sync),
             "traced_s": _timed(lambda: traced(pass_)[1], case.sync, budget_s=0.1, most=5),
         }
@@ -193,7 +193,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
             stats.setdefault("layers", {})["library"] = info
         runs.append(run)
 
-    meta = {
+    meta: dict[str, Any] = {
         "framework": req.framework,
         "framework_version": version,
         "primitive": case_req.primitive,
@@ -237,11 +237,13 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
     """Sample every pending case's warm passes in one py-spy session and add the
     native trees to their traces; if py-spy cannot run, each trace says why."""
     cfg = req.native or NativeRequest()
-    jobs, where = [], {}
+    jobs: list[sampler.Job] = []
+    where: dict[tuple[str, ...], tuple[Trace, str]] = {}  # a pass's markers -> its trace and pass
     for ci, (case_req, trace, case) in enumerate(pending):
         for pass_ in case_req.passes:
             if pass_ == "forward":
-                step = sampler.Step(lambda _, c=case: c.forward(), None, case.sync)
+                # mypy cannot type a lambda with a default argument (python/mypy#15459)
+                step = sampler.Step(lambda _, c=case: c.forward(), None, case.sync)  # type: ignore[misc]
             else:
                 step = sampler.Step(case.backward, case.forward, case.sync)
             # two independent halves: a difference that chance made shows in one at most
@@ -249,7 +251,9 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
             root = Frame("root", "", f"{case_req.primitive}.{pass_}")
             jobs += [sampler.Job(m, step, root, cfg.seconds / REPLICAS) for m in markers]
             where[tuple(markers)] = (trace, pass_)
-    error, results, session = None, {}, {}
+    error: str | None = None
+    results: dict[str, tuple[Node, dict]] = {}
+    session: dict = {}
     workdir = tempfile.mkdtemp(prefix="dltrace-native-")
     try:
         results, session = sampler.capture(cfg.pyspy, jobs, workdir, rate=cfg.rate,
@@ -263,14 +267,14 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
         shutil.rmtree(workdir, ignore_errors=True)
     for _, trace, _ in pending:
         trace.meta["native"] = {**session, "seconds": cfg.seconds} if error is None else {"error": error}
-    for markers, (trace, pass_) in where.items():
+    for names, (trace, pass_) in where.items():
         run = trace.run(pass_, "warm")
         if run is None:
             continue
         if error is not None:
             run.stats["native_error"] = error
         else:
-            halves = [results[m] for m in markers]
+            halves = [results[m] for m in names]
             run.layers["native"] = merge_trees([tree for tree, _ in halves])
             run.replicas["native"] = [tree for tree, _ in halves]
             run.stats.setdefault("layers", {})["native"] = merge_stats([stats for _, stats in halves])

@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from types import CodeType, FrameType, ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 from tracer.trace import Frame, Node
 
@@ -76,14 +76,18 @@ def _may_branch(code: CodeType) -> bool:
     """Whether which lines run can differ between calls: only such functions need
     line events (which cost a Python callback per line), the others' lines are known
     from the code itself."""
-    return bool(code.co_exceptiontable) or bool(code.co_flags & _RESUMABLE) or not _JUMPS.isdisjoint(code.co_code[::2])
+    # co_exceptiontable and co_positions are 3.11's: the collector runs in CPython 3.11
+    # (cbuild's C core, RESUME above), whatever the host's python_requires allows
+    return (bool(code.co_exceptiontable)  # type: ignore[attr-defined]
+            or bool(code.co_flags & _RESUMABLE) or not _JUMPS.isdisjoint(code.co_code[::2]))
 
 
 def _static_lines(code: CodeType) -> frozenset[int]:
     """The lines a branch-free function reports when it runs (all but RESUME's);
     one that raises part-way is credited with them all, the price of not tracing
     it. co_positions() has one entry per code unit, as co_code has two bytes."""
-    return frozenset(pos[0] for op, pos in zip(code.co_code[::2], code.co_positions())
+    positions = code.co_positions()  # type: ignore[attr-defined]  # 3.11's, as co_exceptiontable above
+    return frozenset(pos[0] for op, pos in zip(code.co_code[::2], positions)
                      if op != _RESUME and pos[0] is not None)
 
 
@@ -320,7 +324,8 @@ class PythonTracer:
 
         def on_profile(frame: FrameType, event: str, arg: Any) -> None:
             if event == "call":
-                hit = codes_get(id(frame.f_code), False)
+                # False: not classified yet (a local annotation costs nothing at run time)
+                hit: tuple[_Kind, str | frozenset[int]] | Literal[False] | None = codes_get(id(frame.f_code), False)
                 if hit is None:
                     return
                 if hit is False:
@@ -356,15 +361,15 @@ class PythonTracer:
                     pop()
             elif event == "c_call":
                 top = stack[-1]
-                hit = cfn_get(arg)
-                if hit is None:
-                    hit = classify_c(arg)
-                info = hit[0] if top.owner is frame else hit[1]
-                if info is None:
+                c_hit = cfn_get(arg)
+                if c_hit is None:
+                    c_hit = classify_c(arg)
+                c_info = c_hit[0] if top.owner is frame else c_hit[1]
+                if c_info is None:
                     return
-                rec = top.kids.get(info)
+                rec = top.kids.get(c_info)
                 if rec is None:
-                    rec = top.kids[info] = _Rec(info)
+                    rec = top.kids[c_info] = _Rec(c_info)
                 rec.count += 1
                 rec.call_lines.add(frame.f_lineno)
                 rec.owner = frame

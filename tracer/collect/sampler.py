@@ -110,7 +110,10 @@ def _marked(marker: str) -> Callable[[Callable[[Any], Any], Any], Any]:
     def call(fn: Callable[[Any], Any], arg: Any) -> Any:
         return fn(arg)
 
-    code = call.__code__.replace(co_name=marker, **({"co_qualname": marker} if sys.version_info >= (3, 11) else {}))
+    if sys.version_info >= (3, 11):
+        code = call.__code__.replace(co_name=marker, co_qualname=marker)
+    else:
+        code = call.__code__.replace(co_name=marker)
     return types.FunctionType(code, call.__globals__, marker)
 
 

@@ -179,10 +179,10 @@ def sysfs_files(model: CpuModel, ncpu: int) -> dict[str, str]:
         for k, c in enumerate(model.caches):
             idx = f"{d}/cache/index{k}"
             ways = 4 if c.level == 1 else 16
-            for key, value in (("level", c.level), ("type", c.type), ("size", f"{c.size_kib}K"),
-                               ("shared_cpu_list", every if c.shared else str(i)),
-                               ("coherency_line_size", c.line), ("ways_of_associativity", ways),
-                               ("number_of_sets", c.size_kib * 1024 // (c.line * ways))):
-                files[f"{idx}/{key}"] = f"{value}\n"
+            for key, setting in (("level", c.level), ("type", c.type), ("size", f"{c.size_kib}K"),
+                                 ("shared_cpu_list", every if c.shared else str(i)),
+                                 ("coherency_line_size", c.line), ("ways_of_associativity", ways),
+                                 ("number_of_sets", c.size_kib * 1024 // (c.line * ways))):
+                files[f"{idx}/{key}"] = f"{setting}\n"
         files[f"{node}/node0/cpu{i}/online"] = "1\n"  # xbyak_aarch64 counts node0/cpuN entries
     return files

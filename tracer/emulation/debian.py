@@ -84,7 +84,9 @@ def base_spec() -> str:
 
 def base_ready() -> bool:
     marker = read_marker(base_dir())
-    return bool(marker) and marker.get("spec") == base_spec() and (base_root() / "usr/bin/python3").exists()
+    if not marker:
+        return False
+    return marker.get("spec") == base_spec() and (base_root() / "usr/bin/python3").exists()
 
 
 def ensure_base(log: Log = lambda s: None) -> Path:

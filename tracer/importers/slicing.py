@@ -193,7 +193,9 @@ def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str) -> list[S
         if not inst.forward and not inst.backward:
             continue
         step, fwd, bwd = choose_step(inst, profile.steps)
-        trees, stats, kernels = {}, {}, Counter()
+        trees: dict[str, Node] = {}
+        stats: dict[str, dict[str, Any]] = {}
+        kernels: Counter = Counter()
         for pass_, tops in (("forward", fwd), ("backward", bwd)):
             if not tops:
                 continue

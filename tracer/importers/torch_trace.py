@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.importers import Imported, ImportFailed
@@ -32,14 +33,14 @@ def import_kineto(path: Path, command: str = "") -> list[Imported]:
     vendor = vendor_of([gpu], (launch.name for launch in profile.launches), profile.header)
     slices = build_slices(profile, hier, vendor)
     if not slices:
-        common = Counter(op.name for op in profile.ops).most_common(5)
-        seen = ", ".join(f"{clip(name, 50)} ×{n}" for name, n in common)
+        frequent = Counter(op.name for op in profile.ops).most_common(5)
+        seen = ", ".join(f"{clip(name, 50)} ×{n}" for name, n in frequent)
         raise ImportFailed(f"{path}: none of dltrace's primitives ({', '.join(PRIMITIVES)}) in its "
                            f"{len(profile.ops)} host ops (most frequent: {seen})")
     origin = provenance(src.name, src.sha256, "Kineto chrome-trace JSON" + (" (gzip)" if src.compressed else ""))
     origin.update({"events": profile.events, "events_skipped_malformed": profile.skipped, "schema": profile.schema,
                    "gpu_activities_attached": hier.attached, "gpu_activities_unattached": hier.unattached})
-    common = {
+    common: dict[str, Any] = {
         "version": m.framework_version(profile.header),
         "variant": short_name(src.name),
         "machine_info": m.machine(profile.header, gpu, vendor),

@@ -94,8 +94,7 @@ def profile_of(dump: dict[str, Any], path: Path) -> Profile:
                 if k is not None:
                     kernels.append(k)
         if kernels:
-            per_device[int(dev.group(1))] = (plane.get("stats") if isinstance(plane.get("stats"), dict) else {},
-                                             kernels)
+            per_device[int(dev.group(1))] = (s if isinstance(s := plane.get("stats"), dict) else {}, kernels)
     if not per_device:
         raise ImportFailed(f"{path}: no GPU kernel with a JAX op (stats hlo_op, name) in this XPlane")
     first = min(per_device)
@@ -171,7 +170,7 @@ def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str) -> Nod
         function, op, _ = jax_op(k.jax_name)
         key = (function, op, k.hlo_op)
         by[key][k.name] += 1
-        times[(*key, k.name)] += k.dur_ns
+        times[key + (k.name,)] += k.dur_ns  # (not (*key, ...): mypy takes it for 3.11's star index)
     fns = []
     for (function, op, hlo), names in by.items():
         kids = [Node(Frame("op", module, n, lib=kernel_lib(n, vendor)), c, times[(function, op, hlo, n)])

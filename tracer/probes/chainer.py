@@ -9,12 +9,16 @@ clears them first (as a training step's ``cleargrads`` would).
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Any, cast
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
 
 from tracer.probes import base
+
+if TYPE_CHECKING:
+    import ast
 
 
 def gpu_available() -> bool:
@@ -167,14 +171,14 @@ class _Reached(chainer.FunctionHook):
             self.classes.append(type(function))
 
 
-def _methods(cls: type) -> dict[str, tuple[type, "object"]]:
+def _methods(cls: type) -> dict[str, tuple[type, ast.FunctionDef]]:
     """name -> (defining class, ast.FunctionDef) for the methods ``cls`` defines or
     inherits from chainer's own function classes (not FunctionNode's machinery)."""
     import ast
     import inspect
     import textwrap
 
-    out: dict[str, tuple[type, object]] = {}
+    out: dict[str, tuple[type, ast.FunctionDef]] = {}
     for klass in reversed(cls.__mro__):
         if klass in (chainer.FunctionNode, chainer.Function, object) or not klass.__module__.startswith("chainer."):
             continue
@@ -182,7 +186,8 @@ def _methods(cls: type) -> dict[str, tuple[type, "object"]]:
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
         except (OSError, TypeError, SyntaxError):
             continue
-        for node in tree.body[0].body:
+        # the source of a class parses to one statement, the class
+        for node in cast("ast.ClassDef", tree.body[0]).body:
             if isinstance(node, ast.FunctionDef):
                 out[node.name] = (klass, node)
     return out
@@ -193,7 +198,7 @@ def _methods(cls: type) -> dict[str, tuple[type, "object"]]:
 _CPU_ONLY = ("should_use_ideep", "inputs_all_ready", "_config_use_ideep")
 
 
-def _calls(func, gpu: bool = False) -> list[str]:
+def _calls(func: ast.AST, gpu: bool = False) -> list[str]:
     """The dotted names a method calls, in source order (``cuda.cudnn.convolution_forward``);
     with ``gpu``, not those in an arm only the CPU can take (``self._forward_ideep()``
     under ``if intel64.should_use_ideep(...)``)."""
@@ -274,7 +279,9 @@ def _device_impls(cls: type, path: list[str]) -> dict[type, set[str]]:
             except (OSError, TypeError, SyntaxError):
                 continue
             for node in ast.walk(tree):
-                target = getattr(module, node.id, None) if isinstance(node, ast.Name) else None
+                if not isinstance(node, ast.Name):
+                    continue
+                target = getattr(module, node.id, None)
                 if inspect.isclass(target) and any(k in node.id.lower() for k in ("cudnn", "gpu", "cuda")):
                     found.setdefault(target, set())
     return found
@@ -286,13 +293,17 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
     import inspect
 
     methods = _methods(cls)
-    kids, implement, decisions = [], [], []
+    kids: list[dict[str, Any]] = []
+    implement: list[str] = []
+    decisions: list[str] = []
     for name in _path_methods(cls):
         klass, func = methods[name]
         calls = [c for c in _calls(func, gpu=True) if not c.startswith("self.")]
         decisions += [ast.unparse(n) for n in ast.walk(func) if isinstance(n, ast.Call)
                       and ast.unparse(n.func).endswith("should_use_cudnn")]
-        where = (f"{inspect.getsourcefile(klass).split('site-packages/')[-1]}:"
+        source_file = inspect.getsourcefile(klass)
+        assert source_file is not None  # _methods parsed the class's source from it
+        where = (f"{source_file.split('site-packages/')[-1]}:"
                  f"{func.lineno + inspect.getsourcelines(klass)[1] - 1}")
         kids.append({"name": f"{klass.__name__}.{name}", "module": klass.__module__, "lib": "chainer",
                      "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
@@ -308,12 +319,13 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
     generic = "forward_gpu" not in methods and not any(c["lib"] for k in kids for c in k["children"])
     cpu = list(dict.fromkeys(c for m in _path_methods(cls, "cpu") for c in _calls(methods[m][1])
                              if c.startswith(("numpy.", "np.", "xp.", "intel64.", "conv.", "chainer.utils.conv."))))
-    need = {"must": not generic, "implement": implement[:1] if generic else
-            [i for i in implement if "forward_gpu" in i or "Impl." in i] or implement[:1],
-            "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"]
-                                                  if c["lib"] == "cuDNN"})),
-                       "decision": "; ".join(dict.fromkeys(decisions))},
-            "free": "array-module generic forward (runs on any NumPy-compatible xp)" if generic else ""}
+    need: dict[str, Any] = {
+        "must": not generic, "implement": implement[:1] if generic else
+        [i for i in implement if "forward_gpu" in i or "Impl." in i] or implement[:1],
+        "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"]
+                                              if c["lib"] == "cuDNN"})),
+                   "decision": "; ".join(dict.fromkeys(decisions))},
+        "free": "array-module generic forward (runs on any NumPy-compatible xp)" if generic else ""}
     need["others"] = {k: v for k, v in need["others"].items() if v}
     return {"name": cls.__name__, "module": cls.__module__, "children": kids}, need, cpu
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Any
 
 # The CUDA plugin (the GPU build's environment, jax-gpu-build) refuses to initialise
 # without a CUDA runtime; its compiler runs without one (deviceless AOT compilation for a
@@ -359,7 +360,7 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
             continue
         seen.add(prim.name)
         rules = _rules(prim)
-        kids = []
+        kids: list[dict[str, Any]] = []
         for platform in _GPU_PLATFORMS:
             try:
                 hlo = _stablehlo_ops(eqn, platform)
@@ -377,11 +378,11 @@ def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
     evidence, info = "lowered", {}
     if importlib.util.find_spec("jax_plugins") and importlib.util.find_spec("jax_plugins.xla_cuda12"):
         try:
-            hlo = _compiled_for_cuda(case, pass_)
+            cuda_hlo = _compiled_for_cuda(case, pass_)
             ops.append({"name": "XLA:cuda (compiled deviceless, H100 target)", "module": "xla", "lib": "XLA",
-                        "children": hlo})
+                        "children": cuda_hlo})
             needs["XLA:cuda (compiled deviceless, H100 target)"] = {
-                "must": False, "free": "what XLA's CUDA compiler chose: " + ", ".join(h["name"] for h in hlo)}
+                "must": False, "free": "what XLA's CUDA compiler chose: " + ", ".join(h["name"] for h in cuda_hlo)}
             evidence = "compiled"
         except Exception as exc:  # noqa: BLE001 - the lowering stands without it; the trace says why
             info[f"compile_error_{pass_}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"

@@ -49,7 +49,7 @@ ARM_ARCHES = ("aarch64", "arm64")
 
 
 def _arch(trace: Trace) -> str:
-    machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
+    machine = d if isinstance(d := trace.meta.get("machine"), dict) else {}
     return str(machine.get("arch", "?"))
 
 
@@ -99,8 +99,8 @@ def _compiled(trace: Trace, pass_: str) -> list[str]:
 
 
 def _cell(trace: Trace) -> ArmCell:
-    library = trace.meta.get("library") if isinstance(trace.meta.get("library"), dict) else {}
-    blas = library.get("OpenBLAS") if isinstance(library.get("OpenBLAS"), dict) else {}
+    library = d if isinstance(d := trace.meta.get("library"), dict) else {}
+    blas = d if isinstance(d := library.get("OpenBLAS"), dict) else {}
     cell = ArmCell(capability=str(trace.meta.get("cpu_capability", "")),
                    blas=f"OpenBLAS, {blas['core']} kernels" if blas.get("core") else "")
     for pass_ in PASSES:

@@ -50,8 +50,8 @@ def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
 def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
     """The needs over ``traces`` (a primitive's passes and API levels), or None when
     none of them recorded its framework's dispatch table."""
-    tables = [t.meta.get("dispatch") for t in traces]
-    tables = [d for d in tables if isinstance(d, dict) and isinstance(d.get("ops"), dict)]
+    recorded = [t.meta.get("dispatch") for t in traces]
+    tables = [d for d in recorded if isinstance(d, dict) and isinstance(d.get("ops"), dict)]
     if not tables:
         return None
     out = BackendNeeds(str(tables[0].get("new_backend_key", "")))
@@ -117,8 +117,8 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
         if not _derived(t):
             continue
         backend = t.meta["backend"]
-        tables = backend.get("passes") if isinstance(backend.get("passes"), dict) else {}
-        prov = t.meta.get("provenance") if isinstance(t.meta.get("provenance"), dict) else {}
+        tables = d if isinstance(d := backend.get("passes"), dict) else {}
+        prov = d if isinstance(d := t.meta.get("provenance"), dict) else {}
         for run in t.runs:
             root = run.layers.get("op")
             if root is None:

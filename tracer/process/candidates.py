@@ -17,7 +17,7 @@ import dataclasses
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from tracer.process.vocabulary import DEVICE_CONDITION
 from tracer.trace import Node, Trace
@@ -150,7 +150,7 @@ def _own_nodes(root: ast.AST) -> Iterator[ast.AST]:
             stack.append(child)
 
 
-def _calls(nodes: list[ast.AST]) -> list[str]:
+def _calls(nodes: Sequence[ast.AST]) -> list[str]:
     seen: dict[str, None] = {}
     for n in nodes:
         for sub in _own_nodes(n):
@@ -201,7 +201,7 @@ def _span(stmts: list[ast.stmt]) -> tuple[int, int]:
     return stmts[0].lineno, max(getattr(s, "end_lineno", s.lineno) or s.lineno for s in stmts)
 
 
-def _arm(label: str, stmts: list[ast.AST], first: int, last: int, fn: _Function, source: list[str],
+def _arm(label: str, stmts: Sequence[ast.AST], first: int, last: int, fn: _Function, source: list[str],
          offset: int, ran: bool | None = None) -> Arm:
     lo, hi = first + offset, last + offset
     if ran is None and first:
@@ -213,7 +213,7 @@ def _arm(label: str, stmts: list[ast.AST], first: int, last: int, fn: _Function,
     return Arm(label, lo if first else 0, hi if first else 0, ran, calls, observed, src, raises)
 
 
-def _candidate(kind: str, node: ast.AST, condition: str, arms: list[Arm], fn: _Function,
+def _candidate(kind: str, node: ast.stmt | ast.expr, condition: str, arms: list[Arm], fn: _Function,
                offset: int) -> Candidate | None:
     matched = sorted({m.group(0).lower() for m in DEVICE_CONDITION.finditer(condition)})
     if not matched:

@@ -136,7 +136,7 @@ def _deepest_op(root: Node) -> str:
 def _source(trace: Trace) -> tuple[str, str]:
     """(where it came from, GPU model) from the trace's provenance and machine."""
     prov = trace.meta.get("provenance")
-    machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
+    machine = d if isinstance(d := trace.meta.get("machine"), dict) else {}
     gpu = str(machine.get("gpu") or (prov.get("gpu") if isinstance(prov, dict) else "") or "")
     if isinstance(prov, str):
         return prov, gpu

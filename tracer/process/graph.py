@@ -34,10 +34,10 @@ def _attrs(frame: Frame) -> dict:
             "isa": isa_of(frame), "file": frame.file, "line": frame.line}
 
 
-def call_graph(tree: Node) -> nx.DiGraph:
+def call_graph(tree: Node) -> nx.DiGraph[tuple[str, ...]]:
     """One layer's call tree as a graph (same-identity siblings merged, as in the diff).
     Node attributes: label, kind, lib, library, isa, file, line, count, depth."""
-    g = nx.DiGraph()
+    g: nx.DiGraph[tuple[str, ...]] = nx.DiGraph()
     stack: list[tuple[list[Node], tuple[str, ...], tuple[str, ...] | None]] = [([tree], ("root",), None)]
     while stack:
         group, key, parent = stack.pop()
@@ -68,13 +68,13 @@ class MergedWalk:
     def __len__(self) -> int:
         return len(self.parent)
 
-    def whole(self) -> nx.DiGraph:
+    def whole(self) -> nx.DiGraph[int]:
         """Every node of the walk as a networkx graph."""
         return self.graph(list(range(len(self))))
 
-    def graph(self, nodes: list[int]) -> nx.DiGraph:
+    def graph(self, nodes: list[int]) -> nx.DiGraph[int]:
         """A networkx graph of ``nodes`` (in walk order) and the edges between them."""
-        g = nx.DiGraph()
+        g: nx.DiGraph[int] = nx.DiGraph()
         keep = set(nodes)
         for i in nodes:
             g.add_node(i, **_attrs(self.frame[i]), side=_SIDE[self.side[i]], split=self.split[i],
@@ -93,9 +93,10 @@ def _trees(a: Union[Node, LayerDiff, DiffResult], b: Node | None, layer: str | N
             raise ValueError(f"the diff has no {layer} layer")
         a = chosen[0]
     if isinstance(a, LayerDiff):
-        if a.a_root is None or a.b_root is None:
+        diff = a
+        if diff.a_root is None or diff.b_root is None:
             raise ValueError("this diff result does not hold its trees (loaded from JSON?)")
-        a, b, threshold, sampled = a.a_root, a.b_root, a.threshold, a.sampled
+        a, b, threshold, sampled = diff.a_root, diff.b_root, diff.threshold, diff.sampled
     if b is None:
         raise TypeError("a merged graph needs two trees or a diff result")
     if sampled is None:
@@ -124,7 +125,9 @@ def merged_walk(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *,
         w.parent.append(parent)
         w.side.append(0 if ga and gb else (1 if ga else 2))
         w.split.append(split)
-        w.frame.append((ga or gb)[0].frame)
+        group = ga or gb
+        assert group  # a child group's key came from ca or cb, so one side holds it
+        w.frame.append(group[0].frame)
         w.count_a.append(sum(n.count for n in ga) if ga else 0)
         w.count_b.append(sum(n.count for n in gb) if gb else 0)
         w.depth.append(depth)

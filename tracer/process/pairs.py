@@ -53,7 +53,7 @@ class Pair:
 
 def _baseline(candidates: list[Trace], machine: str) -> Trace | None:
     same = [t for t in candidates if machine_of(t) == machine]
-    return (same or candidates or [None])[0]
+    return same[0] if same else candidates[0] if candidates else None
 
 
 def is_default_cpu(t: Trace) -> bool:
@@ -94,6 +94,8 @@ def pairs(traces: Iterable[Trace]) -> list[Pair]:
         machines = sorted({machine_of(t) for t in base})
         for i, m1 in enumerate(machines):
             for m2 in machines[i + 1:]:
-                out.append(Pair("machine", _baseline(base, m1), _baseline(base, m2)))
+                a, b = _baseline(base, m1), _baseline(base, m2)
+                assert a is not None and b is not None  # m1 and m2 are machines of traces in base
+                out.append(Pair("machine", a, b))
     out.sort(key=lambda p: (case_key(p.a), KINDS.index(p.kind), side_label(p.b)))
     return out

@@ -91,13 +91,13 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
             first = layer
             break
     code = {"A": SideCode(), "B": SideCode()}
-    libs = {"A": set(), "B": set()}
-    isa = {"A": set(), "B": set()}
+    libs: dict[str, set[str]] = {"A": set(), "B": set()}
+    isa: dict[str, set[str]] = {"A": set(), "B": set()}
     seen: dict[str, set] = {"A": set(), "B": set()}
     n = 0
     for result in diffs.values():
-        for layer in result.layers:
-            for s in walk_splits(layer.splits):
+        for layer_diff in result.layers:
+            for s in walk_splits(layer_diff.splits):
                 n += 1
                 _branch_code(s.only_a, code["A"], libs["A"], isa["A"], seen["A"])
                 _branch_code(s.only_b, code["B"], libs["B"], isa["B"], seen["B"])
@@ -246,12 +246,12 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
             if pr.first_layer:
                 first_layers[pr.first_layer] += 1
             for side in ("A", "B"):
-                t = totals[f"{pr.kind}:{side}"]
+                total = totals[f"{pr.kind}:{side}"]
                 c = pr.code[side]
-                t.python_functions += c.python_functions
-                t.python_lines += c.python_lines
-                t.native_symbols += c.native_symbols
-                t.ops += c.ops
+                total.python_functions += c.python_functions
+                total.python_lines += c.python_lines
+                total.native_symbols += c.native_symbols
+                total.ops += c.ops
             points.add(key[1], pr.title, pr.diffs, pr.kernels)
         base = next((t for t in group if is_default_cpu(t)), None)
         # input checks that only raise on the other arm are not decisions a port hooks into
@@ -300,7 +300,11 @@ def _order(primitive: str) -> int:
 def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> list[AuditRow]:
     rows = []
     for prim in dict.fromkeys(c.primitive for c in cases):
-        cpu_libs, gpu_libs, isa, provide, kernels = set(), None, set(), [], []
+        cpu_libs: set[str] = set()
+        gpu_libs: set[str] | None = None
+        isa: set[str] = set()
+        provide: list[str] = []
+        kernels: list[str] = []
         for case in (c for c in cases if c.primitive == prim):
             for r in case.sides.values():
                 if r.device == "gpu" and r.evidence in ("recorded", "imported"):  # a GPU ran it: the rest

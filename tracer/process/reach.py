@@ -139,7 +139,7 @@ def origin(trace: Trace) -> str:
     prov = trace.meta.get("provenance")
     if not isinstance(prov, dict):
         return ""
-    machine = trace.meta.get("machine") if isinstance(trace.meta.get("machine"), dict) else {}
+    machine = d if isinstance(d := trace.meta.get("machine"), dict) else {}
     gpu = str(machine.get("gpu") or prov.get("gpu") or "")
     where = str(prov.get("origin") or prov.get("source") or "")
     return f"recorded{' on ' + gpu if gpu else ''} by others: {where}" if where else ""

@@ -5,6 +5,7 @@ and, when it is on one side only, absent from the other side by more than chance
 from __future__ import annotations
 
 import math
+from collections.abc import Set
 
 from tracer.process.tree import group_count
 
@@ -36,7 +37,7 @@ def family_alpha(tests: int) -> float:
 
 
 def significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, total_b: int,
-                python_keys: set[int], alpha: float = ALPHA) -> tuple[dict, dict]:
+                python_keys: Set[int], alpha: float = ALPHA) -> tuple[dict, dict]:
     """Move the one-sided groups whose absence on the other side could be chance
     (:func:`miss_chance` >= ``alpha``), and those of Python frames in ``python_keys``
     (compared in the python layer), to their side's ``low`` dict: not a split."""

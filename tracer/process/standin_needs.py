@@ -115,8 +115,8 @@ def _tables_only(op: str, run: StandinNeeds, cpu_nodes: list, run_nodes: list) -
 def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | None) -> StandinNeeds | None:
     """The run's needs over a primitive's stand-in traces (passes and API levels), set
     against ``table`` (from ``cpu``, the default CPU traces), or None without a run."""
-    metas = [t.meta.get("standin") for t in standin]
-    metas = [m for m in metas if isinstance(m, dict) and isinstance(m.get("reached"), dict)]
+    recorded = [t.meta.get("standin") for t in standin]
+    metas = [m for m in recorded if isinstance(m, dict) and isinstance(m.get("reached"), dict)]
     if not metas:
         return None
     out = StandinNeeds(str(standin[0].meta.get("device", "standin")), str(metas[0].get("evidence", EVIDENCE)))

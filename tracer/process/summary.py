@@ -18,7 +18,10 @@ class PathSummary:
 
 
 def summarize(tree: Node) -> PathSummary:
-    py, c, ext, lines = set(), set(), set(), set()
+    py: set[tuple[str, str, str]] = set()
+    c: set[tuple[str, str, str]] = set()
+    ext: set[tuple[str, str, str]] = set()
+    lines: set[tuple[tuple[str, str, str], int]] = set()
     calls = nodes = 0
     for _, node in tree.walk():
         nodes += 1

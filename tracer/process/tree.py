@@ -40,7 +40,8 @@ def group_count(group: Any) -> int:
 
 def above(groups: dict, minimum: float) -> tuple[dict, dict]:
     """Split child groups into those with at least ``minimum`` samples and the rest."""
-    keep, low = {}, {}
+    keep: dict = {}
+    low: dict = {}
     for k, g in groups.items():
         (keep if group_count(g) >= minimum else low)[k] = g
     return keep, low

@@ -49,17 +49,17 @@ def print_audit(rep: FrameworkReport, console: Console) -> None:
         needs.add_row(r.primitive, Text(", ".join(r.cpu_libraries) or "-"), Text(gpu), Text(", ".join(r.isa) or "-"),
                       provide)
     console.print(needs)
-    rows = [r for r in rep.audit if r.needs]
+    rows = [(r, r.needs) for r in rep.audit if r.needs]
     if rows:
-        table = Table(title=f"What a new backend must implement ({rows[0].needs.key}), "
+        table = Table(title=f"What a new backend must implement ({rows[0][1].key}), "
                             "from the framework's own dispatch tables", title_justify="left")
         for col in ("primitive", "must implement", "what other backends use there", "gets for free"):
             table.add_column(col, overflow="fold")
-        for r in rows:
-            others = Text("\n".join(", ".join(f"{b}: {k}" for b, k in r.needs.others.get(op, {}).items()) or "-"
-                                    for op in r.needs.must_implement))
-            table.add_row(r.primitive, _lines(r.needs.must_implement), others,
-                          _lines([f"{op} ({why})" for op, why in r.needs.free]))
+        for r, need in rows:
+            others = Text("\n".join(", ".join(f"{b}: {k}" for b, k in need.others.get(op, {}).items()) or "-"
+                                    for op in need.must_implement))
+            table.add_row(r.primitive, _lines(need.must_implement), others,
+                          _lines([f"{op} ({why})" for op, why in need.free]))
         console.print(table)
     _print_standin(rep, console)
     if rep.gaps:
@@ -71,10 +71,10 @@ def print_audit(rep: FrameworkReport, console: Console) -> None:
 def _print_standin(rep: FrameworkReport, console: Console) -> None:
     """The must-implement list the stand-in device's run found, per primitive and
     pass, next to the tables' list, and why each op on one list only is there."""
-    rows = [r for r in rep.audit if r.standin]
+    rows = [(r, r.standin) for r in rep.audit if r.standin]
     if not rows:
         return
-    first = rows[0].standin
+    first = rows[0][1]
     table = Table(title=f"What a new backend must implement, {first.evidence} ({first.device}), next to the "
                         "dispatch tables' list", title_justify="left")
     for col in ("primitive", "pass", "must implement (run)", "dispatch tables (forward and backward)",
@@ -83,8 +83,7 @@ def _print_standin(rep: FrameworkReport, console: Console) -> None:
     why = Table(title="Why the run and the tables differ", title_justify="left")
     for col in ("primitive", "op", "on", "why"):
         why.add_column(col, overflow="fold")
-    for r in rows:
-        run = r.standin
+    for r, run in rows:
         passes = [p for p in ("setup", "forward", "backward") if run.by_pass.get(p)]
         for i, pass_ in enumerate(passes):
             tables = (_lines(r.needs.must_implement) if r.needs else Text("-")) if i == 0 else Text("")
@@ -94,7 +93,7 @@ def _print_standin(rep: FrameworkReport, console: Console) -> None:
             why.add_row(r.primitive if i == 0 else "", Text(clip(d.op)), d.side, Text(clip(d.why)),
                         end_section=i == len(run.differences) - 1)
     console.print(table)
-    if any(r.standin.differences for r in rows):
+    if any(run.differences for _, run in rows):
         console.print(why)
 
 

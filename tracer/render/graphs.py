@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from typing import Any
 from xml.etree import ElementTree
 
 import networkx as nx
@@ -93,9 +94,9 @@ def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
         side = d.get("side", SHARED)
         kind = d.get("kind", "")
         label = str(d.get("label", ""))
-        attrs = dict(label=quoted(short(label)), shape="box", style="filled,rounded",
-                     fillcolor=FILL.get(side, "#ffffff"), fontname="Helvetica", fontsize="9", color="#999999",
-                     tooltip=quoted(short(label, TOOLTIP_WIDTH)))
+        attrs: dict[str, Any] = dict(label=quoted(short(label)), shape="box", style="filled,rounded",
+                                     fillcolor=FILL.get(side, "#ffffff"), fontname="Helvetica", fontsize="9",
+                                     color="#999999", tooltip=quoted(short(label, TOOLTIP_WIDTH)))
         if kind == "fold":
             attrs.update(style="dashed,rounded", fillcolor="#ffffff", fontcolor="#777777")
         if d.get("split"):
@@ -107,7 +108,8 @@ def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
             if cl is None:
                 cl = clusters[lib] = pydot.Cluster(f"lib{len(clusters)}", label=quoted(short(lib)), style="dashed",
                                                    color="#bbbbbb", fontsize="9", fontname="Helvetica")
-                dot.add_subgraph(cl)
+                # pydot annotates add_subgraph with Subgraph only; it takes a Cluster (its isinstance check)
+                dot.add_subgraph(cl)  # type: ignore[arg-type]
             cl.add_node(node)
         else:
             dot.add_node(node)

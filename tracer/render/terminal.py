@@ -15,7 +15,8 @@ import re
 import sys
 from typing import TextIO
 
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import (Console, ConsoleOptions, ConsoleRenderable, Group, RenderableType, RenderHook,
+                          RenderResult)
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -61,10 +62,10 @@ class _Safe:
                 yield Segment(safe(seg.text), seg.style)
 
 
-class _SafeHook:
-    """rich's RenderHook protocol: every printed renderable is wrapped in :class:`_Safe`."""
+class _SafeHook(RenderHook):
+    """rich's RenderHook: every printed renderable is wrapped in :class:`_Safe`."""
 
-    def process_renderables(self, renderables: list[RenderableType]) -> list[RenderableType]:
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         return [_Safe(r) for r in renderables]
 
 

@@ -62,9 +62,10 @@ def _at(root: Node, path: tuple) -> list[Node]:
     none when the tree does not have it."""
     group = [root]
     for step in path:
-        group = children_groups(group).get(step)
-        if not group:
+        found = children_groups(group).get(step)
+        if not found:
             return []
+        group = found
     return group
 
 
@@ -75,7 +76,9 @@ def _present(root: Node, path: tuple, ident: tuple, threshold: float) -> bool:
     if not group:
         return False
     kids = children_groups(group).get(ident)
-    return bool(kids) and sum(n.count for n in kids) >= threshold * (total_samples(root) or 1)
+    if not kids:
+        return False
+    return sum(n.count for n in kids) >= threshold * (total_samples(root) or 1)
 
 
 def _filter(splits: list[Split], keep: Callable[[Split, Branch, str], bool]) -> tuple[list[Split], int]:
@@ -119,7 +122,7 @@ def _kernels_under(root: Node | None, path: tuple, silent: frozenset[str] = froz
     found: Counter = Counter()
     if root is None:
         return found
-    stack = [(c, frozenset()) for n in _at(root, path) for c in n.children]
+    stack: list[tuple[Node, frozenset[str]]] = [(c, frozenset()) for n in _at(root, path) for c in n.children]
     while stack:
         node, above = stack.pop()  # above: the libraries already on this stack (counted once)
         lib = library_of(node.frame)
@@ -171,6 +174,7 @@ def after_the_exact_layers(layers: list[LayerDiff]) -> None:
             continue
         kept = []
         quiet = REPORTING_LIBS if silent else frozenset()
+        assert d.a_root is not None and d.b_root is not None  # diff_trees keeps both trees (JSON drops them)
         total_a, total_b = total_samples(d.a_root), total_samples(d.b_root)
         for s in d.splits:
             if silent and (s.library in REPORTING_LIBS or _all_reporting(s)):
