@@ -20,6 +20,7 @@ test: setup lint
 # Style and types, checked before the tests (pyproject.toml holds their settings).
 lint: tool
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # Synthetic traces, the format, the registry, the diff, the renderers and the command
 # line's error paths: no framework environment, no emulated root, no slow fake survey.

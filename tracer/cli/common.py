@@ -42,11 +42,13 @@ class Group(click.Group):
     """Turns the tool's own errors, and click's usage errors, into one line
     `dltrace: error: ...` with a named exit status (Exit)."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        # (click overloads main on a Literal standalone_mode; this one keeps both behaviours)
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, False, **extra)
         try:
-            status = super().main(*args, standalone_mode=False, **kwargs)
+            status = super().main(args, prog_name, complete_var, False, **extra)
         except click.UsageError as exc:  # unknown command, option, or a value its type refuses
             # a refused value names its choices; a missing or unknown option points to the help
             hint = (f" (see: {exc.ctx.command_path} --help)"

@@ -174,9 +174,9 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise DltraceError(f"two files would be written to the same folder ({dup}); import them one at a time with -o")
-    single = output is not None and len(files) == 1
-    folders = [output if single else (output or Path("imported")) / n for n in names]
-    ensure_dir(output if output is not None else Path("imported"))  # an unwritable output is found first
+    base = output if output is not None else Path("imported")
+    folders = [base if len(files) == 1 and output is not None else base / n for n in names]
+    ensure_dir(base)  # an unwritable output is found first
     failed = 0
     for f, folder in zip(files, folders):  # each file stands alone: a bad one costs only itself
         try:

@@ -111,8 +111,8 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
             raise DiffError(f"{trace_a}: no {phase} {pass_} run")
         candidates = find_candidates(a, pass_, phase)
         if as_json:
-            click.echo(json.dumps({"mode": "candidates", "trace": trace_a, "pass": pass_, "phase": phase,
-                                   "candidates": [c.to_json() for c in candidates]}, indent=2), file=STDOUT)
+            STDOUT.write(json.dumps({"mode": "candidates", "trace": trace_a, "pass": pass_, "phase": phase,
+                                   "candidates": [c.to_json() for c in candidates]}, indent=2) + "\n")
         else:
             from tracer.process.diff import describe
 
@@ -124,8 +124,8 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
 
     ran = split_kernels(a, b, pass_)  # the framework's own kernels only one side ran
     if as_json:
-        click.echo(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json(),
-                               "kernels": {"A": ran[0], "B": ran[1]}}, indent=2), file=STDOUT)
+        STDOUT.write(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json(),
+                               "kernels": {"A": ran[0], "B": ran[1]}}, indent=2) + "\n")
     else:
         print_diff(result, out, (trace_a, trace_b))
         if ran[0] or ran[1]:

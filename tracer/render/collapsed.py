@@ -5,9 +5,8 @@ deep trace is large, its memory need not be."""
 
 from __future__ import annotations
 
-from typing import TextIO
-
 from tracer.render.export import Tree, frame_name, walk_events
+from tracer.render.terminal import TextSink
 from tracer.trace import Trace
 
 
@@ -16,7 +15,7 @@ def _clean(name: str) -> str:
     return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
 
 
-def write(trace: Trace, trees: list[Tree], out: TextIO) -> None:
+def write(trace: Trace, trees: list[Tree], out: TextSink) -> None:
     for tree in trees:
         names: list[str] = []
         for entering, node, own in walk_events(tree):

@@ -7,10 +7,10 @@ are two per frame. Streamed to the file for the same reason."""
 from __future__ import annotations
 
 import json
-from typing import TextIO
 
 from tracer import __version__
 from tracer.render.export import Tree, frame_name, inclusive_weights, walk_events
+from tracer.render.terminal import TextSink
 from tracer.trace import Frame, Trace
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
@@ -40,7 +40,7 @@ class _Frames:
         return i
 
 
-def write(trace: Trace, trees: list[Tree], out: TextIO) -> None:
+def write(trace: Trace, trees: list[Tree], out: TextSink) -> None:
     frames = _Frames()
     out.write('{"$schema":' + json.dumps(SCHEMA) + ',"profiles":[')
     for n, tree in enumerate(trees):

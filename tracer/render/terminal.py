@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from rich.console import (Console, ConsoleOptions, ConsoleRenderable, Group, RenderableType, RenderHook,
                           RenderResult)
@@ -69,11 +69,17 @@ class _SafeHook(RenderHook):
         return [_Safe(r) for r in renderables]
 
 
+class TextSink(Protocol):
+    """Where an export writes: a file, standard output, or a terminal-safe wrapper."""
+
+    def write(self, text: str, /) -> int: ...
+
+
 class TerminalSafe:
     """A text stream for data written straight to a terminal (an export to stdout):
     what :func:`safe` would escape is escaped on the way."""
 
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextSink):
         self.stream = stream
 
     def write(self, text: str) -> int:
