@@ -1,5 +1,11 @@
 """User-facing errors: each one is printed as a single line, never as a traceback."""
 
+from typing import Literal
+
+#: How a probe failed: a gap record says it, and the survey decides on it (a crash or a
+#: timeout costs the job's remaining cases a process of their own; an interrupt stops).
+FailureKind = Literal["failed", "crashed", "timeout", "no-device", "import", "interrupted"]
+
 
 class DltraceError(Exception):
     """Base of every error the CLI reports in one line."""
@@ -16,6 +22,6 @@ class EnvNotReady(DltraceError):
 class ProbeFailed(DltraceError):
     """A probe subprocess crashed, hung, or could not run the case."""
 
-    def __init__(self, message: str, kind: str = "failed"):
+    def __init__(self, message: str, kind: FailureKind = "failed"):
         super().__init__(message)
-        self.kind = kind  # failed | crashed | timeout | no-device | import
+        self.kind: FailureKind = kind

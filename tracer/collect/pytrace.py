@@ -76,9 +76,7 @@ def _may_branch(code: CodeType) -> bool:
     """Whether which lines run can differ between calls: only such functions need
     line events (which cost a Python callback per line), the others' lines are known
     from the code itself."""
-    # co_exceptiontable and co_positions are 3.11's: the collector runs in CPython 3.11
-    # (cbuild's C core, RESUME above), whatever the host's python_requires allows
-    return (bool(code.co_exceptiontable)  # type: ignore[attr-defined]
+    return (bool(code.co_exceptiontable)
             or bool(code.co_flags & _RESUMABLE) or not _JUMPS.isdisjoint(code.co_code[::2]))
 
 
@@ -86,7 +84,7 @@ def _static_lines(code: CodeType) -> frozenset[int]:
     """The lines a branch-free function reports when it runs (all but RESUME's);
     one that raises part-way is credited with them all, the price of not tracing
     it. co_positions() has one entry per code unit, as co_code has two bytes."""
-    positions = code.co_positions()  # type: ignore[attr-defined]  # 3.11's, as co_exceptiontable above
+    positions = code.co_positions()
     return frozenset(pos[0] for op, pos in zip(code.co_code[::2], positions)
                      if op != _RESUME and pos[0] is not None)
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from tracer.process.diff.context import ARTEFACTS
-from tracer.process.diff.result import DiffResult, LayerDiff, Split, walk_splits
+from tracer.process.diff.result import Classification, DiffResult, LayerDiff, Split, walk_splits
 from tracer.process.symbols import display
 
 #: What a row shows of each side, over all its comparisons (cudnn_convolution, miopen_convolution...).
@@ -46,7 +46,7 @@ class DispatchPoint:
     frame: str  # the deciding frame, as recorded
     display: str  # its short form
     layer: str
-    classification: str
+    classification: Classification
     file: str
     line: int
     primitives: list[str]

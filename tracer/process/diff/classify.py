@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from tracer.contract import STANDIN_LIB
+from tracer.process.diff.result import Classification
 from tracer.process.tags import (GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, VENDOR_LIBS, isa_of,
                                  library_call_kind, library_of, vendor_named)
 from tracer.process.vocabulary import DEVICE_CHOICE, GPU_CODE
@@ -42,7 +43,8 @@ def _last_name(f: Frame) -> str:
     return re.split(r"[.:]", f.name.split("(")[0])[-1].lower()
 
 
-def classify(frames_a: list[Frame], frames_b: list[Frame], devices_differ: bool = True) -> tuple[str, str]:
+def classify(frames_a: list[Frame], frames_b: list[Frame],
+             devices_differ: bool = True) -> tuple[Classification, str]:
     """Classify a split from the frames reached on each side only. First rule that fires:
 
     1. device dispatch: GPU code (cuda/gpu/cudnn/cublas/cupy names, GPU library tags) on one side only;

@@ -35,23 +35,23 @@ The rules are on what is measurable, never on a list of names (see
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Final, Iterable
 
 from tracer.contract import DERIVED_EVIDENCE, STANDIN
 from tracer.knowledge import knowledge
-from tracer.process.diff.result import Branch, DiffResult, Split, walk_splits
+from tracer.process.diff.result import Branch, Classification, DiffResult, Split, walk_splits
 from tracer.process.tags import GPU_LIBS
 from tracer.process.vocabulary import GPU_CODE
 from tracer.trace import Trace
 
-MODEL_CONTEXT = "model context"
-VERSION_DIFFERENCE = "version difference"
-STANDIN_IMPLEMENTATION = "stand-in implementation"
-EVIDENCE_SHAPE = "evidence shape"
+MODEL_CONTEXT: Final = "model context"
+VERSION_DIFFERENCE: Final = "version difference"
+STANDIN_IMPLEMENTATION: Final = "stand-in implementation"
+EVIDENCE_SHAPE: Final = "evidence shape"
 #: Classes that are no decision of a framework, a library or an ISA.
 ARTEFACTS = frozenset({MODEL_CONTEXT, VERSION_DIFFERENCE, STANDIN_IMPLEMENTATION, EVIDENCE_SHAPE})
 #: What classify() says when no device, library, ISA or compilation word tells the sides apart.
-_UNEXPLAINED = frozenset({"other", "allocation/transfer"})
+_UNEXPLAINED: frozenset[Classification] = frozenset({"other", "allocation/transfer"})
 _UNKNOWN_VERSIONS = frozenset({"", "unknown", "?"})
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -103,8 +103,9 @@ def _versions(result: DiffResult) -> tuple[str, str] | None:
     return str(pair[0]), str(pair[1])
 
 
-def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], classification: str,
-               result: DiffResult, imported: tuple[bool, bool], probe_ops: frozenset[str]) -> tuple[str, str] | None:
+def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], classification: Classification,
+               result: DiffResult, imported: tuple[bool, bool],
+               probe_ops: frozenset[str]) -> tuple[Classification, str] | None:
     """(class, reason) when a split is no decision, else None. First rule that fires:
 
     1. model context: one side is an imported model slice, and every frame on either

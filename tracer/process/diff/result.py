@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal, get_args
 
 from tracer.trace import Node
 
 #: The kinds of split; the last four are no decision of a framework, a library or an ISA
 #: (tracer.process.diff.context): they stay in a pair's diff, never in a dispatch table.
-CLASSES = ("device dispatch", "library choice", "ISA-specific code", "compilation", "allocation/transfer", "other",
-           "model context", "version difference", "stand-in implementation", "evidence shape")
+Classification = Literal["device dispatch", "library choice", "ISA-specific code", "compilation",
+                         "allocation/transfer", "other",
+                         "model context", "version difference", "stand-in implementation", "evidence shape"]
+CLASSES: tuple[Classification, ...] = get_args(Classification)
 
 
 @dataclass
@@ -76,7 +78,7 @@ class Split:
     only_a: list[Branch]
     only_b: list[Branch]
     fragments: list[Fragment]
-    classification: str
+    classification: Classification
     reason: str
     children: list["Split"] = field(default_factory=list)  # splits further down, consequences of this one
     library: str = ""  # the library tag of the split frame itself
