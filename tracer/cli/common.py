@@ -33,8 +33,12 @@ out = safe_console(file=STDOUT)
 err = safe_console(stderr=True)
 
 
-def _fail(text: str, code: Exit) -> NoReturn:
+def _say(text: str) -> None:
     err.print(message("dltrace: error:", "red", text), highlight=False, soft_wrap=True)
+
+
+def _fail(text: str, code: Exit) -> NoReturn:
+    _say(text)
     sys.exit(code)
 
 
@@ -74,14 +78,12 @@ class Group(click.Group):
             stop_all()
             err.print("dltrace: error: out of memory (a trace or profile too large for this machine?)", markup=False)
             ctx.exit(Exit.ERROR)
-        except UsageError as exc:  # what the registry says does not exist (a device this framework lacks...)
-            err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
-            ctx.exit(Exit.USAGE)
         except (DltraceError, TraceFormatError, RegistryError) as exc:
-            err.print(message("dltrace: error:", "red", str(exc)), highlight=False, soft_wrap=True)
-            ctx.exit(Exit.ERROR)
+            _say(str(exc))
+            # a UsageError: what the registry says does not exist (a device this framework lacks...)
+            ctx.exit(Exit.USAGE if isinstance(exc, UsageError) else Exit.ERROR)
         except OSError as exc:  # a full disk, a folder that vanished: said in one line
-            err.print(message("dltrace: error:", "red", describe(exc, "")), highlight=False, soft_wrap=True)
+            _say(describe(exc, ""))
             ctx.exit(Exit.ERROR)
         except KeyboardInterrupt:
             stop_all()
@@ -161,6 +163,12 @@ LAYERS_HELP = ("python (Python frames and C hand-offs), op (the framework's own 
 def flat(values: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
     """The names of a repeatable comma-separated option, in order, each once."""
     return tuple(dict.fromkeys(name for group in values for name in group))
+
+
+def layers_in_order(values: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+    """The layers a --layers option asked for, in the trace's order; all when none."""
+    asked = flat(values)
+    return tuple(layer for layer in LAYERS if layer in asked) if asked else LAYERS
 
 
 class Shape(click.ParamType):

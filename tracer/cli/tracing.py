@@ -8,7 +8,7 @@ import click
 
 from tracer.cli import main
 from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, Seconds, Shape,
-                               command_line, err, flat, frameworks, out)
+                               command_line, err, flat, frameworks, layers_in_order, out)
 from tracer.contract import LAYERS, PASSES, PHASES
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
@@ -50,15 +50,14 @@ def probe(framework: str, primitive: str, device: str, variant: str, pass_: str,
           max_nodes: int, layers: tuple[tuple[str, ...], ...], cpu: str | None) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
     fw = check(frameworks(), framework, primitive, device, variant, api)
-    asked = flat(layers)
-    chosen = tuple(layer for layer in LAYERS if layer in asked) if asked else LAYERS
+    chosen = layers_in_order(layers)
     if cpu and "native" in chosen:
-        if asked:
+        if layers:
             raise UsageError("the native layer cannot be recorded on an emulated CPU: py-spy cannot attach under QEMU")
         chosen = tuple(layer for layer in chosen if layer != "native")
     if device == "standin" and set(chosen) - {"python", "op"}:
         # below the op layer is the stand-in's own CPU computation, not what a backend runs
-        if asked:
+        if layers:
             raise UsageError("the standin device records the python and op layers only: its library calls and "
                              "native stacks are the CPU computation it stands in with")
         chosen = tuple(layer for layer in chosen if layer in ("python", "op"))
@@ -102,7 +101,7 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
     from tracer.trace import load
 
     a = load(trace_a)
-    wanted = tuple(layer for layer in LAYERS if layer in flat(layers)) if layers else LAYERS
+    wanted = layers_in_order(layers)
     if trace_b is None:
         if "python" not in wanted:
             raise DiffError(f"single-trace mode reads the python layer, not the {'/'.join(wanted)} layer; "
@@ -112,7 +111,7 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
         candidates = find_candidates(a, pass_, phase)
         if as_json:
             STDOUT.write(json.dumps({"mode": "candidates", "trace": trace_a, "pass": pass_, "phase": phase,
-                                   "candidates": [c.to_json() for c in candidates]}, indent=2) + "\n")
+                                     "candidates": [c.to_json() for c in candidates]}, indent=2) + "\n")
         else:
             from tracer.process.diff import describe
 
@@ -125,7 +124,7 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
     ran = split_kernels(a, b, pass_)  # the framework's own kernels only one side ran
     if as_json:
         STDOUT.write(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json(),
-                               "kernels": {"A": ran[0], "B": ran[1]}}, indent=2) + "\n")
+                                 "kernels": {"A": ran[0], "B": ran[1]}}, indent=2) + "\n")
     else:
         print_diff(result, out, (trace_a, trace_b))
         if ran[0] or ran[1]:
