@@ -118,6 +118,13 @@ class Trace:
         return self.sources.get((frame.file, frame.line))
 
 
+def mapping(value: Any) -> dict[str, Any]:
+    """A meta field meant to hold an object, or {} where it holds anything else: only
+    a few meta fields are checked on load, and traces recorded elsewhere or by other
+    versions may lack the rest or hold another type there."""
+    return value if isinstance(value, dict) else {}
+
+
 # ----------------------------------------------------------------------------- save
 
 

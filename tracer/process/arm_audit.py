@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import PASSES, PRIMITIVES
-from tracer.trace import Trace
+from tracer.trace import Trace, mapping
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
 #: for this CPU (what a port must write, or accept as slow).
@@ -49,7 +49,7 @@ ARM_ARCHES = ("aarch64", "arm64")
 
 
 def _arch(trace: Trace) -> str:
-    machine = d if isinstance(d := trace.meta.get("machine"), dict) else {}
+    machine = mapping(trace.meta.get("machine"))
     return str(machine.get("arch", "?"))
 
 
@@ -99,8 +99,8 @@ def _compiled(trace: Trace, pass_: str) -> list[str]:
 
 
 def _cell(trace: Trace) -> ArmCell:
-    library = d if isinstance(d := trace.meta.get("library"), dict) else {}
-    blas = d if isinstance(d := library.get("OpenBLAS"), dict) else {}
+    library = mapping(trace.meta.get("library"))
+    blas = mapping(library.get("OpenBLAS"))
     cell = ArmCell(capability=str(trace.meta.get("cpu_capability", "")),
                    blas=f"OpenBLAS, {blas['core']} kernels" if blas.get("core") else "")
     for pass_ in PASSES:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.knowledge import knowledge
-from tracer.trace import Trace
+from tracer.trace import Trace, mapping
 
 #: The backends whose declared kernels are shown beside a new backend's needs.
 OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU", "GPU", "oneDNN")
@@ -117,8 +117,8 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
         if not _derived(t):
             continue
         backend = t.meta["backend"]
-        tables = d if isinstance(d := backend.get("passes"), dict) else {}
-        prov = d if isinstance(d := t.meta.get("provenance"), dict) else {}
+        tables = mapping(backend.get("passes"))
+        prov = mapping(t.meta.get("provenance"))
         for run in t.runs:
             root = run.layers.get("op")
             if root is None:

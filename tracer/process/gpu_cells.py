@@ -25,7 +25,7 @@ from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
 from tracer.process.tags import CUDART, library_of
-from tracer.trace import Node, Trace
+from tracer.trace import Node, Trace, mapping
 
 #: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
 _RUNTIMES = frozenset({CUDART, "HIP runtime"})
@@ -136,7 +136,7 @@ def _deepest_op(root: Node) -> str:
 def _source(trace: Trace) -> tuple[str, str]:
     """(where it came from, GPU model) from the trace's provenance and machine."""
     prov = trace.meta.get("provenance")
-    machine = d if isinstance(d := trace.meta.get("machine"), dict) else {}
+    machine = mapping(trace.meta.get("machine"))
     gpu = str(machine.get("gpu") or (prov.get("gpu") if isinstance(prov, dict) else "") or "")
     if isinstance(prov, str):
         return prov, gpu

@@ -14,7 +14,7 @@ from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
 from tracer.process.tags import SYSTEM_LIBS, is_unnamed, isa_of, library_of, library_order
 from tracer.process.tree import total_samples
-from tracer.trace import Node, Trace
+from tracer.trace import Node, Trace, mapping
 
 
 @dataclass
@@ -139,7 +139,7 @@ def origin(trace: Trace) -> str:
     prov = trace.meta.get("provenance")
     if not isinstance(prov, dict):
         return ""
-    machine = d if isinstance(d := trace.meta.get("machine"), dict) else {}
+    machine = mapping(trace.meta.get("machine"))
     gpu = str(machine.get("gpu") or prov.get("gpu") or "")
     where = str(prov.get("origin") or prov.get("source") or "")
     return f"recorded{' on ' + gpu if gpu else ''} by others: {where}" if where else ""
