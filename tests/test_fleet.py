@@ -11,13 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import distributed
 import pytest
 
 from tracer import fleet, envs
 from tracer import survey as sv
 from tracer.trace import Frame, Node, Run, Trace, load
-
-distributed = pytest.importorskip("distributed")
 
 BIN = Path(sys.executable).parent
 X86 = {"arch-x86_64": 2, "fw-torch": 2, "fw-tensorflow": 2}
