@@ -145,12 +145,15 @@ def test_pip_installs_for_the_guest_and_evaluates_markers_as_aarch64(tmp_path):
 
 def test_proot_command_binds_the_cpu_the_wheels_and_the_callers_folders(tmp_path):
     cpu_dir, site = tmp_path / "cpu", tmp_path / "site"
-    argv = cmd.proot_argv(Path("/r"), site, cpu_dir, "a64fx,midr=0x461f0010", [tmp_path / "x" / "..", ROOT],
+    code = tmp_path / "dltrace-code" / "tracer"
+    argv = cmd.proot_argv(Path("/r"), site, cpu_dir, "a64fx,midr=0x461f0010",
+                          [tmp_path / "x" / "..", ROOT, (ROOT / "tracer", code)],
                           "/usr/bin/qemu-aarch64-static", "/usr/bin/proot")
     assert argv[:5] == ["/usr/bin/proot", "-q", "/usr/bin/qemu-aarch64-static -cpu a64fx,midr=0x461f0010", "-r", "/r"]
     binds = [argv[i + 1] for i, a in enumerate(argv) if a == "-b"]
     assert binds == ["/proc", "/dev", "/tmp", f"{cpu_dir}/cpuinfo:/proc/cpuinfo", f"{cpu_dir}/sys:/sys",
-                     f"{site}:/usr/local/lib/python3.11/dist-packages", str(tmp_path.resolve()), str(ROOT)]
+                     f"{site}:/usr/local/lib/python3.11/dist-packages", str(tmp_path.resolve()), str(ROOT),
+                     f"{ROOT / 'tracer'}:{code.resolve()}"]
     assert argv[-1] == "/usr/bin/python3"
 
 

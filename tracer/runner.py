@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from tracer import envs
@@ -22,6 +23,9 @@ from tracer.contract import EXACT_LAYERS, PASSES, PRIMITIVES, CaseRequest, Exit,
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.registry import Framework
 from tracer.trace import Trace, TraceFormatError, load, save
+
+if TYPE_CHECKING:
+    from tracer.emulation.guest import Bind
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -42,15 +46,28 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def code_path(folder: Path) -> Path:
+def code_path(folder: Path, link: bool = True) -> Path:
     """A new folder in ``folder`` that holds the tracer package alone (a link to
     it): what the probe process gets on its PYTHONPATH. The folder the package is
     in may be a site-packages (an installed wheel) whose other packages (numpy,
-    typing_extensions, ...) must not shadow the framework environment's own."""
+    typing_extensions, ...) must not shadow the framework environment's own.
+
+    ``link=False`` leaves an empty ``tracer`` folder instead, for an emulated guest
+    that gets the package bound there (:func:`package_bind`): a guest resolving a
+    host symlink through proot once failed to find a package folder the host saw."""
     code = folder / "dltrace-code"  # no module name: the probe runs in ``folder``
     code.mkdir()
-    (code / "tracer").symlink_to(PACKAGE, target_is_directory=True)
+    if link:
+        (code / "tracer").symlink_to(PACKAGE, target_is_directory=True)
+    else:
+        (code / "tracer").mkdir()
     return code
+
+
+def package_bind(code: Path) -> tuple[Path, Path]:
+    """The (host, guest) bind that puts the tracer package into ``code`` (made by
+    ``code_path(folder, link=False)``) for an emulated guest."""
+    return PACKAGE, code / "tracer"
 
 
 def stop_all() -> None:
@@ -134,7 +151,7 @@ def _tail(path: Path, lines: int = 3) -> str:
     return " | ".join(keep[-lines:])
 
 
-def _emulated(fw: Framework, cpu: str, binds: list[Path]) -> tuple[list[str], dict[str, str]]:
+def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], dict[str, str]]:
     """The command and environment that run ``fw``'s emulated aarch64 python as ``cpu``,
     and what the trace is to say of it (DLTRACE_EMULATED, read by the harness)."""
     from tracer import emulation
@@ -210,7 +227,8 @@ def run_probe(
         wants_library = any("library" in c.layers for c in cases)
         env = {**(PERFMAP_ENV if wants_native else {}), **(VERBOSE_ENV if wants_library else {}), **os.environ,
                **fw.env, **(nat.env if wants_native else {}), **(var.env if var else {})}
-        env["PYTHONPATH"] = os.pathsep.join([str(code_path(tmpdir)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        code = code_path(tmpdir, link=not cpu)
+        env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
         # what the framework leaves in the temp folder (MXNet's profiler output) goes with this one
         (tmpdir / "tmp").mkdir()
@@ -218,7 +236,7 @@ def run_probe(
         # the probe kills itself if this process dies (even by SIGKILL): see harness.die_with_parent
         env["DLTRACE_PARENT_PID"] = str(os.getpid())
         if cpu:
-            python, extra = _emulated(fw, cpu, [PACKAGE, tmpdir, out_dir])  # the guest follows the link
+            python, extra = _emulated(fw, cpu, [tmpdir, out_dir, package_bind(code)])
             env.update(extra)
         stderr_path = tmpdir / "stderr.txt"
         if _stopping.is_set():

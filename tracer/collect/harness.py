@@ -280,6 +280,20 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
             run.stats.setdefault("layers", {})["native"] = merge_stats([stats for _, stats in halves])
 
 
+def _import_probe(name: str) -> object:
+    """The probe module. The framework's import ran in between and may have taken
+    minutes under emulation; if the probe's package is then not found, the finders'
+    cached folder listings are dropped and the import tried once more (what
+    importlib.invalidate_caches is for) before it counts as missing."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if not exc.name or not name.startswith(exc.name):
+            raise
+        importlib.invalidate_caches()
+        return importlib.import_module(name)
+
+
 def main(argv: list[str]) -> int:
     die_with_parent()
     with open(argv[0]) as fh:
@@ -287,9 +301,11 @@ def main(argv: list[str]) -> int:
     try:
         fw = importlib.import_module(req.import_name)
         applied = {dotted: set_dotted(dotted, value) for dotted, value in req.variant_set.items()}
-        probe = importlib.import_module(req.probe)
+        probe = _import_probe(req.probe)
     except Exception as exc:  # noqa: BLE001 - reported as one line to the tool
-        print(f"cannot import {req.import_name} / {req.probe}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        where = f" (tracer from {', '.join(getattr(sys.modules.get('tracer'), '__path__', []))})" \
+            if isinstance(exc, ModuleNotFoundError) else ""
+        print(f"cannot import {req.import_name} / {req.probe}: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
         return Exit.IMPORT
     if not isinstance(probe, Probe):
         print(f"{req.probe} is not a probe: it lacks gpu_available() or make_case() (tracer.contract.Probe)",

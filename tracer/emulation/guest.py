@@ -103,25 +103,34 @@ def cpu_files(cpu: str, ncpu: int | None = None) -> Path:
     return folder
 
 
-def proot_argv(root: Path, site: Path, cpu_dir: Path, qemu_spec: str, binds: list[Path],
+#: a host folder the guest sees at the same path, or a (host, guest) pair
+Bind = Path | tuple[Path, Path]
+
+
+def proot_argv(root: Path, site: Path, cpu_dir: Path, qemu_spec: str, binds: list[Bind],
                qemu_path: str = "qemu-aarch64-static", proot_path: str = "proot") -> list[str]:
     """proot's command line up to the guest's python3 (pure: the tests check it)."""
     argv = [proot_path, "-q", f"{qemu_path} -cpu {qemu_spec}", "-r", str(root),
             "-b", "/proc", "-b", "/dev", "-b", "/tmp",
             "-b", f"{cpu_dir / 'cpuinfo'}:/proc/cpuinfo", "-b", f"{cpu_dir / 'sys'}:/sys",
             "-b", f"{site}:{layout.GUEST_SITE}"]
-    for path in binds:
-        path = Path(path).resolve()
-        argv += ["-b", str(path)]
+    for bind in binds:
+        if isinstance(bind, tuple):
+            host, guest = bind
+            argv += ["-b", f"{Path(host).resolve()}:{Path(guest).resolve()}"]
+        else:
+            argv += ["-b", str(Path(bind).resolve())]
     return [*argv, "/usr/bin/python3"]
 
 
-def command(name: str, cpu: str, binds: list[Path]) -> tuple[list[str], dict[str, str]]:
+def command(name: str, cpu: str, binds: list[Bind]) -> tuple[list[str], dict[str, str]]:
     """The argv prefix and the extra environment that run environment ``name``'s
     emulated python3 as CPU model ``cpu``; append the python arguments (``-m
     tracer.collect.harness REQUEST``). ``binds`` are host folders the guest must see
     at the same path (the project, the request's temporary folder): the working
-    folder and every folder on PYTHONPATH must be among them (or under /tmp).
+    folder and every folder on PYTHONPATH must be among them (or under /tmp); a
+    (host, guest) pair binds a host folder at another path (the tracer package
+    into the probe's code folder).
 
     The argv starts with the host's Python running launch.py, which makes a guest
     killed by a signal end the same way and keeps DLTRACE_PARENT_PID's meaning."""
