@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import dltrace, one_line_error
+from tracer.contract import Exit
 from tracer.importers import Imported, ImportFailed, import_file
 from tracer.importers.provenance import provenance
 from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, library_of
@@ -400,6 +401,16 @@ def test_unwritable_output_is_found_before_the_work(tmp_path):
     assert "cannot write" in line
 
 
+def test_a_framework_without_profiler_formats_is_a_usage_error_before_any_work(tmp_path):
+    # chainer's entry declares no profiles: nothing is read and no folder is made
+    line = one_line_error(dltrace("import", str(REF / "vit-h100.kineto.json.gz"), "--framework", "chainer",
+                                  "-o", str(tmp_path / "o")), code=Exit.USAGE)
+    assert "chainer has no profiler format to import" in line and "torch, tensorflow, mxnet, jax" in line
+    assert not (tmp_path / "o").exists()
+    assert "unknown framework 'paddle'" in one_line_error(dltrace("import", str(XPLANE), "--framework", "paddle"),
+                                                             code=Exit.USAGE)
+
+
 def test_a_missing_file_and_a_profile_of_the_other_kind(tmp_path):
     assert "cannot read" in one_line_error(dltrace("import", str(tmp_path / "nope.json"), "--framework", "torch",
                                                    "-o", str(tmp_path / "o")))
@@ -428,7 +439,7 @@ def xplane_profile(frameworks):
     assert _jax_ready(), "the jax environment is not set up (dltrace env setup jax): JAX reads XPlane files"
     from tracer.importers.xplane import profile_of, read_xplane
 
-    dump, _ = read_xplane(XPLANE)
+    dump, _ = read_xplane(XPLANE, "jax")
     return profile_of(dump, XPLANE)
 
 

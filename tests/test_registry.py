@@ -81,6 +81,8 @@ frameworks:
         (lambda s: s.replace("  fw:", "  '[red]fw':"), "framework name '[red]fw' must be a short name"),
         (lambda s: s + "    native: {rate: fast}\n", "field 'native' needs a numeric rate and seconds"),
         (lambda s: s + "    env: [A]\n", "field 'env' must be a dict, not list"),
+        (lambda s: s + "    profiles: [nsys]\n", "field 'profiles' has unknown format 'nsys' (choose from: kineto,"),
+        (lambda s: s + "    imported: [reference/x.json]\n", "field 'imported' needs 'profiles'"),
     ],
 )
 def test_malformed_entries(tmp_path, edit, message):

@@ -52,6 +52,15 @@ REQUEST_KINDS = ("trace", "gpu-evidence")
 #: The suffix of a framework's GPU-build environment (frameworks.yaml ``gpu_build``):
 #: ``tensorflow-gpu-build`` runs tensorflow's probe; its traces name ``tensorflow``.
 GPU_BUILD = "-gpu-build"
+#: The profiler file formats dltrace imports (tracer.importers reads each), named by a
+#: framework's frameworks.yaml ``profiles`` in the order its files are tried.
+PROFILE_FORMATS = {
+    "kineto": "a Kineto chrome-trace JSON, plain or gzip (torch.profiler's export)",
+    "xplane": "an XPlane protobuf (.xplane.pb: the XLA profiler's file)",
+    "nvprof": "an nvprof or Nsight SQLite database",
+    "tf-stats": "a tensorflow_stats protobuf (TensorBoard's profile plugin)",
+    "op-timeline": "a framework profiler's chrome-trace JSON of operator records",
+}
 
 
 # ----------------------------------------------------------------------------- primitives

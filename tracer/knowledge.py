@@ -31,6 +31,7 @@ class Knowledge:
     incidental: re.Pattern[str] | None  # native frames that say where a thread was, not what ran
     same_op: tuple[re.Pattern[str], ...]  # an op variant's name, its group 1 the op it computes
     kernels: re.Pattern[str] | None = None  # native frames (without template arguments) that are an op's kernel
+    compiling: tuple[str, ...] = ()  # words in frame names that mean compiling the model, every framework's
 
     def is_utility_op(self, name: str) -> bool:
         return bool(self.utility_ops and self.utility_ops.search(name))
@@ -58,6 +59,7 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
         incidental=_either([p for k in facts for p in k.incidental]),
         same_op=tuple(re.compile(p) for k in facts for p in k.same_op),
         kernels=_either([p for k in facts for p in k.kernels]),
+        compiling=tuple(dict.fromkeys(p for k in facts for p in k.compiling)),
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, NativeRequest
+from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, PROFILE_FORMATS, NativeRequest
 
 if TYPE_CHECKING:
     # importlib.resources.abc is new in 3.11; 3.10 has Traversable in importlib.abc
@@ -90,6 +90,7 @@ class FrameworkKnowledge:
     incidental: tuple[str, ...] = ()  # its native frames that say where a thread was, not what ran
     same_op: tuple[str, ...] = ()  # op-name variants of one op, e.g. in-place: group 1 is the op
     kernels: tuple[str, ...] = ()  # its native frames that are one op's kernel (tensorflow::MklConvOp::Compute)
+    compiling: tuple[str, ...] = ()  # words in its frames that mean compiling the model (dynamo, tf_function)
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,9 @@ class Framework:
     knowledge: FrameworkKnowledge
     #: profiler files recorded elsewhere (real GPUs) that every survey of it imports
     imported: tuple[Path, ...] = ()
+    #: the profiler file formats its files are imported from (contract.PROFILE_FORMATS),
+    #: in the order they are tried: ``dltrace import --framework`` and ``imported``
+    profiles: tuple[str, ...] = ()
     aarch64: Aarch64Spec | None = None
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
@@ -210,7 +214,8 @@ class _Entry:
             core_symbols=text("core_symbols"), core_libraries=text("core_libraries"),
             core_modules=text("core_modules"),
             utility_ops=patterns("utility_ops"), generated=patterns("generated"), noise=patterns("noise"),
-            incidental=patterns("incidental"), same_op=patterns("same_op"), kernels=patterns("kernels"))
+            incidental=patterns("incidental"), same_op=patterns("same_op"), kernels=patterns("kernels"),
+            compiling=patterns("compiling"))
 
     def aarch64(self) -> Aarch64Spec | None:
         spec = self.get("aarch64", dict, None)
@@ -298,12 +303,23 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         apis=apis,
         knowledge=e.knowledge(),
         imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
+        profiles=_profiles(e),
         aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
         gpu_build=_steps(e, "gpu_build", e.get("gpu_build", list, [])),
         **_gpu_evidence(e),
     )
+
+
+def _profiles(e: _Entry) -> tuple[str, ...]:
+    formats = e.strings("profiles", e.get("profiles", list, []))
+    unknown = [f for f in formats if f not in PROFILE_FORMATS]
+    if unknown:
+        raise e.error("profiles", f"has unknown format '{unknown[0]}' (choose from: {', '.join(PROFILE_FORMATS)})")
+    if e.data.get("imported") and not formats:
+        raise e.error("imported", "needs 'profiles': the formats its files are read as")
+    return formats
 
 
 def _gpu_evidence(e: _Entry) -> dict[str, Any]:

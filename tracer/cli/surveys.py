@@ -12,7 +12,6 @@ from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIS
                                err, flat, frameworks, out)
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir
-from tracer.importers import FRAMEWORKS as IMPORTABLE
 from tracer.render.terminal import message
 from tracer.runner import DEFAULT_TIMEOUT
 
@@ -156,9 +155,9 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
 # --------------------------------------------------------------------------- import
 @main.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE...")
-@click.option("--framework", type=click.Choice(IMPORTABLE), required=True,
-              help="torch: a torch.profiler trace (Kineto JSON, plain or gzip); "
-                   "jax: a jax.profiler XPlane (.xplane.pb).")
+@click.option("--framework", type=FRAMEWORK, required=True,
+              help="The framework that recorded the files; they are read as the profiler formats "
+                   "its frameworks.yaml entry declares (profiles: torch's Kineto JSON, JAX's XPlane...).")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the traces (default: ./imported/<source name>/; "
                    "with several files, one subfolder each).")
@@ -166,10 +165,11 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     """Turn GPU profiler files recorded elsewhere into dltrace traces: one trace per
     primitive found, <primitive>-imported.json, its op layer shaped like the CPU probe's
     and the GPU kernels under the ops that launched them."""
-    from tracer.importers import ImportFailed, import_file, imported_path
+    from tracer.importers import ImportFailed, formats_of, import_file, imported_path
     from tracer.importers.source import short_name
     from tracer.trace import save
 
+    formats_of(framework)  # a framework with none is a usage error before anything is written
     names = [short_name(f.name) for f in files]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)

@@ -1,7 +1,7 @@
 """Importing profiler files recorded by other people on real GPUs.
 
-This project's machines have no GPU, but torch.profiler (Kineto chrome-trace JSON)
-and jax.profiler (XPlane protobuf) files recorded elsewhere hold the GPU path: the
+This project's machines have no GPU, but profiler files recorded elsewhere (the
+formats each framework declares in frameworks.yaml ``profiles``) hold the GPU path: the
 op the dispatcher chose (``aten::cudnn_convolution``, ``aten::miopen_convolution``)
 and the kernels it launched. :func:`import_file` slices out each primitive dltrace
 knows and returns one :class:`tracer.trace.Trace` per primitive, whose op layer has
@@ -19,13 +19,14 @@ xplane_dump is run as a subprocess in dltrace's JAX environment.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracer.errors import DltraceError
+from tracer.errors import DltraceError, UsageError
 from tracer.trace import Trace
 
-FRAMEWORKS = ("torch", "jax", "mxnet", "tensorflow")
 #: How an imported trace is named in its folder: ``<primitive>-imported.json``.
 SUFFIX = "-imported.json"
 
@@ -51,45 +52,69 @@ def imported_path(folder: Path, primitive: str) -> Path:
     return folder / f"{primitive}{SUFFIX}"
 
 
-def _is_sqlite(path: str | Path) -> bool:
+def _is_sqlite(path: Path) -> bool:
     """nvprof's and Nsight's databases are SQLite files (their 16-byte header)."""
     from tracer.bounded import head
 
     return head(path, 16) == b"SQLite format 3\x00"
 
 
-def _is_binary(path: str | Path) -> bool:
-    """A protobuf (TensorFlow's tensorflow_stats), not JSON or gzip."""
+def _is_binary(path: Path) -> bool:
+    """A protobuf (a tensorflow_stats file), not JSON or gzip."""
     from tracer.bounded import head
 
     start = head(path, 64).lstrip()
     return bool(start) and start[:1] not in (b"{", b"[") and start[:2] != b"\x1f\x8b"
 
 
+def _any(path: Path) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One profiler format's reader (``module.function(path, framework, command)``)
+    and whether a file may be of that format, from its first bytes: a framework's
+    formats (frameworks.yaml ``profiles``) are tried in order, the last one taking
+    whatever is left so that its reader says what is wrong with the file."""
+
+    module: str
+    function: str
+    may_be: Callable[[Path], bool] = _any
+
+
+#: contract.PROFILE_FORMATS -> its reader
+READERS: dict[str, Reader] = {
+    "kineto": Reader("tracer.importers.torch_trace", "import_kineto"),
+    "xplane": Reader("tracer.importers.xplane", "import_xplane"),
+    "nvprof": Reader("tracer.importers.nvprof", "import_nvprof", _is_sqlite),
+    "tf-stats": Reader("tracer.importers.tf_stats", "import_tf_stats", _is_binary),
+    "op-timeline": Reader("tracer.importers.op_timeline", "import_op_timeline"),
+}
+
+
+def formats_of(framework: str) -> tuple[str, ...]:
+    """The profiler formats ``framework``'s files are read as (frameworks.yaml
+    ``profiles``); UsageError naming the frameworks that have some where it has none."""
+    from tracer import registry
+
+    known = registry.load()
+    formats = known[framework].profiles if framework in known else ()
+    if not formats:
+        readers = ", ".join(name for name, fw in known.items() if fw.profiles)
+        raise UsageError(f"{framework} has no profiler format to import (frameworks.yaml 'profiles'); "
+                         f"frameworks that have: {readers}")
+    return formats
+
+
 def import_file(path: str | Path, framework: str, command: str = "") -> list[Imported]:
-    """The traces of every primitive in a profiler file: ``framework`` "torch" reads
-    Kineto JSON (plain or gzip), "jax" an XPlane protobuf, "mxnet" MXNet's profiler
-    JSON or an nvprof database of an MXNet run, "tensorflow" a TensorFlow timeline
-    (chrome-trace JSON). One-line ImportFailed
-    when the file cannot be read or holds no primitive."""
-    if framework == "torch":
-        from tracer.importers.torch_trace import import_kineto
-
-        return import_kineto(Path(path), command)
-    if framework == "jax":
-        from tracer.importers.xplane import import_xplane
-
-        return import_xplane(Path(path), command)
-    if framework == "mxnet" and _is_sqlite(path):
-        from tracer.importers.nvprof import import_nvprof
-
-        return import_nvprof(Path(path), framework, command)
-    if framework == "tensorflow" and _is_binary(path):
-        from tracer.importers.tf_stats import import_tf_stats
-
-        return import_tf_stats(Path(path), command)
-    if framework in ("mxnet", "tensorflow"):
-        from tracer.importers.op_timeline import import_op_timeline
-
-        return import_op_timeline(Path(path), framework, command)
-    raise ImportFailed(f"unknown framework '{framework}' for import (choose from: {', '.join(FRAMEWORKS)})")
+    """The traces of every primitive in a profiler file recorded with ``framework``,
+    read as the first of its ``profiles`` formats the file may be. One-line
+    ImportFailed when the file cannot be read or holds no primitive; UsageError
+    when the framework reads no profiler files."""
+    formats = formats_of(framework)
+    path = Path(path)
+    name = next((f for f in formats[:-1] if READERS[f].may_be(path)), formats[-1])
+    reader = READERS[name]
+    read: Callable[[Path, str, str], list[Imported]] = getattr(importlib.import_module(reader.module), reader.function)
+    return read(path, framework, command)

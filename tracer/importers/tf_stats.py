@@ -36,31 +36,32 @@ OPS = {
 }
 
 
-def _dump(path: Path) -> dict[str, Any]:
-    dump = read_in_env(path, "tensorflow", READER, "the tensorflow_stats reader (XProf's protobuf classes)", TIMEOUT_S)
+def _dump(path: Path, framework: str) -> dict[str, Any]:
+    dump = read_in_env(path, framework, READER, "the tensorflow_stats reader (XProf's protobuf classes)", TIMEOUT_S)
     if not isinstance(dump, dict):
         raise ImportFailed(f"{path}: the tensorflow_stats reader wrote no records")
     return dump
 
 
-def _tree(records: list[dict], primitive: str, pass_: str, types: tuple[str, ...], device: str) -> Node | None:
+def _tree(records: list[dict], primitive: str, pass_: str, types: tuple[str, ...], device: str,
+          framework: str) -> Node | None:
     kids = []
     for op in types:
         found = [r for r in records if r.get("op_type") == op and r.get("host_or_device") == "Device"]
         if found:
             n = sum(int(r.get("occurrences") or 0) for r in found)
             ns = int(sum(float(r.get("total_self_time_in_us") or 0) for r in found) * 1e3)
-            kids.append(Node(Frame("op", "tensorflow", f"{op} [{device}]"), n, ns))
+            kids.append(Node(Frame("op", framework, f"{op} [{device}]"), n, ns))
     if not kids:
         return None
     return Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(k.time_ns for k in kids), children=kids)
 
 
-def import_tf_stats(path: Path, command: str = "") -> list[Imported]:
+def import_tf_stats(path: Path, framework: str, command: str = "") -> list[Imported]:
     src = read_source(path)
     if src.compressed or src.data.lstrip()[:1] in (b"{", b"["):
         raise ImportFailed(f"{path}: not a tensorflow_stats protobuf (it is {'gzip' if src.compressed else 'JSON'})")
-    dump = _dump(path)
+    dump = _dump(path, framework)
     records = [r for r in dump.get("records", []) if isinstance(r, dict)]
     origin = provenance(src.name, src.sha256, "TensorBoard profile plugin tensorflow_stats (protobuf, aggregates)")
     origin.update({"records": len(records), "device_type": clip(str(dump.get("device_type", "")), 40),
@@ -69,15 +70,15 @@ def import_tf_stats(path: Path, command: str = "") -> list[Imported]:
     device = clip(str(dump.get("device_type") or "device"), 20)
     out = []
     for primitive, (fwd, bwd) in OPS.items():
-        trees = {p: t for p, t in (("forward", _tree(records, primitive, "forward", fwd, device)),
-                                   ("backward", _tree(records, primitive, "backward", bwd, device) if bwd else None))
-                 if t is not None}
+        both = (("forward", fwd), ("backward", bwd))
+        trees = {p: t for p, types in both if types
+                 and (t := _tree(records, primitive, p, types, device, framework)) is not None}
         if primitive == "dense":  # one aggregate for both passes: shown once, as what the device ran
             trees.pop("backward", None)
         if not trees:
             continue
         passes = [p for p in PASSES if p in trees]
-        meta = m.build_meta(framework="tensorflow", version="unknown (TensorFlow 2)", primitive=primitive,
+        meta = m.build_meta(framework=framework, version="unknown (TensorFlow 2)", primitive=primitive,
                             variant=short_name(src.name), passes=passes, shape=[], dtype=None,
                             machine_info={"arch": "unknown", "cpu": "",
                                           "gpu": dump.get("device_type")

@@ -25,7 +25,7 @@ from tracer.importers.source import clip, read_source, short_name
 from tracer.trace import Run, Trace
 
 
-def import_kineto(path: Path, command: str = "") -> list[Imported]:
+def import_kineto(path: Path, framework: str, command: str = "") -> list[Imported]:
     src = read_source(path)
     profile = parse(src)
     hier = build(profile)
@@ -48,12 +48,12 @@ def import_kineto(path: Path, command: str = "") -> list[Imported]:
         "provenance": origin,
         "command": command,
     }
-    return [_imported(s, gpu, common) for s in slices]
+    return [_imported(s, gpu, framework, common) for s in slices]
 
 
-def _imported(s: Slice, gpu: str, common: dict) -> Imported:
+def _imported(s: Slice, gpu: str, framework: str, common: dict) -> Imported:
     shape, dtype = m.shape_and_dtype(s.first.args) if s.first is not None else ([], None)
     passes = [p for p in PASSES if p in s.trees]
-    meta = m.build_meta(framework="torch", primitive=s.primitive, passes=passes, shape=shape, dtype=dtype, **common)
+    meta = m.build_meta(framework=framework, primitive=s.primitive, passes=passes, shape=shape, dtype=dtype, **common)
     runs = [Run(p, "warm", {"op": s.trees[p]}, s.stats[p]) for p in passes]
     return Imported(Trace(meta, runs), s.primitive, passes, gpu, len(s.kernels), sum(s.kernels.values()))

@@ -64,14 +64,15 @@ class Profile:
     reader: str = ""
 
 
-def read_xplane(path: Path) -> tuple[dict[str, Any], Any]:
-    """JAX's reading of the file as a dict (see xplane_dump), and the Source."""
+def read_xplane(path: Path, framework: str) -> tuple[dict[str, Any], Any]:
+    """The file as a dict, read by JAX's reader (xplane_dump) in ``framework``'s
+    environment, and the Source."""
     src = read_source(path)
     head = src.data.lstrip()[:1]
     if src.compressed or head in (b"{", b"["):
         raise ImportFailed(f"{path}: not an XPlane protobuf (it is {'gzip' if src.compressed else 'JSON'}; "
                            "a torch.profiler trace is imported with --framework torch)")
-    dump = read_in_env(path, "jax", READER, "JAX's XPlane reader (jax.profiler.ProfileData)", TIMEOUT_S,
+    dump = read_in_env(path, framework, READER, "JAX's XPlane reader (jax.profiler.ProfileData)", TIMEOUT_S,
                        {"JAX_PLATFORMS": "cpu"})
     if not isinstance(dump, dict) or not isinstance(dump.get("planes"), list):
         raise ImportFailed(f"{path}: JAX's XPlane reader wrote no planes")
@@ -162,7 +163,7 @@ def _slices(prof: Profile) -> tuple[dict[str, dict[str, list[Kernel]]], list[str
     return out, refused
 
 
-def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str) -> Node:
+def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str, framework: str) -> Node:
     module = module_of(vendor)
     by: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
     times: dict[tuple[str, str, str, str], int] = Counter()
@@ -177,14 +178,14 @@ def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str) -> Nod
                 for n, c in names.items()]
         hlo_node = Node(Frame("op", "xla", hlo, lib="XLA"), sum(names.values()), sum(x.time_ns for x in kids),
                         children=kids)
-        op_node = Node(Frame("op", "jax", op), hlo_node.count, hlo_node.time_ns, children=[hlo_node])
-        fns.append(Node(Frame("op", "jax", function), op_node.count, op_node.time_ns, children=[op_node]))
+        op_node = Node(Frame("op", framework, op), hlo_node.count, hlo_node.time_ns, children=[hlo_node])
+        fns.append(Node(Frame("op", framework, function), op_node.count, op_node.time_ns, children=[op_node]))
     children = merge_siblings(fns)
     return Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(c.time_ns for c in children), children=children)
 
 
-def import_xplane(path: Path, command: str = "") -> list[Imported]:
-    dump, src = read_xplane(path)
+def import_xplane(path: Path, framework: str, command: str = "") -> list[Imported]:
+    dump, src = read_xplane(path, framework)
     prof = profile_of(dump, path)
     slices, refused = _slices(prof)
     if not slices:
@@ -205,8 +206,9 @@ def import_xplane(path: Path, command: str = "") -> list[Imported]:
         for p in passes:
             info = {"source": "jax.profiler (XPlane), imported", "kernels": len(passes_k[p]),
                     "gpu_plane": prof.device, "step": "whole file"}
-            runs.append(Run(p, "warm", {"op": _tree(primitive, p, passes_k[p], prof.vendor)}, {"layers": {"op": info}}))
-        meta = m.build_meta(framework="jax", version="unknown", primitive=primitive, variant=short_name(src.name),
+            tree = _tree(primitive, p, passes_k[p], prof.vendor, framework)
+            runs.append(Run(p, "warm", {"op": tree}, {"layers": {"op": info}}))
+        meta = m.build_meta(framework=framework, version="unknown", primitive=primitive, variant=short_name(src.name),
                             passes=passes, shape=[], dtype=None,
                             machine_info={"arch": "unknown", "cpu": "", "gpu": prof.gpu,
                                           "vendor": prof.vendor or "unknown"},

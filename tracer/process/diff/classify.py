@@ -8,22 +8,29 @@ job: it relabels such splits "model context" or "version difference"."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from tracer.contract import STANDIN_LIB
+from tracer.knowledge import knowledge
 from tracer.process.diff.result import Classification
 from tracer.process.tags import (GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, VENDOR_LIBS, isa_of,
                                  library_call_kind, library_of, vendor_named)
 from tracer.process.vocabulary import DEVICE_CHOICE, GPU_CODE
 from tracer.trace import Frame
 
-# Only words that eager execution does not use: eager JAX also builds jaxprs and
-# lowers single primitives, so "jaxpr", "lower" and "xla" do not tell the two apart.
-_COMPILE = re.compile(r"(?<![a-z])(?:p?jit|jitted|jit_compile|compile[dr]?|compilation|dynamo|inductor|torchscript|"
-                      r"tf_function|polymorphic_function|__inference|xla_computation)(?![a-z])")
+#: Words that mean compiling the model in any framework; each framework adds its own
+#: (frameworks.yaml knowledge ``compiling``). Only words eager execution does not use.
+_COMPILE_WORDS = ("jit", "jitted", "jit_compile", "compile[dr]?", "compilation")
 _ALLOC = re.compile(r"memcpy|memmove|malloc|calloc|realloc|allocat|device_put|device_get|transfer|htod|dtoh|"
                     r"(?<![a-z])(?:h2d|d2h)(?![a-z])|pin_memory|pinned|empty_strided|to_copy")
 _ALLOC_NAME = re.compile(r"^(?:to|copy_|free|empty|empty_like|asarray|asnumpy|alloc|copyto)$")
 _CODEGEN_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, JIT})
+
+
+@lru_cache(maxsize=1)
+def _compile() -> re.Pattern[str]:
+    words = "|".join((*_COMPILE_WORDS, *knowledge().compiling))
+    return re.compile(rf"(?<![a-z])(?:{words})(?![a-z])")
 
 
 def _text(f: Frame) -> str:
@@ -74,8 +81,8 @@ def classify(frames_a: list[Frame], frames_b: list[Frame],
             side, words = ("A", new_a) if new_a else ("B", new_b)
             return "device dispatch", (f"{side} reaches the stand-in backend ({_names(words)}: what a new backend "
                                        "must implement); the other side runs CPU's own kernels")
-    comp_a = _markers([f for f in frames_a if not _codegen(f)], _COMPILE)
-    comp_b = _markers([f for f in frames_b if not _codegen(f)], _COMPILE)
+    comp_a = _markers([f for f in frames_a if not _codegen(f)], _compile())
+    comp_b = _markers([f for f in frames_b if not _codegen(f)], _compile())
     if bool(comp_a) != bool(comp_b):
         side, words = ("A", comp_a) if comp_a else ("B", comp_b)
         return "compilation", f"{side} goes through compilation ({_names(words)}); the other side runs eagerly"
