@@ -546,6 +546,10 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     proc = subprocess.run(f"'{DLTRACE}' list | head -1", shell=True, capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
     assert proc.stderr == "" and proc.stdout.count("\n") == 1
+    # a reader gone before the first line: the status says so (rich's own handler exits 1, a failure)
+    proc = subprocess.run(["bash", "-c", f"'{DLTRACE}' list | true; exit ${{PIPESTATUS[0]}}"], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == Exit.BROKEN_PIPE and proc.stderr == "", (proc.returncode, proc.stderr)
 
 
 # ----------------------------------------------------------------------------- round 3: pipes, bidi, import

@@ -167,9 +167,17 @@ def table_or_records(title: str, headers: list[str], rows: list[list[str]], widt
     return Group(*lines)
 
 
+class _PipedConsole(Console):
+    def on_broken_pipe(self) -> None:
+        """rich would exit with status 1, as if dltrace had failed; the command-line
+        group ends a closed pipe (``dltrace list | head -1``) with Exit.BROKEN_PIPE."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def safe_console(**kwargs) -> Console:
     """A rich Console whose output cannot carry control sequences from the data it prints."""
-    console = Console(**kwargs)
+    console = _PipedConsole(**kwargs)
     console.push_render_hook(_SafeHook())
     return console
 
