@@ -164,7 +164,7 @@ def _run_needs(rep: FrameworkReport, ran: list) -> tuple[Figure, Figure]:
     link = _page(rep, "audit-table")
     implement = Figure(str(len(must)), f"run on the {ran[0].standin.device} device: {len(ran)} primitive(s), "
                        "setup (copies to the device) included", link, list(must)[:10])
-    gets = Figure(str(len(free)), "ops the run called that never reached the backend (torch computed them)",
+    gets = Figure(str(len(free)), f"ops the run called that never reached the backend ({rep.name} computed them)",
                   link, list(free)[:10])
     if len(ran) < len(rep.primitives):
         implement.thin = f"run for {len(ran)} of {len(rep.primitives)} primitives"

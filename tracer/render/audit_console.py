@@ -78,7 +78,7 @@ def _print_standin(rep: FrameworkReport, console: Console) -> None:
     table = Table(title=f"What a new backend must implement, {first.evidence} ({first.device}), next to the "
                         "dispatch tables' list", title_justify="left")
     for col in ("primitive", "pass", "must implement (run)", "dispatch tables (forward and backward)",
-                "torch computed itself (run)"):
+                f"{rep.name} computed itself (run)"):
         table.add_column(col, overflow="fold")
     why = Table(title="Why the run and the tables differ", title_justify="left")
     for col in ("primitive", "op", "on", "why"):
