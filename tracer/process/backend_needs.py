@@ -41,7 +41,8 @@ def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
     if delegate:  # structured: computed by its .out overload
         if any(k in (row.get("delegate_declared") or {}) for k in _COMPOSITE):
             return None, f"its {delegate} has a backend-agnostic kernel"
-        return f"aten::{delegate}", ""
+        namespace = op.split("::", 1)[0] + "::" if "::" in op else ""  # aten::add -> aten::add.out
+        return f"{namespace}{delegate}", ""
     if row.get("new_backend"):
         return None, "backend-agnostic kernel" if "DEFAULT" not in kernels else "a kernel for any device (DEFAULT)"
     return op, ""

@@ -15,6 +15,7 @@ sees only the path it ran. Pure: reads traces.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from tracer.contract import STANDIN_LIB
@@ -24,7 +25,8 @@ from tracer.trace import Node, Trace
 EVIDENCE = "run on the stand-in device"
 #: setup: putting the inputs and parameters on the device (before the step is traced)
 PASS_ORDER = ("setup", "forward", "backward")
-_ALLOCATIONS = ("aten::empty", "aten::empty_strided", "aten::empty_like")
+#: an op that only allocates its output (``empty``, ``empty_strided``...), in any namespace
+_ALLOCATION = re.compile(r"(?:^|::)empty\w*$")
 
 
 @dataclass
@@ -38,9 +40,10 @@ class Difference:
 class StandinNeeds:
     device: str
     evidence: str
+    framework: str = ""
     by_pass: dict[str, list[str]] = field(default_factory=dict)  # pass -> ops reached, in first-call order
-    by_name: list[str] = field(default_factory=list)  # ops torch routes only to new backends
-    free: list[str] = field(default_factory=list)  # aten ops the step called that torch computed itself
+    by_name: list[str] = field(default_factory=list)  # ops the framework routes only to new backends
+    free: list[str] = field(default_factory=list)  # its ops the step called that it computed itself
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -53,6 +56,11 @@ class StandinNeeds:
 
 def _base(op: str) -> str:
     return op.split(".", 1)[0]
+
+
+def _namespace(op: str) -> str:
+    """``aten`` of ``aten::add_``; "" for a name without one (a Python-level record)."""
+    return op.split("::", 1)[0] if "::" in op else ""
 
 
 def _op_nodes(traces: list[Trace]) -> list[tuple[Node, list[str]]]:
@@ -78,7 +86,7 @@ def _reached_under(nodes: list[tuple[Node, list[str]]], ancestor: str) -> list[s
 
 def _run_only(op: str, run: StandinNeeds, cpu_names: set[str], looked_up: dict, free: dict[str, str]) -> str:
     if op in run.by_name:
-        return ("torch routes it only to new backends: the CPU path never calls it, and its one kernel "
+        return (f"{run.framework} routes it only to new backends: the CPU path never calls it, and its one kernel "
                 "(CompositeExplicitAutograd) only raises 'not implemented', so a backend registers it by name")
     if run.passes_of(op) == ["setup"]:
         return "puts the inputs and parameters on the device (setup): the CPU path copies nothing"
@@ -89,7 +97,7 @@ def _run_only(op: str, run: StandinNeeds, cpu_names: set[str], looked_up: dict, 
     if (base in cpu_names and base not in looked_up) or (f"{base}_" in cpu_names and f"{base}_" not in looked_up):
         return (f"the profiler names ops without their overload and {base} (or {base}_) has no default one: "
                 "the tables could not look it up")
-    if base in _ALLOCATIONS or op.startswith("aten::empty"):
+    if _ALLOCATION.search(base):
         return ("allocates an output through the dispatcher (a structured op's generated wrapper on a new "
                 "backend); CPU's own kernels allocate without a dispatcher call")
     return "not on the CPU path: the new backend's path differs here (see the diff against the CPU path)"
@@ -119,7 +127,8 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
     metas = [m for m in recorded if isinstance(m, dict) and isinstance(m.get("reached"), dict)]
     if not metas:
         return None
-    out = StandinNeeds(str(standin[0].meta.get("device", "standin")), str(metas[0].get("evidence", EVIDENCE)))
+    out = StandinNeeds(str(standin[0].meta.get("device", "standin")), str(metas[0].get("evidence", EVIDENCE)),
+                       str(standin[0].meta.get("framework", "")))
     for m in metas:
         for pass_, ops in m["reached"].items():
             have = out.by_pass.setdefault(str(pass_), [])
@@ -129,7 +138,8 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
         out.by_name += [str(o) for o in m.get("registered_by_name") or [] if o not in out.by_name]
     run_nodes = _op_nodes(standin)
     reached = set(out.must_implement)
-    out.free = list(dict.fromkeys(n.frame.name for n, _ in run_nodes if n.frame.name.startswith("aten::")
+    spaces = {_namespace(op) for op in reached} - {""}  # the op namespace the backend's kernels are named in
+    out.free = list(dict.fromkeys(n.frame.name for n, _ in run_nodes if _namespace(n.frame.name) in spaces
                                   and n.frame.lib != STANDIN_LIB and n.frame.name not in reached))
     if table is None:
         return out
