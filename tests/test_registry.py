@@ -83,6 +83,14 @@ frameworks:
         (lambda s: s + "    env: [A]\n", "field 'env' must be a dict, not list"),
         (lambda s: s + "    profiles: [nsys]\n", "field 'profiles' has unknown format 'nsys' (choose from: kineto,"),
         (lambda s: s + "    imported: [reference/x.json]\n", "field 'imported' needs 'profiles'"),
+        (lambda s: s + "    profiles: [kineto]\n    profile_ops: {xplane: {}}\n",
+         "field 'profile_ops.xplane' is not one of its profiles"),
+        (lambda s: s + "    profiles: [kineto]\n    profile_ops: {kineto: {conv3d: {forward: [x]}}}\n",
+         "field 'profile_ops.kineto.conv3d' is not a primitive"),
+        (lambda s: s + "    profiles: [kineto]\n    profile_ops: {kineto: {relu: {backward: [x]}}}\n",
+         "field 'profile_ops.kineto.relu' needs forward"),
+        (lambda s: s + "    profiles: [kineto]\n    profile_ops: {kineto: {relu: {forward: [x], ranks: [four]}}}\n",
+         "field 'profile_ops.kineto.relu.ranks' must be a list of input ranks"),
     ],
 )
 def test_malformed_entries(tmp_path, edit, message):

@@ -94,6 +94,23 @@ class FrameworkKnowledge:
 
 
 @dataclass(frozen=True)
+class OpRule:
+    """Which recorded ops of an imported profile are one call of ``primitive``
+    (frameworks.yaml ``profile_ops``; tracer.importers.primitives says how each
+    field is used). Names in the order the entry gives them."""
+
+    primitive: str
+    forward: tuple[str, ...]
+    backward: tuple[str, ...] = ()
+    top_only: tuple[str, ...] = ()  # the primitive only when no op is around them
+    inside_other: tuple[str, ...] = ()  # ops that make the same inner op another primitive
+    ranks: tuple[int, ...] = ()  # the input ranks it has, where the file records shapes
+
+
+_RULE_FIELDS = ("forward", "backward", "top_only", "inside_other", "ranks")
+
+
+@dataclass(frozen=True)
 class Aarch64Spec:
     """The framework on an emulated aarch64 CPU (frameworks.yaml ``aarch64``): the
     requirements its own aarch64 wheels install (tracer.emulation builds the
@@ -133,6 +150,8 @@ class Framework:
     #: the profiler file formats its files are imported from (contract.PROFILE_FORMATS),
     #: in the order they are tried: ``dltrace import --framework`` and ``imported``
     profiles: tuple[str, ...] = ()
+    #: format -> which recorded ops are which primitive (frameworks.yaml ``profile_ops``)
+    profile_ops: dict[str, tuple[OpRule, ...]] = field(default_factory=dict)
     aarch64: Aarch64Spec | None = None
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
@@ -304,6 +323,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         knowledge=e.knowledge(),
         imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
         profiles=_profiles(e),
+        profile_ops=_profile_ops(e),
         aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
@@ -320,6 +340,36 @@ def _profiles(e: _Entry) -> tuple[str, ...]:
     if e.data.get("imported") and not formats:
         raise e.error("imported", "needs 'profiles': the formats its files are read as")
     return formats
+
+
+def _profile_ops(e: _Entry) -> dict[str, tuple[OpRule, ...]]:
+    formats = e.strings("profiles", e.get("profiles", list, []))
+    out = {}
+    for fmt, rules in e.get("profile_ops", dict, {}).items():
+        where = f"profile_ops.{fmt}"
+        if fmt not in formats:
+            raise e.error(where, "is not one of its profiles")
+        if not isinstance(rules, dict):
+            raise e.error(where, "must map primitives to their ops")
+        out[fmt] = tuple(_rule(e, f"{where}.{name}", name, spec) for name, spec in rules.items())
+    return out
+
+
+def _rule(e: _Entry, where: str, primitive: Any, spec: Any) -> OpRule:
+    if primitive not in PRIMITIVES:
+        raise e.error(where, f"is not a primitive (choose from: {', '.join(PRIMITIVES)})")
+    if not isinstance(spec, dict) or not spec.get("forward"):
+        raise e.error(where, "needs forward: the op names a call enters first")
+    unknown = [k for k in spec if k not in _RULE_FIELDS]
+    if unknown:
+        raise e.error(where, f"has unknown field '{unknown[0]}' (choose from: {', '.join(_RULE_FIELDS)})")
+    ranks = spec.get("ranks") or []
+    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and 0 < r < 9
+                                              for r in ranks):
+        raise e.error(f"{where}.ranks", "must be a list of input ranks (1 to 8)")
+    names = {k: e.strings(f"{where}.{k}", spec.get(k) or []) for k in _RULE_FIELDS[:-1]}
+    return OpRule(str(primitive), names["forward"], names["backward"], names["top_only"], names["inside_other"],
+                  tuple(ranks))
 
 
 def _gpu_evidence(e: _Entry) -> dict[str, Any]:

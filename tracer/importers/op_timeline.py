@@ -28,24 +28,11 @@ from typing import Any
 from tracer.contract import PASSES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
+from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.source import Source, clip, load_json, read_source, short_name
 from tracer.trace import Frame, Node, Run, Trace
 
-#: Per format: primitive -> (forward op names, backward op names).
-MXNET_OPS = {
-    "conv2d": (("Convolution",), ("_backward_Convolution",)),
-    "relu": (("Activation",), ("_backward_Activation",)),
-    "maxpool2d": (("Pooling",), ("_backward_Pooling",)),
-    "dense": (("FullyConnected",), ("_backward_FullyConnected",)),
-}
-TF_OPS = {
-    "dense": (("MatMul", "BiasAdd"), ("MatMul", "BiasAddGrad")),
-    "relu": (("Relu",), ("ReluGrad",)),
-    "sigmoid": (("Sigmoid",), ("SigmoidGrad",)),
-    "conv2d": (("Conv2D",), ("Conv2DBackpropInput", "Conv2DBackpropFilter")),
-    "maxpool2d": (("MaxPool",), ("MaxPoolGrad",)),
-}
 _MX_CONTEXT = re.compile(r"^(cpu|gpu|cpu_pinned|cpu_shared)/(\d+)$")
 _TF_LANE = re.compile(r"^(?:/job:[^/]+/replica:\d+/task:\d+)?/(?:device:)?(cpu|gpu|CPU|GPU):(\d+)"
                       r"(/stream:\w+|/memcpy)? Compute$")
@@ -175,7 +162,7 @@ def _group(ops: list[OpEvent]) -> dict[tuple[str, str], list[OpEvent]]:
 def import_op_timeline(path: Path, framework: str, command: str = "") -> list[Imported]:
     src = read_source(path)
     tl = parse(src, framework)
-    table = MXNET_OPS if framework == "mxnet" else TF_OPS
+    table = {r.primitive: (r.forward, r.backward) for r in rules(framework, "op-timeline")}
     devices = Counter(o.device for o in tl.ops)
     device = "gpu" if any(not d.startswith("cpu") for d in devices) else "cpu"
     gpu = next((d for d, _ in devices.most_common() if not d.startswith("cpu")), "")

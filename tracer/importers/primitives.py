@@ -1,4 +1,6 @@
-"""Which recorded ops are an instance of which dltrace primitive.
+"""Which recorded ops are an instance of which dltrace primitive: the rules each
+framework declares per profile format (frameworks.yaml ``profile_ops``), and how
+the Kineto reader uses them.
 
 A whole-model trace (AlexNet, ResNet, ViT) calls each primitive many times, among
 ops that are none of them. An instance is found by the op the framework's API
@@ -24,54 +26,23 @@ checkpointing recomputes the forward inside the backward pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tracer.registry import OpRule
 
 EVALUATE = "autograd::engine::evaluate_function: "
 
 
-@dataclass(frozen=True)
-class Rule:
-    primitive: str
-    forward: frozenset[str]
-    backward: frozenset[str]
-    top_only: frozenset[str] = frozenset()
-    inside_other: frozenset[str] = frozenset()
-    ranks: frozenset[int] = frozenset()
+def rules(framework: str, fmt: str) -> tuple[OpRule, ...]:
+    """``framework``'s rules for files of format ``fmt`` (frameworks.yaml
+    ``profile_ops``), in the order its entry gives them; () where it has none."""
+    from tracer import registry
+
+    fw = registry.load().get(framework)
+    return fw.profile_ops.get(fmt, ()) if fw is not None else ()
 
 
-def _r(primitive: str, forward: set[str], backward: set[str], **kw) -> Rule:
-    return Rule(primitive, frozenset(forward), frozenset(backward), **{k: frozenset(v) for k, v in kw.items()})
-
-
-#: One rule per primitive of tracer.contract.PRIMITIVES, in its order.
-RULES: tuple[Rule, ...] = (
-    _r("dense", {"aten::linear"}, {"AddmmBackward0", "AddmmBackward", "LinearBackward0"},
-       top_only={"aten::addmm", "aten::matmul"}),
-    _r("conv2d", {"aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution",
-                  "aten::miopen_convolution"},
-       {"ConvolutionBackward0", "CudnnConvolutionBackward0", "CudnnConvolutionBackward", "MiopenConvolutionBackward0",
-        "MiopenConvolutionBackward", "ThnnConv2DBackward0", "ThnnConv2DBackward", "MkldnnConvolutionBackward0",
-        "MkldnnConvolutionBackward"},
-       inside_other={"aten::conv1d", "aten::conv3d", "aten::conv_transpose1d", "aten::conv_transpose2d",
-                     "aten::conv_transpose3d", "aten::conv_tbc"},
-       ranks={3, 4}),
-    _r("relu", {"aten::relu", "aten::relu_"}, {"ReluBackward0", "ReluBackward1", "ReluBackward"}),
-    _r("sigmoid", {"aten::sigmoid", "aten::sigmoid_"}, {"SigmoidBackward0", "SigmoidBackward"}),
-    _r("tanh", {"aten::tanh", "aten::tanh_"}, {"TanhBackward0", "TanhBackward"}),
-    _r("softmax", {"aten::softmax", "aten::_softmax"}, {"SoftmaxBackward0", "SoftmaxBackward"}),
-    _r("maxpool2d", {"aten::max_pool2d", "aten::max_pool2d_with_indices"},
-       {"MaxPool2DWithIndicesBackward0", "MaxPool2DWithIndicesBackward"}, ranks={3, 4}),
-    _r("avgpool2d", {"aten::avg_pool2d"}, {"AvgPool2DBackward0", "AvgPool2DBackward"}, ranks={3, 4}),
-    _r("batchnorm", {"aten::batch_norm"},
-       {"CudnnBatchNormBackward0", "CudnnBatchNormBackward", "NativeBatchNormBackward0", "NativeBatchNormBackward",
-        "MiopenBatchNormBackward0", "MiopenBatchNormBackward"},
-       inside_other={"aten::instance_norm", "aten::group_norm"}, ranks={4}),
-)
-
-#: JAX primitives (the last part of an XPlane kernel's JAX op name) that are a dltrace
-#: primitive whatever their arguments. conv_general_dilated is conv2d only with two
-#: spatial dimensions, which an XPlane does not record (see tracer.importers.xplane).
-JAX_OPS = {"conv_general_dilated": "conv2d", "dot_general": "dense", "tanh": "tanh", "logistic": "sigmoid"}
+def namespaces(rules: tuple[OpRule, ...]) -> frozenset[str]:
+    """The op namespaces the rules' forward names are in (``aten`` of ``aten::conv2d``)."""
+    return frozenset(name.split("::", 1)[0] for rule in rules for name in rule.forward if "::" in name)
 
 
 def input_rank(args: dict) -> int | None:

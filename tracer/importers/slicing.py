@@ -26,21 +26,21 @@ from tracer.probes.base import merge_siblings, op_node
 from tracer.importers.hierarchy import Hierarchy, ancestors, walk
 from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.kineto import HostOp, KinetoProfile, Step
-from tracer.importers.primitives import EVALUATE, RULES, Rule, input_rank
+from tracer.importers.primitives import EVALUATE, input_rank, namespaces
+from tracer.registry import OpRule
 from tracer.trace import Frame, Node
 
 #: Levels of ops kept below an instance, and the deepest an instance may sit. Real
 #: traces nest a dozen levels; a file nesting thousands (hostile or broken) is cut
 #: here, and the cut is counted, so that no walk up or down costs more than this.
 MAX_DEPTH = 200
-_FORWARD_NAMES = frozenset(name for rule in RULES for name in rule.forward)
 
 
 @dataclass
 class Instances:
     """The instances of one primitive in one profile, before a step is chosen."""
 
-    rule: Rule
+    rule: OpRule
     forward: list[HostOp]
     backward: list[tuple[HostOp, HostOp | None]]  # (backward node, the forward instance it came from)
     linked_by: str  # how backward nodes were found: "fwdbwd flows", "autograd node names" or ""
@@ -59,12 +59,12 @@ class Slice:
     kernels: Counter = field(default_factory=Counter)  # kernel name -> launches, both passes
 
 
-def find_instances(hier: Hierarchy, rule: Rule) -> Instances:
+def find_instances(hier: Hierarchy, rule: OpRule) -> Instances:
     """Forward instances (outermost ops of the rule's names, outside the backward pass)
     and the backward nodes they lead to."""
     forward: list[HostOp] = []
     recomputed: list[HostOp] = []
-    names = rule.forward | rule.top_only
+    names = {*rule.forward, *rule.top_only}
     for name in names:
         for op in hier.by_name.get(name, ()):
             if (name in rule.top_only and op.parent is not None) or op.depth > MAX_DEPTH:
@@ -101,7 +101,7 @@ def find_instances(hier: Hierarchy, rule: Rule) -> Instances:
     return Instances(rule, forward, backward, linked_by if backward else "", recomputed)
 
 
-def _rank_ok(rule: Rule, op: HostOp) -> bool:
+def _rank_ok(rule: OpRule, op: HostOp) -> bool:
     if not rule.ranks:
         return True
     rank = input_rank(op.args)
@@ -150,17 +150,21 @@ def choose_step(inst: Instances, steps: list[Step]) -> tuple[Step | None, list[H
     return step, [op for op, st in fwd if st is step], [b for b, st in bwd if st is step]
 
 
-def op_tree(top: HostOp, vendor: str, counts: Counter, kernels: Counter) -> Node:
+def op_tree(top: HostOp, vendor: str, counts: Counter, kernels: Counter, framework: str,
+            spaces: frozenset[str] = frozenset()) -> Node:
     """One recorded op and everything under it as a Node tree: child ops and the GPU
     activities each op launched, in host-time order (a kernel at the time of its
-    launch call). Iterative, so any depth the file has is safe."""
+    launch call). An op's module is its namespace where that is one of ``spaces``
+    (the rules' own: ``aten``), else the framework. Iterative, so any depth the
+    file has is safe."""
     module = module_of(vendor)
     nodes: dict[int, Node] = {}
     order: list[tuple[HostOp, int]] = []
     stack = [(top, 0)]
     while stack:
         op, depth = stack.pop()
-        nodes[id(op)] = op_node(op.name, "aten" if op.name.startswith("aten::") else "torch", "", 1, _ns(op.dur))
+        space = op.name.split("::", 1)[0] if "::" in op.name else ""
+        nodes[id(op)] = op_node(op.name, space if space in spaces else framework, "", 1, _ns(op.dur))
         order.append((op, depth))
         if depth < MAX_DEPTH:
             stack.extend((c, depth + 1) for c in op.children)
@@ -185,10 +189,13 @@ def _ns(us: float) -> int:
     return max(int(round(us * 1000.0)), 0)
 
 
-def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str) -> list[Slice]:
-    """One Slice per primitive found in the profile, in the registry's order."""
+def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str, framework: str,
+                 rules: tuple[OpRule, ...]) -> list[Slice]:
+    """One Slice per primitive of ``rules`` found in the profile, in their order."""
     out = []
-    for rule in RULES:
+    spaces = namespaces(rules)
+    forward_names = frozenset(name for rule in rules for name in rule.forward)
+    for rule in rules:
         inst = find_instances(hier, rule)
         if not inst.forward and not inst.backward:
             continue
@@ -200,7 +207,7 @@ def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str) -> list[S
             if not tops:
                 continue
             counts: Counter = Counter()
-            children = merge_siblings([op_tree(op, vendor, counts, kernels) for op in tops])
+            children = merge_siblings([op_tree(op, vendor, counts, kernels, framework, spaces) for op in tops])
             trees[pass_] = Node(Frame("root", "", f"{rule.primitive}.{pass_}"), 1, sum(c.time_ns for c in children),
                                 children=children)
             info: dict[str, Any] = {
@@ -215,7 +222,7 @@ def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str) -> list[S
                     info["recomputed_in_backward_left_out"] = left_out
             else:
                 info["linked_by"] = inst.linked_by
-                inside = sum(1 for op in tops for o in walk(op) if o.name in _FORWARD_NAMES)
+                inside = sum(1 for op in tops for o in walk(op) if o.name in forward_names)
                 if inside:  # activation checkpointing: the forward recomputed inside backward nodes, as recorded
                     info["forward_ops_recomputed_inside"] = inside
             if counts["ops cut at depth"]:

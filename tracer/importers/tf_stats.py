@@ -18,6 +18,7 @@ from typing import Any
 from tracer.contract import PASSES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
+from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.env_reader import read_in_env
 from tracer.importers.source import clip, read_source, short_name
@@ -25,15 +26,6 @@ from tracer.trace import Frame, Node, Run, Trace
 
 READER = Path(__file__).with_name("tf_stats_dump.py")
 TIMEOUT_S = 120
-#: primitive -> (forward op types, backward op types), as TensorFlow 2 names them.
-OPS = {
-    "conv2d": (("Conv2D",), ("Conv2DBackpropInput", "Conv2DBackpropFilter")),
-    "batchnorm": (("FusedBatchNormV3",), ("FusedBatchNormGradV3",)),
-    "relu": (("Relu",), ("ReluGrad",)),
-    "maxpool2d": (("MaxPool",), ("MaxPoolGrad",)),
-    "dense": (("MatMul",), ("MatMul",)),
-    "softmax": (("Softmax",), ()),
-}
 
 
 def _dump(path: Path, framework: str) -> dict[str, Any]:
@@ -69,7 +61,8 @@ def import_tf_stats(path: Path, framework: str, command: str = "") -> list[Impor
                            "kernel names; a training step's forward and backward MatMuls are not told apart"})
     device = clip(str(dump.get("device_type") or "device"), 20)
     out = []
-    for primitive, (fwd, bwd) in OPS.items():
+    for rule in rules(framework, "tf-stats"):
+        primitive, fwd, bwd = rule.primitive, rule.forward, rule.backward
         both = (("forward", fwd), ("backward", bwd))
         trees = {p: t for p, types in both if types
                  and (t := _tree(records, primitive, p, types, device, framework)) is not None}

@@ -19,6 +19,7 @@ from tracer.importers import meta as m
 from tracer.importers.hierarchy import build
 from tracer.importers.kernels import vendor_of
 from tracer.importers.kineto import parse
+from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.slicing import Slice, build_slices
 from tracer.importers.source import clip, read_source, short_name
@@ -31,7 +32,7 @@ def import_kineto(path: Path, framework: str, command: str = "") -> list[Importe
     hier = build(profile)
     gpu = m.gpu_name(profile.header, (ev.device for ev in profile.device))
     vendor = vendor_of([gpu], (launch.name for launch in profile.launches), profile.header)
-    slices = build_slices(profile, hier, vendor)
+    slices = build_slices(profile, hier, vendor, framework, rules(framework, "kineto"))
     if not slices:
         frequent = Counter(op.name for op in profile.ops).most_common(5)
         seen = ", ".join(f"{clip(name, 50)} ×{n}" for name, n in frequent)

@@ -12,7 +12,7 @@ primitive's tree is::
 with the JAX function as the probe's op layer names it (``jit:_conv2d``). A
 profile of several GPUs running the same program is sliced on the first GPU
 that ran JAX kernels; the others are counted, not added. A JAX op is a dltrace
-primitive through :data:`tracer.importers.primitives.JAX_OPS`; an XPlane records
+primitive through its framework's ``profile_ops`` for xplane files; an XPlane records
 no shapes, so a ``conv_general_dilated`` whose names say it is 1-D or 3-D
 (``forward_3d_conv``, ``Im3d2Col``) is not taken for conv2d.
 """
@@ -30,7 +30,7 @@ from tracer.contract import PASSES, PRIMITIVES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
 from tracer.importers.kernels import AMD, NVIDIA, kernel_lib, module_of
-from tracer.importers.primitives import JAX_OPS
+from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.env_reader import read_in_env
 from tracer.importers.source import clip, read_source, short_name
@@ -143,13 +143,19 @@ def jax_op(jax_name: str) -> tuple[str, str, bool]:
     return function or "jit", op, backward
 
 
-def _slices(prof: Profile) -> tuple[dict[str, dict[str, list[Kernel]]], list[str]]:
-    """primitive -> pass -> kernels; and why some JAX ops were not taken."""
+def primitive_ops(framework: str) -> dict[str, str]:
+    """JAX op -> dltrace primitive, from the framework's ``profile_ops`` for xplane files."""
+    return {name: r.primitive for r in rules(framework, "xplane") for name in r.forward}
+
+
+def _slices(prof: Profile, ops: dict[str, str]) -> tuple[dict[str, dict[str, list[Kernel]]], list[str]]:
+    """primitive -> pass -> kernels (``ops``: JAX op -> primitive); and why some JAX
+    ops were not taken."""
     out: dict[str, dict[str, list[Kernel]]] = defaultdict(lambda: defaultdict(list))
     refused: list[str] = []
     for k in prof.kernels:
         function, op, backward = jax_op(k.jax_name)
-        prim = JAX_OPS.get(op)
+        prim = ops.get(op)
         if prim is None:
             continue
         if prim == "conv2d":
@@ -187,7 +193,7 @@ def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str, framew
 def import_xplane(path: Path, framework: str, command: str = "") -> list[Imported]:
     dump, src = read_xplane(path, framework)
     prof = profile_of(dump, path)
-    slices, refused = _slices(prof)
+    slices, refused = _slices(prof, primitive_ops(framework))
     if not slices:
         ops = Counter(jax_op(k.jax_name)[1] for k in prof.kernels).most_common(5)
         why = f"; {'; '.join(refused)}" if refused else ""
