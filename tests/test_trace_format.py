@@ -53,8 +53,8 @@ def test_deep_tree_round_trip(tmp_path):
         (json.dumps({"format": "dltrace-trace", "version": VERSION + 1}).encode(), "not supported"),
         (json.dumps({"format": "dltrace-trace", "version": 1, "meta": {}, "frames": [],
                      "runs": [{"pass": "forward"}]}).encode(), "malformed"),
-        (gzip.compress(b"not json"), "corrupt or truncated"),
-        (gzip.compress(b'{"format": "dltrace-trace"')[:-8], "corrupt or truncated"),
+        (gzip.compress(b"not json", mtime=0), "corrupt or truncated"),
+        (gzip.compress(b'{"format": "dltrace-trace"', mtime=0)[:-8], "corrupt or truncated"),
     ],
 )
 def test_bad_files_fail_in_one_line(tmp_path, content, message):
@@ -96,7 +96,7 @@ def test_the_valid_document_loads(tmp_path):
 
 
 # A corrupt deflate stream (zlib.error: invalid stored block lengths), not a short one.
-_BAD_DEFLATE = gzip.compress(json.dumps(_doc()).encode())[:10] + bytes([0x00, 0x05, 0x00, 0x00, 0x00]) + b"x" * 40
+_BAD_DEFLATE = gzip.compress(json.dumps(_doc()).encode(), mtime=0)[:10] + bytes([0x00, 0x05, 0x00, 0x00, 0x00]) + b"x" * 40
 
 
 @pytest.mark.parametrize(
