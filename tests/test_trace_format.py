@@ -96,7 +96,8 @@ def test_the_valid_document_loads(tmp_path):
 
 
 # A corrupt deflate stream (zlib.error: invalid stored block lengths), not a short one.
-_BAD_DEFLATE = gzip.compress(json.dumps(_doc()).encode(), mtime=0)[:10] + bytes([0x00, 0x05, 0x00, 0x00, 0x00]) + b"x" * 40
+_BAD_DEFLATE = (gzip.compress(json.dumps(_doc()).encode(), mtime=0)[:10] + bytes([0x00, 0x05, 0x00, 0x00, 0x00])
+                + b"x" * 40)
 
 
 @pytest.mark.parametrize(
