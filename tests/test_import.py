@@ -470,6 +470,7 @@ def test_xplane_3d_convolution_is_not_taken_for_conv2d(tmp_path):
 def test_xplane_trees_nest_jax_op_hlo_op_kernel():
     """The tree builder on a small hand-written reading (not a recording): a 2-D
     convolution's kernels under the JAX function, op and HLO instruction."""
+    from tracer import registry
     from tracer.importers.xplane import Kernel, Profile, _slices, _tree, primitive_ops
 
     prof = Profile("/device:GPU:0", 1, "AMD", "AMD GPU", [
@@ -478,7 +479,7 @@ def test_xplane_trees_nest_jax_op_hlo_op_kernel():
         Kernel("Cijk_Ailk_Bljk_SB_MT64x64", 700, "jit(_conv2d)/transpose(jvp(conv_general_dilated))", "cudnn-conv.2",
                "jit__conv2d"),
     ])
-    slices, refused = _slices(prof, primitive_ops("jax"))
+    slices, refused = _slices(prof, primitive_ops(registry.load()["jax"].profile_ops["xplane"]))
     assert not refused and set(slices["conv2d"]) == {"forward", "backward"}
     tree = _tree("conv2d", "forward", slices["conv2d"]["forward"], "AMD", "jax")
     kernel = chain(tree, "jit:_conv2d", "conv_general_dilated", "cudnn-conv", "naive_conv_fwd_nchw_float")

@@ -322,8 +322,8 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         apis=apis,
         knowledge=e.knowledge(),
         imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
-        profiles=_profiles(e),
-        profile_ops=_profile_ops(e),
+        profiles=(profiles := _profiles(e)),  # validated in field order, then read by profile_ops
+        profile_ops=_profile_ops(e, profiles),
         aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
@@ -342,8 +342,7 @@ def _profiles(e: _Entry) -> tuple[str, ...]:
     return formats
 
 
-def _profile_ops(e: _Entry) -> dict[str, tuple[OpRule, ...]]:
-    formats = e.strings("profiles", e.get("profiles", list, []))
+def _profile_ops(e: _Entry, formats: tuple[str, ...]) -> dict[str, tuple[OpRule, ...]]:
     out = {}
     for fmt, rules in e.get("profile_ops", dict, {}).items():
         where = f"profile_ops.{fmt}"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracer.errors import DltraceError, UsageError
+from tracer.registry import Framework, OpRule
 from tracer.trace import Trace
 
 #: How an imported trace is named in its folder: ``<primitive>-imported.json``.
@@ -73,7 +74,8 @@ def _any(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class Reader:
-    """One profiler format's reader (``module.function(path, framework, command)``)
+    """One profiler format's reader (``module.function(path, framework, rules, command)``,
+    ``rules`` the framework's ``profile_ops`` for the format)
     and whether a file may be of that format, from its first bytes: a framework's
     formats (frameworks.yaml ``profiles``) are tried in order, the last one taking
     whatever is left so that its reader says what is wrong with the file."""
@@ -93,18 +95,18 @@ READERS: dict[str, Reader] = {
 }
 
 
-def formats_of(framework: str) -> tuple[str, ...]:
-    """The profiler formats ``framework``'s files are read as (frameworks.yaml
-    ``profiles``); UsageError naming the frameworks that have some where it has none."""
+def importable(framework: str) -> Framework:
+    """``framework``'s registry entry, read once for a file's import: its ``profiles``
+    (the formats its files are read as) and ``profile_ops``. UsageError naming the
+    frameworks that have formats where it has none."""
     from tracer import registry
 
     known = registry.load()
-    formats = known[framework].profiles if framework in known else ()
-    if not formats:
+    if framework not in known or not known[framework].profiles:
         readers = ", ".join(name for name, fw in known.items() if fw.profiles)
         raise UsageError(f"{framework} has no profiler format to import (frameworks.yaml 'profiles'); "
                          f"frameworks that have: {readers}")
-    return formats
+    return known[framework]
 
 
 def import_file(path: str | Path, framework: str, command: str = "") -> list[Imported]:
@@ -112,9 +114,10 @@ def import_file(path: str | Path, framework: str, command: str = "") -> list[Imp
     read as the first of its ``profiles`` formats the file may be. One-line
     ImportFailed when the file cannot be read or holds no primitive; UsageError
     when the framework reads no profiler files."""
-    formats = formats_of(framework)
+    fw = importable(framework)
     path = Path(path)
-    name = next((f for f in formats[:-1] if READERS[f].may_be(path)), formats[-1])
+    name = next((f for f in fw.profiles[:-1] if READERS[f].may_be(path)), fw.profiles[-1])
     reader = READERS[name]
-    read: Callable[[Path, str, str], list[Imported]] = getattr(importlib.import_module(reader.module), reader.function)
-    return read(path, framework, command)
+    read: Callable[[Path, str, tuple[OpRule, ...], str], list[Imported]] = \
+        getattr(importlib.import_module(reader.module), reader.function)
+    return read(path, framework, fw.profile_ops.get(name, ()), command)

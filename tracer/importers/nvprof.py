@@ -24,6 +24,7 @@ from tracer.importers import meta as m
 from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.provenance import provenance
 from tracer.importers.source import clip, read_source, short_name
+from tracer.registry import OpRule
 from tracer.trace import Frame, Node, Run, Trace
 
 #: primitive -> pass -> what a kernel's (mangled) name holds when it is that primitive's.
@@ -68,7 +69,8 @@ def _kernels(path: Path) -> tuple[Counter, dict[str, int], str]:
         db.close()
 
 
-def import_nvprof(path: Path, framework: str, command: str = "") -> list[Imported]:
+def import_nvprof(path: Path, framework: str, rules: tuple[OpRule, ...] = (), command: str = "") -> list[Imported]:
+    """``rules`` go unused: nvprof records kernels, not operators (see KERNELS)."""
     src = read_source(path)  # the checks every import gets (a regular file, bounded), and the hash
     launches, times, gpu = _kernels(path)
     if not launches:

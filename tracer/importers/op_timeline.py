@@ -28,9 +28,9 @@ from typing import Any
 from tracer.contract import PASSES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
-from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.source import Source, clip, load_json, read_source, short_name
+from tracer.registry import OpRule
 from tracer.trace import Frame, Node, Run, Trace
 
 _MX_CONTEXT = re.compile(r"^(cpu|gpu|cpu_pinned|cpu_shared)/(\d+)$")
@@ -159,10 +159,10 @@ def _group(ops: list[OpEvent]) -> dict[tuple[str, str], list[OpEvent]]:
     return out
 
 
-def import_op_timeline(path: Path, framework: str, command: str = "") -> list[Imported]:
+def import_op_timeline(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
     src = read_source(path)
     tl = parse(src, framework)
-    table = {r.primitive: (r.forward, r.backward) for r in rules(framework, "op-timeline")}
+    table = {r.primitive: (r.forward, r.backward) for r in rules}
     devices = Counter(o.device for o in tl.ops)
     device = "gpu" if any(not d.startswith("cpu") for d in devices) else "cpu"
     gpu = next((d for d, _ in devices.most_common() if not d.startswith("cpu")), "")

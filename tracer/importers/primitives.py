@@ -31,15 +31,6 @@ from tracer.registry import OpRule
 EVALUATE = "autograd::engine::evaluate_function: "
 
 
-def rules(framework: str, fmt: str) -> tuple[OpRule, ...]:
-    """``framework``'s rules for files of format ``fmt`` (frameworks.yaml
-    ``profile_ops``), in the order its entry gives them; () where it has none."""
-    from tracer import registry
-
-    fw = registry.load().get(framework)
-    return fw.profile_ops.get(fmt, ()) if fw is not None else ()
-
-
 def namespaces(rules: tuple[OpRule, ...]) -> frozenset[str]:
     """The op namespaces the rules' forward names are in (``aten`` of ``aten::conv2d``)."""
     return frozenset(name.split("::", 1)[0] for rule in rules for name in rule.forward if "::" in name)

@@ -18,10 +18,10 @@ from typing import Any
 from tracer.contract import PASSES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
-from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.env_reader import read_in_env
 from tracer.importers.source import clip, read_source, short_name
+from tracer.registry import OpRule
 from tracer.trace import Frame, Node, Run, Trace
 
 READER = Path(__file__).with_name("tf_stats_dump.py")
@@ -49,7 +49,7 @@ def _tree(records: list[dict], primitive: str, pass_: str, types: tuple[str, ...
     return Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(k.time_ns for k in kids), children=kids)
 
 
-def import_tf_stats(path: Path, framework: str, command: str = "") -> list[Imported]:
+def import_tf_stats(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
     src = read_source(path)
     if src.compressed or src.data.lstrip()[:1] in (b"{", b"["):
         raise ImportFailed(f"{path}: not a tensorflow_stats protobuf (it is {'gzip' if src.compressed else 'JSON'})")
@@ -61,7 +61,7 @@ def import_tf_stats(path: Path, framework: str, command: str = "") -> list[Impor
                            "kernel names; a training step's forward and backward MatMuls are not told apart"})
     device = clip(str(dump.get("device_type") or "device"), 20)
     out = []
-    for rule in rules(framework, "tf-stats"):
+    for rule in rules:
         primitive, fwd, bwd = rule.primitive, rule.forward, rule.backward
         both = (("forward", fwd), ("backward", bwd))
         trees = {p: t for p, types in both if types

@@ -19,20 +19,20 @@ from tracer.importers import meta as m
 from tracer.importers.hierarchy import build
 from tracer.importers.kernels import vendor_of
 from tracer.importers.kineto import parse
-from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.slicing import Slice, build_slices
 from tracer.importers.source import clip, read_source, short_name
+from tracer.registry import OpRule
 from tracer.trace import Run, Trace
 
 
-def import_kineto(path: Path, framework: str, command: str = "") -> list[Imported]:
+def import_kineto(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
     src = read_source(path)
     profile = parse(src)
     hier = build(profile)
     gpu = m.gpu_name(profile.header, (ev.device for ev in profile.device))
     vendor = vendor_of([gpu], (launch.name for launch in profile.launches), profile.header)
-    slices = build_slices(profile, hier, vendor, framework, rules(framework, "kineto"))
+    slices = build_slices(profile, hier, vendor, framework, rules)
     if not slices:
         frequent = Counter(op.name for op in profile.ops).most_common(5)
         seen = ", ".join(f"{clip(name, 50)} ×{n}" for name, n in frequent)

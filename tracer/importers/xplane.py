@@ -30,10 +30,10 @@ from tracer.contract import PASSES, PRIMITIVES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
 from tracer.importers.kernels import AMD, NVIDIA, kernel_lib, module_of
-from tracer.importers.primitives import rules
 from tracer.importers.provenance import provenance
 from tracer.importers.env_reader import read_in_env
 from tracer.importers.source import clip, read_source, short_name
+from tracer.registry import OpRule
 from tracer.trace import Frame, Node, Run, Trace
 
 READER = Path(__file__).resolve().with_name("xplane_dump.py")
@@ -143,9 +143,9 @@ def jax_op(jax_name: str) -> tuple[str, str, bool]:
     return function or "jit", op, backward
 
 
-def primitive_ops(framework: str) -> dict[str, str]:
+def primitive_ops(rules: tuple[OpRule, ...]) -> dict[str, str]:
     """JAX op -> dltrace primitive, from the framework's ``profile_ops`` for xplane files."""
-    return {name: r.primitive for r in rules(framework, "xplane") for name in r.forward}
+    return {name: r.primitive for r in rules for name in r.forward}
 
 
 def _slices(prof: Profile, ops: dict[str, str]) -> tuple[dict[str, dict[str, list[Kernel]]], list[str]]:
@@ -190,10 +190,10 @@ def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str, framew
     return Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(c.time_ns for c in children), children=children)
 
 
-def import_xplane(path: Path, framework: str, command: str = "") -> list[Imported]:
+def import_xplane(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
     dump, src = read_xplane(path, framework)
     prof = profile_of(dump, path)
-    slices, refused = _slices(prof, primitive_ops(framework))
+    slices, refused = _slices(prof, primitive_ops(rules))
     if not slices:
         ops = Counter(jax_op(k.jax_name)[1] for k in prof.kernels).most_common(5)
         why = f"; {'; '.join(refused)}" if refused else ""
