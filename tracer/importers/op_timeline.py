@@ -162,7 +162,6 @@ def _group(ops: list[OpEvent]) -> dict[tuple[str, str], list[OpEvent]]:
 def import_op_timeline(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
     src = read_source(path)
     tl = parse(src, framework)
-    table = {r.primitive: (r.forward, r.backward) for r in rules}
     devices = Counter(o.device for o in tl.ops)
     device = "gpu" if any(not d.startswith("cpu") for d in devices) else "cpu"
     gpu = next((d for d, _ in devices.most_common() if not d.startswith("cpu")), "")
@@ -170,9 +169,10 @@ def import_op_timeline(path: Path, framework: str, rules: tuple[OpRule, ...], co
     origin.update({"events": tl.events, "events_skipped_malformed": tl.skipped,
                    "recorded_by": f"{framework} (version not recorded in the file; see the provenance row)"})
     out = []
-    for primitive, (fwd, bwd) in table.items():
-        trees = {p: t for p, t in (("forward", _tree(tl, primitive, "forward", fwd)),
-                                   ("backward", _tree(tl, primitive, "backward", bwd))) if t is not None}
+    for rule in rules:
+        primitive = rule.primitive
+        trees = {p: t for p, t in (("forward", _tree(tl, primitive, "forward", rule.forward)),
+                                   ("backward", _tree(tl, primitive, "backward", rule.backward))) if t is not None}
         if not trees:
             continue
         passes = [p for p in PASSES if p in trees]

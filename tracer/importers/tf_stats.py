@@ -62,8 +62,8 @@ def import_tf_stats(path: Path, framework: str, rules: tuple[OpRule, ...], comma
     device = clip(str(dump.get("device_type") or "device"), 20)
     out = []
     for rule in rules:
-        primitive, fwd, bwd = rule.primitive, rule.forward, rule.backward
-        both = (("forward", fwd), ("backward", bwd))
+        primitive = rule.primitive
+        both = (("forward", rule.forward), ("backward", rule.backward))
         trees = {p: t for p, types in both if types
                  and (t := _tree(records, primitive, p, types, device, framework)) is not None}
         if primitive == "dense":  # one aggregate for both passes: shown once, as what the device ran
