@@ -125,6 +125,11 @@ def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def op_namespace(name: str) -> str:
+    """``aten`` of ``aten::add_``; "" for an op name without one (a Python-level record)."""
+    return name.split("::", 1)[0] if "::" in name else ""
+
+
 # ----------------------------------------------------------------------------- save
 
 

@@ -27,13 +27,14 @@ checkpointing recomputes the forward inside the backward pass.
 from __future__ import annotations
 
 from tracer.registry import OpRule
+from tracer.trace import op_namespace
 
 EVALUATE = "autograd::engine::evaluate_function: "
 
 
 def namespaces(rules: tuple[OpRule, ...]) -> frozenset[str]:
     """The op namespaces the rules' forward names are in (``aten`` of ``aten::conv2d``)."""
-    return frozenset(name.split("::", 1)[0] for rule in rules for name in rule.forward if "::" in name)
+    return frozenset(op_namespace(name) for rule in rules for name in rule.forward) - {""}
 
 
 def input_rank(args: dict) -> int | None:

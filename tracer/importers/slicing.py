@@ -28,7 +28,7 @@ from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.kineto import HostOp, KinetoProfile, Step
 from tracer.importers.primitives import EVALUATE, input_rank, namespaces
 from tracer.registry import OpRule
-from tracer.trace import Frame, Node
+from tracer.trace import Frame, Node, op_namespace
 
 #: Levels of ops kept below an instance, and the deepest an instance may sit. Real
 #: traces nest a dozen levels; a file nesting thousands (hostile or broken) is cut
@@ -163,7 +163,7 @@ def op_tree(top: HostOp, vendor: str, counts: Counter, kernels: Counter, framewo
     stack = [(top, 0)]
     while stack:
         op, depth = stack.pop()
-        space = op.name.split("::", 1)[0] if "::" in op.name else ""
+        space = op_namespace(op.name)
         nodes[id(op)] = op_node(op.name, space if space in spaces else framework, "", 1, _ns(op.dur))
         order.append((op, depth))
         if depth < MAX_DEPTH:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.knowledge import knowledge
-from tracer.trace import Trace, mapping
+from tracer.trace import Trace, mapping, op_namespace
 
 #: The backends whose declared kernels are shown beside a new backend's needs.
 OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU", "GPU", "oneDNN")
@@ -41,8 +41,8 @@ def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
     if delegate:  # structured: computed by its .out overload
         if any(k in (row.get("delegate_declared") or {}) for k in _COMPOSITE):
             return None, f"its {delegate} has a backend-agnostic kernel"
-        namespace = op.split("::", 1)[0] + "::" if "::" in op else ""  # aten::add -> aten::add.out
-        return f"{namespace}{delegate}", ""
+        namespace = op_namespace(op)  # aten::add -> aten::add.out
+        return f"{namespace}::{delegate}" if namespace else delegate, ""
     if row.get("new_backend"):
         return None, "backend-agnostic kernel" if "DEFAULT" not in kernels else "a kernel for any device (DEFAULT)"
     return op, ""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tracer.contract import STANDIN_LIB
 from tracer.process.backend_needs import BackendNeeds
-from tracer.trace import Node, Trace
+from tracer.trace import Node, Trace, op_namespace
 
 EVIDENCE = "run on the stand-in device"
 #: setup: putting the inputs and parameters on the device (before the step is traced)
@@ -56,11 +56,6 @@ class StandinNeeds:
 
 def _base(op: str) -> str:
     return op.split(".", 1)[0]
-
-
-def _namespace(op: str) -> str:
-    """``aten`` of ``aten::add_``; "" for a name without one (a Python-level record)."""
-    return op.split("::", 1)[0] if "::" in op else ""
 
 
 def _op_nodes(traces: list[Trace]) -> list[tuple[Node, list[str]]]:
@@ -138,8 +133,8 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
         out.by_name += [str(o) for o in m.get("registered_by_name") or [] if o not in out.by_name]
     run_nodes = _op_nodes(standin)
     reached = set(out.must_implement)
-    spaces = {_namespace(op) for op in reached} - {""}  # the op namespace the backend's kernels are named in
-    out.free = list(dict.fromkeys(n.frame.name for n, _ in run_nodes if _namespace(n.frame.name) in spaces
+    spaces = {op_namespace(op) for op in reached} - {""}  # the op namespace the backend's kernels are named in
+    out.free = list(dict.fromkeys(n.frame.name for n, _ in run_nodes if op_namespace(n.frame.name) in spaces
                                   and n.frame.lib != STANDIN_LIB and n.frame.name not in reached))
     if table is None:
         return out
