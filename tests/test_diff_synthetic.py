@@ -251,10 +251,13 @@ def test_sampled_flag_in_run_stats():
         for _, node in t.walk():
             if node.frame.kind == "native":
                 node.frame = Frame("op", "", node.frame.name)
-    ta = Trace(META, [Run("forward", "warm", {"op": a}, {"sampled": True})])
+    ta = Trace(META, [Run("forward", "warm", {"op": a}, {"layers": {"op": {"sampled": True}}})])
     tb = Trace(META, [Run("forward", "warm", {"op": b}, {"layers": {"op": {"sampled": True}}})])
     (layer,) = diff_traces(ta, tb).layers
     assert layer.sampled and layer.splits == []
+    # the stats of one side are enough
+    tb = Trace(META, [Run("forward", "warm", {"op": b}, {})])
+    assert diff_traces(ta, tb).layers[0].sampled
 
 
 # ----------------------------------------------------------------------------- normalisation

@@ -212,6 +212,58 @@ class ProbeRequest:
                                                     "layers": tuple(c["layers"])}) for c in cases)})
 
 
+#: Where a probe writes a case it could not trace instead of its trace: next to the
+#: trace's path, with this suffix (a CaseError).
+ERROR_SUFFIX = ".error"
+
+
+@dataclass(frozen=True)
+class CaseError:
+    """A case the probe could not trace: the reason in one line, the traceback for the log."""
+
+    error: str
+    traceback: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "CaseError":
+        """The record the probe wrote, or one saying it is unreadable (a probe killed
+        while writing it, a file that is not one): never an exception."""
+        try:
+            doc = json.loads(text)
+            return cls(str(doc["error"]), str(doc.get("traceback", "")))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return cls("the probe failed and its error record is unreadable")
+
+
+#: The environment variable through which the runner tells a probe on an emulated CPU
+#: which CPU it plays (an EmulatedCpu as JSON): its /proc/cpuinfo is the model's, and
+#: the trace must say it was emulated.
+EMULATED_ENV = "DLTRACE_EMULATED"
+
+
+@dataclass(frozen=True)
+class EmulatedCpu:
+    """The emulated CPU a probe runs on, as the runner chose it; a trace's meta
+    ``emulated`` is this record."""
+
+    cpu: str  # the model's name in dltrace (a64fx, neoverse-n1...)
+    model: str  # its description
+    midr: str  # the MIDR_EL1 value QEMU reports, in hex
+    qemu_cpu: str  # QEMU's -cpu specification
+    by: str  # the emulator and how it ran
+    emulated: bool = True
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "EmulatedCpu":
+        return cls(**json.loads(text))
+
+
 # ----------------------------------------------------------------------------- what a probe provides
 
 

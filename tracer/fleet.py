@@ -171,7 +171,7 @@ def _stamp(path: Path, who: dict[str, str]) -> None:
         trace = load(path)
     except TraceFormatError:
         return
-    trace.meta["recorded_by"] = {k: str(v) for k, v in who.items()}
+    trace.set_meta("recorded_by", {k: str(v) for k, v in who.items()})
     save(trace, path)
 
 

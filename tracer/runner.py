@@ -4,7 +4,6 @@ missing GPU in the probe becomes a ProbeFailed with one readable line."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -19,7 +18,8 @@ from pathlib import Path
 from tracer import envs
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
-from tracer.contract import EXACT_LAYERS, PASSES, PRIMITIVES, CaseRequest, Exit, ProbeRequest
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, PRIMITIVES, CaseError, CaseRequest,
+                             EmulatedCpu, Exit, ProbeRequest)
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.registry import Framework
 from tracer.trace import Trace, TraceFormatError, load, save
@@ -153,7 +153,7 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], dict[str, str]]:
     """The command and environment that run ``fw``'s emulated aarch64 python as ``cpu``,
-    and what the trace is to say of it (DLTRACE_EMULATED, read by the harness)."""
+    and what the trace is to say of it (contract.EMULATED_ENV, read by the harness)."""
     from tracer import emulation
 
     if fw.aarch64 is None:
@@ -165,9 +165,8 @@ def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], di
         raise EnvNotReady(f"{fw.name}: emulated aarch64 environment not set up; run: dltrace env setup {fw.name} "
                           f"--arch aarch64")
     argv, env = emulation.command(fw.name, cpu, binds)
-    env["DLTRACE_EMULATED"] = json.dumps({"cpu": cpu, "model": model.description, "midr": f"{model.midr:#x}",
-                                          "qemu_cpu": model.qemu_spec(), "by": f"QEMU {emulation.qemu_version()} "
-                                          "user mode, under proot", "emulated": True})
+    env[EMULATED_ENV] = EmulatedCpu(cpu, model.description, f"{model.midr:#x}", model.qemu_spec(),
+                                    f"QEMU {emulation.qemu_version()} user mode, under proot").to_json()
     return argv, env
 
 
@@ -207,7 +206,7 @@ def run_probe(
         tmpdir = Path(tmp)
         outs = [out_dir / f"{c.slug()}{'-gpu-evidence' if kind == 'gpu-evidence' else ''}.json" for c in cases]
         for p in outs:
-            for stale in (p, Path(f"{p}.error")):
+            for stale in (p, Path(f"{p}{ERROR_SUFFIX}")):
                 stale.unlink(missing_ok=True)
         wants_native = any("native" in c.layers for c in cases)
         # dltrace asks oneDNN for a perf map (it names JIT kernels in native stacks) and
@@ -284,15 +283,11 @@ def run_probe(
 def _result(spec: CaseSpec, out: Path) -> CaseResult:
     """What the probe left for one case: its trace, read back to be sure it is one,
     or the error it wrote instead."""
-    err = Path(f"{out}.error")
+    err = Path(f"{out}{ERROR_SUFFIX}")
     if err.exists():
-        try:
-            info = json.loads(err.read_text(errors="replace"))
-            error, detail = str(info["error"]), str(info.get("traceback", ""))
-        except (ValueError, KeyError, TypeError, RecursionError):
-            error, detail = "the probe failed and its error record is unreadable", ""
+        record = CaseError.from_json(err.read_text(errors="replace"))
         err.unlink(missing_ok=True)
-        return CaseResult(spec, None, error, detail)
+        return CaseResult(spec, None, record.error, record.traceback)
     if not out.exists():
         return CaseResult(spec, None, "the probe wrote no trace")
     try:

@@ -29,6 +29,7 @@ from tracer.files import write_text
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
 from tracer.trace import Trace, TraceFormatError, load, save
+from tracer.trace_meta import native_not_finished
 
 GAP_SUFFIX = ".gap.json"
 
@@ -184,7 +185,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
                 # reused unless it lacks a layer now asked for (native capture that
                 # failed still counts: the trace says why, probing again would not
                 # help; one the probe died in is tried again)
-                if "native" not in spec.layers or ("native" in had.meta and not native_incomplete(had)):
+                if "native" not in spec.layers or (had.info.native is not None and not native_incomplete(had)):
                     continue
         todo.append(spec)
     reused = len(job.cases) - len(todo) - len(blocked)
@@ -236,8 +237,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
 
 def native_incomplete(trace: Trace) -> bool:
     """The probe process ended while this trace's native stacks were being captured."""
-    native = trace.meta.get("native")
-    return isinstance(native, dict) and bool(native.get("incomplete"))
+    return trace.info.native is not None and trace.info.native.incomplete
 
 
 def _mark_native_lost(path: Path, why: str) -> bool:
@@ -249,10 +249,11 @@ def _mark_native_lost(path: Path, why: str) -> bool:
         return False
     if not native_incomplete(trace):
         return False
-    trace.meta["native"] = {"error": f"native capture did not finish: {why}", "incomplete": True}
+    native = native_not_finished(why)
+    trace.set_meta("native", native)
     for run in trace.runs:
         if run.phase == "warm":
-            run.stats["native_error"] = trace.meta["native"]["error"]
+            run.stats["native_error"] = native["error"]
     save(trace, path)
     return True
 

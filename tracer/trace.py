@@ -13,11 +13,13 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterator, cast
 
 from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_maybe_gzip
-from tracer.contract import COLLECTORS, PASSES, PHASES
+from tracer.contract import PASSES, PHASES
 from tracer.files import write_bytes
+from tracer.trace_meta import RunStats, TraceMeta, parse_meta, parse_stats
 
 FORMAT = "dltrace-trace"
 VERSION = 1
@@ -95,14 +97,32 @@ class Run:
     stats: dict[str, Any] = field(default_factory=dict)
     replicas: dict[str, list[Node]] = field(default_factory=dict)
 
+    @cached_property
+    def info(self) -> RunStats:
+        """The stats, typed (tracer.trace_meta): what the processing stages read. The
+        collectors write ``stats`` while they record; nothing reads ``info`` before."""
+        return parse_stats(self.stats)
+
 
 @dataclass
 class Trace:
+    #: What the trace says of itself, as written: read it through ``info``, change it
+    #: through ``set_meta``.
     meta: dict[str, Any]
     runs: list[Run]
     #: Source of Python functions, keyed by (file, first line), so that the diff and
     #: the report can show the deciding code without the framework installed.
     sources: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+
+    @cached_property
+    def info(self) -> TraceMeta:
+        """The meta, typed and checked (tracer.trace_meta): what every stage reads."""
+        return parse_meta(self.meta)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Change one meta field; ``info`` is read again from the new meta."""
+        self.meta[key] = value
+        self.__dict__.pop("info", None)
 
     def run(self, pass_: str, phase: str = "warm") -> Run | None:
         for r in self.runs:
@@ -116,13 +136,6 @@ class Trace:
 
     def source_of(self, frame: Frame) -> list[str] | None:
         return self.sources.get((frame.file, frame.line))
-
-
-def mapping(value: Any) -> dict[str, Any]:
-    """A meta field meant to hold an object, or {} where it holds anything else: only
-    a few meta fields are checked on load, and traces recorded elsewhere or by other
-    versions may lack the rest or hold another type there."""
-    return value if isinstance(value, dict) else {}
 
 
 def op_namespace(name: str) -> str:
@@ -189,19 +202,6 @@ def save(trace: Trace, path: str | os.PathLike) -> None:
 # ----------------------------------------------------------------------------- load
 
 
-#: Meta fields every trace has, and their type: the processing stages group and pair
-#: traces by them, so a trace without them is refused when it is read, not later.
-REQUIRED_META = {"framework": str, "primitive": str, "api": str, "device": str}
-#: Optional meta fields the processing stages read, and their types.
-OPTIONAL_META: dict[str, tuple[type, ...]] = {
-    "variant": (str,), "framework_version": (str,), "shape": (list,), "passes": (list,), "machine": (dict,),
-    "source_roots": (list,), "command": (str,), "created": (str,), "tool": (str,), "native": (dict,),
-    "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
-    "provenance": (dict,), "emulated": (dict, bool), "library": (dict,), "dispatch": (dict,),
-    "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,), "recorded_by": (dict,), "collector": (dict,),
-}
-#: Run stats the processing stages read, and their types.
-NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
@@ -209,58 +209,6 @@ _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 def _wrong(what: str, value: Any, want: str) -> ValueError:
     got = type(value).__name__
     return ValueError(f"{what} must be {want}, not {got}")
-
-
-def _check_meta(meta: Any) -> None:
-    if not isinstance(meta, dict):
-        raise _wrong("meta", meta, "an object")
-    for key, kind in REQUIRED_META.items():
-        value = meta.get(key)
-        if value is None:
-            raise ValueError(f"meta.{key} is missing")
-        if not isinstance(value, kind) or not value:
-            raise _wrong(f"meta.{key}", value, "a non-empty string")
-    for key, kinds in OPTIONAL_META.items():
-        value = meta.get(key)
-        if value is not None and not isinstance(value, kinds):
-            raise _wrong(f"meta.{key}", value, " or ".join(k.__name__ for k in kinds))
-    shape = meta.get("shape") or []
-    if not all(type(d) is int and d >= 0 for d in shape):
-        raise ValueError("meta.shape must be a list of sizes")
-    machine = meta.get("machine") or {}
-    for key in ("arch", "cpu"):
-        if not isinstance(machine.get(key, ""), str):
-            raise _wrong(f"meta.machine.{key}", machine[key], "a string")
-    # the fleet worker that ran the probe (tracer.fleet), written by the submitting machine
-    for key, value in (meta.get("recorded_by") or {}).items():
-        if not isinstance(value, str):
-            raise _wrong(f"meta.recorded_by.{str(key)[:40]}", value, "a string")
-    _check_collector(meta.get("collector"))
-
-
-def _check_collector(collector: dict[str, Any] | None) -> None:
-    """meta.collector: which Python-level collector recorded the python layer
-    (tracer.contract.COLLECTORS) and, for the fallback, why the C core did not run.
-    Traces written before it existed have none (the pure-Python collector)."""
-    if collector is None:
-        return
-    if collector.get("python") not in COLLECTORS:
-        raise ValueError(f"meta.collector.python must be one of {', '.join(COLLECTORS)}")
-    if not isinstance(collector.get("why", ""), str):
-        raise _wrong("meta.collector.why", collector["why"], "a string")
-
-
-def _check_stats(stats: Any) -> dict[str, Any]:
-    if not isinstance(stats, dict):
-        raise _wrong("a run's stats", stats, "an object")
-    for key in NUMERIC_STATS:
-        value = stats.get(key)
-        if value is not None and (type(value) not in (int, float) or value != value):
-            raise _wrong(f"stats.{key}", value, "a number")
-    if not isinstance(stats.get("layers", {}), dict) or not all(isinstance(v, dict)
-                                                                for v in stats.get("layers", {}).values()):
-        raise ValueError("stats.layers must map layer names to objects")
-    return dict(stats)
 
 
 def _frames(rows: Any) -> list[Frame]:
@@ -332,9 +280,12 @@ def _runs(rows: Any, frames: list[Frame]) -> list[Run]:
         replicas = r.get("replicas", {})
         if not isinstance(replicas, dict) or not all(isinstance(v, list) for v in replicas.values()):
             raise ValueError("a run's replicas must map layer names to lists of trees")
-        runs.append(Run(r["pass"], r["phase"], {str(name): _decode(t, frames) for name, t in layers.items()},
-                        _check_stats(r.get("stats", {})),
-                        {str(name): [_decode(t, frames) for t in trees] for name, trees in replicas.items()}))
+        stats = r.get("stats", {})
+        checked = parse_stats(stats)
+        run = Run(r["pass"], r["phase"], {str(name): _decode(t, frames) for name, t in layers.items()}, dict(stats),
+                  {str(name): [_decode(t, frames) for t in trees] for name, trees in replicas.items()})
+        run.__dict__["info"] = checked  # parsed once, here, where a wrong type is the file's error
+        runs.append(run)
     return runs
 
 
@@ -385,13 +336,15 @@ def from_json(doc: Any, where: str = "trace") -> Trace:
         )
     try:
         meta = doc.get("meta")
-        _check_meta(meta)
+        info = parse_meta(meta)
         frames = _frames(doc.get("frames"))
         runs = _runs(doc.get("runs"), frames)
         sources = _sources(doc.get("sources", []))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise TraceFormatError(f"{where}: malformed trace ({exc})"[:500]) from None
-    return Trace(cast("dict[str, Any]", meta), runs, sources)  # _check_meta raised unless it is a dict
+    trace = Trace(cast("dict[str, Any]", meta), runs, sources)  # parse_meta raised unless meta is a dict
+    trace.__dict__["info"] = info  # parsed once, here, where a wrong type is the file's error
+    return trace
 
 
 #: The most a trace may expand to (``DLTRACE_MAX_TRACE_MB`` MiB to change it). The

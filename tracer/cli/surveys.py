@@ -144,7 +144,7 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
     from tracer.render.audit_console import print_audit, print_pass_needs
 
     traces, gaps = collect(list(folders))
-    mine = [t for t in traces if t.meta.get("framework") == framework]
+    mine = [t for t in traces if t.info.framework == framework]
     if not mine:
         raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
     rep = framework_report(framework, mine, gaps)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import datetime
 import importlib
-import json
 import os
 import shutil
 import signal
@@ -21,6 +20,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import asdict
 from typing import Any, Callable
 
 from tracer import __version__, machine
@@ -30,13 +30,14 @@ from tracer.collect.collector import CollectorError, python_tracer
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
-from tracer.contract import (LAYERS, CaseRequest, DeviceCheck, DispatchTable, Exit, GpuEvidence, NativeRequest,
-                             OpRecorder, Probe, ProbeRequest)
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, CaseError, CaseRequest, DeviceCheck, DispatchTable,
+                             EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder, Probe, ProbeRequest)
 from tracer.trace import Frame, Node, Run, Trace, save
+from tracer.trace_meta import native_not_finished
 
 #: What a trace that asked for native stacks says until they are added: if the probe
 #: process dies during the capture, the trace already on disk says so.
-NATIVE_PENDING = {"error": "native capture did not finish: the probe process ended during it", "incomplete": True}
+NATIVE_PENDING = native_not_finished("the probe process ended during it")
 _PR_SET_PDEATHSIG = 1
 #: Each pass's native stacks are sampled in this many independent windows (kept as the
 #: layer's replicas): the diff accepts a sampled split only where every one shows it.
@@ -124,11 +125,11 @@ def _machine() -> dict:
     """Where the probe ran: this machine, or the emulated CPU the runner chose (its
     /proc/cpuinfo is the model's; the trace must say it was emulated)."""
     m = machine.describe()
-    emulated = os.environ.get("DLTRACE_EMULATED")
+    emulated = os.environ.get(EMULATED_ENV)
     if emulated:
-        info = json.loads(emulated)
-        m["cpu"] = f"{info.get('model', info.get('cpu', ''))} (emulated)"
-        m["emulated"] = info
+        cpu = EmulatedCpu.from_json(emulated)
+        m["cpu"] = f"{cpu.model} (emulated)"
+        m["emulated"] = asdict(cpu)
     return m
 
 
@@ -266,7 +267,7 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     for _, trace, _ in pending:
-        trace.meta["native"] = {**session, "seconds": cfg.seconds} if error is None else {"error": error}
+        trace.set_meta("native", {**session, "seconds": cfg.seconds} if error is None else {"error": error})
     for names, (trace, pass_) in where.items():
         run = trace.run(pass_, "warm")
         if run is None:
@@ -323,7 +324,7 @@ def main(argv: list[str]) -> int:
         tracer = python_tracer(req.source_roots)  # the C core where it builds, else PythonTracer
     except CollectorError as exc:
         print(str(exc), file=sys.stderr)
-        return 1
+        return Exit.ERROR
     # the libraries' own reports go to fd 1: into a file while the cases run
     log = StdoutLog(os.path.join(tempfile.gettempdir(), f"dltrace-stdout-{os.getpid()}.log")) \
         if any("library" in c.layers for c in req.cases) else None
@@ -341,13 +342,13 @@ def main(argv: list[str]) -> int:
         log.mute()  # the sampled loops would write megabytes of lines nobody reads
     if pending:
         for case_req, trace, _ in pending:
-            trace.meta["native"] = dict(NATIVE_PENDING)
+            trace.set_meta("native", dict(NATIVE_PENDING))
             save(trace, case_req.out)
         _native_layers(req, pending)
         for case_req, trace, _ in pending:
             save(trace, case_req.out)
         print(f"done native ({len(pending)} cases)", file=sys.stderr, flush=True)
-    return 0
+    return Exit.OK
 
 
 def _gpu_evidence(req: ProbeRequest, probe: Probe, version: str) -> int:
@@ -365,12 +366,12 @@ def _gpu_evidence(req: ProbeRequest, probe: Probe, version: str) -> int:
         except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
             _write_error(case_req.out, exc)
         print(f"done {case_req.primitive} {case_req.api} (gpu evidence)", file=sys.stderr, flush=True)
-    return 0
+    return Exit.OK
 
 
 def _write_error(out: str, exc: BaseException) -> None:
-    with open(out + ".error", "w") as fh:
-        json.dump({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}, fh)
+    with open(out + ERROR_SUFFIX, "w") as fh:
+        fh.write(CaseError(f"{type(exc).__name__}: {exc}", traceback.format_exc()).to_json())
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import PASSES, PRIMITIVES
-from tracer.trace import Trace, mapping
+from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
 #: for this CPU (what a port must write, or accept as slow).
@@ -49,13 +49,13 @@ ARM_ARCHES = ("aarch64", "arm64")
 
 
 def _arch(trace: Trace) -> str:
-    machine = mapping(trace.meta.get("machine"))
-    return str(machine.get("arch", "?"))
+    arch = trace.info.machine.arch
+    return "?" if arch is None else arch
 
 
 def on_arm(trace: Trace) -> str:
     """"emulated" or "native" for a trace recorded on an aarch64 CPU, "" otherwise."""
-    if isinstance(trace.meta.get("emulated"), dict):
+    if trace.info.emulated is not None:
         return "emulated"
     return "native" if _arch(trace) in ARM_ARCHES else ""
 
@@ -63,19 +63,19 @@ def on_arm(trace: Trace) -> str:
 def _label(trace: Trace) -> str:
     """The column: the machine, and the variant where it is not the default (TensorFlow
     runs onednn-on there too: oneDNN is off by default on ARM)."""
-    emulated = trace.meta.get("emulated")
-    variant = trace.meta.get("variant", "default")
+    emulated = trace.info.emulated
+    variant = trace.info.variant
     suffix = "" if variant == "default" else f", {variant}"
-    if isinstance(emulated, dict):
-        return f"{emulated.get('cpu', '?')} (emulated){suffix}"
+    if emulated is not None:
+        return f"{emulated.cpu} (emulated){suffix}"
     if on_arm(trace):
         return f"{_arch(trace)} (native){suffix}"
     return f"{_arch(trace)} (this machine){suffix}"
 
 
-def _default_shape(trace: Trace) -> list[int] | None:
-    prim = PRIMITIVES.get(trace.meta["primitive"])
-    return list(prim.shape) if prim else None
+def _default_shape(trace: Trace) -> tuple[int, ...] | None:
+    prim = PRIMITIVES.get(trace.info.primitive)
+    return tuple(prim.shape) if prim else None
 
 
 def _gap_label(gap: Any) -> str:
@@ -85,7 +85,7 @@ def _gap_label(gap: Any) -> str:
 
 def _by_variant(traces: list[Trace]) -> list[Trace]:
     """Each machine's columns together, its default path before its variants."""
-    return sorted(traces, key=lambda t: (_label(t).split(",")[0], t.meta.get("variant", "default") != "default"))
+    return sorted(traces, key=lambda t: (_label(t).split(",")[0], t.info.variant != "default"))
 
 
 def _compiled(trace: Trace, pass_: str) -> list[str]:
@@ -99,10 +99,8 @@ def _compiled(trace: Trace, pass_: str) -> list[str]:
 
 
 def _cell(trace: Trace) -> ArmCell:
-    library = mapping(trace.meta.get("library"))
-    blas = mapping(library.get("OpenBLAS"))
-    cell = ArmCell(capability=str(trace.meta.get("cpu_capability", "")),
-                   blas=f"OpenBLAS, {blas['core']} kernels" if blas.get("core") else "")
+    core = trace.info.openblas_core
+    cell = ArmCell(capability=trace.info.cpu_capability, blas=f"OpenBLAS, {core} kernels" if core else "")
     for pass_ in PASSES:
         layer = trace.layer(pass_, "library")
         if layer is None:
@@ -119,28 +117,27 @@ def arm_audit(traces: list[Trace], gaps: list[Any]) -> ArmAudit | None:
     """The audit over a framework's CPU traces at the default shapes, functional API
     (the default path, and each variant that also ran on ARM), when any of them ran
     on an aarch64 CPU, emulated or native, or such a case is a gap; None otherwise."""
-    functional = [t for t in traces if t.meta["device"] == "cpu" and t.meta.get("api") == "functional"]
+    functional = [t for t in traces if t.info.device == "cpu" and t.info.api == "functional"]
     arm = [t for t in functional if on_arm(t)]
     arm_gaps = [g for g in gaps if getattr(g, "cpu", "") or getattr(g, "arch", "")]
     if not arm and not arm_gaps:
         return None
     # the default path, and each variant that also ran on ARM, on every machine
-    variants = {"default", *(t.meta.get("variant", "default") for t in arm)}
-    chosen = [t for t in functional if t.meta.get("variant", "default") in variants]
+    variants = {"default", *(t.info.variant for t in arm)}
+    chosen = [t for t in functional if t.info.variant in variants]
     arm = [t for t in chosen if on_arm(t)]
     # one shape per primitive: the default one where an ARM trace has it (a native ARM
     # machine's survey also has the kernel shapes)
-    shapes = {t.meta["primitive"]: t.meta.get("shape") for t in arm}
-    shapes.update({t.meta["primitive"]: t.meta.get("shape") for t in arm
-                   if t.meta.get("shape") == _default_shape(t)})
-    host = [t for t in chosen if not on_arm(t) and t.meta.get("shape") == shapes.get(t.meta["primitive"])]
-    arm = [t for t in arm if t.meta.get("shape") == shapes.get(t.meta["primitive"])]
+    shapes = {t.info.primitive: t.info.shape for t in arm}
+    shapes.update({t.info.primitive: t.info.shape for t in arm if t.info.shape == _default_shape(t)})
+    host = [t for t in chosen if not on_arm(t) and t.info.shape == shapes.get(t.info.primitive)]
+    arm = [t for t in arm if t.info.shape == shapes.get(t.info.primitive)]
     gap_label = {id(g): _gap_label(g) for g in arm_gaps}
     machines = list(dict.fromkeys([*map(_label, _by_variant(host)), *map(_label, _by_variant(arm)),
                                    *gap_label.values()]))
     rows: dict[str, dict[str, ArmCell]] = {}
     for t in host + arm:
-        rows.setdefault(t.meta["primitive"], {})[_label(t)] = _cell(t)
+        rows.setdefault(t.info.primitive, {})[_label(t)] = _cell(t)
     for g in arm_gaps:
         rows.setdefault(g.primitive or "(all)", {}).setdefault(gap_label[id(g)], ArmCell()).failed = g.error
     return ArmAudit(machines, rows)

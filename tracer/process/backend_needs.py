@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.knowledge import knowledge
-from tracer.trace import Trace, mapping, op_namespace
+from tracer.trace import Trace, op_namespace
 
 #: The backends whose declared kernels are shown beside a new backend's needs.
 OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU", "GPU", "oneDNN")
@@ -51,14 +51,13 @@ def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
 def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
     """The needs over ``traces`` (a primitive's passes and API levels), or None when
     none of them recorded its framework's dispatch table."""
-    recorded = [t.meta.get("dispatch") for t in traces]
-    tables = [d for d in recorded if isinstance(d, dict) and isinstance(d.get("ops"), dict)]
+    tables = [d for d in (t.info.dispatch for t in traces) if d is not None and d.ops is not None]
     if not tables:
         return None
-    out = BackendNeeds(str(tables[0].get("new_backend_key", "")))
+    out = BackendNeeds(tables[0].new_backend_key)
     utility: list[str] = []
     for table in tables:
-        for op, row in table["ops"].items():
+        for op, row in (table.ops or {}).items():
             if not isinstance(row, dict):
                 continue
             need, why = _row_needs(op, row)
@@ -99,7 +98,7 @@ class PassNeeds:
 def _derived(trace: Trace) -> bool:
     from tracer.contract import DERIVED_EVIDENCE
 
-    return trace.meta.get("evidence") in DERIVED_EVIDENCE and isinstance(trace.meta.get("backend"), dict)
+    return trace.info.evidence in DERIVED_EVIDENCE and trace.info.backend is not None
 
 
 def _add(out: PassNeeds, utility: list[str], names: list[str]) -> None:
@@ -117,19 +116,19 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
     for t in traces:
         if not _derived(t):
             continue
-        backend = t.meta["backend"]
-        tables = mapping(backend.get("passes"))
-        prov = mapping(t.meta.get("provenance"))
+        backend = t.info.backend
+        assert backend is not None  # _derived(t)
+        tables = backend.passes
+        read = t.info.provenance.read if t.info.provenance is not None else ""
         for run in t.runs:
             root = run.layers.get("op")
             if root is None:
                 continue
-            key = (str(t.meta["evidence"]), run.pass_)
+            key = (t.info.evidence, run.pass_)
             if key not in found:
-                found[key] = (PassNeeds(t.meta["primitive"], run.pass_, key[0], str(prov.get("read", "")),
-                                        str(backend.get("key", ""))), [])
+                found[key] = (PassNeeds(t.info.primitive, run.pass_, key[0], read, backend.key), [])
             out, utility = found[key]
-            table = tables.get(run.pass_) or backend.get("ops") or {}
+            table = tables.get(run.pass_) or backend.ops
             for node in root.children:
                 op = node.frame.name
                 row = table.get(op) if isinstance(table, dict) else None
@@ -175,15 +174,15 @@ def op_layer_needs(traces: list[Trace]) -> list[PassNeeds]:
 
     found: dict[str, tuple[PassNeeds, list[str]]] = {}
     for t in traces:
-        if not is_default_cpu(t) or t.meta.get("api") == "imported":
+        if not is_default_cpu(t) or t.info.imported:
             continue
         for run in t.runs:
             root = run.layers.get("op")
             if run.phase != "warm" or root is None:
                 continue
             if run.pass_ not in found:
-                found[run.pass_] = (PassNeeds(t.meta["primitive"], run.pass_, "recorded",
-                                              f"the op layer of {t.meta['framework']}'s CPU run (dltrace)",
+                found[run.pass_] = (PassNeeds(t.info.primitive, run.pass_, "recorded",
+                                              f"the op layer of {t.info.framework}'s CPU run (dltrace)",
                                               "every operator reached (no GPU evidence derived)"), [])
             out, utility = found[run.pass_]
             _add(out, utility, _operators(root.children))

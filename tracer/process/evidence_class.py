@@ -6,9 +6,8 @@ different claims, and every GPU cell of a report says which one it rests on
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 from tracer.contract import EVIDENCE
+from tracer.trace_meta import TraceMeta
 
 #: Evidence classes, strongest first (the order only decides which a cell shows first).
 EVIDENCE_ORDER = EVIDENCE
@@ -23,14 +22,13 @@ EVIDENCE_MEANING = {
 }
 
 
-def evidence_class(meta: Mapping[str, Any]) -> str | None:
+def evidence_class(meta: TraceMeta) -> str | None:
     """The evidence class of a trace from its meta: ``evidence`` where the trace says
     it; older traces say nothing, then an imported trace is "imported" and any other
     GPU trace "recorded"; None for a CPU trace. The one place the processing stages
     read it."""
-    value = meta.get("evidence")
-    if value in EVIDENCE_ORDER:
-        return str(value)
-    if meta.get("api") == "imported":
+    if meta.evidence in EVIDENCE_ORDER:
+        return meta.evidence
+    if meta.imported:
         return "imported"
-    return "recorded" if meta.get("device") == "gpu" else None
+    return "recorded" if meta.device == "gpu" else None

@@ -25,7 +25,7 @@ from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
 from tracer.process.tags import CUDART, library_of
-from tracer.trace import Node, Trace, mapping
+from tracer.trace import Node, Trace
 
 #: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
 _RUNTIMES = frozenset({CUDART, "HIP runtime"})
@@ -135,13 +135,10 @@ def _deepest_op(root: Node) -> str:
 
 def _source(trace: Trace) -> tuple[str, str]:
     """(where it came from, GPU model) from the trace's provenance and machine."""
-    prov = trace.meta.get("provenance")
-    machine = mapping(trace.meta.get("machine"))
-    gpu = str(machine.get("gpu") or (prov.get("gpu") if isinstance(prov, dict) else "") or "")
-    if isinstance(prov, str):
-        return prov, gpu
-    if isinstance(prov, dict):
-        return origin(trace) or str(prov.get("what") or prov.get("source") or ""), gpu
+    prov = trace.info.provenance
+    gpu = trace.info.machine.gpu or (prov.gpu if prov is not None else "")
+    if prov is not None:
+        return origin(trace) or prov.what or prov.source, gpu
     return ("dltrace on " + gpu) if gpu else "dltrace on a GPU machine", gpu
 
 
@@ -149,13 +146,13 @@ def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
                  probe_ops: frozenset[str] = frozenset()) -> GpuEvidence | None:
     """What one GPU trace says of one pass (its kernels picked as :func:`_kernels`
     says, against the CPU path's op and ops); None where it has no op layer for it."""
-    cls = evidence_class(trace.meta)
+    cls = evidence_class(trace.info)
     run = trace.run(pass_, "warm")
     if cls is None or run is None or "op" not in run.layers:
         return None
     op, kernels, lib, more = _kernels(run.layers["op"], cpu_op, probe_ops)
     source, gpu = _source(trace)
-    version = str(trace.meta.get("framework_version") or "unknown")
+    version = trace.info.framework_version or "unknown"
     return GpuEvidence(cls, side_label(trace), source, gpu, version, op, kernels, lib, more)
 
 
@@ -175,14 +172,14 @@ def cpu_side(trace: Trace, pass_: str) -> CpuSide | None:
     else:
         leaves = [k for p, k, _ in r.kernels if p == pass_]
         kernel = leaves[0] if leaves else ""
-    return CpuSide(ops[0] if ops else "", kernel, lib, f"{side_label(trace)} ({trace.meta.get('api', '?')})")
+    return CpuSide(ops[0] if ops else "", kernel, lib, f"{side_label(trace)} ({trace.info.api})")
 
 
 def _cpu_trace(traces: list[Trace], primitive: str) -> Trace | None:
     """The default CPU path of a primitive on this machine (not emulated), functional API first."""
-    mine = [t for t in traces if is_default_cpu(t) and t.meta.get("primitive") == primitive
-            and t.meta.get("api") != "imported" and not t.meta.get("emulated")]
-    return min(mine, key=lambda t: (t.meta.get("api") != "functional", len(t.meta.get("shape") or [])), default=None)
+    mine = [t for t in traces if is_default_cpu(t) and t.info.primitive == primitive
+            and not t.info.imported and t.info.emulated is None]
+    return min(mine, key=lambda t: (t.info.api != "functional", len(t.info.shape)), default=None)
 
 
 def gpu_cells(traces: list[Trace]) -> list[GpuCell]:
@@ -192,7 +189,7 @@ def gpu_cells(traces: list[Trace]) -> list[GpuCell]:
     for prim in PRIMITIVES:
         cpu = _cpu_trace(traces, prim)
         probe_ops = op_names(cpu) if cpu else frozenset()
-        gpus = [t for t in traces if t.meta.get("primitive") == prim and t.meta.get("device") == "gpu"]
+        gpus = [t for t in traces if t.info.primitive == prim and t.info.device == "gpu"]
         for pass_ in PASSES:
             mine = cpu_side(cpu, pass_) if cpu else None
             found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops) for t in gpus) if e]

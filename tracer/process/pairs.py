@@ -17,25 +17,24 @@ KIND_NAMES = {"device": "CPU vs another device", "variant": "CPU vs a CPU varian
 
 
 def machine_of(trace: Trace) -> str:
-    m = trace.meta.get("machine", {})
-    return f"{m.get('arch', '?')} {m.get('cpu', '?')}"
+    m = trace.info.machine
+    return f"{'?' if m.arch is None else m.arch} {'?' if m.cpu is None else m.cpu}"
 
 
 def recorded_by(trace: Trace) -> str:
     """The fleet worker that recorded the trace (meta ``recorded_by``, tracer.fleet), "" for a local probe."""
-    who = trace.meta.get("recorded_by")
-    return str(who.get("worker") or who.get("address") or "") if isinstance(who, dict) else ""
+    return trace.info.worker
 
 
 def side_label(trace: Trace, with_machine: bool = False) -> str:
-    m = trace.meta
-    label = m["device"] if m.get("variant", "default") == "default" else f"{m['device']} {m['variant']}"
+    m = trace.info
+    label = m.device if m.variant == "default" else f"{m.device} {m.variant}"
     return f"{label} ({machine_of(trace)})" if with_machine else label
 
 
 def case_key(trace: Trace) -> tuple[str, str, str, tuple[int, ...]]:
-    m = trace.meta
-    return (m["framework"], m["primitive"], m["api"], tuple(m.get("shape", ())))
+    m = trace.info
+    return (m.framework, m.primitive, m.api, m.shape)
 
 
 @dataclass(frozen=True)
@@ -59,17 +58,16 @@ def _baseline(candidates: list[Trace], machine: str) -> Trace | None:
 def is_default_cpu(t: Trace) -> bool:
     """The framework's default path on a CPU (no variant's switch applied): what every
     other path is set against."""
-    return t.meta["device"] == "cpu" and t.meta.get("variant", "default") == "default"
+    return t.info.device == "cpu" and t.info.variant == "default"
 
 
 def _stand_in(traces: list[Trace], t: Trace) -> list[Trace]:
     """For a trace recorded elsewhere by another tool (an imported GPU profile, at the
     model's own shape): the default CPU traces of the same framework and primitive,
     functional API and smallest shape first, that it is to be set against."""
-    same = [x for x in traces if is_default_cpu(x) and x.meta.get("api") != "imported"
-            and x.meta["framework"] == t.meta["framework"] and x.meta["primitive"] == t.meta["primitive"]]
-    return sorted(same, key=lambda x: (x.meta.get("api") != "functional", len(x.meta.get("shape") or []),
-                                       list(x.meta.get("shape") or [])))[:1]
+    same = [x for x in traces if is_default_cpu(x) and not x.info.imported
+            and x.info.framework == t.info.framework and x.info.primitive == t.info.primitive]
+    return sorted(same, key=lambda x: (x.info.api != "functional", len(x.info.shape), x.info.shape))[:1]
 
 
 def pairs(traces: Iterable[Trace]) -> list[Pair]:
@@ -88,9 +86,9 @@ def pairs(traces: Iterable[Trace]) -> list[Pair]:
         for t in group:
             if t in base:
                 continue
-            a = _baseline(base or (_stand_in(traces, t) if t.meta.get("api") == "imported" else []), machine_of(t))
+            a = _baseline(base or (_stand_in(traces, t) if t.info.imported else []), machine_of(t))
             if a is not None:
-                out.append(Pair("device" if t.meta["device"] != "cpu" else "variant", a, t))
+                out.append(Pair("device" if t.info.device != "cpu" else "variant", a, t))
         machines = sorted({machine_of(t) for t in base})
         for i, m1 in enumerate(machines):
             for m2 in machines[i + 1:]:

@@ -234,7 +234,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
     for key in sorted(by_key, key=lambda k: (_order(k[1]), k[2], k[3])):
         group = by_key[key]
         sides = {}
-        for t in sorted(group, key=lambda t: (t.meta["device"], t.meta.get("variant") != "default", side_label(t))):
+        for t in sorted(group, key=lambda t: (t.info.device, t.info.variant != "default", side_label(t))):
             label = side_label(t, with_machine=len({machine_of(x) for x in group
                                                     if side_label(x) == side_label(t)}) > 1)
             sides[label] = r = reach(t, threshold)
@@ -262,16 +262,16 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
     cpu_default = defaultdict(list)
     for t in traces:
         if is_default_cpu(t):
-            cpu_default[t.meta["primitive"]].append(t)
+            cpu_default[t.info.primitive].append(t)
     audit = _audit(cases, {prim: backend_needs(ts) for prim, ts in cpu_default.items()})
     for row in audit:  # the stand-in device's run beside the tables' list; per pass, the derived GPU evidence
-        ran = [t for t in traces if t.meta["device"] == "standin" and t.meta["primitive"] == row.primitive]
+        ran = [t for t in traces if t.info.device == "standin" and t.info.primitive == row.primitive]
         row.standin = standin_needs(ran, cpu_default.get(row.primitive, []), row.needs) if ran else None
-        of_prim = [t for t in traces if t.meta["primitive"] == row.primitive]
+        of_prim = [t for t in traces if t.info.primitive == row.primitive]
         row.pass_needs = pass_needs(of_prim) or op_layer_needs(of_prim)
     return FrameworkReport(
         name=name,
-        versions=sorted({str(t.meta.get("framework_version", "?")) for t in traces}),
+        versions=sorted({"?" if t.info.framework_version is None else t.info.framework_version for t in traces}),
         primitives=list(dict.fromkeys(c.primitive for c in cases)),
         apis=sorted({c.api for c in cases}),
         sides=sorted({path_of(t) for t in traces}),
@@ -286,7 +286,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
         libraries={k: sorted(v, key=library_order) for k, v in side_libs.items()},
         isa=sorted(isa_all),
         code=dict(totals),
-        devices=sorted({t.meta["device"] for t in traces}),
+        devices=sorted({t.info.device for t in traces}),
         arm=arm_audit(traces, [g for g in gaps if g.framework == name]),
         gpu_cells=gpu_cells(traces),
         workers=sorted({recorded_by(t) for t in traces} - {""}),
@@ -331,6 +331,6 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> li
 def survey_reports(traces: list[Trace], gaps: list[Any], threshold: float = DEFAULT_THRESHOLD) -> list[FrameworkReport]:
     by_fw: dict[str, list[Trace]] = defaultdict(list)
     for t in traces:
-        by_fw[t.meta["framework"]].append(t)
+        by_fw[t.info.framework].append(t)
     names = list(dict.fromkeys([*sorted(by_fw), *(g.framework for g in gaps)]))
     return [framework_report(n, by_fw.get(n, []), gaps, threshold) for n in names]

@@ -47,14 +47,14 @@ def _rewrites(trace: Trace, pass_: str) -> list[str]:
     """The op rewrite record: for each op reached that has a oneDNN kernel in the
     registry, the one this process ran (oneDNN's rewrite, or the CPU kernel with the
     rewrite off)."""
-    table = trace.meta.get("dispatch")
-    enabled = trace.meta.get("onednn_enabled")
-    if not isinstance(enabled, bool) or not isinstance(table, dict) or not isinstance(table.get("ops"), dict):
+    enabled = trace.info.onednn_enabled
+    table = trace.info.dispatch.ops if trace.info.dispatch is not None else None
+    if enabled is None or table is None:
         return []
     tree = trace.layer(pass_, "op")
     seen = {n.frame.name for _, n in tree.walk()} if tree is not None else set()
     out = []
-    for op, row in table["ops"].items():
+    for op, row in table.items():
         declared = row.get("declared") if isinstance(row, dict) else None
         target = declared.get("oneDNN") if isinstance(declared, dict) else None
         if op not in seen or not isinstance(target, str):

@@ -14,7 +14,7 @@ from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
 from tracer.process.tags import SYSTEM_LIBS, is_unnamed, isa_of, library_of, library_order
 from tracer.process.tree import total_samples
-from tracer.trace import Node, Trace, mapping
+from tracer.trace import Node, Trace
 
 
 @dataclass
@@ -90,8 +90,8 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
         run = trace.run(pass_, "warm")
         if run is None:
             continue
-        if "untraced_s" in run.stats:
-            seconds[pass_] = run.stats["untraced_s"]
+        if run.info.untraced_s is not None:
+            seconds[pass_] = run.info.untraced_s
         if "python" in run.layers:
             python[pass_] = summarize(run.layers["python"])
             handoffs += [(pass_, name) for name in _leaves(run.layers["python"], ("c",))]
@@ -110,8 +110,8 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
                 if tag:
                     isa.add(tag)
             kernels += [(pass_, k, n) for k, n in native_kernels(native, threshold)]
-        elif run.stats.get("native_error"):
-            note = str(run.stats["native_error"])
+        elif run.info.not_captured.get("native"):
+            note = run.info.not_captured["native"]
         op = run.layers.get("op")
         if op is not None:
             ops += [(pass_, name) for name in _leaves(op, ("op",))]
@@ -129,17 +129,16 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
                 if (pass_, node.frame.name) not in calls:
                     calls.append((pass_, node.frame.name))
     return Reach(sorted(libs, key=library_order), sorted(isa), kernels, ops, handoffs, python, seconds,
-                 trace.meta["device"], trace.meta.get("variant", "default") == "default", note, calls, origin(trace),
-                 evidence_class(trace.meta) or "")
+                 trace.info.device, trace.info.variant == "default", note, calls, origin(trace),
+                 evidence_class(trace.info) or "")
 
 
 def origin(trace: Trace) -> str:
     """"recorded on NVIDIA A100 by others: facebookresearch/HolisticTraceAnalysis@f4d0062c"
     for an imported trace, "" for dltrace's own."""
-    prov = trace.meta.get("provenance")
-    if not isinstance(prov, dict):
+    prov = trace.info.provenance
+    if prov is None:
         return ""
-    machine = mapping(trace.meta.get("machine"))
-    gpu = str(machine.get("gpu") or prov.get("gpu") or "")
-    where = str(prov.get("origin") or prov.get("source") or "")
+    gpu = trace.info.machine.gpu or prov.gpu
+    where = prov.origin or prov.source
     return f"recorded{' on ' + gpu if gpu else ''} by others: {where}" if where else ""

@@ -103,7 +103,7 @@ COLUMNS = {
 
 def evidence_of(trace: Trace) -> str:
     """A GPU trace's evidence class (tracer.process.evidence_class, "recorded" when it says none)."""
-    return evidence_class(trace.meta) or "recorded"
+    return evidence_class(trace.info) or "recorded"
 
 
 def _page(rep: FrameworkReport, anchor: str) -> str:
@@ -254,13 +254,12 @@ def _native_names(traces: list[Trace]) -> dict[str, dict[str, set[str]]]:
 def _jit_bytes(traces: list[Trace]) -> dict[str, int]:
     """path label -> bytes of distinct generated kernels its loops reached (perf map);
     an instance two primitives of one probe process reached counts once."""
-    seen: dict[str, set[tuple]] = defaultdict(set)
+    seen: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
     for t in traces:
         for run in t.runs:
-            stats = (run.stats.get("layers") or {}).get("native") or {}
-            seen[side_label(t)].update(tuple(r) for r in stats.get("jit_code") or []
-                                       if isinstance(r, list) and len(r) == 3)
-    return {side: sum(int(r[1]) for r in rows) for side, rows in seen.items()}
+            native = run.info.layers.get("native")
+            seen[side_label(t)].update(native.jit_code if native is not None else ())
+    return {side: sum(r[1] for r in rows) for side, rows in seen.items()}
 
 
 def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -> Figure:
@@ -268,7 +267,7 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
     names = _native_names(traces)
     paths: dict[str, dict] = {}
     for t in traces:
-        paths.update((t.meta.get("native") or {}).get("lib_paths") or {})
+        paths.update(t.info.native.lib_paths if t.info.native is not None else {})
     fig = Figure("—", "the largest path's", link)
     if not names:
         fig.thin = "no native layer sampled: not measured"
@@ -332,14 +331,14 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
     gpu: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for t in traces:
         passes = {r.pass_ for r in t.runs}
-        prim = t.meta["primitive"]
+        prim = t.info.primitive
         for p in passes:
-            if t.meta["device"] == "gpu":
+            if t.info.device == "gpu":
                 gpu[evidence_of(t)][p].add(prim)
             elif on_arm(t):
                 arm[p].add(prim)
                 arm_kinds.add(on_arm(t))
-            elif (t.meta.get("machine") or {}).get("arch", "x86_64") in ("x86_64", "AMD64", ""):
+            elif t.info.machine.arch in (None, "x86_64", "AMD64", ""):
                 cpu[p].add(prim)
     n = len(rep.primitives) or 1
 
@@ -365,7 +364,7 @@ def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Meas
     (tracer.elf_code.ElfCode().sizes), None where they cannot be read."""
     by_fw: dict[str, list[Trace]] = defaultdict(list)
     for t in traces:
-        by_fw[t.meta["framework"]].append(t)
+        by_fw[t.info.framework].append(t)
     rows = []
     for rep in reports:
         mine = by_fw.get(rep.name, [])

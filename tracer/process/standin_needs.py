@@ -118,19 +118,18 @@ def _tables_only(op: str, run: StandinNeeds, cpu_nodes: list, run_nodes: list) -
 def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | None) -> StandinNeeds | None:
     """The run's needs over a primitive's stand-in traces (passes and API levels), set
     against ``table`` (from ``cpu``, the default CPU traces), or None without a run."""
-    recorded = [t.meta.get("standin") for t in standin]
-    metas = [m for m in recorded if isinstance(m, dict) and isinstance(m.get("reached"), dict)]
+    metas = [m for m in (t.info.standin for t in standin) if m is not None]
     if not metas:
         return None
-    out = StandinNeeds(str(standin[0].meta.get("device", "standin")), str(metas[0].get("evidence", EVIDENCE)),
-                       str(standin[0].meta.get("framework", "")))
+    out = StandinNeeds(standin[0].info.device, EVIDENCE if metas[0].evidence is None else metas[0].evidence,
+                       standin[0].info.framework)
     for m in metas:
-        for pass_, ops in m["reached"].items():
+        for pass_, ops in m.reached.items():
             have = out.by_pass.setdefault(str(pass_), [])
             for o in ops:
                 if isinstance(o, str) and o not in have:
                     have.append(o)
-        out.by_name += [str(o) for o in m.get("registered_by_name") or [] if o not in out.by_name]
+        out.by_name += [str(o) for o in m.registered_by_name if o not in out.by_name]
     run_nodes = _op_nodes(standin)
     reached = set(out.must_implement)
     spaces = {op_namespace(op) for op in reached} - {""}  # the op namespace the backend's kernels are named in
@@ -139,7 +138,8 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
     if table is None:
         return out
     cpu_nodes = _op_nodes(cpu)
-    looked_up = {op: row for t in cpu for op, row in ((t.meta.get("dispatch") or {}).get("ops") or {}).items()}
+    looked_up = {op: row for t in cpu if t.info.dispatch is not None
+                 for op, row in (t.info.dispatch.ops or {}).items()}
     free = dict(table.free)
     cpu_names = {n.frame.name for n, _ in cpu_nodes}
     for op in out.must_implement:

@@ -13,6 +13,7 @@ from tracer.process.summary import summarize
 from tracer.process.tags import isa_of, library_of
 from tracer.render.terminal import clip
 from tracer.trace import Node, Run, Trace
+from tracer.trace_meta import LayerStats
 
 #: The native tree hides branches under this share of the samples.
 NATIVE_MIN_SHARE = 0.02
@@ -88,18 +89,18 @@ def _python_layer(run: Run, tree: Node, console: Console, max_depth: int, max_no
         f"{s.python_functions} framework Python functions, {s.c_handoffs} C hand-offs, "
         f"{s.ext_handoffs} library calls", "dim"))
     console.print(tree_view(tree, title, max_depth, max_nodes))
-    st = run.stats
-    if st.get("untraced_s"):
+    st = run.info
+    if st.untraced_s and st.traced_s is not None and st.overhead is not None:
         console.print(Text(
-            f"  per call: {st['untraced_s'] * 1e6:.1f} µs untraced, {st['traced_s'] * 1e6:.1f} µs traced "
-            f"(×{st['overhead']:.2f})", style="dim"))
+            f"  per call: {st.untraced_s * 1e6:.1f} µs untraced, {st.traced_s * 1e6:.1f} µs traced "
+            f"(×{st.overhead:.2f})", style="dim"))
 
 
 def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
-    info = (run.stats.get("layers") or {}).get("op") or {}
+    info = run.info.layers.get("op")
+    source = info.source if info is not None and info.source is not None else "the framework"
     ops = sum(1 for _, n in tree.walk() if n.frame.kind == "op")
-    title = Text.assemble((f"{run.pass_}", "bold underline"), "  [op]  ",
-                          (f"{ops} op records, from {info.get('source', 'the framework')}", "dim"))
+    title = Text.assemble((f"{run.pass_}", "bold underline"), "  [op]  ", (f"{ops} op records, from {source}", "dim"))
     console.print(tree_view(tree, title, max_depth, max_nodes))
 
 
@@ -112,12 +113,12 @@ def _library_layer(run: Run, tree: Node, console: Console, max_depth: int, max_n
 
 
 def _native_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
-    st = (run.stats.get("layers") or {}).get("native") or {}
+    st = run.info.layers.get("native") or LayerStats()
     total = tree.count or sum(c.count for c in tree.children)
     compact, dropped = prune(hide_plumbing(tree), NATIVE_MIN_SHARE)
-    slow = f", loop time ×{st['slowdown']:.1f} of unsampled" if st.get("slowdown") else ""
+    slow = f", loop time ×{st.slowdown:.1f} of unsampled" if st.slowdown else ""
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [native]  ", (
-        f"{total} samples at {st.get('rate', '?')}/s, {st.get('errors', 0)} unwinding errors{slow}; "
+        f"{total} samples at {'?' if st.rate is None else st.rate}/s, {st.errors} unwinding errors{slow}; "
         f"libc/libstdc++/libpython frames hidden, {dropped} frames under {NATIVE_MIN_SHARE:.0%} not shown", "dim"))
     console.print(tree_view(compact, title, max_depth, max_nodes, total=total or 1))
 
@@ -127,27 +128,27 @@ _LAYER_VIEWS = {"python": _python_layer, "op": _op_layer, "library": _library_la
 
 def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tuple[str, ...] = ("python",),
                 max_depth: int = 40, max_nodes: int = 400) -> None:
-    m = trace.meta
+    m = trace.info
     console.print(
         Text.assemble(
-            (f"{m['framework']} {m.get('framework_version', '')}", "bold"),
-            f"  {m['primitive']} ({m['api']})  device={m['device']}  variant={m['variant']}  "
-            f"shape={'x'.join(map(str, m['shape']))}  phase={phase}",
+            (f"{m.framework} {m.framework_version or ''}", "bold"),
+            f"  {m.primitive} ({m.api})  device={m.device}  variant={m.variant}  "
+            f"shape={'x'.join(map(str, m.shape))}  phase={phase}",
         )
     )
-    if "native" in layers and m.get("native_env"):
-        console.print(Text(f"  native capture env: {m['native_env']}", style="dim"))
-    collector = m.get("collector") or {}
-    if "python" in layers and collector.get("python") == "python" and collector.get("why"):
+    if "native" in layers and m.native_env:
+        console.print(Text(f"  native capture env: {dict(m.native_env)}", style="dim"))
+    collector = m.collector
+    if "python" in layers and collector is not None and collector.python == "python" and collector.why:
         # the C core did not run: the tree is the same, the overhead figures are not
-        console.print(Text(clip(f"  python layer: pure-Python collector ({collector['why']})"), style="dim"))
+        console.print(Text(clip(f"  python layer: pure-Python collector ({collector.why})"), style="dim"))
     for run in trace.runs:
         if run.phase != phase:
             continue
         for layer in layers:
             tree = run.layers.get(layer)
             if tree is None:
-                why = run.stats.get(f"{layer}_error")
+                why = run.info.not_captured.get(layer)
                 if why:
                     console.print(Text.assemble((f"{run.pass_}", "bold underline"), f"  [{layer}]  ",
                                                 (f"not captured: {why}", "yellow")))

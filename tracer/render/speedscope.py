@@ -62,8 +62,7 @@ def write(trace: Trace, trees: list[Tree], out: TextSink) -> None:
                 out.write(f',{{"type":"C","frame":{fid},"at":{at}}}')
             first = False
         out.write("]}")
-    m = trace.meta
-    name = (f"{m.get('framework', '')} {m.get('primitive', '')} "
-            f"({m.get('api', '')}, {m.get('device', '')}, {m.get('variant', '')})")
+    m = trace.info
+    name = f"{m.framework} {m.primitive} ({m.api}, {m.device}, {m.variant})"
     out.write('],"shared":{"frames":' + json.dumps(frames.rows) + '},"name":' + json.dumps(name)
               + ',"activeProfileIndex":0,"exporter":' + json.dumps(f"dltrace {__version__}") + "}\n")

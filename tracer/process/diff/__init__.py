@@ -74,35 +74,24 @@ class DiffError(DltraceError):
 
 def describe(trace: Trace) -> dict[str, Any]:
     """What a trace is, in the fields a diff header shows."""
-    m = trace.meta
-    machine = m.get("machine") or {}
+    m = trace.info
     return {
-        "framework": m.get("framework", ""),
-        "framework_version": m.get("framework_version", ""),
-        "primitive": m.get("primitive", ""),
-        "api": m.get("api", ""),
-        "device": m.get("device", ""),
-        "variant": m.get("variant", ""),
-        "shape": list(m.get("shape") or []),
-        "arch": machine.get("arch", "") if isinstance(machine, dict) else "",
-        "cpu": machine.get("cpu", "") if isinstance(machine, dict) else "",
+        "framework": m.framework,
+        "framework_version": m.framework_version or "",
+        "primitive": m.primitive,
+        "api": m.api,
+        "device": m.device,
+        "variant": m.variant,
+        "shape": list(m.shape),
+        "arch": m.machine.arch or "",
+        "cpu": m.machine.cpu or "",
     }
 
 
 def is_sampled(run: Run, layer: str, root: Node | None) -> bool:
-    """Whether a layer's counts are samples: its run's stats say so (``{"sampled": true}``,
-    per layer or for the run) or its frames are native stack frames."""
-    st = run.stats or {}
-    for holder in (st.get("layers"), st):
-        if isinstance(holder, dict):
-            per = holder.get(layer)
-            if isinstance(per, dict) and per.get("sampled"):
-                return True
-    flag = st.get("sampled")
-    if flag is True or (isinstance(flag, (list, tuple)) and layer in flag):
-        return True
-    return root is not None and looks_sampled(root)
-
+    """Whether a layer's counts are samples: its run's stats say so or its frames are
+    native stack frames."""
+    return run.info.is_sampled(layer) or (root is not None and looks_sampled(root))
 
 
 def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",

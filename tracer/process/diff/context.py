@@ -58,7 +58,7 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 def is_imported(trace: Trace) -> bool:
     """A slice of a whole model's profile recorded elsewhere (tracer.importers)."""
-    return trace.meta.get("api") == "imported"
+    return trace.info.imported
 
 
 def op_names(trace: Trace) -> frozenset[str]:
@@ -147,8 +147,8 @@ def label_context(result: DiffResult, a: Trace, b: Trace) -> None:
     difference, the stand-in's implementation, a derived trace's shape) its class and
     reason, in place (nested splits too: each is judged on its own frames)."""
     imported = (is_imported(a), is_imported(b))
-    standin = (a.meta.get("device") == STANDIN, b.meta.get("device") == STANDIN)
-    derived = a.meta.get("evidence") in DERIVED_EVIDENCE or b.meta.get("evidence") in DERIVED_EVIDENCE
+    standin = (a.info.device == STANDIN, b.info.device == STANDIN)
+    derived = a.info.evidence in DERIVED_EVIDENCE or b.info.evidence in DERIVED_EVIDENCE
     if imported[0] == imported[1] and _versions(result) is None and standin[0] == standin[1] and not derived:
         return
     probe = b if imported[0] else a
