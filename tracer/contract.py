@@ -293,7 +293,7 @@ class DispatchTable(Protocol):
     step reached needs from a backend: ``dispatch_table(op names)`` returns a plain,
     JSON-able dict (kept in the trace's meta as ``dispatch``)."""
 
-    def dispatch_table(self, ops: list[str]) -> dict: ...
+    def dispatch_table(self, ops: list[str]) -> dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -320,4 +320,4 @@ class GpuEvidence(Protocol):
 
     The harness (tracer.collect.gpu_evidence) makes it a trace with device "gpu"."""
 
-    def gpu_evidence(self, case: Any, pass_: str, run: Callable[[], Any]) -> dict: ...
+    def gpu_evidence(self, case: Any, pass_: str, run: Callable[[], Any]) -> dict[str, Any]: ...

@@ -261,7 +261,7 @@ class _Entry:
                            build=self.strings("aarch64.build", sub.get("build", list, [])))
 
     def dotted(self, key: str) -> str:
-        value = self.get(key, str)
+        value: str = self.get(key, str)
         if not _DOTTED.match(value):
             raise self.error(key, f"must be a dotted module name, not {value[:60]!r}")
         return value
@@ -382,7 +382,7 @@ def _gpu_evidence(e: _Entry) -> dict[str, Any]:
     return {"gpu_evidence": evidence, "gpu_evidence_needs_build": bool(sub.get("needs_build", bool, False))}
 
 
-def _steps(e: _Entry, key: str, steps: list) -> tuple[InstallStep, ...]:
+def _steps(e: _Entry, key: str, steps: list[Any]) -> tuple[InstallStep, ...]:
     out = []
     for i, step in enumerate(steps):
         where = f"{key}[{i}]"
@@ -406,7 +406,7 @@ def gpu_build_env(fw: Framework) -> Framework | None:
     return dataclasses.replace(fw, name=fw.name + GPU_BUILD, install=fw.gpu_build, aarch64=None, imported=())
 
 
-def load(path: str | os.PathLike | Traversable | None = None) -> dict[str, Framework]:
+def load(path: str | os.PathLike[str] | Traversable | None = None) -> dict[str, Framework]:
     path = registry_path() if path is None else Path(path) if isinstance(path, (str, os.PathLike)) else path
     try:
         doc = yaml.safe_load(path.read_text())

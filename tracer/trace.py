@@ -157,10 +157,10 @@ def to_json(trace: Trace) -> dict[str, Any]:
             frames.append(frame)
         return i
 
-    def encode(root: Node) -> list:
+    def encode(root: Node) -> list[list[Any]]:
         # Flat pre-order list, each node naming its parent's index: no recursion to
         # encode or decode, however deep the tree.
-        flat: list = []
+        flat: list[list[Any]] = []
         stack: list[tuple[Node, int]] = [(root, -1)]
         while stack:
             node, parent = stack.pop()
@@ -188,7 +188,7 @@ def to_json(trace: Trace) -> dict[str, Any]:
     }
 
 
-def save(trace: Trace, path: str | os.PathLike) -> None:
+def save(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write compact JSON, gzip-compressed when the name ends in .gz. Written to a
     temporary name and renamed, so a reader never sees half a trace, and a failed
     write (a full disk) leaves nothing behind."""
@@ -307,7 +307,9 @@ def _sources(rows: Any) -> dict[tuple[str, int], list[str]]:
 def _without_surrogates(doc: Any) -> Any:
     """Lone surrogates (``\\ud800`` in the JSON) are not text: no terminal or HTML
     file can encode them. Each becomes U+FFFD, iteratively (documents can be deep)."""
-    fix = lambda v: _SURROGATE.sub("\ufffd", v) if v.__class__ is str else v  # noqa: E731
+    def fix(v: Any) -> Any:
+        return _SURROGATE.sub("\ufffd", v) if v.__class__ is str else v
+
     doc = fix(doc)
     stack = [doc]
     while stack:
@@ -354,7 +356,7 @@ def from_json(doc: Any, where: str = "trace") -> Trace:
 MAX_TRACE_MIB = 256
 
 
-def load(path: str | os.PathLike) -> Trace:
+def load(path: str | os.PathLike[str]) -> Trace:
     """Read a trace written by :func:`save`; any problem is a one-line TraceFormatError.
     Only regular files are read (a named pipe would block, ``/dev/zero`` never end), and
     what they expand to and the memory loading takes are bounded."""

@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from tracer.contract import Exit
+
 SOURCE = Path(__file__).with_name("_ctrace.c")
 #: The compiler's diagnostics kept in a failure's reason, at most.
 _REASON_CHARS = 300
@@ -125,13 +127,13 @@ def load(build_missing: bool = True) -> ModuleType:
 
 def main() -> int:
     """``python -m tracer.collect.cbuild [--force]``: build for this interpreter; one
-    line on standard output, the path or why not; exit 0 or 1."""
+    line on standard output, the path or why not; exit OK or ERROR."""
     try:
         print(build(force="--force" in sys.argv[1:]))
     except Unavailable as exc:
         print(exc)
-        return 1
-    return 0
+        return Exit.ERROR
+    return Exit.OK
 
 
 if __name__ == "__main__":

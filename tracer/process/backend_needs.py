@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.knowledge import knowledge
-from tracer.trace import Trace, op_namespace
+from tracer.trace import Node, Trace, op_namespace
 
 #: The backends whose declared kernels are shown beside a new backend's needs.
 OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU", "GPU", "oneDNN")
@@ -152,7 +152,7 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
     return [o for o, _ in sorted(found.values(), key=lambda v: (v[0].evidence, order.get(v[0].pass_, 9)))]
 
 
-def _operators(nodes: list) -> list[str]:
+def _operators(nodes: list[Node]) -> list[str]:
     """The top operators of an op layer: a utility record with operators below it (MXNet's
     ImperativeBulk, the engine's bulk of a backward) is looked through."""
     out: list[str] = []

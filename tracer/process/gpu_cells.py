@@ -103,7 +103,7 @@ def _kernels(op_root: Node, cpu_op: str = "",
     primitive: a recomputed convolution inside ReluBackward0); computing rather than
     converting a layout; most run."""
     facts = knowledge()
-    counts: Counter = Counter()
+    counts: Counter[str] = Counter()
     libs: dict[str, str] = {}
     owner: dict[str, str] = {}
     stack: list[tuple[Node, str]] = [(c, "") for c in op_root.children]

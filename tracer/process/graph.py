@@ -12,7 +12,7 @@ first frames of each side below them (:func:`focused_graph`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import networkx as nx
 
@@ -29,7 +29,7 @@ _Group = Optional[list[Node]]
 _SIDE = (SHARED, A_ONLY, B_ONLY)
 
 
-def _attrs(frame: Frame) -> dict:
+def _attrs(frame: Frame) -> dict[str, Any]:
     return {"label": frame.label, "kind": frame.kind, "lib": frame.lib, "library": library_of(frame),
             "isa": isa_of(frame), "file": frame.file, "line": frame.line}
 
@@ -150,14 +150,14 @@ def merged_walk(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *,
 
 
 def merged_graph(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *, layer: str | None = None,
-                 threshold: float = DEFAULT_THRESHOLD, sampled: bool | None = None) -> nx.DiGraph:
+                 threshold: float = DEFAULT_THRESHOLD, sampled: bool | None = None) -> "nx.DiGraph[Any]":
     """Both trees in one graph, every node. Each node has ``side`` in {"shared",
     "A-only", "B-only"}, ``count_a``/``count_b``, and ``split=True`` where the two
     sides' children differ. For drawing a large pair, see :func:`focused_graph`."""
     return merged_walk(a, b, layer=layer, threshold=threshold, sampled=sampled).whole()
 
 
-def focused_graph(w: MergedWalk) -> nx.DiGraph:
+def focused_graph(w: MergedWalk) -> "nx.DiGraph[Any]":
     """The part of a merged walk that shows the splits: the paths from the root to
     each split and the nodes near a split (:func:`merged_walk`'s ``per_side`` and
     ``below``). Empty when nothing splits."""

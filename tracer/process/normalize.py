@@ -108,8 +108,12 @@ def normalize_lib(lib: str) -> str:
     return _SO_VERSION.sub("", lib.rsplit("/", 1)[-1])
 
 
+#: The key under which two frames are the same function: (kind, module, name), normalised.
+Identity = tuple[str, str, str]
+
+
 @lru_cache(maxsize=1 << 16)  # pure; equal frames of two traces are normalised once
-def identity(frame: Frame) -> tuple[str, str, str]:
+def identity(frame: Frame) -> Identity:
     """The hashable key under which two frames are "the same function".
 
     ``(kind, module, name)`` after normalisation. A native frame without a usable

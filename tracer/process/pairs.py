@@ -76,7 +76,7 @@ def pairs(traces: Iterable[Trace]) -> list[Pair]:
     An imported trace (api "imported": a GPU profile of a whole model) is set against
     the CPU probe of the same primitive, whatever its shape."""
     traces = list(traces)
-    groups: dict[tuple, list[Trace]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, tuple[int, ...]], list[Trace]] = defaultdict(list)
     for t in traces:
         groups[case_key(t)].append(t)
     out: list[Pair] = []

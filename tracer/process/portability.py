@@ -17,7 +17,7 @@ from tracer.process.backend_needs import BackendNeeds, PassNeeds, backend_needs,
 from tracer.process.standin_needs import StandinNeeds, standin_needs
 from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
-from tracer.process.diff.result import DiffResult, walk_splits
+from tracer.process.diff.result import Branch, DiffResult, walk_splits
 from tracer.process.dispatch import DispatchPoint, DispatchTable
 from tracer.process.gpu_cells import GpuCell, GpuCoverage, coverage, gpu_cells
 from tracer.process.pairs import Pair, case_key, is_default_cpu, machine_of, pairs, recorded_by, side_label
@@ -61,7 +61,8 @@ class PairReport:
     kernels: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
-def _branch_code(branches, code: SideCode, libs: set[str], isa: set[str], seen: set) -> None:
+def _branch_code(branches: list[Branch], code: SideCode, libs: set[str], isa: set[str],
+                 seen: set[tuple[str, str]]) -> None:
     for b in branches:
         libs.update(x for x in b.libraries if x)
         isa.update(x for x in b.isa if x)
@@ -93,7 +94,7 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
     code = {"A": SideCode(), "B": SideCode()}
     libs: dict[str, set[str]] = {"A": set(), "B": set()}
     isa: dict[str, set[str]] = {"A": set(), "B": set()}
-    seen: dict[str, set] = {"A": set(), "B": set()}
+    seen: dict[str, set[tuple[str, str]]] = {"A": set(), "B": set()}
     n = 0
     for result in diffs.values():
         for layer_diff in result.layers:
@@ -191,7 +192,7 @@ class FrameworkReport:
         return [c for c in self.gpu_cells if c.primitive == primitive]
 
 
-def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
+def _api_level(cases: list[CaseReport], by_case: dict[tuple[str, str], CaseReport]) -> list[ApiLevelRow]:
     rows = []
     for prim in dict.fromkeys(c.primitive for c in cases):
         f, layer_case = by_case.get((prim, "functional")), by_case.get((prim, "layer"))
@@ -210,7 +211,7 @@ def _api_level(cases: list[CaseReport], by_case: dict) -> list[ApiLevelRow]:
 
 def framework_report(name: str, traces: list[Trace], gaps: list[Any],
                      threshold: float = DEFAULT_THRESHOLD) -> FrameworkReport:
-    by_key: dict[tuple, list[Trace]] = defaultdict(list)
+    by_key: dict[tuple[str, str, str, tuple[int, ...]], list[Trace]] = defaultdict(list)
     for t in traces:
         by_key[case_key(t)].append(t)
     all_pairs = pairs(traces)
@@ -218,9 +219,9 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
     by_case: dict[tuple[str, str], CaseReport] = {}
     points = DispatchTable()
     totals: dict[str, SideCode] = defaultdict(SideCode)
-    side_libs: dict[str, set] = defaultdict(set)
+    side_libs: dict[str, set[str]] = defaultdict(set)
     isa_all: set[str] = set()
-    first_layers: Counter = Counter()
+    first_layers: Counter[str] = Counter()
     n_splits = 0
     # a path is named with its machine where one label spans several (x86 and emulated
     # aarch64 CPU paths): their libraries and ISA must not read as one path's

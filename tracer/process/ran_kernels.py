@@ -69,7 +69,7 @@ def _sampled(trace: Trace, pass_: str) -> list[tuple[str, int]]:
     tree = trace.layer(pass_, "native")
     if pattern is None or tree is None:
         return []
-    found: Counter = Counter()
+    found: Counter[str] = Counter()
     for _, node in tree.walk():
         if node.frame.kind == "native" and pattern.search(_bare(node.frame.name)):
             found[display(node.frame.name)] += node.count

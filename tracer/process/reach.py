@@ -36,7 +36,7 @@ class Reach:
     evidence: str = ""  # a GPU path's evidence class (tracer.process.evidence_class); "" on a CPU
 
 
-def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
+def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter[str]:
     """Leaf frames of ``kinds``; for ops, the deepest op that is not a utility op (ops
     that allocate, view or copy, and the runtime's own records around a kernel, as
     each framework declares them in tracer.knowledge: every backend has them, and
@@ -47,7 +47,7 @@ def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter:
     def utility(name: str) -> bool:
         return facts.is_utility_op(name) or facts.is_noise(name)
 
-    found: Counter = Counter()
+    found: Counter[str] = Counter()
     for _, node in tree.walk():
         if node.frame.kind not in kinds:
             continue
@@ -67,7 +67,7 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
     library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
     first; system code (malloc, libpython) and unnamed addresses are not kernels."""
     total = total_samples(native) or 1
-    leaves: dict[str, list] = {}
+    leaves: dict[str, list[int]] = {}  # label -> [library rank, samples]
     for _, node in native.walk():
         f = node.frame
         if f.kind != "native" or any(c.frame.kind == "native" for c in node.children) or is_unnamed(f):
@@ -82,7 +82,7 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
 
 
 def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
-    libs: Counter = Counter()
+    libs: Counter[str] = Counter()
     isa: set[str] = set()
     kernels, ops, handoffs, python, seconds, calls = [], [], [], {}, {}, []
     note = ""

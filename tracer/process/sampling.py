@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Set
 
-from tracer.process.tree import group_count
+from tracer.process.tree import Groups, group_count
 
 DEFAULT_THRESHOLD = 0.02
 #: Sampled layers: a one-sided frame whose absence on the other side has at least this
@@ -36,8 +36,8 @@ def family_alpha(tests: int) -> float:
     return ALPHA / max(1, tests)
 
 
-def significant(da: dict, db: dict, low_a: dict, low_b: dict, total_a: int, total_b: int,
-                python_keys: Set[int], alpha: float = ALPHA) -> tuple[dict, dict]:
+def significant(da: Groups, db: Groups, low_a: Groups, low_b: Groups, total_a: int, total_b: int,
+                python_keys: Set[int], alpha: float = ALPHA) -> tuple[Groups, Groups]:
     """Move the one-sided groups whose absence on the other side could be chance
     (:func:`miss_chance` >= ``alpha``), and those of Python frames in ``python_keys``
     (compared in the python layer), to their side's ``low`` dict: not a split."""

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from tracer.contract import PASSES
 from tracer.process.arm_audit import on_arm
 from tracer.process.pairs import side_label
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
+from tracer.process.standin_needs import StandinNeeds
 from tracer.process.ran_kernels import REWRITE
 from tracer.process.tags import GPU_LIBS, JIT, SYSTEM_LIBS, VENDOR_LIBS, library_of, library_order
 from tracer.trace import Frame, Trace
@@ -144,7 +145,7 @@ def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
     own dispatch tables (TensorFlow's kernel registry); else from the audit's per-pass
     lists, whose evidence class the cell names (JAX's lowering, Chainer's forward_gpu
     source, MXNet's CPU operators)."""
-    ran = [r for r in rep.audit if r.standin is not None]
+    ran = [r.standin for r in rep.audit if r.standin is not None]
     if ran:
         return _run_needs(rep, ran)
     with_table = [r.primitive for r in rep.audit if r.needs is not None]
@@ -153,16 +154,16 @@ def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
     return _pass_needs(rep)
 
 
-def _run_needs(rep: FrameworkReport, ran: list) -> tuple[Figure, Figure]:
+def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds]) -> tuple[Figure, Figure]:
     """From the stand-in device's run, the strongest list: what reached a backend when the
     step ran on one (setup, forward, backward), checked by running, not read from tables."""
     must: dict[str, None] = {}
     free: dict[str, None] = {}
-    for row in ran:
-        must.update(dict.fromkeys(row.standin.must_implement))
-        free.update(dict.fromkeys(row.standin.free))
+    for run in ran:
+        must.update(dict.fromkeys(run.must_implement))
+        free.update(dict.fromkeys(run.free))
     link = _page(rep, "audit-table")
-    implement = Figure(str(len(must)), f"run on the {ran[0].standin.device} device: {len(ran)} primitive(s), "
+    implement = Figure(str(len(must)), f"run on the {ran[0].device} device: {len(ran)} primitive(s), "
                        "setup (copies to the device) included", link, list(must)[:10])
     gets = Figure(str(len(free)), f"ops the run called that never reached the backend ({rep.name} computed them)",
                   link, list(free)[:10])
@@ -265,7 +266,7 @@ def _jit_bytes(traces: list[Trace]) -> dict[str, int]:
 def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -> Figure:
     link = _page(rep, "audit-table")
     names = _native_names(traces)
-    paths: dict[str, dict] = {}
+    paths: dict[str, Any] = {}
     for t in traces:
         paths.update(t.info.native.lib_paths if t.info.native is not None else {})
     fig = Figure("—", "the largest path's", link)

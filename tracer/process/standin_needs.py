@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from tracer.contract import STANDIN_LIB
 from tracer.process.backend_needs import BackendNeeds
@@ -79,7 +80,7 @@ def _reached_under(nodes: list[tuple[Node, list[str]]], ancestor: str) -> list[s
                               if ancestor in up and n.frame.lib == STANDIN_LIB))
 
 
-def _run_only(op: str, run: StandinNeeds, cpu_names: set[str], looked_up: dict, free: dict[str, str]) -> str:
+def _run_only(op: str, run: StandinNeeds, cpu_names: set[str], looked_up: dict[str, Any], free: dict[str, str]) -> str:
     if op in run.by_name:
         return (f"{run.framework} routes it only to new backends: the CPU path never calls it, and its one kernel "
                 "(CompositeExplicitAutograd) only raises 'not implemented', so a backend registers it by name")
@@ -98,7 +99,8 @@ def _run_only(op: str, run: StandinNeeds, cpu_names: set[str], looked_up: dict, 
     return "not on the CPU path: the new backend's path differs here (see the diff against the CPU path)"
 
 
-def _tables_only(op: str, run: StandinNeeds, cpu_nodes: list, run_nodes: list) -> str:
+def _tables_only(op: str, run: StandinNeeds, cpu_nodes: list[tuple[Node, list[str]]],
+                 run_nodes: list[tuple[Node, list[str]]]) -> str:
     reached = {_base(o) for o in run.must_implement}
     stand_names = {n.frame.name for n, _ in run_nodes}
     for n, up in cpu_nodes:

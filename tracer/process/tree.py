@@ -10,6 +10,11 @@ from tracer.process.normalize import identity
 from tracer.trace import Frame, Node
 
 
+#: Child groups by identity key (an identity, or its number in a diff): each a Node, or
+#: the aligned Nodes of one calling context in several trees (a list).
+Groups = dict[Any, Any]
+
+
 def looks_sampled(root: Node) -> bool:
     """Native stack frames are sampled, whatever the stats say."""
     return any(c.frame.kind == "native" for c in root.children)
@@ -38,10 +43,10 @@ def group_count(group: Any) -> int:
     return sum(n.count for n in group) if group.__class__ is list else group.count
 
 
-def above(groups: dict, minimum: float) -> tuple[dict, dict]:
+def above(groups: Groups, minimum: float) -> tuple[Groups, Groups]:
     """Split child groups into those with at least ``minimum`` samples and the rest."""
-    keep: dict = {}
-    low: dict = {}
+    keep: Groups = {}
+    low: Groups = {}
     for k, g in groups.items():
         (keep if group_count(g) >= minimum else low)[k] = g
     return keep, low
@@ -56,7 +61,7 @@ def children_groups(nodes: list[Node]) -> dict[tuple[str, str, str], list[Node]]
     return out
 
 
-def present(groups: dict, total: int, threshold: float, sampled: bool) -> dict:
+def present(groups: Groups, total: int, threshold: float, sampled: bool) -> Groups:
     """The child groups that count as present (all of them unless the layer is sampled)."""
     return above(groups, threshold * total)[0] if sampled else groups
 

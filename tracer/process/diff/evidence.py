@@ -41,6 +41,7 @@ from collections import Counter
 from typing import Callable
 
 from tracer.process.diff.result import Branch, LayerDiff, Split
+from tracer.process.normalize import Identity
 from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, VENDOR_LIBS, is_jit, library_of
 from tracer.process.sampling import ALPHA, miss_chance
 from tracer.process.tree import children_groups, total_samples
@@ -57,7 +58,7 @@ NAMING_LAYERS = ("python", "op")
 MIN_SAMPLES = 40
 
 
-def _at(root: Node, path: tuple) -> list[Node]:
+def _at(root: Node, path: tuple[Identity, ...]) -> list[Node]:
     """The nodes of a tree at the calling context ``path`` (identities below the root);
     none when the tree does not have it."""
     group = [root]
@@ -69,13 +70,13 @@ def _at(root: Node, path: tuple) -> list[Node]:
     return group
 
 
-def _present(root: Node, path: tuple, ident: tuple, threshold: float) -> bool:
+def _present(root: Node, path: tuple[Identity, ...], ident: Identity | tuple[()], threshold: float) -> bool:
     """Whether the frame ``ident`` is under the calling context ``path`` of a sampled
     tree in at least ``threshold`` of its samples."""
     group = _at(root, path)
     if not group:
         return False
-    kids = children_groups(group).get(ident)
+    kids = children_groups(group).get(ident) if ident else None
     if not kids:
         return False
     return sum(n.count for n in kids) >= threshold * (total_samples(root) or 1)
@@ -112,14 +113,15 @@ def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node])
     layer.splits, layer.unreplicated = _filter(layer.splits, keep)
 
 
-def _kernels_under(root: Node | None, path: tuple, silent: frozenset[str] = frozenset()) -> Counter:
+def _kernels_under(root: Node | None, path: tuple[Identity, ...],
+                   silent: frozenset[str] = frozenset()) -> Counter[tuple[str, str]]:
     """The vendor libraries (and JIT code) reached under the calling context ``path``
     of a sampled tree, and the generated kernels at the leaves (oneDNN's JIT kernels
     are all in one library: their names tell them apart; which leaf of compiled
     library code a sample lands in is sampling detail), with sample counts; not
     those of the ``silent`` libraries, whose own reports showed the same calls on
     both sides."""
-    found: Counter = Counter()
+    found: Counter[tuple[str, str]] = Counter()
     if root is None:
         return found
     stack: list[tuple[Node, frozenset[str]]] = [(c, frozenset()) for n in _at(root, path) for c in n.children]
@@ -138,7 +140,8 @@ def _kernels_under(root: Node | None, path: tuple, silent: frozenset[str] = froz
     return found
 
 
-def _own_kernels(mine: Counter, total: int, theirs: Counter, their_total: int, threshold: float) -> list:
+def _own_kernels(mine: Counter[tuple[str, str]], total: int, theirs: Counter[tuple[str, str]], their_total: int,
+                 threshold: float) -> list[tuple[str, str]]:
     """The libraries and kernel leaves in at least ``threshold`` of one side's samples
     whose absence (or rarity) on the other side is not chance (the binomial test of
     tracer.process.sampling, at ALPHA)."""

@@ -5,6 +5,7 @@ Python (ops, native symbols, C functions), the names on each side."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from tracer.process.diff.result import CodeLine, Fragment
 from tracer.trace import Frame, Node
@@ -12,7 +13,8 @@ from tracer.trace import Frame, Node
 CONTEXT = 2  # source lines shown around each marked line
 
 
-def fragments(ga: list[Node], gb: list[Node], only_a: list, only_b: list, a_names: list[str], b_names: list[str],
+def fragments(ga: list[Node], gb: list[Node], only_a: list[Any], only_b: list[Any], a_names: list[str],
+              b_names: list[str],
               sources_a: dict[tuple[str, int], list[str]],
               sources_b: dict[tuple[str, int], list[str]]) -> list[Fragment]:
     """The deciding code at a split between the aligned groups ``ga`` and ``gb``, whose

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, get_args
 
+from tracer.process.normalize import Identity
 from tracer.trace import Node
 
 #: The kinds of split; the last four are no decision of a framework, a library or an ISA
@@ -36,7 +37,8 @@ class Branch:
     isa: list[str]  # ISA tags reached in the subtree
     hot: list[str]  # the most counted leaf frames (the kernels, for native layers)
     p_value: float | None = None  # sampled layers, one side only: the chance the other side missed it
-    ident: tuple = field(default=(), repr=False, compare=False, metadata={"json": False})  # its identity (for replicas)
+    # its identity (for replicas)
+    ident: Identity | tuple[()] = field(default=(), repr=False, compare=False, metadata={"json": False})
 
 
 @dataclass
@@ -83,7 +85,7 @@ class Split:
     children: list["Split"] = field(default_factory=list)  # splits further down, consequences of this one
     library: str = ""  # the library tag of the split frame itself
     # identities below the root, to the split frame
-    ident_path: tuple = field(default=(), repr=False, compare=False, metadata={"json": False})
+    ident_path: tuple[Identity, ...] = field(default=(), repr=False, compare=False, metadata={"json": False})
 
 
 def walk_splits(splits: list[Split]) -> Iterator[Split]:
@@ -145,7 +147,7 @@ class DiffResult:
 
     def to_json(self) -> dict[str, Any]:
         """Plain types only (dicts, lists, str, numbers): what ``dltrace diff --json`` prints."""
-        doc = _plain(self)
+        doc: dict[str, Any] = _plain(self)
         doc["pass"] = doc.pop("pass_")
         doc["split_count"] = self.split_count
         return doc

@@ -6,6 +6,7 @@ classification."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tracer.contract import STANDIN_LIB
 from tracer.process.diff.classify import classify
@@ -14,7 +15,7 @@ from tracer.process.diff.result import Branch, Split
 from tracer.process.normalize import identity, identity_label
 from tracer.process.sampling import miss_chance
 from tracer.process.tags import JIT, is_jit, is_unnamed, isa_of, library_of
-from tracer.process.tree import as_list, group_count
+from tracer.process.tree import Groups, as_list, group_count
 from tracer.trace import Frame, Node
 
 HOT = 5  # most-sampled / most-called leaf frames shown per branch
@@ -38,7 +39,8 @@ class SplitBuilder:
     idents: list[tuple[str, str, str]] = field(default_factory=list)  # identity number -> identity
     devices_differ: bool = True  # the traces ran on different devices (see classify)
 
-    def split(self, entry: tuple, only_a: list, only_b: list, low_a: dict, low_b: dict) -> Split:
+    def split(self, entry: tuple[Any, ...], only_a: list[Any], only_b: list[Any], low_a: Groups,
+              low_b: Groups) -> Split:
         ga, gb = as_list(entry[0]), as_list(entry[1])
         path, idents = [], []
         e = entry
@@ -69,7 +71,7 @@ class SplitBuilder:
                      library=library_of(frame), ident_path=tuple(idents[1:]))
 
 
-    def _branch(self, key: int, group: list[Node], total: int, other_low: dict, other_total: int,
+    def _branch(self, key: int, group: list[Node], total: int, other_low: Groups, other_total: int,
                 seen: dict[int, Frame]) -> Branch:
         frame = group[0].frame
         count = sum(n.count for n in group)
