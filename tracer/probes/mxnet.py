@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the annotations only
 
 def gpu_available() -> bool:
     try:
-        count: int = mx.context.num_gpus()  # mxnet ships no types
+        count: int = mx.context.num_gpus()  # mxnet is Any to mypy (not installed where it runs)
         return count > 0
     except Exception:  # noqa: BLE001 - no CUDA build / driver means no GPU
         return False

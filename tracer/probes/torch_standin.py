@@ -183,7 +183,7 @@ def _conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride:
     """``convolution_backward_overrideable`` is convolution_backward without the
     bias sizes (a new backend's gradient of the bias is its own business)."""
     bias_sizes = [w.shape[1] * groups if transposed else w.shape[0]]
-    # (grad_input, grad_weight, grad_bias), named: torch ships no types
+    # (grad_input, grad_weight, grad_bias); torch is Any to mypy (not installed where it runs)
     grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = torch.ops.aten.convolution_backward.default(
         grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
     return grads
