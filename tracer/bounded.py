@@ -44,7 +44,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     """The bytes of the regular file at ``path`` (symlinks followed), at most
     ``limit`` of them. Opened without blocking, so a named pipe is refused instead of
     waiting for a writer that never comes. Raises OSError, NotRegular or TooLarge."""
@@ -64,7 +64,7 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     return data
 
 
-def head(path: str | os.PathLike, n: int) -> bytes:
+def head(path: str | os.PathLike[str], n: int) -> bytes:
     """The first ``n`` bytes of the regular file at ``path`` (b"" for anything else
     or an unreadable path): enough to recognise a format by its magic bytes."""
     try:
@@ -102,7 +102,7 @@ def gunzip(data: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def read_maybe_gzip(path: str | os.PathLike, limit: int) -> tuple[bytes, bytes]:
+def read_maybe_gzip(path: str | os.PathLike[str], limit: int) -> tuple[bytes, bytes]:
     """(raw bytes on disk, content expanded if gzip), both bounded by ``limit``."""
     raw = read_regular(path, limit)
     return raw, (gunzip(raw, limit) if raw[:2] == GZIP_MAGIC else raw)

@@ -9,6 +9,7 @@ it runs in that build's environment, NAME-gpu-build.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from tracer import envs
 from tracer.contract import PASSES, PRIMITIVES
@@ -16,6 +17,8 @@ from tracer.errors import EnvNotReady
 from tracer.registry import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
 
+if TYPE_CHECKING:  # the annotations only (survey_evidence imports tracer.survey when called)
+    from tracer.survey import Gap
 
 
 def environment(fw: Framework) -> Framework:
@@ -43,7 +46,8 @@ def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str,
 
 
 def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[str] | None = None, fresh: bool = False,
-                    timeout: float = DEFAULT_TIMEOUT, on_done=lambda name, n, error: None) -> list:
+                    timeout: float = DEFAULT_TIMEOUT,
+                    on_done: Callable[[str, int, str], None] = lambda name, n, error: None) -> list[Gap]:
     """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
     gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
     build not set up, a case that failed), never a stop."""

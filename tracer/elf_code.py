@@ -24,7 +24,11 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+if TYPE_CHECKING:  # the annotations only (pyelftools is imported where a file is read)
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
 #: Qualifiers after a demangled parameter list, and compiler-made clone suffixes.
 _QUALIFIERS = (" const", " volatile", " &&", " &", "&&", "&", " noexcept")
@@ -120,7 +124,8 @@ def _demangle(mangled: str) -> str:
     import cxxfilt  # the C++ runtime's __cxa_demangle
 
     try:
-        return cxxfilt.demangle(mangled)
+        name: str = cxxfilt.demangle(mangled)  # cxxfilt ships no types
+        return name
     except cxxfilt.InvalidName:
         return mangled
 
@@ -130,7 +135,7 @@ _SYM_LAYOUT = {32: ("IIIBBH", (0, 1, 2, 3, 5)), 64: ("IBBHQQ", (0, 4, 5, 1, 3))}
 _FUNC_TYPES = (2, 10)  # STT_FUNC, STT_GNU_IFUNC
 
 
-def _rows(elf, section) -> Iterator[tuple[int, int, int]]:
+def _rows(elf: ELFFile, section: SymbolTableSection) -> Iterator[tuple[int, int, int]]:
     """(name offset, address, size) of each defined function in a symbol table.
     pyelftools finds the table and its layout; the fixed-size rows are unpacked in
     bulk, because its per-symbol objects cost ~125 µs each (75 s for the 600k

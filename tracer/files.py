@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 from tracer.errors import DltraceError
 
@@ -19,13 +19,13 @@ class OutputError(DltraceError):
     the way, full disk)."""
 
 
-def describe(exc: OSError, path: str | os.PathLike) -> str:
+def describe(exc: OSError, path: str | os.PathLike[str]) -> str:
     """``cannot write PATH: No space left on device``: one line for an OSError."""
     return f"cannot write {exc.filename or path}: {exc.strerror or exc}"
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+def replacing(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
     """A file handle on a temporary name beside ``path``, renamed to ``path`` when the
     block ends: a reader never sees half a file, and a failure (ENOSPC, an
     interrupt) removes the temporary file and leaves ``path`` as it was."""
@@ -43,16 +43,16 @@ def replacing(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         raise
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     with replacing(path) as fh:
         fh.write(data)
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
+def write_text(path: str | os.PathLike[str], text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def ensure_dir(folder: str | os.PathLike) -> Path:
+def ensure_dir(folder: str | os.PathLike[str]) -> Path:
     """Create ``folder`` if needed and prove it writable (a file is created and removed
     in it): an unwritable output is found before probing, not after."""
     folder = Path(folder)
@@ -66,7 +66,7 @@ def ensure_dir(folder: str | os.PathLike) -> Path:
     return folder
 
 
-def ensure_file_parent(path: str | os.PathLike) -> Path:
+def ensure_file_parent(path: str | os.PathLike[str]) -> Path:
     """For an output file: its folder exists and is writable, and the path is not a folder."""
     path = Path(path)
     if path.is_dir():

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from tracer import envs
 from tracer.errors import DltraceError
@@ -28,6 +28,12 @@ from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT
 from tracer.survey import GAP_SUFFIX, Gap, Job, SurveyEvent, case_path, gap_json, load_gap
 from tracer.trace import TraceFormatError, load, save
+
+if TYPE_CHECKING:  # the annotations only: distributed is imported where a fleet is used
+    from distributed import Client, Future
+
+    #: what run_remote sends back: (the worker, the files it wrote by their relative path)
+    _Sent = Future[tuple[dict[str, str], dict[str, bytes]]]
 
 #: Concurrent jobs a worker accepts per resource it declares.
 SLOTS = 2
@@ -160,7 +166,7 @@ def _todo(job: Job, root: Path, fresh: bool) -> bool:
     return fresh or any(not case_path(root, job, s).is_file() for s in job.cases)
 
 
-def _resources(client) -> list[dict[str, float]]:
+def _resources(client: Client) -> list[dict[str, float]]:
     return [dict(w.get("resources") or {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
 
 
@@ -175,7 +181,7 @@ def _stamp(path: Path, who: dict[str, str]) -> None:
     save(trace, path)
 
 
-def _receive(fut, job: Job, root: Path) -> SurveyEvent:
+def _receive(fut: _Sent, job: Job, root: Path) -> SurveyEvent:
     """Write what a finished job sent back; a job that raised (its worker died) is a gap."""
     try:
         who, files = fut.result()
@@ -206,7 +212,7 @@ def run(jobs: list[Job], root: Path, address: str, fresh: bool = False, timeout:
     gaps: list[Gap] = []
     try:
         workers = _resources(client)
-        futures = {}
+        futures: dict[_Sent, Job] = {}
         for job in route(jobs, workers):
             if not _todo(job, root, fresh):
                 event = SurveyEvent(job, len(job.cases), reused=len(job.cases))

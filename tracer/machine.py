@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from typing import Any
 
 #: ISA feature flags that decide which kernels a library picks.
 _ISA_FLAGS = (
@@ -31,7 +32,7 @@ def _cpuinfo() -> tuple[str, list[str]]:
     return model, [f for f in _ISA_FLAGS if f in flags]
 
 
-def describe() -> dict:
+def describe() -> dict[str, Any]:
     model, flags = _cpuinfo()
     return {
         "cpu": model,

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 from pathlib import Path
 
 from tracer import envs
@@ -34,12 +34,12 @@ PACKAGE = Path(__file__).resolve().parent
 
 #: Probe processes running now, so that an interrupted dltrace stops them: they run
 #: in their own process group (a probe's children, py-spy among them, go with it).
-_live: set[subprocess.Popen] = set()
+_live: set[subprocess.Popen[bytes]] = set()
 _live_lock = threading.Lock()
 _stopping = threading.Event()
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -109,7 +109,7 @@ class CaseResult:
         return load(self.path)
 
 
-def _choices(kind: str, value: str, valid) -> UsageError:
+def _choices(kind: str, value: str, valid: Iterable[str]) -> UsageError:
     return UsageError(f"unknown {kind} '{value}' (choose from: {', '.join(valid)})")
 
 

@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import click
 from click.shell_completion import CompletionItem
@@ -28,6 +28,18 @@ from tracer.registry import RegistryError
 from tracer.render.terminal import STDOUT, message, safe_console, tolerant_streams
 from tracer.runner import stop_all
 from tracer.trace import TraceFormatError
+
+if TYPE_CHECKING:
+    from tracer.survey import Gap
+    from tracer.trace import Trace
+
+    # click types ParamType by the value it converts to since 8.4; setup.cfg accepts
+    # click 8.1, whose ParamType is no generic: the subscripts are for mypy only.
+    _NamesType = click.ParamType[str | tuple[str, ...]]
+    _ShapeType = click.ParamType[tuple[int, ...]]
+    _SecondsType = click.ParamType[float]
+else:
+    _NamesType = _ShapeType = _SecondsType = click.ParamType
 
 out = safe_console(file=STDOUT)
 err = safe_console(stderr=True)
@@ -106,7 +118,7 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-class Names(click.ParamType):
+class Names(_NamesType):
     """One name, or with ``csv`` a comma-separated list of names, from a list that the
     contract or the registry holds. The list is read when a value is converted, not at
     import, so that a broken registry is its own one-line error; an unknown name is a
@@ -116,9 +128,10 @@ class Names(click.ParamType):
         self.kind, self.choices, self.csv = kind, choices, csv
         self.name = f"{kind}s" if csv else kind
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str | tuple[str, ...]:
         if not isinstance(value, str):  # a default given as a tuple is already converted
-            return value
+            return cast("tuple[str, ...]", value)
         valid = list(self.choices())
         names = [v.strip() for v in value.split(",") if v.strip()] if self.csv else [value]
         if not names:
@@ -171,12 +184,12 @@ def layers_in_order(values: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(layer for layer in LAYERS if layer in asked) if asked else LAYERS
 
 
-class Shape(click.ParamType):
+class Shape(_ShapeType):
     """An input shape, 8x64x112x112."""
 
     name = "shape"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
         if isinstance(value, tuple):
             return value
         try:
@@ -185,13 +198,13 @@ class Shape(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class Seconds(click.ParamType):
+class Seconds(_SecondsType):
     """A positive, finite number of seconds: 0 or a negative timeout would stop every
     probe at once, and nan would compare false with everything, i.e. never time out."""
 
     name = "seconds"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         try:
             seconds = float(value)
         except (TypeError, ValueError):
@@ -209,7 +222,7 @@ def command_line() -> str:
     return "dltrace " + shlex.join(sys.argv[1:])
 
 
-def collect(folders: list[Path]) -> tuple[list, list]:
+def collect(folders: list[Path]) -> tuple[list[Trace], list[Gap]]:
     """The traces and gaps under ``folders``; each unreadable file is one line, skipped."""
     from tracer import survey as sv
 

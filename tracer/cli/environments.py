@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import click
 from rich.markup import escape
 
@@ -68,7 +70,7 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
         raise DltraceError(f"environment set-up failed for: {', '.join(failed)}")
 
 
-def _setup_emulated(fw, arch: str, force: bool, named: bool, log) -> bool:
+def _setup_emulated(fw: registry.Framework, arch: str, force: bool, named: bool, log: Callable[[str], None]) -> bool:
     """The framework's emulated aarch64 environment, where its registry entry has one;
     False if that failed (said on one line)."""
     name, spec = fw.name, fw.aarch64

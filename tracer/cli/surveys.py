@@ -4,6 +4,7 @@ audit (from traces alone), import (traces recorded elsewhere, by other tools).""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from tracer.errors import DltraceError
 from tracer.files import ensure_dir
 from tracer.render.terminal import message
 from tracer.runner import DEFAULT_TIMEOUT
+
+if TYPE_CHECKING:  # the annotations only (the commands import tracer.survey when run)
+    from tracer.survey import SurveyEvent
 
 
 # --------------------------------------------------------------------------- survey / report
@@ -51,8 +55,9 @@ from tracer.runner import DEFAULT_TIMEOUT
               help="Seconds per probe subprocess.")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here.")
-def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_variants, native, arm, arm_all,
-           imports, derived, timeout, scheduler) -> None:
+def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devices: tuple[tuple[str, ...], ...],
+           output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
+           arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
     import time
@@ -78,7 +83,7 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
                   console=err) as progress:
         total = progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list))
 
-        def on_event(e) -> None:
+        def on_event(e: SurveyEvent) -> None:
             progress.advance(total, e.done)
             note = f", {len(e.gaps)} gaps" if e.gaps else ""
             reused = f", {e.reused} reused" if e.reused else ""
@@ -112,7 +117,7 @@ def survey(names, primitives, devices, output, jobs, with_traces, fresh, no_vari
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
-def report(traces, output) -> None:
+def report(traces: tuple[Path, ...], output: Path) -> None:
     """Render the HTML report from TRACES folders alone (no framework needed)."""
     ensure_dir(output)
     _render(list(traces), output)
@@ -207,7 +212,8 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 @click.option("--emulation/--no-emulation", default=True, show_default=True,
               help="Offer the emulated aarch64 CPUs (the ARM-audit jobs) where their environments are built.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Offer the GPUs nvidia-smi lists.")
-def worker(address, nthreads, name, only, emulation, gpu) -> None:
+def worker(address: str, nthreads: int, name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool,
+           gpu: bool) -> None:
     """Serve the Dask scheduler at ADDRESS (tcp://HOST:PORT) as a survey worker, declaring
     this machine's architecture, GPUs, ready framework environments and emulated CPUs;
     the options narrow that, so that two workers on one machine can differ."""

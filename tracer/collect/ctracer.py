@@ -43,7 +43,9 @@ class CTracer(PythonTracer):
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._core.record(fn, root, self._classify_code, self._classify_c, self._ctypes)
+            # the C core is untyped: its result is (the call tree, fn's result)
+            result: tuple[Node, Any] = self._core.record(fn, root, self._classify_code, self._classify_c, self._ctypes)
+            return result
         finally:
             if gc_was_enabled:
                 gc.enable()

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from tracer.contract import Probe
+    from tracer.probes.base import Case
 
     class _EvidenceProbe(Probe, GpuEvidence, Protocol):
         """A probe that has the gpu_evidence hook (harness checks it before calling)."""
@@ -36,7 +37,7 @@ def _node(doc: dict[str, Any], depth: int = 0) -> Node:
     return Node(frame, int(doc.get("count", 1)), 0, children=[_node(c, depth + 1) for c in doc.get("children", ())])
 
 
-def _step(case: Any, pass_: str) -> Callable[[], Any]:
+def _step(case: Case, pass_: str) -> Callable[[], Any]:
     if pass_ == "forward":
         return case.forward
     state = case.forward()

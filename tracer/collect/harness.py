@@ -21,7 +21,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
 from tracer.collect import library, sampler
@@ -34,6 +34,9 @@ from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, CaseError, Case
                              EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder, Probe, ProbeRequest)
 from tracer.trace import Frame, Node, Run, Trace, save
 from tracer.trace_meta import native_not_finished
+
+if TYPE_CHECKING:  # the annotations only
+    from tracer.probes.base import Case
 
 #: What a trace that asked for native stacks says until they are added: if the probe
 #: process dies during the capture, the trace already on disk says so.
@@ -83,7 +86,7 @@ def _timed(step: Callable[[], Any], sync: Callable[[], None], budget_s: float = 
     return statistics.median(times)
 
 
-def _step(case: Any, pass_: str) -> Callable[[], Any]:
+def _step(case: Case, pass_: str) -> Callable[[], Any]:
     """Exactly the step the Python layer traces: the forward call, or the backward call
     on a fresh forward's state (run here, before the step)."""
     if pass_ == "forward":
@@ -92,7 +95,7 @@ def _step(case: Any, pass_: str) -> Callable[[], Any]:
     return lambda: case.backward(state)
 
 
-def _op_layer(probe: OpRecorder, case: Any, pass_: str, label: str) -> tuple[Node | None, dict]:
+def _op_layer(probe: OpRecorder, case: Case, pass_: str, label: str) -> tuple[Node | None, dict[str, Any]]:
     """The probe's op-level record of one warm step, hung under a root like the
     Python layer's; (None, {"op_error": ...}) when the hook fails."""
     run = _step(case, pass_)
@@ -106,7 +109,7 @@ def _op_layer(probe: OpRecorder, case: Any, pass_: str, label: str) -> tuple[Nod
     return root, {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
 
 
-def _library_layer(log: StdoutLog, case: Any, pass_: str, label: str) -> tuple[Node, dict]:
+def _library_layer(log: StdoutLog, case: Case, pass_: str, label: str) -> tuple[Node, dict[str, Any]]:
     """What the vendor libraries reported of one warm step (see tracer.collect.library)."""
     run = _step(case, pass_)
 
@@ -121,7 +124,7 @@ def _library_layer(log: StdoutLog, case: Any, pass_: str, label: str) -> tuple[N
     return library.tree(calls, label), info
 
 
-def _machine() -> dict:
+def _machine() -> dict[str, Any]:
     """Where the probe ran: this machine, or the emulated CPU the runner chose (its
     /proc/cpuinfo is the model's; the trace must say it was emulated)."""
     m = machine.describe()
@@ -133,7 +136,7 @@ def _machine() -> dict:
     return m
 
 
-def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version: str, applied: dict,
+def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version: str, applied: dict[str, Any],
                 tracer: PythonTracer, log: StdoutLog | None) -> tuple[Trace, Any]:
     """``tracer`` is shared by the cases of one request, so that each function is
     classified once per process, not once per case."""
@@ -253,8 +256,8 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
             jobs += [sampler.Job(m, step, root, cfg.seconds / REPLICAS) for m in markers]
             where[tuple(markers)] = (trace, pass_)
     error: str | None = None
-    results: dict[str, tuple[Node, dict]] = {}
-    session: dict = {}
+    results: dict[str, tuple[Node, dict[str, Any]]] = {}
+    session: dict[str, Any] = {}
     workdir = tempfile.mkdtemp(prefix="dltrace-native-")
     try:
         results, session = sampler.capture(cfg.pyspy, jobs, workdir, rate=cfg.rate,

@@ -126,7 +126,8 @@ def allow_ptrace_by_any() -> bool:
     False where there is no Yama (nothing to do) or prctl is unavailable."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) == 0
+        rc: int = libc.prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)  # ctypes: a C int
+        return rc == 0
     except (OSError, AttributeError):
         return False
 
@@ -158,7 +159,7 @@ class Sampler:
         self.workdir, self.startup_timeout, self.extra = workdir, startup_timeout, list(extra)
         self.out = os.path.join(workdir, "pyspy.raw")
         self.log = os.path.join(workdir, "pyspy.log")
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.windows: list[Window] = []
         self.startup_s = 0.0
         self.prime_s = 0.0
@@ -302,7 +303,7 @@ class Job:
 
 def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bool = False,
             baseline_s: float = 0.3, startup_timeout: float = 60.0, prime: bool = True,
-            perfmap: str = "") -> tuple[dict[str, tuple[Node, dict]], dict]:
+            perfmap: str = "") -> tuple[dict[str, tuple[Node, dict[str, Any]]], dict[str, Any]]:
     """Sample every job's loop in one py-spy session.
 
     Returns marker -> (native tree, layer stats), and the session's stats (startup

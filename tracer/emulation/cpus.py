@@ -23,6 +23,7 @@ Pure functions and data: nothing here runs anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 #: Linux arm64 HWCAP bit -> the name /proc/cpuinfo prints (arch/arm64/include/uapi/
 #: asm/hwcap.h and the kernel's hwcap_str table; the kernel lists AT_HWCAP bits in
@@ -132,7 +133,7 @@ MODELS: dict[str, CpuModel] = {m.name: m for m in (
 )}
 
 
-def cpu_models() -> dict[str, dict]:
+def cpu_models() -> dict[str, dict[str, Any]]:
     """Every model as plain data: name, description, QEMU -cpu spec (with the MIDR),
     MIDR, the /proc/cpuinfo features QEMU 7.2 gives it, caches."""
     return {name: {**asdict(m), "features": list(m.features), "qemu_spec": m.qemu_spec(),

@@ -67,7 +67,7 @@ def debian_mirror(sources: list[Path] | None = None) -> str:
         if path.suffix == ".sources":
             uris = []
             for stanza in re.split(r"\n\s*\n", text):
-                fields = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.MULTILINE))
+                fields: dict[str, str] = dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", stanza, re.MULTILINE))
                 if fields.get("Enabled", "yes").lower() != "no" and "deb" in fields.get("Types", "").split():
                     uris += fields.get("URIs", "").split()
         else:

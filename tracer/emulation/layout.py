@@ -22,6 +22,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tracer import envs
 from tracer.errors import DltraceError, UsageError
@@ -74,7 +75,7 @@ def tool(command: str) -> str:
     return found
 
 
-def read_marker(folder: Path) -> dict | None:
+def read_marker(folder: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError, RecursionError):

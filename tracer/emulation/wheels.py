@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tracer import envs
 from tracer.emulation.debian import base_ready, ensure_base
@@ -111,7 +112,7 @@ def installed_versions(site: Path) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def _wheels_marker(name: str) -> dict | None:
+def _wheels_marker(name: str) -> dict[str, Any] | None:
     """The marker of an environment whose wheels are installed and current, whatever
     the state of the shared base."""
     d = env_dir(name)
@@ -124,7 +125,7 @@ def _wheels_marker(name: str) -> dict | None:
     return marker
 
 
-def status(name: str) -> dict | None:
+def status(name: str) -> dict[str, Any] | None:
     """The marker of a ready environment, or None (missing, stale or half-built)."""
     marker = _wheels_marker(name)
     return marker if marker is not None and base_ready() else None

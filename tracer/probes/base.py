@@ -24,8 +24,17 @@ from tracer import contract
 
 # the primitives' parameters, defined once in the contract (mx.nd.BatchNorm's own epsilon
 # default is 1e-3: every probe passes BN_EPS, so all frameworks compute the same numbers)
-from tracer.contract import BN_EPS, BN_MOMENTUM, CONV_K, CONV_OUT, DENSE_OUT, POOL_K, output_shape  # noqa: F401 - the probes' API
+from tracer.contract import BN_EPS, BN_MOMENTUM, CONV_K, CONV_OUT, DENSE_OUT, POOL_K, output_shape
 from tracer.trace import Frame, Node
+
+#: The probes' API: what a probe reads as ``base.X``. The contract's constants and
+#: output_shape are listed so that they are exported explicitly (mypy --strict does not
+#: re-export an imported name otherwise).
+__all__ = [
+    "BN_EPS", "BN_MOMENTUM", "CONV_K", "CONV_OUT", "DENSE_OUT", "POOL_K", "output_shape",
+    "Case", "ProbeError", "array", "conv_weight", "dense_weight", "bias", "nhwc", "check_shape",
+    "OpEvent", "OpRecord", "op_node", "merge_siblings", "nest",
+]
 
 if TYPE_CHECKING:  # the annotations only: the tool's own environment has no numpy
     import numpy as np

@@ -9,7 +9,7 @@ clears them first (as a training step's ``cleargrads`` would).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import chainer
 import chainer.functions as F
@@ -28,16 +28,17 @@ def gpu_available() -> bool:
         return False
 
 
-def _pool(primitive: str):
+def _pool(primitive: str) -> Callable[[chainer.Variable], chainer.Variable]:
     if primitive == "maxpool2d":
         # cover_all=False: floor the output size, as torch and mxnet do.
         return functools.partial(F.max_pooling_2d, ksize=base.POOL_K, stride=base.POOL_K, cover_all=False)
     return functools.partial(F.average_pooling_2d, ksize=base.POOL_K, stride=base.POOL_K)
 
 
-def _functional(primitive: str, x: chainer.Variable, dev):
+def _functional(primitive: str, x: chainer.Variable,
+                dev: chainer.backend.Device) -> tuple[Callable[[], chainer.Variable], list[chainer.Variable]]:
     c = x.shape[1] if x.ndim > 1 else 1
-    param = lambda a: chainer.Variable(dev.send(a))  # noqa: E731
+    param: Callable[[Any], chainer.Variable] = lambda a: chainer.Variable(dev.send(a))  # noqa: E731
     if primitive == "dense":
         w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
         return (lambda: F.linear(x, w, b)), [w, b]
@@ -67,7 +68,8 @@ def _functional(primitive: str, x: chainer.Variable, dev):
     raise base.ProbeError(f"unknown primitive {primitive}")
 
 
-def _layer(primitive: str, x: chainer.Variable, dev):
+def _layer(primitive: str, x: chainer.Variable,
+           dev: chainer.backend.Device) -> tuple[Callable[[], chainer.Variable], list[chainer.Variable]]:
     c = x.shape[1] if x.ndim > 1 else 1
     if primitive == "dense":
         m = L.Linear(
@@ -111,7 +113,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return base.Case(forward=run, backward=backward, sync=sync)
 
 
-class _OpHook(chainer.FunctionHook):
+class _OpHook(chainer.FunctionHook):  # type: ignore[misc, unused-ignore]  # chainer is Any to mypy: an untyped base
     """Records each FunctionNode's forward and backward, with wall-clock intervals."""
 
     name = "dltrace_ops"
@@ -123,27 +125,29 @@ class _OpHook(chainer.FunctionHook):
         self.events: list[base.OpEvent] = []
         self._open: list[tuple[str, str, int]] = []
 
-    def _pre(self, function, what: str) -> None:
+    def _pre(self, function: chainer.FunctionNode, what: str) -> None:
         self._open.append((f"{function.label}.{what}", type(function).__module__, self._now()))
 
-    def _post(self, function, what: str) -> None:
+    def _post(self, function: chainer.FunctionNode, what: str) -> None:
         name, module, t0 = self._open.pop()
         self.events.append(base.OpEvent(name, t0, self._now(), module))
 
-    def forward_preprocess(self, function, in_data):
+    def forward_preprocess(self, function: chainer.FunctionNode, in_data: tuple[Any, ...]) -> None:
         self._pre(function, "forward")
 
-    def forward_postprocess(self, function, in_data):
+    def forward_postprocess(self, function: chainer.FunctionNode, in_data: tuple[Any, ...]) -> None:
         self._post(function, "forward")
 
-    def backward_preprocess(self, function, in_data, out_grad):
+    def backward_preprocess(self, function: chainer.FunctionNode, in_data: tuple[Any, ...],
+                            out_grad: tuple[Any, ...]) -> None:
         self._pre(function, "backward")
 
-    def backward_postprocess(self, function, in_data, out_grad):
+    def backward_postprocess(self, function: chainer.FunctionNode, in_data: tuple[Any, ...],
+                             out_grad: tuple[Any, ...]) -> None:
         self._post(function, "backward")
 
 
-def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """Chainer's FunctionNodes as they run (a FunctionHook's forward/backward
     pre/post-process), nested by time: Convolution2DFunction.forward, and in
     backward Convolution2DGradW.forward... (a backward runs new FunctionNodes)."""
@@ -158,7 +162,7 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
 # ----------------------------------------------------------------------------- GPU evidence: source
 
 
-class _Reached(chainer.FunctionHook):
+class _Reached(chainer.FunctionHook):  # type: ignore[misc, unused-ignore]  # chainer is Any to mypy: an untyped base
     """The FunctionNode classes a step runs (forward, and those a backward runs)."""
 
     name = "dltrace_reached"
@@ -166,7 +170,7 @@ class _Reached(chainer.FunctionHook):
     def __init__(self) -> None:
         self.classes: list[type] = []
 
-    def forward_preprocess(self, function, in_data):
+    def forward_preprocess(self, function: chainer.FunctionNode, in_data: tuple[Any, ...]) -> None:
         if type(function) not in self.classes:
             self.classes.append(type(function))
 
@@ -287,7 +291,7 @@ def _device_impls(cls: type, path: list[str]) -> dict[type, set[str]]:
     return found
 
 
-def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
+def _function_doc(cls: type) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(the op node, its backend need, forward_cpu's calls) for one FunctionNode class."""
     import ast
     import inspect
@@ -330,7 +334,7 @@ def _function_doc(cls: type) -> tuple[dict, dict, list[str]]:
     return {"name": cls.__name__, "module": cls.__module__, "children": kids}, need, cpu
 
 
-def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
     """For every FunctionNode the step runs (a backward runs FunctionNodes of its own):
     its GPU methods read from the installed source (forward_gpu and the helpers it
     calls), the CuPy and cuDNN calls they make, the chainer.should_use_cudnn decision

@@ -6,23 +6,29 @@ MXNet runs operators asynchronously: ``forward`` waits for its output and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
 from tracer.probes import base
 
+if TYPE_CHECKING:  # the annotations only
+    import numpy as np
+
 
 def gpu_available() -> bool:
     try:
-        return mx.context.num_gpus() > 0
+        count: int = mx.context.num_gpus()  # mxnet is Any to mypy (not installed where it runs)
+        return count > 0
     except Exception:  # noqa: BLE001 - no CUDA build / driver means no GPU
         return False
 
 
-def _functional(primitive: str, x: nd.NDArray, ctx: mx.Context):
+def _functional(primitive: str, x: nd.NDArray, ctx: mx.Context) -> Callable[[], nd.NDArray]:
     c = x.shape[1] if x.ndim > 1 else 1
 
-    def param(a):
+    def param(a: np.ndarray) -> nd.NDArray:
         p = nd.array(a, ctx=ctx, dtype="float32")
         p.attach_grad()
         return p
@@ -57,7 +63,7 @@ def _functional(primitive: str, x: nd.NDArray, ctx: mx.Context):
     raise base.ProbeError(f"unknown primitive {primitive}")
 
 
-def _layer(primitive: str, x: nd.NDArray, ctx: mx.Context):
+def _layer(primitive: str, x: nd.NDArray, ctx: mx.Context) -> Callable[[], nd.NDArray]:
     c = x.shape[1] if x.ndim > 1 else 1
     nn = gluon.nn
     weights = {}
@@ -110,7 +116,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
 _PROFILE: dict[str, str] = {}  # MXNet's profiler can be configured once per process
 
 
-def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """The operator profiler's records for one step (``Convolution``,
     ``_backward_Convolution``...), nested by time. MXNet names the operator, not
     whether its MKL-DNN (FComputeEx) or its mshadow (FCompute) kernel ran: that
@@ -140,7 +146,7 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
         trace = json.loads(text).get("traceEvents", [])
     except ValueError:
         trace = json.loads(text.rstrip().rstrip(",") + "\n]}").get("traceEvents", [])
-    opened: dict[tuple, float] = {}
+    opened: dict[tuple[str, int], float] = {}  # (name, tid) -> when its B record opened
     events = []
     for ev in trace:
         ph, name, ts = ev.get("ph"), ev.get("name"), ev.get("ts")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -12,12 +13,14 @@ from tracer.probes import base
 
 
 def gpu_available() -> bool:
-    return torch.cuda.is_available()
+    available: bool = torch.cuda.is_available()  # torch is Any to mypy (not installed where it runs)
+    return available
 
 
-def _functional(primitive: str, x: torch.Tensor, dev: torch.device):
+def _functional(primitive: str, x: torch.Tensor,
+                dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
     c = x.shape[1] if x.dim() > 1 else 1
-    param = lambda a: torch.tensor(a, device=dev, requires_grad=True)  # noqa: E731
+    param: Callable[[Any], torch.Tensor] = lambda a: torch.tensor(a, device=dev, requires_grad=True)  # noqa: E731
     if primitive == "dense":
         w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
         return (lambda: F.linear(x, w, b)), [w, b]
@@ -43,7 +46,8 @@ def _functional(primitive: str, x: torch.Tensor, dev: torch.device):
     raise base.ProbeError(f"unknown primitive {primitive}")
 
 
-def _layer(primitive: str, x: torch.Tensor, dev: torch.device):
+def _layer(primitive: str, x: torch.Tensor,
+           dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
     c = x.shape[1] if x.dim() > 1 else 1
     if primitive == "dense":
         m = nn.Linear(x.shape[1], base.DENSE_OUT)
@@ -121,7 +125,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
 
 
 
-def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """The dispatcher's op hierarchy from torch.profiler (CPU events nested by time),
     which names the backend op that was chosen: aten::_convolution >
     aten::mkldnn_convolution (oneDNN) or > aten::thnn_conv2d > aten::_slow_conv2d_forward.
@@ -163,7 +167,7 @@ _KEYS = ("CPU", "CUDA", "MPS", "XPU", "Meta", "PrivateUse1", "CompositeImplicitA
 
 
 @functools.lru_cache(maxsize=1)
-def _native_functions() -> dict[str, dict]:
+def _native_functions() -> dict[str, dict[str, Any]]:
     """torchgen's packaged native_functions.yaml: op name -> its declared dispatch and
     structured delegate (``addmm`` computes through ``addmm.out``). Read once per
     probe process: parsing it takes about a second, and every case asks."""
@@ -187,7 +191,7 @@ def _native_functions() -> dict[str, dict]:
     return out
 
 
-def dispatch_table(ops: list[str]) -> dict:
+def dispatch_table(ops: list[str]) -> dict[str, Any]:
     """What torch's own tables say of the aten ops a step reached: which dispatch keys
     have a kernel, whether a new backend registering under PrivateUse1 has one without
     writing it (a composite kernel), and which kernel each backend declares in
@@ -256,7 +260,7 @@ _CONV_BACKWARD = {"Cudnn": "cudnn_convolution_backward_stub",
                   "Slow2d": "aten::_slow_conv2d_backward", "Overrideable": "aten::convolution_backward_overrideable"}
 
 
-def _conv_choice(op: str) -> list[dict]:
+def _conv_choice(op: str) -> list[dict[str, str]]:
     """The run-time choice _convolution (and convolution_backward) makes among backends:
     which ConvBackend names torch has and the op each calls, with its declared CUDA kernel."""
     declared = _native_functions()
@@ -273,7 +277,7 @@ def _conv_choice(op: str) -> list[dict]:
     return kids
 
 
-def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
     """What torch's packaged native_functions.yaml declares for CUDA for every aten op
     the step reached (on this CPU, torch.profiler), and, for _convolution and
     convolution_backward, the run-time choice among cuDNN, MIOpen and ATen's own

@@ -25,11 +25,15 @@ Imported only inside torch's environment (tracer/probes/torch.py, for ``--device
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tracer.contract import STANDIN_LIB
+
+if TYPE_CHECKING:  # the annotations only (op_record and _prune import base when called)
+    from tracer.probes.base import OpRecord
+    from tracer.trace import Node
 
 NAME = "standin"
 _META_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
@@ -131,7 +135,8 @@ def _to_cpu(x: Any) -> Any:
     return x
 
 
-def _aliased_input(op: torch._ops.OpOverload, args: tuple, kwargs: dict, i: int) -> tuple[Any, bool] | None:
+def _aliased_input(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   i: int) -> tuple[Any, bool] | None:
     """(the stand-in input that output ``i`` aliases, whether the op writes it), from
     the op's schema: in-place and out= ops return their argument, views share its storage."""
     ret = op._schema.returns[i]
@@ -144,7 +149,7 @@ def _aliased_input(op: torch._ops.OpOverload, args: tuple, kwargs: dict, i: int)
     return None
 
 
-def _result(op: torch._ops.OpOverload, args: tuple, kwargs: dict, cpu_out: Any) -> Any:
+def _result(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], cpu_out: Any) -> Any:
     """Stand-in results for the CPU results: written arguments are returned as
     themselves, views as views of their stand-in base, the rest as fresh tensors."""
     outs = cpu_out if isinstance(cpu_out, tuple) else (cpu_out,)
@@ -163,7 +168,7 @@ def _result(op: torch._ops.OpOverload, args: tuple, kwargs: dict, cpu_out: Any) 
     return tuple(wrapped) if isinstance(cpu_out, tuple) else wrapped[0]
 
 
-def _copy_from(args: tuple, kwargs: dict) -> torch.Tensor:
+def _copy_from(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
     """``_copy_from(self, dst)``: torch's ``copy_`` hands a copy that involves a new
     backend to it (host to device, device to host, device to device)."""
     src, dst = args[0], args[1] if len(args) > 1 else kwargs["dst"]
@@ -172,12 +177,16 @@ def _copy_from(args: tuple, kwargs: dict) -> torch.Tensor:
     return dst
 
 
-def _conv_backward(grad, x, w, stride, padding, dilation, transposed, output_padding, groups, mask):
+def _conv_backward(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: list[int], padding: list[int],
+                   dilation: list[int], transposed: bool, output_padding: list[int], groups: int,
+                   mask: list[bool]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``convolution_backward_overrideable`` is convolution_backward without the
     bias sizes (a new backend's gradient of the bias is its own business)."""
     bias_sizes = [w.shape[1] * groups if transposed else w.shape[0]]
-    return torch.ops.aten.convolution_backward.default(grad, x, w, bias_sizes, stride, padding, dilation, transposed,
-                                                       output_padding, groups, mask)
+    # (grad_input, grad_weight, grad_bias); torch is Any to mypy (not installed where it runs)
+    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = torch.ops.aten.convolution_backward.default(
+        grad, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
+    return grads
 
 
 #: Ops torch routes only to new backends. Their only kernel is a
@@ -211,7 +220,7 @@ def describe() -> dict[str, Any]:
             "reached": {}}
 
 
-def op_record(events: Any, reached: list[str]) -> Any:
+def op_record(events: Any, reached: list[str]) -> OpRecord:
     """The op layer of a stand-in step: torch.profiler's op hierarchy down to the ops
     that reached the backend, which are its leaves (lib ``STANDIN_LIB``), named with
     their overload as the backend got them (``reached``, in call order: the profiler
@@ -235,7 +244,7 @@ def _overload(name: str, count: int, left: list[str]) -> str:
     return got
 
 
-def _prune(nodes: list, left: list[str]) -> list:
+def _prune(nodes: list[Node], left: list[str]) -> list[Node]:
     """Drop the stand-in's own CPU work; mark and name the ops that reached it."""
     from tracer.probes import base
 

@@ -4,6 +4,8 @@ on one side only marked. Also the single-trace candidates."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.rule import Rule
@@ -26,7 +28,7 @@ PATH_HEAD, PATH_TAIL = 2, 3  # path frames kept at each end when the common path
 INDENT = 4
 
 
-def _describe(side: dict) -> str:
+def _describe(side: dict[str, Any]) -> str:
     shape = "x".join(map(str, side.get("shape") or []))
     return (f"{side.get('framework', '?')} {side.get('framework_version', '')}  {side.get('primitive', '?')} "
             f"({side.get('api', '')})  {side.get('device', '')}/{side.get('variant', '')}  shape={shape}  "
@@ -242,7 +244,7 @@ def candidate_view(cand: Candidate, number: int) -> RenderableType:
     return Group(*parts)
 
 
-def print_candidates(candidates: list[Candidate], console: Console, description: dict | None = None,
+def print_candidates(candidates: list[Candidate], console: Console, description: dict[str, Any] | None = None,
                      pass_: str = "forward", phase: str = "warm") -> None:
     """Candidate split points of one trace, in the order their functions first ran."""
     title = Text("Candidate split points", style="bold underline")

@@ -12,13 +12,17 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, TypeVar
 from xml.etree import ElementTree
 
 import networkx as nx
 import pydot
 
 from tracer.process.graph import A_ONLY, B_ONLY, SHARED
+
+#: a graph's node keys: the merged walk's indices, a call graph's paths (drawn the same way)
+_N = TypeVar("_N", bound=Hashable)
 
 FILL = {SHARED: "#eeeeee", A_ONLY: "#c6dbef", B_ONLY: "#fdd0a2"}
 EDGE = {SHARED: "#888888", A_ONLY: "#3182bd", B_ONLY: "#e6550d"}
@@ -58,7 +62,7 @@ def short(label: str, width: int = 48) -> str:
     return "…" + label[-(width - 1):]
 
 
-def fold_chains(sub: nx.DiGraph) -> nx.DiGraph:
+def fold_chains(sub: nx.DiGraph[Hashable]) -> nx.DiGraph[Hashable]:
     """Chains of three or more shared frames with one child each (no split among them)
     become one "… N frames …" box: the dispatcher glue between the API and the split."""
     if not sub:
@@ -85,7 +89,7 @@ def fold_chains(sub: nx.DiGraph) -> nx.DiGraph:
     return sub
 
 
-def to_dot(g: nx.DiGraph, title: str = "") -> pydot.Dot:
+def to_dot(g: nx.DiGraph[_N], title: str = "") -> pydot.Dot:
     dot = pydot.Dot(graph_type="digraph", rankdir="TB", fontname="Helvetica", fontsize="10",
                     label=quoted(short(title, 200)), labelloc="t", nodesep="0.15", ranksep="0.3")
     ids = {n: f"n{i}" for i, n in enumerate(g.nodes)}
@@ -142,7 +146,7 @@ def inert(svg_text: str) -> bool:
     return True
 
 
-def svg(g: nx.DiGraph, title: str = "", timeout: float = 60) -> str:
+def svg(g: nx.DiGraph[_N], title: str = "", timeout: float = 60) -> str:
     """Run Graphviz; returns the <svg> element (no XML prologue) for inlining.
     GraphError when dot fails or its drawing holds anything active."""
     exe = shutil.which("dot")

@@ -21,7 +21,7 @@ class _Frames:
     """speedscope's shared frame table: each distinct frame once."""
 
     def __init__(self) -> None:
-        self.rows: list[dict] = []
+        self.rows: list[dict[str, str | int]] = []  # name, file, line
         self.index: dict[tuple[str, Frame], int] = {}
 
     def id(self, frame: Frame, tree: Tree) -> int:
@@ -29,7 +29,7 @@ class _Frames:
         i = self.index.get(key)
         if i is None:
             i = self.index[key] = len(self.rows)
-            entry: dict = {"name": frame_name(frame, tree)}
+            entry: dict[str, str | int] = {"name": frame_name(frame, tree)}
             if frame.file:
                 entry["file"] = frame.file
                 if frame.line:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from rich.console import (Console, ConsoleOptions, ConsoleRenderable, Group, RenderableType, RenderHook,
                           RenderResult)
@@ -101,7 +101,7 @@ class StandardOutput:
     def _failed(self, exc: OSError) -> OutputError:
         return OutputError(f"cannot write to standard output: {exc.strerror or exc}")
 
-    def _call(self, method: str, *args: str):
+    def _call(self, method: str, *args: str) -> Any:
         try:
             return getattr(self._stream(), method)(*args)
         except BrokenPipeError:
@@ -110,7 +110,8 @@ class StandardOutput:
             raise self._failed(exc) from None
 
     def write(self, text: str) -> int:
-        return self._call("write", text)
+        written: int = self._call("write", text)  # TextIO.write: the characters written
+        return written
 
     def flush(self) -> None:
         self._call("flush")
@@ -175,7 +176,7 @@ class _PipedConsole(Console):
         raise BrokenPipeError
 
 
-def safe_console(**kwargs) -> Console:
+def safe_console(**kwargs: Any) -> Console:
     """A rich Console whose output cannot carry control sequences from the data it prints."""
     console = _PipedConsole(**kwargs)
     console.push_render_hook(_SafeHook())
