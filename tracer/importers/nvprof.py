@@ -1,4 +1,4 @@
-"""``dltrace import --framework mxnet FILE.nvvp``: the kernels of an nvprof database.
+"""An nvprof database (format nvprof; MXNet's reference run) to traces: its kernels.
 
 nvprof (CUDA's profiler before Nsight) writes a SQLite database: every kernel a
 GPU ran (``CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`` or ``..._KERNEL``), its name in
@@ -7,8 +7,9 @@ sqlite3 reads it, read-only. It holds no operator records, so a kernel is a
 primitive's only where its own name says so (cuDNN's ``activation_fw_4d`` with
 ``relu_func`` is relu forward, ``wgrad``/``dgrad`` engines a convolution's
 backward); cuBLAS gemms that any op may call are counted in the provenance, not
-given to a primitive. The run is not the one of the MXNet profiler JSON files
-beside it: each trace says so.
+given to a primitive. What the framework's entry says of such files
+(``profile_vocab.nvprof.note``: MXNet's run is not the one of its profiler JSON
+files) is added to each trace's provenance note.
 """
 
 from __future__ import annotations
