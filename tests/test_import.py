@@ -22,7 +22,7 @@ from tests.conftest import dltrace, one_line_error
 from tracer.contract import Exit
 from tracer.importers import Imported, ImportFailed, import_file
 from tracer.importers.provenance import provenance
-from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, library_of
+from tracer.process.tags import is_gpu_lib, is_vendor_lib, library_of
 from tracer.trace import Frame, Node, Run, Trace, load, save
 
 REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
@@ -227,7 +227,8 @@ def test_kernel_tags_come_from_the_tag_table():
     }
     for (module, name, lib), tag in cases.items():
         assert library_of(Frame("op", module, name, lib=lib)) == tag, name
-    assert {"hipBLASLt", "CUTLASS", "Triton", "PyTorch CUDA kernels", "PyTorch HIP kernels"} <= VENDOR_LIBS & GPU_LIBS
+    assert all(is_vendor_lib(lib) and is_gpu_lib(lib)
+               for lib in ("hipBLASLt", "CUTLASS", "Triton", "PyTorch CUDA kernels", "PyTorch HIP kernels"))
 
 
 # ----------------------------------------------------------------------------- the diff against the CPU probe
@@ -437,22 +438,23 @@ def _jax_ready() -> bool:
 def xplane_profile(frameworks):
     # make test sets the jax environment up: without it this fails, it does not skip
     assert _jax_ready(), "the jax environment is not set up (dltrace env setup jax): JAX reads XPlane files"
+    from tracer import registry
     from tracer.importers.xplane import profile_of, read_xplane
 
-    dump, _ = read_xplane(XPLANE, "jax")
+    dump, _ = read_xplane(XPLANE, "jax", registry.load()["jax"].profile_vocab["xplane"].reader)
     return profile_of(dump, XPLANE)
 
 
 def test_xplane_is_read_by_jax_and_names_jax_op_hlo_op_and_kernels(xplane_profile):
     from tracer.importers.kernels import kernel_lib
-    from tracer.importers.xplane import jax_op
+    from tracer.importers.xplane import split_op
 
     prof = xplane_profile
     assert prof.vendor == "AMD" and prof.devices == 8 and prof.device == "/device:GPU:0"
     assert prof.gpu == "AMD GPU (compute capability 9.4, 304 cores)"
-    conv = [k for k in prof.kernels if jax_op(k.jax_name)[1] == "conv_general_dilated"]
+    conv = [k for k in prof.kernels if split_op(k.op_path)[1] == "conv_general_dilated"]
     assert {k.hlo_op for k in conv} >= {"cudnn-conv.1"} and {k.hlo_module for k in conv} == {"jit_forward_3d_conv"}
-    assert jax_op(conv[0].jax_name)[0] == "jit:forward_3d_conv"
+    assert split_op(conv[0].op_path)[0] == "jit:forward_3d_conv"
     libs = {k.name.split("_")[0]: kernel_lib(k.name, "AMD") for k in conv if k.hlo_op == "cudnn-conv.1"}
     assert libs == {"Im3d2Col.kd": "MIOpen", "Cijk": "rocBLAS"}
 

@@ -90,10 +90,10 @@ def test_the_cpu_probe_splits_from_the_gpu_at_the_operator(cpu_probes, fw, src, 
 
 
 def test_a_file_that_is_not_what_it_claims_is_one_line(tmp_path):
-    assert "not a mxnet operator timeline (it is a TensorFlow timeline)" in one_line_error(
-        dltrace("import", str(TF_GPU), "--framework", "mxnet", "-o", str(tmp_path / "a")))
-    assert "not a tensorflow operator timeline (it is an MXNet profiler file)" in one_line_error(
-        dltrace("import", str(MX_GPU), "--framework", "tensorflow", "-o", str(tmp_path / "b")))
+    assert ("not a mxnet operator timeline (it is TensorFlow timeline output, read with --framework tensorflow)"
+            in one_line_error(dltrace("import", str(TF_GPU), "--framework", "mxnet", "-o", str(tmp_path / "a"))))
+    assert ("not a tensorflow operator timeline (it is MXNet profiler output, read with --framework mxnet)"
+            in one_line_error(dltrace("import", str(MX_GPU), "--framework", "tensorflow", "-o", str(tmp_path / "b"))))
     other = tmp_path / "other.nvvp"
     db = sqlite3.connect(other)
     db.execute("create table t (x)")

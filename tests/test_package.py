@@ -82,7 +82,7 @@ def test_the_wheel_holds_one_package_with_its_registry_templates_and_probes(whee
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["tracer"]
     assert {"tracer/frameworks.yaml", "tracer/templates/base.html", "tracer/templates/index.html",
             "tracer/templates/framework.html", "tracer/probes/base.py", "tracer/probes/torch.py",
-            "tracer/collect/harness.py", "tracer/importers/xplane_dump.py",
+            "tracer/collect/harness.py", "tracer/probes/jax_xplane.py",
             # the real GPU profiles every survey imports, with their provenance and licenses
             "tracer/reference/imported/PROVENANCE.md", "tracer/reference/imported/alexnet-a100.kineto.json.gz",
             "tracer/reference/imported/licenses/HolisticTraceAnalysis-LICENSE",

@@ -40,6 +40,30 @@ def test_every_framework_declares_what_processing_knows_of_it():
     assert {f.name for f in fws.values() if f.knowledge.generated} == {"tensorflow", "jax"}
     assert k.is_utility_op("aten::empty") and k.is_utility_op("ReadVariableOp") and not k.is_utility_op("aten::addmm")
     assert k.is_noise("jaxlib.xla_client._xla_gc_callback")
+    # a framework's own GPU kernels, tagged by the GPU's vendor (one name for CUDA and HIP)
+    assert k.gpu_kernel_tags == {"PyTorch CUDA kernels", "PyTorch HIP kernels"}
+    assert k.gpu_kernel_tag("void at::native::vectorized_elementwise_kernel<4>(int)", "AMD") == "PyTorch HIP kernels"
+    assert k.gpu_kernel_tag("void at::native::vectorized_elementwise_kernel<4>(int)", "NVIDIA") \
+        == "PyTorch CUDA kernels"
+    assert not k.gpu_kernel_tag("implicit_convolve_sgemm", "NVIDIA")
+
+
+def test_profile_vocabulary_is_declared_with_each_framework():
+    # the readers name no framework: what each framework's files call things, and the
+    # modules that read the formats only a framework can read, are in its entry
+    import importlib.util
+
+    fws = registry.load()
+    for fw in fws.values():
+        for fmt in fw.profiles:
+            vocab = fw.profile_vocab.get(fmt, registry.ProfileVocab())
+            if fmt in ("xplane", "op-stats"):  # read in the framework's environment, by a probe-side module
+                assert vocab.reader.startswith("tracer.probes."), (fw.name, fmt)
+                assert importlib.util.find_spec(vocab.reader) is not None, vocab.reader
+            if fmt == "op-timeline":
+                assert vocab.timeline is not None and vocab.producer, fw.name
+    assert fws["torch"].profile_vocab["kineto"].env_header.version == "torch_version"
+    assert fws["tensorflow"].profile_vocab["op-stats"].version == "unknown (TensorFlow 2)"
 
 
 GOOD = """
@@ -91,6 +115,23 @@ frameworks:
          "field 'profile_ops.kineto.relu' needs forward"),
         (lambda s: s + "    profiles: [kineto]\n    profile_ops: {kineto: {relu: {forward: [x], ranks: [four]}}}\n",
          "field 'profile_ops.kineto.relu.ranks' must be a list of input ranks"),
+        (lambda s: s + "    profiles: [kineto]\n    profile_vocab: {xplane: {producer: x}}\n",
+         "field 'profile_vocab.xplane' is not one of its profiles"),
+        (lambda s: s + "    profiles: [kineto]\n    profile_vocab: {kineto: {producr: x}}\n",
+         "field 'profile_vocab.kineto' has unknown field 'producr' (choose from: producer,"),
+        (lambda s: s + "    profiles: [xplane]\n    profile_vocab: {xplane: {reader: 'x; y'}}\n",
+         "field 'profile_vocab.xplane.reader' must be a dotted module name"),
+        (lambda s: s + "    profiles: [kineto]\n    profile_vocab: {kineto: {env_header: {keep: [v]}}}\n",
+         "missing field 'profile_vocab.kineto.env_header.key'"),
+        (lambda s: s + "    profiles: [op-timeline]\n    profile_vocab: {op-timeline: {timeline: "
+                       "{category: op, phases: [B], devices: '(?P<device>x)', backward: y}}}\n",
+         "field 'profile_vocab.op-timeline.timeline.phases' must be [B, E]"),
+        (lambda s: s + "    profiles: [op-timeline]\n    profile_vocab: {op-timeline: {timeline: "
+                       "{category: op, phases: [X], devices: 'gpu', backward: y}}}\n",
+         "field 'profile_vocab.op-timeline.timeline.devices' needs a group named 'device'"),
+        (lambda s: s + "    knowledge: {gpu_kernels: {names: ['('], tag: t}}\n",
+         "field 'knowledge.gpu_kernels.names' is not a valid regular expression"),
+        (lambda s: s + "    knowledge: {gpu_kernels: {names: [k]}}\n", "missing field 'knowledge.gpu_kernels.tag'"),
     ],
 )
 def test_malformed_entries(tmp_path, edit, message):

@@ -58,7 +58,7 @@ PROFILE_FORMATS = {
     "kineto": "a Kineto chrome-trace JSON, plain or gzip (torch.profiler's export)",
     "xplane": "an XPlane protobuf (.xplane.pb: the XLA profiler's file)",
     "nvprof": "an nvprof or Nsight SQLite database",
-    "tf-stats": "a tensorflow_stats protobuf (TensorBoard's profile plugin)",
+    "op-stats": "an op-type statistics protobuf (XProf's TfStatsDatabase: TensorBoard's tensorflow_stats)",
     "op-timeline": "a framework profiler's chrome-trace JSON of operator records",
 }
 

@@ -1,7 +1,7 @@
 """What the processing stages know of each framework's own code: its native core
 (symbols, shared objects, Python modules of its compiled part), the ops it records
-that only allocate, view or copy, the names it numbers per process, and frames
-that run wherever they are triggered. Declared with the framework, in its
+that only allocate, view or copy, the names it numbers per process, frames
+that run wherever they are triggered, and its own GPU kernels. Declared with the framework, in its
 frameworks.yaml entry (``knowledge``); read here, once, as compiled tables, so
 that no processing module names a framework.
 """
@@ -32,6 +32,13 @@ class Knowledge:
     same_op: tuple[re.Pattern[str], ...]  # an op variant's name, its group 1 the op it computes
     kernels: re.Pattern[str] | None = None  # native frames (without template arguments) that are an op's kernel
     compiling: tuple[str, ...] = ()  # words in frame names that mean compiling the model, every framework's
+    #: the frameworks' own GPU kernels: (their names, the tag, vendor -> tag), in registry order
+    gpu_kernels: tuple[tuple[re.Pattern[str], str, dict[str, str]], ...] = ()
+    gpu_kernel_tags: frozenset[str] = frozenset()  # every tag they get: GPU code, as a vendor library's is
+
+    def gpu_kernel_tag(self, name: str, vendor: str) -> str:
+        """The tag of a GPU kernel that is a framework's own, on ``vendor``'s GPU; "" if none's."""
+        return next((vendors.get(vendor, tag) for names, tag, vendors in self.gpu_kernels if names.search(name)), "")
 
     def is_utility_op(self, name: str) -> bool:
         return bool(self.utility_ops and self.utility_ops.search(name))
@@ -60,6 +67,8 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
         same_op=tuple(re.compile(p) for k in facts for p in k.same_op),
         kernels=_either([p for k in facts for p in k.kernels]),
         compiling=tuple(dict.fromkeys(p for k in facts for p in k.compiling)),
+        gpu_kernels=tuple((re.compile(g.names), g.tag, g.vendors) for k in facts if (g := k.gpu_kernels)),
+        gpu_kernel_tags=frozenset(t for k in facts if (g := k.gpu_kernels) for t in (g.tag, *g.vendors.values())),
     )
 
 

@@ -91,6 +91,20 @@ class FrameworkKnowledge:
     same_op: tuple[str, ...] = ()  # op-name variants of one op, e.g. in-place: group 1 is the op
     kernels: tuple[str, ...] = ()  # its native frames that are one op's kernel (tensorflow::MklConvOp::Compute)
     compiling: tuple[str, ...] = ()  # words in its frames that mean compiling the model (dynamo, tf_function)
+    gpu_kernels: GpuKernels | None = None  # its own GPU kernels in imported profiles
+
+
+@dataclass(frozen=True)
+class GpuKernels:
+    """A framework's own GPU kernels, outside any vendor library (frameworks.yaml
+    ``knowledge.gpu_kernels``): the kernel names that are its (``names``, a regular
+    expression) and the library tag they get; one source compiled for several vendors
+    gives one name, so the GPU's vendor picks the tag (``vendors``: vendor -> tag,
+    ``tag`` for any other)."""
+
+    names: str
+    tag: str
+    vendors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,60 @@ class OpRule:
 
 
 _RULE_FIELDS = ("forward", "backward", "top_only", "inside_other", "ranks")
+
+
+@dataclass(frozen=True)
+class EnvHeader:
+    """The recording environment a Kineto file's header may hold
+    (``metadata.system.<key>``, as harnesses that call the framework's environment
+    collector write it): the keys copied into a trace, under ``prefix.`` in its
+    ``gpu_software``, and the key that is the framework's version."""
+
+    key: str
+    keep: tuple[str, ...]
+    prefix: str
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class TimelineDialect:
+    """How a framework's operator timeline (chrome-trace JSON, format op-timeline)
+    records an operator. ``category`` and ``phases`` mark its op events (``B``/``E``:
+    begin and end pairs; ``X``: complete events with a duration), and finding one is
+    how a file is told to be this framework's; ``devices`` matches the names of the
+    processes that are a device (group ``device``, the context; optional group
+    ``lane``, a GPU stream); ``backward`` is searched in the op's node name
+    (``node_arg``), else its op name, to mark a backward op."""
+
+    category: str
+    phases: tuple[str, ...]
+    devices: str
+    backward: str
+    op_arg: str = ""  # the args key that names the op ("": the event's own name)
+    node_arg: str = ""  # the args key that names the graph node
+
+
+@dataclass(frozen=True)
+class ProfileVocab:
+    """What a framework's files of one profile format call things (frameworks.yaml
+    ``profile_vocab.FORMAT``), handed to the format's reader with its ``profile_ops``,
+    so that the readers name no framework. Each reader uses the fields its format has."""
+
+    #: what wrote the files, as messages and provenance name it ("torch.profiler")
+    producer: str = ""
+    #: what the files' records are called, where that is not the producer ("tensorflow_stats")
+    records: str = ""
+    #: the framework_version its traces say (the files record none)
+    version: str = "unknown"
+    #: the module run with the framework's own python to read a file only it can read
+    #: (``python -m MODULE IN OUT``, exit status tracer.contract.Exit): a probe-side module
+    reader: str = ""
+    #: name endings it gives its files, dropped from a trace's variant ("mxnet-profile")
+    suffixes: tuple[str, ...] = ()
+    #: added to the provenance note of every trace from such a file
+    note: str = ""
+    env_header: EnvHeader | None = None
+    timeline: TimelineDialect | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +220,8 @@ class Framework:
     profiles: tuple[str, ...] = ()
     #: format -> which recorded ops are which primitive (frameworks.yaml ``profile_ops``)
     profile_ops: dict[str, tuple[OpRule, ...]] = field(default_factory=dict)
+    #: format -> what its files call things (frameworks.yaml ``profile_vocab``)
+    profile_vocab: dict[str, ProfileVocab] = field(default_factory=dict)
     aarch64: Aarch64Spec | None = None
     env: dict[str, str] = field(default_factory=dict)
     native: NativeSpec = field(default_factory=NativeSpec)
@@ -170,22 +240,24 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 class _Entry:
     """One framework's mapping, read field by field; every problem names the file,
-    the entry and the field."""
+    the entry and the field (``within``: the mapping's own field, for a nested one)."""
 
-    def __init__(self, source: str, name: str, data: Any):
-        self.source, self.name = source, name
+    def __init__(self, source: str, name: str, data: Any, within: str = ""):
+        self.source, self.name, self.within = source, name, within
         if not isinstance(data, dict):
             raise self.error("", "must be a mapping")
         self.data = data
 
     def error(self, key: str, problem: str) -> RegistryError:
+        key = f"{self.within}.{key}" if self.within and key else self.within or key
         where = f"field '{key}' " if key else ""
         return RegistryError(f"{self.source}: entry '{self.name}': {where}{problem}")
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
         if key not in self.data or self.data[key] is None:
             if default is ...:
-                raise self.error("", f"missing field '{key}'")
+                full = f"{self.within}.{key}" if self.within else key
+                raise RegistryError(f"{self.source}: entry '{self.name}': missing field '{full}'")
             return default
         value = self.data[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
@@ -234,7 +306,16 @@ class _Entry:
             core_modules=text("core_modules"),
             utility_ops=patterns("utility_ops"), generated=patterns("generated"), noise=patterns("noise"),
             incidental=patterns("incidental"), same_op=patterns("same_op"), kernels=patterns("kernels"),
-            compiling=patterns("compiling"))
+            compiling=patterns("compiling"), gpu_kernels=self.gpu_kernels(sub))
+
+    def gpu_kernels(self, k: _Entry) -> GpuKernels | None:
+        spec = k.get("gpu_kernels", dict, None)
+        if spec is None:
+            return None
+        sub = _Entry(self.source, self.name, spec, "knowledge.gpu_kernels")
+        names = self.strings("knowledge.gpu_kernels.names", sub.get("names", list))
+        return GpuKernels(self.pattern("knowledge.gpu_kernels.names", "|".join(names)), sub.get("tag", str),
+                          self.str_map("knowledge.gpu_kernels.vendors", sub.get("vendors", dict, {})))
 
     def aarch64(self) -> Aarch64Spec | None:
         spec = self.get("aarch64", dict, None)
@@ -324,6 +405,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
         profiles=(profiles := _profiles(e)),  # validated in field order, then read by profile_ops
         profile_ops=_profile_ops(e, profiles),
+        profile_vocab=_profile_vocab(e, profiles),
         aarch64=e.aarch64(),
         env=e.str_map("env", e.get("env", dict, {})),
         native=native,
@@ -352,6 +434,55 @@ def _profile_ops(e: _Entry, formats: tuple[str, ...]) -> dict[str, tuple[OpRule,
             raise e.error(where, "must map primitives to their ops")
         out[fmt] = tuple(_rule(e, f"{where}.{name}", name, spec) for name, spec in rules.items())
     return out
+
+
+_VOCAB_TEXT = ("producer", "records", "version", "note")
+
+
+def _profile_vocab(e: _Entry, formats: tuple[str, ...]) -> dict[str, ProfileVocab]:
+    out = {}
+    for fmt, spec in e.get("profile_vocab", dict, {}).items():
+        where = f"profile_vocab.{fmt}"
+        if fmt not in formats:
+            raise e.error(where, "is not one of its profiles")
+        sub = _Entry(e.source, e.name, spec, where)
+        known = (*_VOCAB_TEXT, "reader", "suffixes", "env_header", "timeline")
+        unknown = [k for k in sub.data if k not in known]
+        if unknown:
+            raise e.error(where, f"has unknown field '{unknown[0]}' (choose from: {', '.join(known)})")
+        text = {k: str(sub.get(k, (str, int, float), "")) for k in _VOCAB_TEXT}
+        reader = sub.get("reader", str, "")
+        if reader and not _DOTTED.match(reader):
+            raise e.error(f"{where}.reader", f"must be a dotted module name, not {reader[:60]!r}")
+        out[str(fmt)] = ProfileVocab(
+            **{**text, "version": text["version"] or "unknown"}, reader=reader,
+            suffixes=e.strings(f"{where}.suffixes", sub.get("suffixes", list, [])),
+            env_header=_env_header(e, f"{where}.env_header", sub.get("env_header", dict, None)),
+            timeline=_timeline(e, f"{where}.timeline", sub.get("timeline", dict, None)))
+    return out
+
+
+def _env_header(e: _Entry, where: str, spec: dict | None) -> EnvHeader | None:
+    if spec is None:
+        return None
+    sub = _Entry(e.source, e.name, spec, where)
+    return EnvHeader(sub.get("key", str), e.strings(f"{where}.keep", sub.get("keep", list)), sub.get("prefix", str),
+                     sub.get("version", str, ""))
+
+
+def _timeline(e: _Entry, where: str, spec: dict | None) -> TimelineDialect | None:
+    if spec is None:
+        return None
+    sub = _Entry(e.source, e.name, spec, where)
+    phases = e.strings(f"{where}.phases", sub.get("phases", list))
+    if phases not in (("B", "E"), ("X",)):
+        raise e.error(f"{where}.phases", "must be [B, E] (begin and end pairs) or [X] (complete events)")
+    devices = e.pattern(f"{where}.devices", sub.get("devices", str))
+    if "device" not in re.compile(devices).groupindex:
+        raise e.error(f"{where}.devices", "needs a group named 'device'")
+    return TimelineDialect(sub.get("category", str), phases, devices,
+                           e.pattern(f"{where}.backward", sub.get("backward", str)),
+                           sub.get("op_arg", str, ""), sub.get("node_arg", str, ""))
 
 
 def _rule(e: _Entry, where: str, primitive: Any, spec: Any) -> OpRule:

@@ -283,13 +283,13 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
     GPU traces recorded elsewhere) into ``traces/<framework>/gpu-<source>/``, once:
     a folder that has its traces is reused unless ``fresh``. A file that cannot be
     imported is a gap; the survey goes on."""
-    from tracer.importers import SUFFIX, ImportFailed, import_file, imported_path
+    from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
     from tracer.importers.source import short_name
 
     gaps: list[Gap] = []
     for fw in frameworks:
         for path in fw.imported:
-            folder = root / "traces" / fw.name / f"gpu-{short_name(path.name)}"
+            folder = root / "traces" / fw.name / f"gpu-{short_name(path.name, file_suffixes(fw))}"
             name = f"{fw.name}/{folder.name}"
             done = list(folder.glob(f"*{SUFFIX}"))
             if done and not fresh:

@@ -170,12 +170,12 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     """Turn GPU profiler files recorded elsewhere into dltrace traces: one trace per
     primitive found, <primitive>-imported.json, its op layer shaped like the CPU probe's
     and the GPU kernels under the ops that launched them."""
-    from tracer.importers import ImportFailed, import_file, importable, imported_path
+    from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
     from tracer.importers.source import short_name
     from tracer.trace import save
 
-    importable(framework)  # a framework with no formats is a usage error before anything is written
-    names = [short_name(f.name) for f in files]
+    fw = importable(framework)  # a framework with no formats is a usage error before anything is written
+    names = [short_name(f.name, file_suffixes(fw)) for f in files]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise DltraceError(f"two files would be written to the same folder ({dup}); import them one at a time with -o")

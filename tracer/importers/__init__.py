@@ -7,14 +7,18 @@ and the kernels it launched. :func:`import_file` slices out each primitive dltra
 knows and returns one :class:`tracer.trace.Trace` per primitive, whose op layer has
 the shape of the CPU probe's, so that ``dltrace diff`` aligns the two.
 
+One reader per file format (:data:`READERS`), each handed what the framework's entry
+says of its files in that format: which ops are which primitive (``profile_ops``) and
+what the files call things (``profile_vocab``), so that no reader names a framework.
 One module per job: :mod:`.source` reads bytes safely, :mod:`.kineto` turns a
 Kineto document into checked events, :mod:`.hierarchy` nests them,
 :mod:`.primitives` says which ops are which primitive, :mod:`.slicing` builds the
 call trees, :mod:`.kernels` tags kernels with their library, :mod:`.meta` writes
 what the trace says about itself, :mod:`.provenance` where the file came from;
-:mod:`.torch_trace` puts them together for Kineto files, and :mod:`.xplane` reads
-JAX profiles through :mod:`.xplane_dump`. dltrace's process imports no framework:
-xplane_dump is run as a subprocess in dltrace's JAX environment.
+:mod:`.kineto_trace` puts them together for Kineto files. A format only a framework
+can read (XPlane, op-stats protobufs) is read by the module its entry names
+(``profile_vocab.FORMAT.reader``, in tracer/probes/), run by :mod:`.env_reader` in
+that framework's environment as a subprocess: dltrace's process imports no framework.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracer.errors import DltraceError, UsageError
-from tracer.registry import Framework, OpRule
+from tracer.registry import Framework, OpRule, ProfileVocab
 from tracer.trace import Trace
 
 #: How an imported trace is named in its folder: ``<primitive>-imported.json``.
@@ -61,7 +65,7 @@ def _is_sqlite(path: Path) -> bool:
 
 
 def _is_binary(path: Path) -> bool:
-    """A protobuf (a tensorflow_stats file), not JSON or gzip."""
+    """A protobuf (an op-stats file), not JSON or gzip."""
     from tracer.bounded import head
 
     start = head(path, 64).lstrip()
@@ -74,8 +78,8 @@ def _any(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class Reader:
-    """One profiler format's reader (``module.function(path, framework, rules, command)``,
-    ``rules`` the framework's ``profile_ops`` for the format)
+    """One profiler format's reader (``module.function(path, framework, rules, vocab, command)``,
+    ``rules`` and ``vocab`` the framework's ``profile_ops`` and ``profile_vocab`` for the format)
     and whether a file may be of that format, from its first bytes: a framework's
     formats (frameworks.yaml ``profiles``) are tried in order, the last one taking
     whatever is left so that its reader says what is wrong with the file."""
@@ -87,10 +91,10 @@ class Reader:
 
 #: contract.PROFILE_FORMATS -> its reader
 READERS: dict[str, Reader] = {
-    "kineto": Reader("tracer.importers.torch_trace", "import_kineto"),
+    "kineto": Reader("tracer.importers.kineto_trace", "import_kineto"),
     "xplane": Reader("tracer.importers.xplane", "import_xplane"),
     "nvprof": Reader("tracer.importers.nvprof", "import_nvprof", _is_sqlite),
-    "tf-stats": Reader("tracer.importers.tf_stats", "import_tf_stats", _is_binary),
+    "op-stats": Reader("tracer.importers.op_stats", "import_op_stats", _is_binary),
     "op-timeline": Reader("tracer.importers.op_timeline", "import_op_timeline"),
 }
 
@@ -118,6 +122,20 @@ def import_file(path: str | Path, framework: str, command: str = "") -> list[Imp
     path = Path(path)
     name = next((f for f in fw.profiles[:-1] if READERS[f].may_be(path)), fw.profiles[-1])
     reader = READERS[name]
-    read: Callable[[Path, str, tuple[OpRule, ...], str], list[Imported]] = \
+    read: Callable[[Path, str, tuple[OpRule, ...], ProfileVocab, str], list[Imported]] = \
         getattr(importlib.import_module(reader.module), reader.function)
-    return read(path, framework, fw.profile_ops.get(name, ()), command)
+    return read(path, framework, fw.profile_ops.get(name, ()), fw.profile_vocab.get(name, ProfileVocab()), command)
+
+
+def file_suffixes(fw: Framework) -> tuple[str, ...]:
+    """The name endings ``fw`` gives its profile files (``profile_vocab``), which
+    :func:`tracer.importers.source.short_name` drops."""
+    return tuple(s for vocab in fw.profile_vocab.values() for s in vocab.suffixes)
+
+
+def frameworks_reading(fmt: str) -> list[str]:
+    """The frameworks whose files are read as ``fmt``, for a message that says which
+    ``--framework`` a file of that format needs."""
+    from tracer import registry
+
+    return [name for name, fw in registry.load().items() if fmt in fw.profiles]

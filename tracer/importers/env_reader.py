@@ -1,10 +1,11 @@
 """Running a reader inside one of dltrace's framework environments.
 
 Some profile formats are protobufs whose classes only a framework or its profiler
-package ships (JAX's XPlane, TensorBoard's tensorflow_stats). dltrace's own process
-imports no framework, so such a file is read by a small script run with that
-environment's interpreter, which writes what it read as JSON; this module runs it
-and reads the JSON back, each failure one ImportFailed line naming the file.
+package ships (XPlane, op-stats). dltrace's own process imports no framework, so
+such a file is read by a small module of the framework's probes (its registry entry
+names it: ``profile_vocab.FORMAT.reader``) run with that environment's interpreter,
+which writes what it read as JSON; this module runs it and reads the JSON back,
+each failure one ImportFailed line naming the file.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from tracer.importers import ImportFailed
 from tracer.importers.source import MAX_BYTES, clip
 
 
-def read_in_env(path: Path, framework: str, reader: Path, what: str, timeout_s: float,
-                env: dict[str, str] | None = None) -> Any:
-    """``reader IN OUT`` run with ``framework``'s interpreter; its JSON output.
-    ``what`` names the reader in errors ("JAX's XPlane reader"); the reader exits
-    Exit.NOT_ITS_KIND when the file is not of its kind, with the reason as its last
-    stderr line. It gets the package alone on its path (for the contract's Exit), as
-    probes do, never this process's site-packages."""
+def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: float) -> Any:
+    """``python -m READER IN OUT`` run with ``framework``'s interpreter; its JSON
+    output. ``what`` names the reader in errors ("jax's XPlane reader"); the reader
+    exits Exit.NOT_ITS_KIND when the file is not of its kind, with the reason as its
+    last stderr line. It gets the package alone on its path, as probes do, never this
+    process's site-packages."""
     from tracer import envs, registry
     from tracer.runner import code_path
+
+    if not reader:
+        raise ImportFailed(f"{path}: {what}: frameworks.yaml names none for {framework} (profile_vocab's reader)")
 
     try:
         python = envs.python_for(registry.load()[framework])
@@ -39,9 +42,9 @@ def read_in_env(path: Path, framework: str, reader: Path, what: str, timeout_s: 
     with tempfile.TemporaryDirectory(prefix="dltrace-reader-") as tmp:
         out = Path(tmp) / "read.json"
         try:
-            proc = subprocess.run([str(python), str(reader), str(path.resolve()), str(out)], capture_output=True,
+            proc = subprocess.run([str(python), "-m", reader, str(path.resolve()), str(out)], capture_output=True,
                                   text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL, cwd=tmp,
-                                  env={**os.environ, "PYTHONPATH": str(code_path(Path(tmp))), **(env or {})})
+                                  env={**os.environ, "PYTHONPATH": str(code_path(Path(tmp)))})
         except subprocess.TimeoutExpired:
             raise ImportFailed(f"{path}: {what} did not finish within {timeout_s:g} s") from None
         except OSError as exc:

@@ -3,11 +3,10 @@
 Kernel names are tagged by the op table of :mod:`tracer.process.tags` (OP_LIBS:
 cuDNN, cuBLAS, CUTLASS, MIOpen, hipBLASLt, rocBLAS, Triton...), the same table
 ``library_of`` reads, so a kernel frame's ``lib`` and what the diff and the report
-say about it agree. One kind of kernel cannot be told by its name alone:
-PyTorch's own kernels (``at::native::vectorized_elementwise_kernel``) have the same
-name when compiled for CUDA and for HIP, so the vendor decides the tag here, and
-``library_of`` reads it back from the frame's ``lib`` (both tags are vendor
-libraries in tags.py).
+say about it agree. A framework's own kernels cannot be told by their name alone
+(frameworks.yaml ``knowledge.gpu_kernels``): one source compiled for CUDA and for HIP
+gives one name, so the vendor decides the tag here, and ``library_of`` reads it back
+from the frame's ``lib`` (tracer.process.tags counts those tags as GPU libraries).
 """
 
 from __future__ import annotations
@@ -15,20 +14,13 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from tracer.knowledge import knowledge
 from tracer.process.tags import library_of
 from tracer.trace import Frame
 
-PYTORCH_CUDA, PYTORCH_HIP = "PyTorch CUDA kernels", "PyTorch HIP kernels"
 CUDA_RUNTIME, HIP_RUNTIME = "CUDA runtime", "HIP runtime"
 NVIDIA, AMD = "NVIDIA", "AMD"
 
-#: PyTorch's own GPU kernels: ATen's namespace and the kernels it declares outside it
-#: (softmax_warp_forward lives in an anonymous namespace, flash attention in pytorch_flash).
-PYTORCH_KERNEL = re.compile(
-    r"(?:^|[\s<(,*&:])(?:at|c10)::|(?:^|[\s:])(?:vectorized_|unrolled_)?elementwise_kernel|softmax_warp_(?:forward|backward)"
-    r"|(?:^|[\s:])batch_norm_\w*kernel|(?:^|[\s:])max_pool_(?:forward|backward)_|(?:^|[\s:])avg_pool\d?d?_(?:out|forward|backward)"
-    r"|pytorch_flash::|(?:^|[\s:])(?:reduce_kernel|multi_tensor_apply_kernel|CatArrayBatchedCopy\w*|cunn_SoftMax\w*)<"
-)
 _AMD_GPU = re.compile(r"(?i)\bAMD\b|Radeon|Instinct|\bMI\d{3}")
 _NVIDIA_GPU = re.compile(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\bRTX\b|\b[AHBLTV]\d{2,3}\b")
 
@@ -42,12 +34,7 @@ def kernel_lib(name: str, vendor: str, kind: str = "kernel") -> str:
     """The library tag of a GPU activity (a kernel, memcpy or memset)."""
     if kind != "kernel":
         return HIP_RUNTIME if vendor == AMD else CUDA_RUNTIME
-    tag = library_of(Frame("op", module_of(vendor), name))
-    if tag:
-        return tag
-    if PYTORCH_KERNEL.search(name):
-        return PYTORCH_HIP if vendor == AMD else PYTORCH_CUDA
-    return ""
+    return library_of(Frame("op", module_of(vendor), name)) or knowledge().gpu_kernel_tag(name, vendor)
 
 
 def vendor_of(gpu_names: Iterable[str], api_names: Iterable[str], header: dict[str, Any]) -> str:

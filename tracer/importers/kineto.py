@@ -204,6 +204,6 @@ def parse(src: Source) -> KinetoProfile:
     if not ops:
         bad = f", {skipped} of them malformed" if skipped else ""
         kinds = "no events" if not events else f"{len(events)} events{bad}, no host op (cat cpu_op or Operator)"
-        raise ImportFailed(f"{src.path}: not a torch.profiler trace ({kinds})")
+        raise ImportFailed(f"{src.path}: not a Kineto trace ({kinds})")
     return KinetoProfile(src, header, ops, launches, device, flows, steps, len(events), skipped,
                          "Operator" if old_schema > len(ops) // 2 else "cpu_op")

@@ -18,14 +18,11 @@ from typing import Any, Iterable
 
 from tracer import __version__
 from tracer.importers.source import clip
+from tracer.registry import EnvHeader
 
 #: Header keys (Kineto's top level) worth keeping: runtime and driver versions.
 SOFTWARE_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "hip_runtime_version",
                  "hip_driver_version", "roctracer_version", "schemaVersion")
-#: Keys of ``metadata.system.torch_env_info`` (torch.utils.collect_env, as some
-#: benchmark harnesses record it) worth keeping.
-TORCH_ENV_KEYS = ("torch_version", "cuda_compiled_version", "cuda_runtime_version", "nvidia_driver_version",
-                  "hip_compiled_version", "hip_runtime_version", "miopen_runtime_version")
 _MODEL_NAME = re.compile(r"^\s*Model name:\s*(.+)$")
 
 
@@ -42,28 +39,35 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if value.__class__ is dict else {}
 
 
-def torch_env(header: dict[str, Any]) -> dict[str, Any]:
-    """``metadata.system.torch_env_info`` when the file has it (else {})."""
-    return _dict(_dict(_dict(header.get("metadata")).get("system")).get("torch_env_info"))
+def recording_env(header: dict[str, Any], spec: EnvHeader | None) -> dict[str, Any]:
+    """The recording environment the header holds (``metadata.system.<spec.key>``,
+    the framework's entry says which key), or {}."""
+    if spec is None:
+        return {}
+    return _dict(_dict(_dict(header.get("metadata")).get("system")).get(spec.key))
 
 
-def framework_version(header: dict[str, Any]) -> str:
-    version = _scalar(torch_env(header).get("torch_version"))
+def framework_version(header: dict[str, Any], spec: EnvHeader | None) -> str:
+    version = _scalar(recording_env(header, spec).get(spec.version)) if spec and spec.version else None
     return str(version) if version is not None else "unknown"
 
 
-def gpu_software(header: dict[str, Any]) -> dict[str, Any]:
-    """Runtime, driver and library versions the file records, under their own keys."""
+def gpu_software(header: dict[str, Any], spec: EnvHeader | None) -> dict[str, Any]:
+    """Runtime, driver and library versions the file records, under their own keys
+    (those of its recording environment as ``PREFIX.key``; the framework's version
+    is the trace's framework_version instead)."""
     out: dict[str, Any] = {}
     for key in SOFTWARE_KEYS:
         value = _scalar(header.get(key))
         if value is not None:
             out[key] = value
-    env = torch_env(header)
-    for key in TORCH_ENV_KEYS:
+    if spec is None:
+        return out
+    env = recording_env(header, spec)
+    for key in spec.keep:
         value = _scalar(env.get(key))
-        if value is not None and key != "torch_version":
-            out[f"torch_env.{key}"] = value
+        if value is not None and key != spec.version:
+            out[f"{spec.prefix}.{key}"] = value
     return out
 
 
@@ -83,12 +87,12 @@ def gpu_name(header: dict[str, Any], device_ids: Iterable[int | None]) -> str:
     return clip(props[0]["name"], 100)
 
 
-def machine(header: dict[str, Any], gpu: str, vendor: str) -> dict[str, Any]:
+def machine(header: dict[str, Any], gpu: str, vendor: str, spec: EnvHeader | None = None) -> dict[str, Any]:
     """The recording machine as far as the file says (no host name)."""
     system = _dict(_dict(header.get("metadata")).get("system"))
     arch = _scalar(_dict(system.get("uname")).get("machine"))
     cpu = ""
-    info = torch_env(header).get("cpu_info")
+    info = recording_env(header, spec).get("cpu_info")
     if info.__class__ is list:
         for line in info:
             m = _MODEL_NAME.match(line) if line.__class__ is str else None

@@ -1,4 +1,4 @@
-"""``dltrace import --framework mxnet FILE.nvvp``: the kernels of an nvprof database.
+"""An nvprof database (format nvprof; MXNet's reference run) to traces: its kernels.
 
 nvprof (CUDA's profiler before Nsight) writes a SQLite database: every kernel a
 GPU ran (``CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL`` or ``..._KERNEL``), its name in
@@ -7,8 +7,9 @@ sqlite3 reads it, read-only. It holds no operator records, so a kernel is a
 primitive's only where its own name says so (cuDNN's ``activation_fw_4d`` with
 ``relu_func`` is relu forward, ``wgrad``/``dgrad`` engines a convolution's
 backward); cuBLAS gemms that any op may call are counted in the provenance, not
-given to a primitive. The run is not the one of the MXNet profiler JSON files
-beside it: each trace says so.
+given to a primitive. What the framework's entry says of such files
+(``profile_vocab.nvprof.note``: MXNet's run is not the one of its profiler JSON
+files) is added to each trace's provenance note.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tracer.importers import meta as m
 from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.provenance import provenance
 from tracer.importers.source import clip, read_source, short_name
-from tracer.registry import OpRule
+from tracer.registry import OpRule, ProfileVocab
 from tracer.trace import Frame, Node, Run, Trace
 
 #: primitive -> pass -> what a kernel's (mangled) name holds when it is that primitive's.
@@ -69,7 +70,8 @@ def _kernels(path: Path) -> tuple[Counter, dict[str, int], str]:
         db.close()
 
 
-def import_nvprof(path: Path, framework: str, rules: tuple[OpRule, ...] = (), command: str = "") -> list[Imported]:
+def import_nvprof(path: Path, framework: str, rules: tuple[OpRule, ...] = (), vocab: ProfileVocab = ProfileVocab(),
+                  command: str = "") -> list[Imported]:
     """``rules`` go unused: nvprof records kernels, not operators (see KERNELS)."""
     src = read_source(path)  # the checks every import gets (a regular file, bounded), and the hash
     launches, times, gpu = _kernels(path)
@@ -80,8 +82,8 @@ def import_nvprof(path: Path, framework: str, rules: tuple[OpRule, ...] = (), co
     origin.update({"kernels": len(launches), "launches": sum(launches.values()),
                    "kernels_of_no_primitive": len(launches) - len(claimed),
                    "note": "kernels only: nvprof recorded no operators, so a kernel is given to a primitive only "
-                           "where its name says which (cuBLAS gemms are not); a different run from the MXNet "
-                           "profiler JSON files"})
+                           "where its name says which (cuBLAS gemms are not)"
+                           + (f"; {vocab.note}" if vocab.note else "")})
     out = []
     for primitive, passes in KERNELS.items():
         trees = {}
@@ -94,7 +96,8 @@ def import_nvprof(path: Path, framework: str, rules: tuple[OpRule, ...] = (), co
         if not trees:
             continue
         order = [p for p in PASSES if p in trees]
-        meta = m.build_meta(framework=framework, version="unknown", primitive=primitive, variant=short_name(src.name),
+        meta = m.build_meta(framework=framework, version=vocab.version, primitive=primitive,
+                            variant=short_name(src.name, vocab.suffixes),
                             passes=order, shape=[], dtype=None,
                             machine_info={"arch": "unknown", "cpu": "", "gpu": gpu, "vendor": "NVIDIA"},
                             software={}, provenance=origin, command=command)

@@ -1,20 +1,22 @@
-"""``dltrace import --framework mxnet|tensorflow``: a framework's own operator
-timeline (chrome-trace JSON) to traces.
+"""A framework's own operator timeline (chrome-trace JSON, format op-timeline) to
+traces.
 
-MXNet's profiler (``mx.profiler``, 2019) and TensorFlow 1.x's
-``tensorflow.python.client.timeline`` (2017) record which operator ran on which
-device context: MXNet puts each operator in a process named ``cpu/0`` or
-``gpu/0``; TensorFlow's ``/gpu:0 Compute`` lane holds the op as the executor
-placed it, and its ``/gpu:0/stream:N`` lanes the same op on each CUDA stream
-(op names, not kernel names). That is the CPU-vs-GPU split at the operator
-level, the level the CPU probes' op layer records (``Convolution``, ``MatMul``):
-an operator that ran on a GPU context is named with it (``Convolution [gpu/0]``),
-so ``dltrace diff`` of a CPU probe against the import splits at the operator and
-calls it a device dispatch.
+Some frameworks' profilers record which operator ran on which device context:
+MXNet's profiler (``mx.profiler``, 2019) puts each operator in a process named
+``cpu/0`` or ``gpu/0``; TensorFlow 1.x's timeline (2017) has a ``/gpu:0 Compute``
+lane holding the op as the executor placed it, and ``/gpu:0/stream:N`` lanes with
+the same op on each CUDA stream (op names, not kernel names). How each records an
+operator is its dialect, declared with the framework (frameworks.yaml
+``profile_vocab.op-timeline.timeline``: the op events' category and phases, which
+processes are devices, what marks a backward op). That is the CPU-vs-GPU split at
+the operator level, the level the CPU probes' op layer records (``Convolution``,
+``MatMul``): an operator that ran on a GPU context is named with it
+(``Convolution [gpu/0]``), so ``dltrace diff`` of a CPU probe against the import
+splits at the operator and calls it a device dispatch.
 
 The files were recorded by other versions than the probes' (the version is
 "unknown": neither format says it, the provenance row says when); which
-primitive an op is comes from the op names alone, listed here per format.
+primitive an op is comes from the op names alone (``profile_ops``).
 """
 
 from __future__ import annotations
@@ -30,12 +32,11 @@ from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
 from tracer.importers.provenance import provenance
 from tracer.importers.source import Source, clip, load_json, read_source, short_name
-from tracer.registry import OpRule
+from tracer.registry import OpRule, ProfileVocab, TimelineDialect
 from tracer.trace import Frame, Node, Run, Trace
 
-_MX_CONTEXT = re.compile(r"^(cpu|gpu|cpu_pinned|cpu_shared)/(\d+)$")
-_TF_LANE = re.compile(r"^(?:/job:[^/]+/replica:\d+/task:\d+)?/(?:device:)?(cpu|gpu|CPU|GPU):(\d+)"
-                      r"(/stream:\w+|/memcpy)? Compute$")
+#: How many events are looked at to tell whose timeline a file is.
+SNIFF_EVENTS = 2000
 
 
 @dataclass
@@ -49,27 +50,46 @@ class OpEvent:
 
 @dataclass
 class Timeline:
-    fmt: str  # "MXNet profiler" | "TensorFlow timeline"
+    fmt: str  # what recorded it ("MXNet profiler")
     framework: str
     ops: list[OpEvent] = field(default_factory=list)
     events: int = 0
     skipped: int = 0
 
 
-def sniff(doc: Any) -> str:
-    """Which framework's operator timeline ``doc`` is: "mxnet", "tensorflow", or ""."""
+def _marks(dialect: TimelineDialect, ev: dict) -> bool:
+    """``ev`` is one of the dialect's op events (with its op name, where an arg holds it)."""
+    if ev.get("cat") != dialect.category or ev.get("ph") not in dialect.phases:
+        return False
+    args = ev.get("args")
+    return not dialect.op_arg or (isinstance(args, dict) and dialect.op_arg in args)
+
+
+def sniff(doc: Any, dialects: dict[str, TimelineDialect]) -> str:
+    """Whose operator timeline ``doc`` is: the framework of ``dialects`` whose op
+    event comes first, or ""."""
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         return ""
-    for ev in events[:2000]:
-        if not isinstance(ev, dict):
-            continue
-        if ev.get("cat") == "operator" and ev.get("ph") in ("B", "E"):
-            return "mxnet"
-        args = ev.get("args")
-        if ev.get("cat") == "Op" and ev.get("ph") == "X" and isinstance(args, dict) and "op" in args:
-            return "tensorflow"
+    for ev in events[:SNIFF_EVENTS]:
+        if isinstance(ev, dict):
+            found = next((name for name, d in dialects.items() if _marks(d, ev)), "")
+            if found:
+                return found
     return ""
+
+
+def _dialects() -> dict[str, tuple[str, TimelineDialect]]:
+    """Every framework's timeline dialect, with what it calls its files: to say whose
+    a file is when it is not the one asked for."""
+    from tracer import registry
+
+    out = {}
+    for name, fw in registry.load().items():
+        vocab = fw.profile_vocab.get("op-timeline")
+        if vocab is not None and vocab.timeline is not None:
+            out[name] = (vocab.producer or name, vocab.timeline)
+    return out
 
 
 def _processes(events: list) -> dict[Any, str]:
@@ -78,53 +98,67 @@ def _processes(events: list) -> dict[Any, str]:
             and isinstance(ev.get("args"), dict) and isinstance(ev["args"].get("name"), str)}
 
 
-def _mxnet(events: list, tl: Timeline) -> None:
-    contexts = {pid: name for pid, name in _processes(events).items() if _MX_CONTEXT.match(name)}
+def _devices(events: list, dialect: TimelineDialect) -> dict[Any, tuple[str, str]]:
+    """pid -> (device context, lane) of the processes that are a device."""
+    pattern = re.compile(dialect.devices)
+    out = {}
+    for pid, name in _processes(events).items():
+        mt = pattern.match(name)
+        if mt:
+            lane = mt.group("lane") if "lane" in pattern.groupindex else None
+            out[pid] = (mt.group("device").lower(), lane or "")
+    return out
+
+
+def _ops(events: list, dialect: TimelineDialect, tl: Timeline) -> None:
+    """The dialect's op events as OpEvents: begin/end pairs matched per op, process
+    and thread, or complete events with their duration."""
+    devices = _devices(events, dialect)
+    backward = re.compile(dialect.backward)
+    paired = dialect.phases != ("X",)
     opened: dict[tuple, float] = {}
     for ev in events:
-        if not isinstance(ev, dict) or ev.get("cat") != "operator" or ev.get("ph") not in ("B", "E"):
+        if not isinstance(ev, dict) or ev.get("cat") != dialect.category or ev.get("ph") not in dialect.phases:
             continue
-        name, ts, pid = ev.get("name"), ev.get("ts"), ev.get("pid")
-        if not isinstance(name, str) or not isinstance(ts, (int, float)) or pid not in contexts:
+        name = _field(ev, dialect.op_arg)
+        node = _field(ev, dialect.node_arg) if dialect.node_arg else name
+        when = ev.get("ts") if paired else ev.get("dur")
+        if not isinstance(name, str) or not isinstance(node, str) or not isinstance(when, (int, float)) \
+                or ev.get("pid") not in devices:
             tl.skipped += 1
             continue
-        key = (name, pid, ev.get("tid"))
-        if ev["ph"] == "B":
-            opened[key] = ts
+        device, lane = devices[ev["pid"]]
+        if not paired:
+            tl.ops.append(OpEvent(name, device, lane, bool(backward.search(node)), when))
+            continue
+        key = (name, ev["pid"], ev.get("tid"))
+        if ev["ph"] == dialect.phases[0]:
+            opened[key] = when
         elif key in opened:
-            tl.ops.append(OpEvent(name, contexts[pid], "", name.startswith("_backward_"), ts - opened.pop(key)))
+            tl.ops.append(OpEvent(name, device, lane, bool(backward.search(node)), when - opened.pop(key)))
 
 
-def _tensorflow(events: list, tl: Timeline) -> None:
-    lanes = {}
-    for pid, name in _processes(events).items():
-        mt = _TF_LANE.match(name)
-        if mt:
-            lanes[pid] = (f"{mt.group(1).lower()}:{mt.group(2)}", (mt.group(3) or "").lstrip("/"))
-    for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") != "X" or ev.get("cat") != "Op":
-            continue
-        args = ev.get("args")
-        op, node, dur = (args or {}).get("op"), (args or {}).get("name"), ev.get("dur")
-        if not isinstance(op, str) or not isinstance(node, str) or not isinstance(dur, (int, float)) \
-                or ev.get("pid") not in lanes:
-            tl.skipped += 1
-            continue
-        device, lane = lanes[ev["pid"]]
-        tl.ops.append(OpEvent(op, device, lane, node.startswith("gradients/") or "_grad/" in node, dur))
+def _field(ev: dict, arg: str) -> Any:
+    """The event's ``args[arg]``, or its own name when ``arg`` is ""."""
+    if not arg:
+        return ev.get("name")
+    args = ev.get("args")
+    return args.get(arg) if isinstance(args, dict) else None
 
 
-def parse(src: Source, framework: str) -> Timeline:
-    doc = load_json(src, f"{'an MXNet profiler' if framework == 'mxnet' else 'a TensorFlow timeline'} file")
-    found = sniff(doc)
-    if found != framework:
-        said = {"mxnet": "an MXNet profiler file", "tensorflow": "a TensorFlow timeline"}.get(found, "neither an MXNet "
-                                                                                              "profiler file nor a "
-                                                                                              "TensorFlow timeline")
-        raise ImportFailed(f"{src.path}: not a {framework} operator timeline (it is {said})")
+def parse(src: Source, framework: str, vocab: ProfileVocab) -> Timeline:
+    doc = load_json(src, f"a {framework} operator timeline")
+    dialects = _dialects()
+    found = sniff(doc, {name: d for name, (_, d) in dialects.items()})
+    if found != framework or vocab.timeline is None:
+        if found:
+            said = f"it is {dialects[found][0]} output, read with --framework {found}"
+        else:
+            said = f"it is none of the operator timelines read: {', '.join(f for f, _ in dialects.values())}"
+        raise ImportFailed(f"{src.path}: not a {framework} operator timeline ({said})")
     events = doc["traceEvents"]
-    tl = Timeline("MXNet profiler" if framework == "mxnet" else "TensorFlow timeline", framework, events=len(events))
-    (_mxnet if framework == "mxnet" else _tensorflow)(events, tl)
+    tl = Timeline(vocab.producer or framework, framework, events=len(events))
+    _ops(events, vocab.timeline, tl)
     return tl
 
 
@@ -159,9 +193,10 @@ def _group(ops: list[OpEvent]) -> dict[tuple[str, str], list[OpEvent]]:
     return out
 
 
-def import_op_timeline(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
+def import_op_timeline(path: Path, framework: str, rules: tuple[OpRule, ...], vocab: ProfileVocab = ProfileVocab(),
+                       command: str = "") -> list[Imported]:
     src = read_source(path)
-    tl = parse(src, framework)
+    tl = parse(src, framework, vocab)
     devices = Counter(o.device for o in tl.ops)
     device = "gpu" if any(not d.startswith("cpu") for d in devices) else "cpu"
     gpu = next((d for d, _ in devices.most_common() if not d.startswith("cpu")), "")
@@ -176,7 +211,8 @@ def import_op_timeline(path: Path, framework: str, rules: tuple[OpRule, ...], co
         if not trees:
             continue
         passes = [p for p in PASSES if p in trees]
-        meta = m.build_meta(framework=framework, version="unknown", primitive=primitive, variant=short_name(src.name),
+        meta = m.build_meta(framework=framework, version=vocab.version, primitive=primitive,
+                            variant=short_name(src.name, vocab.suffixes),
                             passes=passes, shape=[], dtype=None,
                             machine_info={"arch": "unknown", "cpu": "", "gpu": gpu or "none", "vendor": "unknown"},
                             software={}, provenance=origin, command=command, device=device)

@@ -190,8 +190,9 @@ def _ns(us: float) -> int:
 
 
 def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str, framework: str,
-                 rules: tuple[OpRule, ...]) -> list[Slice]:
-    """One Slice per primitive of ``rules`` found in the profile, in their order."""
+                 rules: tuple[OpRule, ...], producer: str = "Kineto") -> list[Slice]:
+    """One Slice per primitive of ``rules`` found in the profile, in their order;
+    ``producer`` names what recorded it in each run's stats (the framework's profiler)."""
     out = []
     spaces = namespaces(rules)
     forward_names = frozenset(name for rule in rules for name in rule.forward)
@@ -211,7 +212,7 @@ def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str, framework
             trees[pass_] = Node(Frame("root", "", f"{rule.primitive}.{pass_}"), 1, sum(c.time_ns for c in children),
                                 children=children)
             info: dict[str, Any] = {
-                "source": "torch.profiler (Kineto JSON), imported",
+                "source": f"{producer} (Kineto JSON), imported",
                 "instances": len(tops),
                 "step": step.name if step else "whole file",
                 "kernels": counts["kernel"], "memcpy": counts["memcpy"], "memset": counts["memset"],

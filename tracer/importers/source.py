@@ -14,6 +14,7 @@ import json
 import re
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ MAX_BYTES = 1 << 30
 #: recommender step on an A100, 33 MiB) holds 193,000; counting the file's ``{``
 #: before parsing (a string holding one only overcounts) bounds an import near 1.5 GB.
 MAX_OBJECTS = 1_000_000
-_SUFFIXES = re.compile(r"(?:\.(?:gz|json|pb|xplane|kineto|pt\.trace|trace|mxnet-profile|nvvp|nvprof"
-                       r"|tensorflow_stats))+$", re.I)
+#: Name endings of profile files in any format (a framework's own, frameworks.yaml
+#: ``profile_vocab``, come first: ``pt.trace`` before ``trace``).
+SUFFIXES = ("gz", "json", "pb", "xplane", "kineto", "trace", "nvvp", "nvprof")
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -97,19 +99,31 @@ def load_json(src: Source, what: str) -> Any:
         if src.data.lstrip()[:1] in (b"{", b"["):
             kind = f"corrupt or truncated JSON: {clip(str(exc), 120)}"
         elif b"\x00" in src.data[:4096] or isinstance(exc, UnicodeDecodeError):
-            kind = "binary data, not JSON" + ("; an XPlane .pb is imported with --framework jax"
+            kind = "binary data, not JSON" + (f"; an XPlane .pb is imported with --framework {_xplane_readers()}"
                                               if src.name.endswith(".pb") else "")
         else:
             kind = f"not JSON: {clip(str(exc), 120)}"
         raise ImportFailed(f"{src.path}: not {what} ({kind})") from None
 
 
-def short_name(file_name: str) -> str:
+def _xplane_readers() -> str:
+    from tracer.importers import frameworks_reading
+
+    return " or ".join(frameworks_reading("xplane")) or "(none reads XPlane files)"
+
+
+def short_name(file_name: str, suffixes: tuple[str, ...] = ()) -> str:
     """A short, safe name for a source (the trace's variant and its output folder):
-    ``alexnet-a100.kineto.json.gz`` -> ``alexnet-a100``."""
-    stem = _SUFFIXES.sub("", file_name) or file_name
+    ``alexnet-a100.kineto.json.gz`` -> ``alexnet-a100``; ``suffixes``: the framework's
+    own name endings (:func:`tracer.importers.file_suffixes`)."""
+    stem = _suffixes(suffixes).sub("", file_name) or file_name
     stem = _UNSAFE_NAME.sub("-", stem).strip("-.") or "imported"
     return stem[:60]
+
+
+@lru_cache(maxsize=16)
+def _suffixes(own: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"(?:\.(?:" + "|".join(map(re.escape, (*own, *SUFFIXES))) + r"))+$", re.I)
 
 
 def clip(text: str, width: int) -> str:

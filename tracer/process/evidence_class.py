@@ -16,7 +16,7 @@ EVIDENCE_MEANING = {
     "recorded": "dltrace ran the probe on a GPU machine",
     "imported": "a real profile recorded elsewhere, by others (with its provenance)",
     "compiled": "XLA's GPU compiler run here, without a GPU",
-    "lowered": "JAX's lowering for the cuda/rocm platforms, done here",
+    "lowered": "the framework's lowering for the cuda/rocm platforms, done here",
     "registered": "the framework's GPU build's own kernel registry or dispatch table",
     "source": "the device branch read from the framework's own source",
 }

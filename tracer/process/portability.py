@@ -25,7 +25,7 @@ from tracer.process.ran_kernels import split_kernels
 from tracer.process.reach import Reach, reach
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary
-from tracer.process.tags import GPU_LIBS, VENDOR_LIBS, library_order
+from tracer.process.tags import is_gpu_lib, is_vendor_lib, library_order
 from tracer.trace import Trace
 
 LAYER_NAMES = {"python": "Python", "op": "op level", "library": "library", "native": "native"}
@@ -311,7 +311,7 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> li
                 if r.device == "gpu" and r.evidence in ("recorded", "imported"):  # a GPU ran it: the rest
                     # (registries, lowering, source) is shown with its class in the GPU cells, never here
                     gpu_libs = (gpu_libs or set()) | {lib for lib in r.libraries
-                                                      if lib in GPU_LIBS or lib in VENDOR_LIBS}
+                                                      if is_gpu_lib(lib) or is_vendor_lib(lib)}
                 elif r.device == "cpu" and r.default:
                     cpu_libs.update(lib for lib in r.libraries)
                     isa.update(r.isa)

@@ -36,7 +36,7 @@ from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
 from tracer.process.standin_needs import StandinNeeds
 from tracer.process.ran_kernels import REWRITE
-from tracer.process.tags import GPU_LIBS, JIT, SYSTEM_LIBS, VENDOR_LIBS, library_of, library_order
+from tracer.process.tags import JIT, SYSTEM_LIBS, is_gpu_lib, is_vendor_lib, library_of, library_order
 from tracer.trace import Frame, Trace
 
 #: The evidence classes of a GPU trace (the shared GPU evidence contract).
@@ -229,7 +229,7 @@ def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
 
 
 def _vendor(rep: FrameworkReport) -> Figure:
-    per_path = {side: [lib for lib in libs if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT]
+    per_path = {side: [lib for lib in libs if is_vendor_lib(lib) or is_gpu_lib(lib) or lib == JIT]
                 for side, libs in rep.libraries.items()}
     every = sorted({lib for libs in per_path.values() for lib in libs}, key=library_order)
     return Figure(str(len(every)), f"over {len(per_path)} path(s)",

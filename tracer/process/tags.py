@@ -179,13 +179,13 @@ ISA_TAGS = _t(
     (r"::x64::|(?<![a-z0-9])x64(?![a-z0-9])|x86_64", "x64"),
 )
 
-#: Groups used by the diff's classification.
-VENDOR_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW, CUDNN, CUBLAS, "cuFFT", "NCCL", "MIOpen",
-                         "rocBLAS", "Arm Compute Library", "KleidiAI", "XNNPACK", "FBGEMM", "NNPACK", "SLEEF",
-                         "CuPy", "NumPy", "SciPy", "hipBLASLt", "CUTLASS", "Triton", "Composable Kernel",
-                         "PyTorch CUDA kernels", "PyTorch HIP kernels"})
-GPU_LIBS = frozenset({CUDNN, CUBLAS, CUDART, "cuFFT", "NCCL", "MIOpen", "rocBLAS", "CuPy", "hipBLASLt", "CUTLASS",
-                      "Triton", "Composable Kernel", "PyTorch CUDA kernels", "PyTorch HIP kernels", "HIP runtime"})
+#: Groups used by the diff's classification (with the frameworks' own GPU kernels, which
+#: tracer.knowledge names: :func:`is_vendor_lib`, :func:`is_gpu_lib`).
+_VENDOR_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW, CUDNN, CUBLAS, "cuFFT", "NCCL", "MIOpen",
+                          "rocBLAS", "Arm Compute Library", "KleidiAI", "XNNPACK", "FBGEMM", "NNPACK", "SLEEF",
+                          "CuPy", "NumPy", "SciPy", "hipBLASLt", "CUTLASS", "Triton", "Composable Kernel"})
+_GPU_LIBS = frozenset({CUDNN, CUBLAS, CUDART, "cuFFT", "NCCL", "MIOpen", "rocBLAS", "CuPy", "hipBLASLt", "CUTLASS",
+                       "Triton", "Composable Kernel", "HIP runtime"})
 #: What every native stack passes through whatever the backend: shown last, muted.
 SYSTEM_LIBS = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc", "libffi", "OpenMP"})
 
@@ -222,10 +222,21 @@ def is_incidental(frame: Frame) -> bool:
             or bool(k.incidental and k.incidental.search(bare)))
 
 
+def is_vendor_lib(lib: str) -> bool:
+    """A library a port replaces or links (oneDNN, cuDNN, a framework's own GPU kernels),
+    not the framework's core or the system."""
+    return lib in _VENDOR_LIBS or lib in knowledge().gpu_kernel_tags
+
+
+def is_gpu_lib(lib: str) -> bool:
+    """GPU code: a GPU library or runtime, or a framework's own GPU kernels."""
+    return lib in _GPU_LIBS or lib in knowledge().gpu_kernel_tags
+
+
 def library_order(lib: str) -> tuple[int, str]:
     """Sort key for lists of libraries: what a port replaces first (vendor and GPU
     libraries, JIT code), then the framework's core, then the rest, system last."""
-    rank = (0 if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT else 1 if lib in knowledge().core_tags
+    rank = (0 if is_vendor_lib(lib) or is_gpu_lib(lib) or lib == JIT else 1 if lib in knowledge().core_tags
             else 3 if lib in SYSTEM_LIBS else 2)
     return rank, lib.lower()
 
@@ -285,7 +296,7 @@ def library_of(frame: Frame) -> str:
     if kind == "op":
         # the op layer's own record of who computes it: a library tag in lib, or XLA's HLO ops
         return (_first(OP_LIBS, frame.name) or (_first(SONAME_LIBS, frame.lib) if frame.lib else "")
-                or (frame.lib if frame.lib in VENDOR_LIBS else "") or (XLA if frame.module == "xla" else ""))
+                or (frame.lib if is_vendor_lib(frame.lib) else "") or (XLA if frame.module == "xla" else ""))
     if kind == "library":  # the reporting library, or the one its implementation delegates to
         return _first(LIBRARY_IMPLS, frame.name) or frame.lib
     if kind in ("python", "c"):

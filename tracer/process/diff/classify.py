@@ -13,7 +13,7 @@ from functools import lru_cache
 from tracer.contract import STANDIN_LIB
 from tracer.knowledge import knowledge
 from tracer.process.diff.result import Classification
-from tracer.process.tags import (GPU_LIBS, JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, VENDOR_LIBS, isa_of,
+from tracer.process.tags import (JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, is_gpu_lib, is_vendor_lib, isa_of,
                                  library_call_kind, library_of, vendor_named)
 from tracer.process.vocabulary import DEVICE_CHOICE, GPU_CODE
 from tracer.trace import Frame
@@ -70,8 +70,8 @@ def classify(frames_a: list[Frame], frames_b: list[Frame],
     (``devices_differ``): a CPU against a CPU variant cannot be a device dispatch.
     """
     if devices_differ:
-        gpu_a = _markers(frames_a, GPU_CODE) | {t for t in map(library_of, frames_a) if t in GPU_LIBS}
-        gpu_b = _markers(frames_b, GPU_CODE) | {t for t in map(library_of, frames_b) if t in GPU_LIBS}
+        gpu_a = _markers(frames_a, GPU_CODE) | {t for t in map(library_of, frames_a) if is_gpu_lib(t)}
+        gpu_b = _markers(frames_b, GPU_CODE) | {t for t in map(library_of, frames_b) if is_gpu_lib(t)}
         if bool(gpu_a) != bool(gpu_b):
             side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
             return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
@@ -86,8 +86,8 @@ def classify(frames_a: list[Frame], frames_b: list[Frame],
     if bool(comp_a) != bool(comp_b):
         side, words = ("A", comp_a) if comp_a else ("B", comp_b)
         return "compilation", f"{side} goes through compilation ({_names(words)}); the other side runs eagerly"
-    libs_a = {t for t in map(library_of, frames_a) if t in VENDOR_LIBS}
-    libs_b = {t for t in map(library_of, frames_b) if t in VENDOR_LIBS}
+    libs_a = {t for t in map(library_of, frames_a) if is_vendor_lib(t)}
+    libs_b = {t for t in map(library_of, frames_b) if is_vendor_lib(t)}
     if libs_a != libs_b:
         return "library choice", f"A reaches {_names(libs_a)}; B reaches {_names(libs_b)}"
     # layout conversions (oneDNN's reorders) come and go with any implementation

@@ -40,7 +40,7 @@ from typing import Final, Iterable
 from tracer.contract import DERIVED_EVIDENCE, STANDIN
 from tracer.knowledge import knowledge
 from tracer.process.diff.result import Branch, Classification, DiffResult, Split, walk_splits
-from tracer.process.tags import GPU_LIBS
+from tracer.process.tags import is_gpu_lib
 from tracer.process.vocabulary import GPU_CODE
 from tracer.trace import Trace
 
@@ -78,7 +78,7 @@ def names_gpu_code(name: str, library: str = "") -> bool:
     """A frame's own name or library tag names GPU code (cudnn_convolution, a cuBLAS
     kernel, autograd's CudnnBatchNormBackward0, its CamelCase split into words)."""
     words = _CAMEL.sub(" ", name)
-    return library in GPU_LIBS or bool(GPU_CODE.search(f"{name} {words} {library}".lower()))
+    return is_gpu_lib(library) or bool(GPU_CODE.search(f"{name} {words} {library}".lower()))
 
 
 def _gpu_code(b: Branch) -> bool:

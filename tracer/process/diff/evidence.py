@@ -42,7 +42,7 @@ from typing import Callable
 
 from tracer.process.diff.result import Branch, LayerDiff, Split
 from tracer.process.normalize import Identity
-from tracer.process.tags import GPU_LIBS, JIT, MKL, ONEDNN, VENDOR_LIBS, is_jit, library_of
+from tracer.process.tags import JIT, MKL, ONEDNN, is_gpu_lib, is_jit, is_vendor_lib, library_of
 from tracer.process.sampling import ALPHA, miss_chance
 from tracer.process.tree import children_groups, total_samples
 from tracer.trace import Node
@@ -130,7 +130,7 @@ def _kernels_under(root: Node | None, path: tuple[Identity, ...],
         lib = library_of(node.frame)
         if lib in silent:
             continue
-        if lib in VENDOR_LIBS or lib in GPU_LIBS or lib == JIT:
+        if is_vendor_lib(lib) or is_gpu_lib(lib) or lib == JIT:
             if lib not in above:
                 found[("library", lib)] += node.count
                 above = above | {lib}

@@ -1,11 +1,12 @@
-"""Runs inside dltrace's TensorFlow environment (never imported by dltrace itself):
-reads a TensorBoard profile plugin ``tensorflow_stats`` file with the published
-protobuf classes of XProf (``xprof.protobuf.tf_stats_pb2``, installed there by the
-registry's install step) and writes its records as plain JSON for
-:mod:`tracer.importers.tf_stats`. The file is protobuf: it is parsed by protobuf,
-never by a hand-written reader.
+"""TensorFlow's op-stats reader (frameworks.yaml: tensorflow
+``profile_vocab.op-stats.reader``). Runs inside dltrace's TensorFlow environment
+(never imported by dltrace itself): reads a TensorBoard profile plugin
+``tensorflow_stats`` file with the published protobuf classes of XProf
+(``xprof.protobuf.tf_stats_pb2``, installed there by the registry's install step)
+and writes its records as plain JSON for :mod:`tracer.importers.op_stats`. The
+file is protobuf: it is parsed by protobuf, never by a hand-written reader.
 
-Usage: python tf_stats_dump.py IN.pb OUT.json
+Usage: python -m tracer.probes.tensorflow_stats IN.pb OUT.json
 Exit status Exit.NOT_ITS_KIND: the file is not a tensorflow_stats database (the reason on
 stderr).
 Standard library, protobuf, xprof's generated classes and the package's contract only.

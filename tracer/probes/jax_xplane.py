@@ -1,4 +1,5 @@
-"""Runs inside dltrace's JAX environment (never imported by dltrace itself): reads an
+"""JAX's XPlane reader (frameworks.yaml: jax ``profile_vocab.xplane.reader``). Runs
+inside dltrace's JAX environment (never imported by dltrace itself): reads an
 XPlane file with JAX's own reader, ``jax.profiler.ProfileData``, and writes what it
 holds as plain JSON for :mod:`tracer.importers.xplane`.
 
@@ -10,7 +11,7 @@ unmaintained reader of a format that changes. JAX reads its own files, so the
 reading happens where JAX is: in the JAX environment dltrace already keeps for its
 probes, as a subprocess, so that dltrace's process imports no framework.
 
-Usage: python xplane_dump.py IN.xplane.pb OUT.json
+Usage: python -m tracer.probes.jax_xplane IN.xplane.pb OUT.json
 Exit status Exit.NOT_ITS_KIND: the file is not an XPlane JAX can read (the reason on
 stderr). Standard library, jax and the package's contract only.
 """
@@ -18,6 +19,7 @@ stderr). Standard library, jax and the package's contract only.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from tracer.contract import Exit
@@ -49,8 +51,9 @@ def _stats(obj) -> dict:
 
 def main(argv: list[str]) -> Exit:
     if len(argv) != 3:
-        print("usage: xplane_dump.py IN OUT", file=sys.stderr)
+        print("usage: python -m tracer.probes.jax_xplane IN OUT", file=sys.stderr)
         return Exit.USAGE
+    os.environ["JAX_PLATFORMS"] = "cpu"  # reading a file needs no accelerator, and none is looked for
     try:
         from jax.profiler import ProfileData
     except Exception as exc:  # noqa: BLE001 - any import failure is the answer
@@ -76,7 +79,7 @@ def main(argv: list[str]) -> Exit:
         print(f"{type(exc).__name__}: {exc}"[:300], file=sys.stderr)
         return Exit.NOT_ITS_KIND
     with open(argv[2], "w", encoding="utf-8") as fh:
-        json.dump({"reader": "jax.profiler.ProfileData", "jax_version": _jax_version(), "planes": planes,
+        json.dump({"reader": f"jax.profiler.ProfileData (jax {_jax_version()[:20]})", "planes": planes,
                    "events": total, "cut": cut}, fh)
     return Exit.OK
 

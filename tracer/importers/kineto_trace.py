@@ -1,4 +1,5 @@
-"""``dltrace import --framework torch``: a torch.profiler (Kineto) file to traces.
+"""A Kineto file (the chrome-trace JSON a framework's profiler writes through
+Kineto) to traces.
 
 Reads the file (:mod:`.source`, :mod:`.kineto`), nests its ops and links kernels
 and backward nodes (:mod:`.hierarchy`), slices each primitive out
@@ -22,17 +23,18 @@ from tracer.importers.kineto import parse
 from tracer.importers.provenance import provenance
 from tracer.importers.slicing import Slice, build_slices
 from tracer.importers.source import clip, read_source, short_name
-from tracer.registry import OpRule
+from tracer.registry import OpRule, ProfileVocab
 from tracer.trace import Run, Trace
 
 
-def import_kineto(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
+def import_kineto(path: Path, framework: str, rules: tuple[OpRule, ...], vocab: ProfileVocab = ProfileVocab(),
+                  command: str = "") -> list[Imported]:
     src = read_source(path)
     profile = parse(src)
     hier = build(profile)
     gpu = m.gpu_name(profile.header, (ev.device for ev in profile.device))
     vendor = vendor_of([gpu], (launch.name for launch in profile.launches), profile.header)
-    slices = build_slices(profile, hier, vendor, framework, rules)
+    slices = build_slices(profile, hier, vendor, framework, rules, vocab.producer or "Kineto")
     if not slices:
         frequent = Counter(op.name for op in profile.ops).most_common(5)
         seen = ", ".join(f"{clip(name, 50)} ×{n}" for name, n in frequent)
@@ -42,10 +44,10 @@ def import_kineto(path: Path, framework: str, rules: tuple[OpRule, ...], command
     origin.update({"events": profile.events, "events_skipped_malformed": profile.skipped, "schema": profile.schema,
                    "gpu_activities_attached": hier.attached, "gpu_activities_unattached": hier.unattached})
     common: dict[str, Any] = {
-        "version": m.framework_version(profile.header),
-        "variant": short_name(src.name),
-        "machine_info": m.machine(profile.header, gpu, vendor),
-        "software": m.gpu_software(profile.header),
+        "version": m.framework_version(profile.header, vocab.env_header),
+        "variant": short_name(src.name, vocab.suffixes),
+        "machine_info": m.machine(profile.header, gpu, vendor, vocab.env_header),
+        "software": m.gpu_software(profile.header, vocab.env_header),
         "provenance": origin,
         "command": command,
     }

@@ -1,13 +1,15 @@
-"""``dltrace import --framework tensorflow FILE.tensorflow_stats.pb``: which op types
-a TensorFlow 2 training ran on its device, from the TensorBoard profile plugin's
-aggregate ``tensorflow_stats``.
+"""An op-stats file (XProf's TfStatsDatabase protobuf, what TensorBoard's profile
+plugin calls ``tensorflow_stats``) to traces: which op types a training ran on its
+device.
 
 The file is aggregates only: per op (``Conv2D``, ``FusedBatchNormV3``...) whether
 it ran on the host or the device, how often and for how long; no order, no
 calling context, no kernel names. So each primitive's trace holds the op types the
 device ran, with their occurrences, and says it is an aggregate. The reading is
-done by XProf's published protobuf classes in dltrace's TensorFlow environment
-(:mod:`.tf_stats_dump`, a subprocess: dltrace's process imports no framework).
+done by the reader module the framework's entry names (``profile_vocab``: XProf's
+published protobuf classes in dltrace's TensorFlow environment, a subprocess:
+dltrace's process imports no framework); what the records are called and the
+version its traces say come from the entry too.
 """
 
 from __future__ import annotations
@@ -21,18 +23,24 @@ from tracer.importers import meta as m
 from tracer.importers.provenance import provenance
 from tracer.importers.env_reader import read_in_env
 from tracer.importers.source import clip, read_source, short_name
-from tracer.registry import OpRule
+from tracer.registry import OpRule, ProfileVocab
 from tracer.trace import Frame, Node, Run, Trace
 
-READER = Path(__file__).with_name("tf_stats_dump.py")
 TIMEOUT_S = 120
 
 
-def _dump(path: Path, framework: str) -> dict[str, Any]:
-    dump = read_in_env(path, framework, READER, "the tensorflow_stats reader (XProf's protobuf classes)", TIMEOUT_S)
+def _dump(path: Path, framework: str, vocab: ProfileVocab) -> dict[str, Any]:
+    what = f"the {_records(vocab)} reader ({vocab.reader})"
+    dump = read_in_env(path, framework, vocab.reader, what, TIMEOUT_S)
     if not isinstance(dump, dict):
-        raise ImportFailed(f"{path}: the tensorflow_stats reader wrote no records")
+        raise ImportFailed(f"{path}: {what} wrote no records")
     return dump
+
+
+def _records(vocab: ProfileVocab) -> str:
+    """What the file's records are called: the framework's name for them, else the
+    protobuf message's."""
+    return vocab.records or "TfStatsDatabase"
 
 
 def _tree(records: list[dict], primitive: str, pass_: str, types: tuple[str, ...], device: str,
@@ -49,13 +57,16 @@ def _tree(records: list[dict], primitive: str, pass_: str, types: tuple[str, ...
     return Node(Frame("root", "", f"{primitive}.{pass_}"), 1, sum(k.time_ns for k in kids), children=kids)
 
 
-def import_tf_stats(path: Path, framework: str, rules: tuple[OpRule, ...], command: str = "") -> list[Imported]:
+def import_op_stats(path: Path, framework: str, rules: tuple[OpRule, ...], vocab: ProfileVocab = ProfileVocab(),
+                    command: str = "") -> list[Imported]:
     src = read_source(path)
     if src.compressed or src.data.lstrip()[:1] in (b"{", b"["):
-        raise ImportFailed(f"{path}: not a tensorflow_stats protobuf (it is {'gzip' if src.compressed else 'JSON'})")
-    dump = _dump(path, framework)
+        raise ImportFailed(f"{path}: not a {_records(vocab)} protobuf "
+                           f"(it is {'gzip' if src.compressed else 'JSON'})")
+    dump = _dump(path, framework, vocab)
     records = [r for r in dump.get("records", []) if isinstance(r, dict)]
-    origin = provenance(src.name, src.sha256, "TensorBoard profile plugin tensorflow_stats (protobuf, aggregates)")
+    producer = f"{vocab.producer} " if vocab.producer else ""
+    origin = provenance(src.name, src.sha256, f"{producer}{_records(vocab)} (protobuf, aggregates)")
     origin.update({"records": len(records), "device_type": clip(str(dump.get("device_type", "")), 40),
                    "note": "aggregates per op type: which ops ran on the device and how often; no order, no "
                            "kernel names; a training step's forward and backward MatMuls are not told apart"})
@@ -71,14 +82,14 @@ def import_tf_stats(path: Path, framework: str, rules: tuple[OpRule, ...], comma
         if not trees:
             continue
         passes = [p for p in PASSES if p in trees]
-        meta = m.build_meta(framework=framework, version="unknown (TensorFlow 2)", primitive=primitive,
-                            variant=short_name(src.name), passes=passes, shape=[], dtype=None,
+        meta = m.build_meta(framework=framework, version=vocab.version, primitive=primitive,
+                            variant=short_name(src.name, vocab.suffixes), passes=passes, shape=[], dtype=None,
                             machine_info={"arch": "unknown", "cpu": "",
                                           "gpu": dump.get("device_type")
                                           or "unknown (a GPU profile, per its provenance)",
                                           "vendor": "unknown"},
                             software={}, provenance=origin, command=command)
-        runs = [Run(p, "warm", {"op": trees[p]}, {"source": "tensorflow_stats aggregates"}) for p in passes]
+        runs = [Run(p, "warm", {"op": trees[p]}, {"source": f"{_records(vocab)} aggregates"}) for p in passes]
         launches = sum(c.count for t in trees.values() for c in t.children)
         out.append(Imported(Trace(meta, runs), primitive, passes, str(meta["machine"]["gpu"]), 0, launches))
     if not out:
