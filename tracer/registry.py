@@ -462,7 +462,7 @@ def _profile_vocab(e: _Entry, formats: tuple[str, ...]) -> dict[str, ProfileVoca
     return out
 
 
-def _env_header(e: _Entry, where: str, spec: dict | None) -> EnvHeader | None:
+def _env_header(e: _Entry, where: str, spec: dict[str, Any] | None) -> EnvHeader | None:
     if spec is None:
         return None
     sub = _Entry(e.source, e.name, spec, where)
@@ -470,7 +470,7 @@ def _env_header(e: _Entry, where: str, spec: dict | None) -> EnvHeader | None:
                      sub.get("version", str, ""))
 
 
-def _timeline(e: _Entry, where: str, spec: dict | None) -> TimelineDialect | None:
+def _timeline(e: _Entry, where: str, spec: dict[str, Any] | None) -> TimelineDialect | None:
     if spec is None:
         return None
     sub = _Entry(e.source, e.name, spec, where)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from tracer.importers.kineto import HostOp, KinetoProfile, Launch
 
@@ -41,7 +41,7 @@ class Hierarchy:
 
 def build(profile: KinetoProfile) -> Hierarchy:
     """Nest the ops of every host thread and attach launches and flows to them."""
-    per_thread: dict[tuple[Any, Any], list[tuple]] = defaultdict(list)
+    per_thread: dict[tuple[Any, Any], list[tuple[float, int, float, int, Any]]] = defaultdict(list)
     for op in profile.ops:
         per_thread[op.thread].append((op.start, _OP, -op.dur, op.index, op))
     for launch in profile.launches:
@@ -115,7 +115,7 @@ def _unique_external_ids(ops: list[HostOp]) -> dict[int, HostOp]:
     return {k: v for k, v in ids.items() if seen[k] == 1}
 
 
-def walk(op: HostOp):
+def walk(op: HostOp) -> Iterator[HostOp]:
     """``op`` and everything below it, depth first, without recursion."""
     stack = [op]
     while stack:
@@ -124,7 +124,7 @@ def walk(op: HostOp):
         stack.extend(reversed(node.children))
 
 
-def ancestors(op: HostOp):
+def ancestors(op: HostOp) -> Iterator[HostOp]:
     node = op.parent
     while node is not None:
         yield node

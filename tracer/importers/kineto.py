@@ -134,7 +134,7 @@ def _json_kind(value: Any) -> str:
         value.__class__, "null")
 
 
-def _thread(e: dict) -> tuple[Any, Any] | None:
+def _thread(e: dict[str, Any]) -> tuple[Any, Any] | None:
     pid, tid = e.get("pid"), e.get("tid")
     if pid.__class__ in (int, str) and tid.__class__ in (int, str):
         return (pid, tid)

@@ -54,7 +54,7 @@ def import_kineto(path: Path, framework: str, rules: tuple[OpRule, ...], vocab: 
     return [_imported(s, gpu, framework, common) for s in slices]
 
 
-def _imported(s: Slice, gpu: str, framework: str, common: dict) -> Imported:
+def _imported(s: Slice, gpu: str, framework: str, common: dict[str, Any]) -> Imported:
     shape, dtype = m.shape_and_dtype(s.first.args) if s.first is not None else ([], None)
     passes = [p for p in PASSES if p in s.trees]
     meta = m.build_meta(framework=framework, primitive=s.primitive, passes=passes, shape=shape, dtype=dtype, **common)

@@ -40,7 +40,7 @@ KERNELS = {
 _TABLES = ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_KERNEL")
 
 
-def _kernels(path: Path) -> tuple[Counter, dict[str, int], str]:
+def _kernels(path: Path) -> tuple[Counter[str], dict[str, int], str]:
     """(kernel name -> launches, name -> total ns, the GPU's name)."""
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -50,7 +50,7 @@ def _kernels(path: Path) -> tuple[Counter, dict[str, int], str]:
         tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
         if "StringTable" not in tables or not tables & set(_TABLES):
             raise ImportFailed(f"{path}: an SQLite database, but not nvprof's (no StringTable or kernel table)")
-        launches: Counter = Counter()
+        launches: Counter[str] = Counter()
         times: dict[str, int] = {}
         for table in (t for t in _TABLES if t in tables):
             for name, n, ns in db.execute(f"select s.value, count(*), sum(k.end - k.start) from {table} k "

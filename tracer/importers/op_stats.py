@@ -43,7 +43,7 @@ def _records(vocab: ProfileVocab) -> str:
     return vocab.records or "TfStatsDatabase"
 
 
-def _tree(records: list[dict], primitive: str, pass_: str, types: tuple[str, ...], device: str,
+def _tree(records: list[dict[str, Any]], primitive: str, pass_: str, types: tuple[str, ...], device: str,
           framework: str) -> Node | None:
     kids = []
     for op in types:

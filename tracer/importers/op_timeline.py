@@ -57,7 +57,7 @@ class Timeline:
     skipped: int = 0
 
 
-def _marks(dialect: TimelineDialect, ev: dict) -> bool:
+def _marks(dialect: TimelineDialect, ev: dict[str, Any]) -> bool:
     """``ev`` is one of the dialect's op events (with its op name, where an arg holds it)."""
     if ev.get("cat") != dialect.category or ev.get("ph") not in dialect.phases:
         return False
@@ -92,13 +92,13 @@ def _dialects() -> dict[str, tuple[str, TimelineDialect]]:
     return out
 
 
-def _processes(events: list) -> dict[Any, str]:
+def _processes(events: list[dict[str, Any]]) -> dict[Any, str]:
     return {ev.get("pid"): ev["args"]["name"] for ev in events
             if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "process_name"
             and isinstance(ev.get("args"), dict) and isinstance(ev["args"].get("name"), str)}
 
 
-def _devices(events: list, dialect: TimelineDialect) -> dict[Any, tuple[str, str]]:
+def _devices(events: list[dict[str, Any]], dialect: TimelineDialect) -> dict[Any, tuple[str, str]]:
     """pid -> (device context, lane) of the processes that are a device."""
     pattern = re.compile(dialect.devices)
     out = {}
@@ -110,13 +110,13 @@ def _devices(events: list, dialect: TimelineDialect) -> dict[Any, tuple[str, str
     return out
 
 
-def _ops(events: list, dialect: TimelineDialect, tl: Timeline) -> None:
+def _ops(events: list[dict[str, Any]], dialect: TimelineDialect, tl: Timeline) -> None:
     """The dialect's op events as OpEvents: begin/end pairs matched per op, process
     and thread, or complete events with their duration."""
     devices = _devices(events, dialect)
     backward = re.compile(dialect.backward)
     paired = dialect.phases != ("X",)
-    opened: dict[tuple, float] = {}
+    opened: dict[tuple[Any, ...], float] = {}
     for ev in events:
         if not isinstance(ev, dict) or ev.get("cat") != dialect.category or ev.get("ph") not in dialect.phases:
             continue
@@ -138,7 +138,7 @@ def _ops(events: list, dialect: TimelineDialect, tl: Timeline) -> None:
             tl.ops.append(OpEvent(name, device, lane, bool(backward.search(node)), when - opened.pop(key)))
 
 
-def _field(ev: dict, arg: str) -> Any:
+def _field(ev: dict[str, Any], arg: str) -> Any:
     """The event's ``args[arg]``, or its own name when ``arg`` is ""."""
     if not arg:
         return ev.get("name")
@@ -172,7 +172,7 @@ def _tree(tl: Timeline, primitive: str, pass_: str, names: tuple[str, ...]) -> N
     ops = [o for o in tl.ops if o.name in names and o.backward == (pass_ == "backward") and not o.lane]
     if not ops:
         return None
-    streams: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    streams: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     for o in tl.ops:
         if o.name in names and o.backward == (pass_ == "backward") and o.lane:
             streams[(o.name, o.device)][o.lane] += 1

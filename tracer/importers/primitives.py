@@ -26,6 +26,8 @@ checkpointing recomputes the forward inside the backward pass.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tracer.registry import OpRule
 from tracer.trace import op_namespace
 
@@ -37,7 +39,7 @@ def namespaces(rules: tuple[OpRule, ...]) -> frozenset[str]:
     return frozenset(op_namespace(name) for rule in rules for name in rule.forward) - {""}
 
 
-def input_rank(args: dict) -> int | None:
+def input_rank(args: dict[str, Any]) -> int | None:
     """The rank of an op's first input when the file recorded shapes (record_shapes)."""
     dims = args.get("Input Dims")
     if dims.__class__ is list and dims and dims[0].__class__ is list \

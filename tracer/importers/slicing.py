@@ -56,7 +56,7 @@ class Slice:
     first: HostOp | None  # the first forward instance (its input shape and dtype go to the meta)
     step: str | None
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # pass -> run stats
-    kernels: Counter = field(default_factory=Counter)  # kernel name -> launches, both passes
+    kernels: Counter[str] = field(default_factory=Counter)  # kernel name -> launches, both passes
 
 
 def find_instances(hier: Hierarchy, rule: OpRule) -> Instances:
@@ -150,7 +150,7 @@ def choose_step(inst: Instances, steps: list[Step]) -> tuple[Step | None, list[H
     return step, [op for op, st in fwd if st is step], [b for b, st in bwd if st is step]
 
 
-def op_tree(top: HostOp, vendor: str, counts: Counter, kernels: Counter, framework: str,
+def op_tree(top: HostOp, vendor: str, counts: Counter[str], kernels: Counter[str], framework: str,
             spaces: frozenset[str] = frozenset()) -> Node:
     """One recorded op and everything under it as a Node tree: child ops and the GPU
     activities each op launched, in host-time order (a kernel at the time of its
@@ -203,11 +203,11 @@ def build_slices(profile: KinetoProfile, hier: Hierarchy, vendor: str, framework
         step, fwd, bwd = choose_step(inst, profile.steps)
         trees: dict[str, Node] = {}
         stats: dict[str, dict[str, Any]] = {}
-        kernels: Counter = Counter()
+        kernels: Counter[str] = Counter()
         for pass_, tops in (("forward", fwd), ("backward", bwd)):
             if not tops:
                 continue
-            counts: Counter = Counter()
+            counts: Counter[str] = Counter()
             children = merge_siblings([op_tree(op, vendor, counts, kernels, framework, spaces) for op in tops])
             trees[pass_] = Node(Frame("root", "", f"{rule.primitive}.{pass_}"), 1, sum(c.time_ns for c in children),
                                 children=children)

@@ -81,7 +81,7 @@ def read_xplane(path: Path, framework: str, reader: str) -> tuple[dict[str, Any]
 
 def profile_of(dump: dict[str, Any], path: Path) -> Profile:
     """The framework's kernels of the first GPU that ran any, with what each computes."""
-    per_device: dict[int, tuple[dict, list[Kernel]]] = {}
+    per_device: dict[int, tuple[dict[str, Any], list[Kernel]]] = {}
     for plane in dump["planes"]:
         if not isinstance(plane, dict) or not isinstance(plane.get("name"), str):
             continue
@@ -171,7 +171,7 @@ def _slices(prof: Profile, ops: dict[str, str]) -> tuple[dict[str, dict[str, lis
 
 def _tree(primitive: str, pass_: str, kernels: list[Kernel], vendor: str, framework: str) -> Node:
     module = module_of(vendor)
-    by: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+    by: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
     times: dict[tuple[str, str, str, str], int] = Counter()
     for k in kernels:
         function, op, _ = split_op(k.op_path)
@@ -202,7 +202,7 @@ def import_xplane(path: Path, framework: str, rules: tuple[OpRule, ...], vocab: 
                            f"({', '.join(f'{clip(o, 40)} ×{n}' for o, n in ops)}){why}")
     origin = provenance(src.name, src.sha256, "XPlane protobuf")
     origin.update({"reader": prof.reader, "events": dump.get("events"), "events_cut": bool(dump.get("cut")),
-                   "gpu_plane": prof.device, f"gpu_planes_with_{framework}_kernels": prof.devices})
+                   "gpu_plane": prof.device, "gpu_planes_with_op_kernels": prof.devices})
     out = []
     for primitive in PRIMITIVES:
         passes_k = slices.get(primitive)
