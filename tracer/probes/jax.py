@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 # The CUDA plugin (the GPU build's environment, jax-gpu-build) refuses to initialise
 # without a CUDA runtime; its compiler runs without one (deviceless AOT compilation for a
@@ -27,6 +27,11 @@ from jax import lax  # noqa: E402
 
 from tracer.probes import base  # noqa: E402
 
+if TYPE_CHECKING:  # the annotations only (jax is Any to mypy: not installed where it runs)
+    from jax.extend.core import Jaxpr, JaxprEqn, Primitive
+
+    from tracer.trace import Node
+
 _CONV_DIMS = ("NCHW", "OIHW", "NCHW")
 _POOL = (1, 1, base.POOL_K, base.POOL_K)
 
@@ -38,32 +43,32 @@ def gpu_available() -> bool:
         return False
 
 
-def _dense(x, w, b):
+def _dense(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.dot(x, w) + b
 
 
-def _conv2d(x, w, b):
+def _conv2d(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
     pad = base.CONV_K // 2
     y = lax.conv_general_dilated(x, w, (1, 1), ((pad, pad), (pad, pad)), dimension_numbers=_CONV_DIMS)
     return y + b[None, :, None, None]
 
 
-def _maxpool2d(x):
+def _maxpool2d(x: jax.Array) -> jax.Array:
     return lax.reduce_window(x, -jnp.inf, lax.max, _POOL, _POOL, "VALID")
 
 
-def _avgpool2d(x):
+def _avgpool2d(x: jax.Array) -> jax.Array:
     return lax.reduce_window(x, 0.0, lax.add, _POOL, _POOL, "VALID") / (base.POOL_K * base.POOL_K)
 
 
-def _batchnorm(x, g, b):
+def _batchnorm(x: jax.Array, g: jax.Array, b: jax.Array) -> jax.Array:
     # Training mode: normalise with the batch statistics (biased variance), per channel.
     mean = jnp.mean(x, axis=(0, 2, 3), keepdims=True)
     var = jnp.var(x, axis=(0, 2, 3), keepdims=True)
     return (x - mean) * lax.rsqrt(var + base.BN_EPS) * g[None, :, None, None] + b[None, :, None, None]
 
 
-def _softmax(x):
+def _softmax(x: jax.Array) -> jax.Array:
     return jax.nn.softmax(x, axis=-1)
 
 
@@ -105,14 +110,14 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     args = [jax.device_put(a, dev) for a in (base.array(shape), *_params(primitive, shape))]
     ones = jax.device_put(np.ones(base.output_shape(primitive, shape), np.float32), dev)
     jax.block_until_ready((args, ones))
-    last: list = [None]  # what sync waits for: the latest output or gradients
+    last: list[jax.Array | None] = [None]  # what sync waits for: the latest output or gradients
 
-    def forward():
+    def forward() -> tuple[jax.Array, Callable[[jax.Array], tuple[jax.Array, ...]]]:
         y, pullback = jax.vjp(f, *args)
         last[0] = y
         return y, pullback
 
-    def backward(state):
+    def backward(state: tuple[jax.Array, Callable[[jax.Array], tuple[jax.Array, ...]]]) -> tuple[jax.Array, ...]:
         _, pullback = state
         grads = pullback(ones)
         jax.block_until_ready(grads)
@@ -176,11 +181,11 @@ def _hlo_opcode(instr: str) -> tuple[str, str]:
     return opcode, calls
 
 
-def _hlo_nodes(text: str) -> list:
+def _hlo_nodes(text: str) -> list[Node]:
     """The instructions XLA compiled, by opcode, fusions with what they fuse."""
     comps, entry = _hlo_computations(text)
 
-    def nodes(comp: str, depth: int) -> list:
+    def nodes(comp: str, depth: int) -> list[Node]:
         out = []
         for instr in comps.get(comp, []):
             opcode, calls = _hlo_opcode(instr)
@@ -193,7 +198,7 @@ def _hlo_nodes(text: str) -> list:
     return base.merge_siblings(nodes(entry, 0))
 
 
-def _jaxpr_nodes(jaxpr) -> list:
+def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
     """A closed jaxpr's equations as op nodes; a pjit's inner jaxpr nests under it."""
     out = []
     for eqn in jaxpr.eqns:
@@ -208,7 +213,7 @@ def _jaxpr_nodes(jaxpr) -> list:
     return base.merge_siblings(out)
 
 
-def _pass_function(case: base.Case, pass_: str) -> tuple:
+def _pass_function(case: base.Case, pass_: str) -> tuple[Callable[..., Any], Sequence[jax.Array]]:
     """(function, arguments) of a pass as JAX traces it: the jitted primitive forward,
     the pullback of ``jax.vjp`` backward."""
     p = case.private
@@ -218,7 +223,7 @@ def _pass_function(case: base.Case, pass_: str) -> tuple:
     return pullback, (p["ones"],)
 
 
-def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """JAX's own view, which is static: the primitives of the step's jaxpr, then the
     platform it is lowered for and the HLO instructions XLA compiled (convolution,
     fusion(kLoop) > transpose...). Forward is the jitted primitive, backward the
@@ -239,7 +244,7 @@ def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
 _GPU_PLATFORMS = ("cuda", "rocm")
 
 
-def _leaf_eqns(jaxpr) -> list:
+def _leaf_eqns(jaxpr: Jaxpr) -> list[JaxprEqn]:
     """The equations that are primitives of their own: a call (pjit, custom_jvp...)
     is looked through into its inner jaxpr."""
     out = []
@@ -252,13 +257,13 @@ def _leaf_eqns(jaxpr) -> list:
     return out
 
 
-def _rules(prim) -> dict[str, str]:
+def _rules(prim: Primitive) -> dict[str, str]:
     """platform -> the lowering rule JAX registers for ``prim`` there: a platform's
     own rule where it has one (conv_general_dilated on cuda and rocm), else the
     generic rule every platform shares."""
     from jax._src.interpreters import mlir
 
-    def name(entry) -> str:
+    def name(entry: object) -> str:
         rule = getattr(entry, "rule", entry)
         rule = getattr(rule, "func", rule)  # functools.partial
         return (f"{getattr(rule, '__module__', '?')}."
@@ -275,7 +280,7 @@ def _rules(prim) -> dict[str, str]:
     return out
 
 
-def _stablehlo_ops(eqn, platform: str) -> list[str]:
+def _stablehlo_ops(eqn: JaxprEqn, platform: str) -> list[str]:
     """The StableHLO (and CHLO) ops one equation lowers to for ``platform``, in order,
     custom calls with their target: the equation alone, lowered on this machine."""
     import re
@@ -323,12 +328,12 @@ def _hlo_lib(opcode: str) -> str:
     return "XLA"
 
 
-def _as_doc(node) -> dict:
+def _as_doc(node: Node) -> dict[str, Any]:
     return {"name": node.frame.name, "module": "xla.cuda", "lib": _hlo_lib(node.frame.name),
             "children": [_as_doc(c) for c in node.children]}
 
 
-def _compiled_for_cuda(case: base.Case, pass_: str) -> list[dict]:
+def _compiled_for_cuda(case: base.Case, pass_: str) -> list[dict[str, Any]]:
     """The step compiled by XLA's CUDA compiler here, deviceless, for the H100 target
     (the CUDA plugin's topology description): its top-level HLO instructions."""
     from jax.experimental import topologies
@@ -346,7 +351,7 @@ def _compiled_for_cuda(case: base.Case, pass_: str) -> list[dict]:
     return [_as_doc(n) for n in _hlo_nodes(text)]
 
 
-def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
     """For each primitive of the step's jaxpr (forward: the jitted primitive;
     backward: its pullback): the lowering rule JAX registers per platform and the
     StableHLO it lowers to for cuda and rocm, lowered here without a GPU. Which

@@ -21,15 +21,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from tracer.contract import Exit
+
+if TYPE_CHECKING:  # the annotations only (jax is Any to mypy: not installed where it runs)
+    from jax.profiler import ProfileEvent, ProfilePlane
 
 #: The most events written: a real profile of one step has thousands; a file with
 #: millions (hostile, or hours of profiling) is cut, and the cut is said.
 MAX_EVENTS = 2_000_000
 
 
-def _value(v):
+def _value(v: object) -> bool | int | float | str | None:
     if isinstance(v, bool) or v is None:
         return v
     if isinstance(v, (int, float, str)):
@@ -37,7 +41,7 @@ def _value(v):
     return None  # bytes, protos: not needed
 
 
-def _stats(obj) -> dict:
+def _stats(obj: ProfilePlane | ProfileEvent) -> dict[str, bool | int | float | str]:
     out = {}
     try:
         for key, value in obj.stats:

@@ -9,10 +9,15 @@ a constant tensor that the tape is told to watch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 import numpy as np
 import tensorflow as tf
 
 from tracer.probes import base
+
+if TYPE_CHECKING:  # the annotations only (tensorflow is Any to mypy: not installed where it runs)
+    from tensorflow.core.framework.kernel_def_pb2 import KernelDef
 
 _NHWC = ("conv2d", "maxpool2d", "avgpool2d", "batchnorm")
 
@@ -25,10 +30,10 @@ def _bn_scale(c: int) -> np.ndarray:
     return base.array((c,), 3) * 0.1 + 1
 
 
-def _functional(primitive: str, x: tf.Tensor):
+def _functional(primitive: str, x: tf.Tensor) -> tuple[Callable[[], tf.Tensor], list[tf.Variable]]:
     """(run, params): ``run()`` applies the tf.nn primitive to ``x``."""
     c = int(x.shape[-1])
-    var = lambda a: tf.Variable(a)  # noqa: E731
+    var: Callable[[np.ndarray], tf.Variable] = lambda a: tf.Variable(a)  # noqa: E731
     if primitive == "dense":
         w, b = var(base.dense_weight(c).T), var(base.bias(base.DENSE_OUT))  # (in, out)
         return (lambda: tf.nn.bias_add(tf.matmul(x, w), b)), [w, b]
@@ -51,7 +56,7 @@ def _functional(primitive: str, x: tf.Tensor):
     if primitive == "batchnorm":
         g, b = var(_bn_scale(c)), var(base.bias(c))
 
-        def run():  # training mode: normalises with the batch statistics (biased variance)
+        def run() -> tf.Tensor:  # training mode: normalises with the batch statistics (biased variance)
             mean, variance = tf.nn.moments(x, axes=[0, 1, 2])
             return tf.nn.batch_normalization(x, mean, variance, b, g, base.BN_EPS)
 
@@ -59,7 +64,7 @@ def _functional(primitive: str, x: tf.Tensor):
     raise base.ProbeError(f"unknown primitive {primitive}")
 
 
-def _layer(primitive: str, x: tf.Tensor):
+def _layer(primitive: str, x: tf.Tensor) -> tuple[Callable[[], tf.Tensor], list[tf.keras.Variable]]:
     """(run, params): ``run()`` calls a built keras layer on ``x`` in training mode."""
     L = tf.keras.layers
     c = int(x.shape[-1])
@@ -106,17 +111,18 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         grad = tf.ones(base.nhwc(out) if nhwc else out, tf.float32)
     sources = [x, *params]
 
-    def forward():
+    def forward() -> tuple[tf.GradientTape, tf.Tensor]:
         with tf.device(device):
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 y = run()
         return tape, y
 
-    def backward(state):
+    def backward(state: tuple[tf.GradientTape, tf.Tensor]) -> list[tf.Tensor]:
         tape, y = state
         with tf.device(device):
-            return tape.gradient(y, sources, output_gradients=grad)
+            grads: list[tf.Tensor] = tape.gradient(y, sources, output_gradients=grad)  # tensorflow is Any to mypy
+            return grads
 
     info = {"layout": "NHWC" if nhwc else "NCHW" if len(shape) == 4 else "NF", "onednn_enabled": _onednn_enabled()}
     return base.Case(forward=forward, backward=backward, info=info)
@@ -127,7 +133,7 @@ _TF_NOISE = ("TFE_DeleteTensorHandle", "ValidateInputTypeAndPlacement", "EagerCo
              "EagerKernelExecute", "TFE_Py_FastPathExecute_C", "ThreadpoolListener::Record", "convert_to_tensor")
 
 
-def record_ops(case: base.Case, pass_: str, run) -> base.OpRecord:
+def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """The ops TensorFlow's eager runtime executed, from the profiler's host trace
     (``EagerLocalExecute: Conv2D`` -> op Conv2D), with how each ran below it
     (``KernelAndDeviceFunc::Run``: as a single-op function; ``ParallelFor``: sharded
@@ -186,7 +192,7 @@ def _onednn_enabled() -> bool | None:
         return None
 
 
-def dispatch_table(ops: list[str]) -> dict:
+def dispatch_table(ops: list[str]) -> dict[str, Any]:
     """What TensorFlow's kernel registry says of the ops a step ran: the device types
     each has a kernel for (a new device, a PluggableDevice, must register its own
     unless a DEFAULT kernel serves any device), and the oneDNN op it is rewritten to
@@ -195,13 +201,13 @@ def dispatch_table(ops: list[str]) -> dict:
 
     from tensorflow.python.framework import kernels
 
-    def registered(op: str) -> list:
+    def registered(op: str) -> list[KernelDef]:
         try:
             return list(kernels.get_registered_kernels_for_op(op).kernel)
         except Exception:  # noqa: BLE001 - a record name that is no op
             return []
 
-    def any_device_float(kernel) -> bool:
+    def any_device_float(kernel: KernelDef) -> bool:
         """A DEFAULT kernel serves any device, but most are for int32 shapes in host
         memory: only one whose type constraint admits float32 computes the probe's data."""
         if kernel.device_type != "DEFAULT":
@@ -229,7 +235,7 @@ def dispatch_table(ops: list[str]) -> dict:
             "new_backend_key": "PluggableDevice", "ops": out}
 
 
-def _gpu_kernel_docs(op: str, kernels: list) -> list[dict]:
+def _gpu_kernel_docs(op: str, kernels: list[KernelDef]) -> list[dict[str, str]]:
     """``op``'s GPU registrations (KernelDefs) as implementation nodes, as the registry
     states them: those that differ only in their type T are one node listing the types;
     other constraints, host-memory arguments and labels stay apart."""
@@ -252,7 +258,7 @@ def _gpu_kernel_docs(op: str, kernels: list) -> list[dict]:
              "lib": "TensorFlow GPU kernel"} for rest, types in groups.items()]
 
 
-def gpu_evidence(case: base.Case, pass_: str, run) -> dict:
+def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
     """What the GPU build's kernel registry holds for every op the step ran (its
     host trace, as record_ops sees it on this CPU): each op's GPU kernels with their
     constraints. Only the full ``tensorflow`` wheel registers them (tensorflow-cpu
