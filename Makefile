@@ -25,7 +25,7 @@ lint: tool
 # Synthetic traces, the format, the registry, the diff, the renderers and the command
 # line's error paths: no framework environment, no emulated root, no slow fake survey.
 test-fast: tool
-	$(BIN)/python -m pytest -m "not frameworks and not slow" -n auto
+	$(BIN)/python -m pytest -m "not frameworks and not slow" -n auto --dist loadgroup
 
 setup: system tool envs
 

@@ -25,6 +25,10 @@ from tracer.importers.provenance import provenance
 from tracer.process.tags import is_gpu_lib, is_vendor_lib, library_of
 from tracer.trace import Frame, Node, Run, Trace, load, save
 
+#: Under pytest-xdist (make test-fast), this module's tests run on one worker, so the
+#: reference files are imported once, not once per worker.
+pytestmark = pytest.mark.xdist_group("kineto-reference-imports")
+
 REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
 XPLANE = REF / "jax-conv3d-mi300x.xplane.pb"
 #: What each Kineto reference file holds: primitive -> passes (facts of the files).

@@ -113,7 +113,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return base.Case(forward=run, backward=backward, sync=sync)
 
 
-class _OpHook(chainer.FunctionHook):  # type: ignore[misc, unused-ignore]  # chainer is Any to mypy: an untyped base
+class _OpHook(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to mypy: an untyped base
     """Records each FunctionNode's forward and backward, with wall-clock intervals."""
 
     name = "dltrace_ops"
@@ -162,7 +162,7 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
 # ----------------------------------------------------------------------------- GPU evidence: source
 
 
-class _Reached(chainer.FunctionHook):  # type: ignore[misc, unused-ignore]  # chainer is Any to mypy: an untyped base
+class _Reached(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to mypy: an untyped base
     """The FunctionNode classes a step runs (forward, and those a backward runs)."""
 
     name = "dltrace_reached"
