@@ -142,3 +142,19 @@ def test_a_probe_and_a_report_from_the_installed_wheel(frameworks, installed, tm
     assert proc.returncode == 0, proc.stderr
     index = (tmp_path / "report" / "index.html").read_text()
     assert "<html" in index and "torch" in index and (tmp_path / "report" / "torch.html").exists()
+
+
+def test_a_survey_from_the_installed_wheel(frameworks, installed, tmp_path):
+    """`dltrace survey torch --primitives relu` run outside the clone (here without the
+    emulated CPUs and variants, which other tests cover): the CPU and stand-in probes, the
+    reference GPU profiles the package ships and the derived GPU evidence, in one report."""
+    out = tmp_path / "survey"
+    proc = run(installed, tmp_path, "survey", "torch", "--primitives", "relu", "--no-arm", "--no-variants",
+               "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    folders = {p.parent.name for p in (out / "traces" / "torch").glob("*/relu-*.json")}
+    assert {"cpu-default", "standin-default", "gpu-derived", "gpu-alexnet-a100"} <= folders, folders
+    page = (out / "torch.html").read_text()
+    # the CPU path set against the GPU: an imported profile (its provenance) and the GPU build's registry
+    assert "imported" in page and "registered" in page and "HolisticTraceAnalysis" in page
+    assert "aten::relu" in page and (out / "index.html").exists()
