@@ -33,7 +33,15 @@ class BackendNeeds:
 
 
 def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
-    """(the op a new backend must implement, or None) and why it need not."""
+    """(the op a new backend must implement, or None) and why it need not. A row the
+    probe has judged itself (``must``, ``implement``, ``free``: the schema of derived
+    GPU evidence) is taken as written, so that a framework whose tables use neither
+    torch's dispatch keys nor TensorFlow's device types needs nothing here."""
+    if isinstance(row.get("must"), bool):
+        if not row["must"]:
+            return None, str(row.get("free") or "")
+        implement = row.get("implement")
+        return (str(implement[0]) if isinstance(implement, list) and implement else op), ""
     kernels = row.get("kernels") or []
     if "CompositeImplicitAutograd" in kernels:
         return None, "decomposes into other ops"
@@ -68,8 +76,11 @@ def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
             target = utility if knowledge().is_utility_op(op) else out.must_implement
             if need not in target:
                 target.append(need)
-            declared = row.get("delegate_declared") if row.get("delegate") else row.get("declared")
-            others = {k: v for k, v in (declared or {}).items() if k in OTHER_BACKENDS}
+            if isinstance(row.get("must"), bool):  # judged by the probe: its other backends as it names them
+                others = {str(k): str(v) for k, v in (row.get("others") or {}).items()}
+            else:
+                declared = row.get("delegate_declared") if row.get("delegate") else row.get("declared")
+                others = {k: v for k, v in (declared or {}).items() if k in OTHER_BACKENDS}
             if others:
                 out.others[need] = others
     out.must_implement += [u for u in utility if u not in out.must_implement]
