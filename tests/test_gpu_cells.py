@@ -108,9 +108,9 @@ def test_every_gpu_cell_says_its_evidence_and_source(gpu, torch_cpu):
     relu = next(c for c in cells if (c.primitive, c.pass_) == ("relu", "backward"))
     assert {e.op for e in relu.gpu} == {"aten::threshold_backward"}
     # these profiles are all imported (their meta may say so, or only their api does)
-    assert {evidence_class(t.meta) for t in traces if t.meta["device"] == "gpu"} == {"imported"}
+    assert {evidence_class(t.info) for t in traces if t.info.device == "gpu"} == {"imported"}
     assert {e.evidence for c in cells for e in c.gpu} == {"imported"}
-    assert evidence_class(torch_cpu["relu"].meta) is None
+    assert evidence_class(torch_cpu["relu"].info) is None
     for c in cells:
         ranks = [EVIDENCE_ORDER.index(e.evidence) for e in c.gpu]
         assert ranks == sorted(ranks)
