@@ -3,6 +3,7 @@ validated, so that a malformed entry is reported by entry and field."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -538,16 +539,30 @@ def gpu_build_env(fw: Framework) -> Framework | None:
 
 
 def load(path: str | os.PathLike[str] | Traversable | None = None) -> dict[str, Framework]:
+    """The registry at ``path`` (default: ``DLTRACE_REGISTRY``, else the package's).
+    The file is read on every call, so a changed file is seen; what one text parses to
+    is kept, since several stages of one command ask for it (50 ms a parse)."""
     path = registry_path() if path is None else Path(path) if isinstance(path, (str, os.PathLike)) else path
     try:
-        doc = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as exc:
         raise RegistryError(f"cannot read {path}: {exc.strerror}") from None
-    except (yaml.YAMLError, RecursionError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise RegistryError(f"{path.name} is not valid YAML: {exc}".splitlines()[0]) from None
+    return dict(_parse(path.name, text))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(file_name: str, text: str) -> dict[str, Framework]:
+    """``text`` (the registry file ``file_name``) as Framework entries; the caller copies
+    the dict it returns, and the entries are frozen."""
+    try:
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise RegistryError(f"{file_name} is not valid YAML: {exc}".splitlines()[0]) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("frameworks"), dict):
-        raise RegistryError(f"{path.name}: top level must be a mapping with a 'frameworks' mapping")
-    return {str(name): _framework(path.name, str(name), data) for name, data in doc["frameworks"].items()}
+        raise RegistryError(f"{file_name}: top level must be a mapping with a 'frameworks' mapping")
+    return {str(name): _framework(file_name, str(name), data) for name, data in doc["frameworks"].items()}
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
