@@ -210,10 +210,11 @@ def _bare_job(job: Any) -> None:
 
 def _timing_loop_s(untraced: float, traced: float) -> float:
     """A lower bound of the harness's timing loops for one warm pass (harness._timed:
-    at least 5 calls each; untraced up to 50 calls or 0.3 s, traced up to 5 or 0.1 s)."""
+    at least 5 calls each; untraced up to 20 calls or 0.1 s, traced 5 calls, of which
+    one is the traced step the trace keeps)."""
     def loop(x: float, budget: float, most: int) -> float:
         return x * min(most, max(5, math.ceil(budget / x))) if x > 0 else 0.0
-    return loop(untraced, 0.3, 50) + loop(traced, 0.1, 5)
+    return loop(untraced, 0.1, 20) + loop(traced, 0.1, 5) - traced
 
 
 def survey_time(frameworks: list[Framework], workers: int = 2) -> dict[str, Any]:

@@ -7,6 +7,7 @@ refer to them by index, which keeps files small and makes identity explicit.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
@@ -14,6 +15,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
 from typing import Any, Iterator, cast
 
 from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_maybe_gzip
@@ -149,12 +151,18 @@ def op_namespace(name: str) -> str:
 def to_json(trace: Trace) -> dict[str, Any]:
     frames: list[Frame] = []
     index: dict[Frame, int] = {}
+    # Looked up by identity first: a Frame's hash is generated Python code, and the
+    # nodes of one function share its Frame object (they live as long as the trace).
+    by_id: dict[int, int] = {}
 
     def fid(frame: Frame) -> int:
-        i = index.get(frame)
+        i = by_id.get(id(frame))
         if i is None:
-            i = index[frame] = len(frames)
-            frames.append(frame)
+            i = index.get(frame)
+            if i is None:
+                i = index[frame] = len(frames)
+                frames.append(frame)
+            by_id[id(frame)] = i
         return i
 
     def encode(root: Node) -> list[list[Any]]:
@@ -167,7 +175,7 @@ def to_json(trace: Trace) -> dict[str, Any]:
             me = len(flat)
             flat.append([fid(node.frame), node.count, node.time_ns, sorted(node.call_lines), sorted(node.lines),
                          parent])
-            stack.extend((c, me) for c in reversed(node.children))
+            stack.extend(zip(reversed(node.children), repeat(me)))
         return flat
 
     runs = []
@@ -193,7 +201,16 @@ def save(trace: Trace, path: str | os.PathLike[str]) -> None:
     temporary name and renamed, so a reader never sees half a trace, and a failed
     write (a full disk) leaves nothing behind."""
     path = os.fspath(path)
-    data = json.dumps(to_json(trace), separators=(",", ":")).encode()
+    # The cyclic GC is off while the lists are made (as timeit does): encoding a trace
+    # of 70,000 nodes made it walk every node made so far, again and again (0.36 s of
+    # encoding against 0.13 s without).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        data = json.dumps(to_json(trace), separators=(",", ":")).encode()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     if path.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
     write_bytes(path, data)

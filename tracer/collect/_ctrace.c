@@ -115,20 +115,29 @@ static int pm_fill(PtrMap *m, Slot *s, const void *a, const void *b, void *v, vo
 
 /* ------------------------------------------------------------------ int sets (lines) */
 
+/* Most sets hold a line or two (a call's calling line, a short function's lines):
+   those stay in the record itself, scanned; a set that outgrows it moves to a hash
+   table. No allocation for the common case, where a malloc and a free per record
+   were a tenth of the cost of a small step. */
+#define SMALL 4
+
 typedef struct {
-    int *slot;
+    int *slot; /* the hash table, or NULL while the values fit in small */
     int cap, n;
+    int small[SMALL];
 } IntSet;
 
 #define EMPTY INT_MIN
 
 static int intset_grow(IntSet *s) {
-    int cap = s->cap ? s->cap * 2 : 8;
+    int cap = s->cap ? s->cap * 2 : 16;
     int *slot = PyMem_Malloc(sizeof(int) * cap);
     if (!slot) return -1;
     for (int i = 0; i < cap; i++) slot[i] = EMPTY;
-    for (int i = 0; i < s->cap; i++) {
-        int v = s->slot[i];
+    const int *old = s->slot ? s->slot : s->small;
+    int n_old = s->slot ? s->cap : s->n;
+    for (int i = 0; i < n_old; i++) {
+        int v = old[i];
         if (v == EMPTY) continue;
         unsigned h = (unsigned)v * 2654435761u;
         for (int j = h & (cap - 1);; j = (j + 1) & (cap - 1))
@@ -142,12 +151,30 @@ static int intset_grow(IntSet *s) {
 
 static int intset_add(IntSet *s, int v) {
     if (v == EMPTY) return 0;
-    if ((s->n + 1) * 2 > s->cap && intset_grow(s) < 0) return -1;
+    if (!s->slot) {
+        for (int i = 0; i < s->n; i++)
+            if (s->small[i] == v) return 0;
+        if (s->n < SMALL) { s->small[s->n++] = v; return 0; }
+        if (intset_grow(s) < 0) return -1;
+    }
+    else if ((s->n + 1) * 2 > s->cap && intset_grow(s) < 0) return -1;
     unsigned h = (unsigned)v * 2654435761u;
     for (int j = h & (s->cap - 1);; j = (j + 1) & (s->cap - 1)) {
         if (s->slot[j] == v) return 0;
         if (s->slot[j] == EMPTY) { s->slot[j] = v; s->n++; return 0; }
     }
+}
+
+/* Its values, unordered, into v (room for s->n); returns how many. */
+static int intset_values(const IntSet *s, int *v) {
+    if (!s->slot) {
+        memcpy(v, s->small, sizeof(int) * s->n);
+        return s->n;
+    }
+    int m = 0;
+    for (int i = 0; i < s->cap; i++)
+        if (s->slot[i] != EMPTY) v[m++] = s->slot[i];
+    return m;
 }
 
 static void intset_free(IntSet *s) {
@@ -201,7 +228,7 @@ struct Rec {
     int64_t count, time_ns, t0;
     IntSet call_lines, lines;
     const CodeEntry **statics;
-    int n_statics, cap_statics;
+    int n_statics, cap_statics, n_kids;
     size_t slot; /* its place in the children table */
     unsigned char is_c, is_ext, wants_lines;
 };
@@ -266,6 +293,7 @@ static Rec *child(Core *self, Rec *parent, const KindRef *k) {
     Rec *r = rec_new(self, k);
     if (!r) return NULL;
     r->parent = parent;
+    parent->n_kids++;
     if (parent->last) parent->last->next = r;
     else parent->first = r;
     parent->last = r;
@@ -687,38 +715,37 @@ static PyObject *line_int(Core *self, int v) {
     return self->ints[v];
 }
 
-static PyObject *sorted_list(Core *self, const IntSet *set, const Rec *r) {
-    int n = set->n;
-    for (int i = 0; r && i < r->n_statics; i++) n += r->statics[i]->n_static;
-    if (n == 0) return PyList_New(0);
-    if (n == 1 && set->n == 1) {
-        for (int i = 0; i < set->cap; i++)
-            if (set->slot[i] != EMPTY) {
-                PyObject *x = line_int(self, set->slot[i]);
-                PyObject *list = x ? PyList_New(1) : NULL;
-                if (list) PyList_SET_ITEM(list, 0, x);
-                else Py_XDECREF(x);
-                return list;
-            }
+/* Sorted and without repeats, in place; insertion sort (a node's lines are few). */
+static int sort_unique(int *v, int m) {
+    for (int i = 1; i < m; i++) {
+        int x = v[i], j = i - 1;
+        while (j >= 0 && v[j] > x) { v[j + 1] = v[j]; j--; }
+        v[j + 1] = x;
     }
-    int *v = PyMem_Malloc(sizeof(int) * (n ? n : 1));
-    if (!v) return PyErr_NoMemory();
-    int m = 0;
-    for (int i = 0; i < set->cap; i++)
-        if (set->slot[i] != EMPTY) v[m++] = set->slot[i];
-    for (int i = 0; r && i < r->n_statics; i++)
-        for (int j = 0; j < r->statics[i]->n_static; j++) v[m++] = r->statics[i]->static_lines[j];
-    qsort(v, m, sizeof(int), cmp_int);
     int u = 0;
     for (int i = 0; i < m; i++)
         if (u == 0 || v[u - 1] != v[i]) v[u++] = v[i];
+    return u;
+}
+
+static PyObject *sorted_list(Core *self, const IntSet *set, const Rec *r) {
+    int n = set->n;
+    for (int i = 0; r && i < r->n_statics; i++) n += r->statics[i]->n_static;
+    int local[64];
+    int *v = n <= 64 ? local : PyMem_Malloc(sizeof(int) * n);
+    if (!v) return PyErr_NoMemory();
+    int m = intset_values(set, v);
+    for (int i = 0; r && i < r->n_statics; i++)
+        for (int j = 0; j < r->statics[i]->n_static; j++) v[m++] = r->statics[i]->static_lines[j];
+    if (m > 64) qsort(v, m, sizeof(int), cmp_int);
+    int u = sort_unique(v, m);
     PyObject *list = PyList_New(u);
     for (int i = 0; list && i < u; i++) {
         PyObject *x = line_int(self, v[i]);
         if (!x) { Py_CLEAR(list); break; }
         PyList_SET_ITEM(list, i, x);
     }
-    PyMem_Free(v);
+    if (v != local) PyMem_Free(v);
     return list;
 }
 
@@ -735,13 +762,13 @@ static PyObject *make_node(Core *self, const Rec *r, PyObject **kids) {
     args[2] = PyLong_FromLongLong(r->time_ns);
     args[3] = sorted_list(self, &r->call_lines, NULL);
     args[4] = sorted_list(self, &r->lines, r);
-    args[5] = PyList_New(0);
+    args[5] = PyList_New(r->n_kids); /* filled by to_node, in order */
     if (args[1] && args[2] && args[3] && args[4] && args[5]) {
         if (self->fields[0]) {
             PyTypeObject *type = (PyTypeObject *)self->node_type;
             node = type->tp_new(type, self->empty, NULL);
             for (int i = 0; node && i < 6; i++)
-                if (PyObject_SetAttr(node, self->fields[i], args[i]) < 0) Py_CLEAR(node);
+                if (PyObject_GenericSetAttr(node, self->fields[i], args[i]) < 0) Py_CLEAR(node);
         }
         else node = PyObject_Vectorcall(self->node_type, args, 6, NULL);
     }
@@ -761,15 +788,15 @@ static PyObject *to_node(Core *self, Rec *root) {
     todo[n++] = (Todo){root, kids};
     while (n) {
         Todo t = todo[--n];
+        Py_ssize_t i = 0;
         for (Rec *k = t.rec->first; k; k = k->next) {
             PyObject *node = make_node(self, k, &kids);
-            if (!node || PyList_Append(t.kids, node) < 0) {
-                Py_XDECREF(node);
+            if (!node) {
                 PyMem_Free(todo);
                 Py_DECREF(top);
                 return NULL;
             }
-            Py_DECREF(node);
+            PyList_SET_ITEM(t.kids, i++, node); /* the list's reference */
             if (k->first) {
                 if (n == cap) {
                     Todo *g = PyMem_Realloc(todo, sizeof(Todo) * cap * 2);

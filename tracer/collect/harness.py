@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import gc
 import importlib
 import os
 import shutil
@@ -76,9 +77,12 @@ def set_dotted(dotted: str, value: Any) -> Any:
     return getattr(obj, parts[-1])
 
 
-def _timed(step: Callable[[], Any], sync: Callable[[], None], budget_s: float = 0.3, most: int = 50) -> float:
-    """Median seconds per call of ``step``; repeats until the budget or ``most``."""
-    times: list[float] = []
+def _timed(step: Callable[[], Any], sync: Callable[[], None], budget_s: float = 0.1, most: int = 20,
+           first: tuple[float, ...] = ()) -> float:
+    """Median seconds per call of ``step`` over at least 5 calls, repeated until the
+    budget or ``most``; ``first``: calls already timed (the traced step the trace keeps
+    is one of its timing calls, not a sixth traced call)."""
+    times: list[float] = list(first)
     t_end = time.perf_counter() + budget_s
     while len(times) < 5 or (len(times) < most and time.perf_counter() < t_end):
         times.append(step())
@@ -177,11 +181,11 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         case.backward(case.forward()) if "backward" in passes else case.forward()
         case.sync()
     for pass_ in passes:
-        tree, _ = traced(pass_)
+        tree, secs = traced(pass_)
         case.sync()
         stats: dict[str, Any] = {
             "untraced_s": _timed(lambda: untraced(pass_), case.sync),
-            "traced_s": _timed(lambda: traced(pass_)[1], case.sync, budget_s=0.1, most=5),
+            "traced_s": _timed(lambda: traced(pass_)[1], case.sync, most=5, first=(secs,)),
         }
         stats["overhead"] = stats["traced_s"] / stats["untraced_s"] if stats["untraced_s"] else None
         run = Run(pass_, "warm", {"python": tree}, stats)
@@ -322,6 +326,9 @@ def main(argv: list[str]) -> int:
         print(f"no {req.device.upper()} visible to {req.framework} on this machine", file=sys.stderr)
         return Exit.NO_DEVICE
     version = str(getattr(fw, "__version__", "unknown"))
+    # What the imports made lives as long as the process: kept out of the cyclic GC's
+    # walks, which the cases' call trees would otherwise make over all of it.
+    gc.freeze()
     pending: list[tuple[CaseRequest, Trace, Any]] = []  # cases that want native stacks, kept alive
     try:
         tracer = python_tracer(req.source_roots)  # the C core where it builds, else PythonTracer

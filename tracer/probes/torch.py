@@ -130,28 +130,29 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
     which names the backend op that was chosen: aten::_convolution >
     aten::mkldnn_convolution (oneDNN) or > aten::thnn_conv2d > aten::_slow_conv2d_forward.
     On CUDA the kernels each op launched hang under it (cudnn, cublas...)."""
-    from torch.profiler import ProfilerActivity, profile
+    # torch.autograd.profiler.profile is the Kineto profiler torch.profiler.profile
+    # wraps, with the same events: the wrapper's start asks hasattr(torch, "_inductor"),
+    # which imports the compiler stack (1.5 s and many modules a probe never uses).
+    from torch.autograd.profiler import profile
 
-    acts = [ProfilerActivity.CPU]
     cuda = torch.cuda.is_available() and case.info.get("device_type") == "cuda"
-    if cuda:
-        acts.append(ProfilerActivity.CUDA)
     standin = case.info.get("standin")
     if standin is not None:
         from tracer.probes import torch_standin
 
         torch_standin.RECORDER.start()
     try:
-        with profile(activities=acts, record_shapes=False, with_stack=False) as prof:
+        with profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True, record_shapes=False,
+                     with_stack=False) as prof:
             run()
             case.sync()
     finally:
         if standin is not None:
             standin["reached"][pass_] = torch_standin.RECORDER.stop()
     if standin is not None:
-        return torch_standin.op_record(prof.events(), standin["reached"][pass_])
+        return torch_standin.op_record(prof.function_events, standin["reached"][pass_])
     events = []
-    for e in prof.events():
+    for e in prof.function_events:
         if e.device_type.name != "CPU":
             continue
         kernels = [base.op_node(k.name, "cuda", "", 1, int(k.duration * 1000)) for k in getattr(e, "kernels", [])]
