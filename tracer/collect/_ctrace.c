@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#include <structmember.h>
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
@@ -244,6 +245,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *node_type;
     PyObject *fields[6]; /* Node's fields, set one by one on object.__new__(Node); or NULL: Node(...) */
+    Py_ssize_t offsets[6]; /* where Node has __slots__: each field's place in the object, or 0 */
     PyObject *empty;
     /* persistent caches (never shrink): code object -> CodeEntry, (owner, def) -> CFnEntry */
     PtrMap codes, cfns;
@@ -764,12 +766,22 @@ static PyObject *make_node(Core *self, const Rec *r, PyObject **kids) {
     args[4] = sorted_list(self, &r->lines, r);
     args[5] = PyList_New(r->n_kids); /* filled by to_node, in order */
     if (args[1] && args[2] && args[3] && args[4] && args[5]) {
-        if (self->fields[0]) {
-            PyTypeObject *type = (PyTypeObject *)self->node_type;
+        PyTypeObject *type = (PyTypeObject *)self->node_type;
+        if (self->offsets[0] && (node = type->tp_alloc(type, 0))) {
+            /* a slotted Node: its fields are stored where its member descriptors
+               read them (object.__setattr__ would look each name up in the type) */
+            for (int i = 0; i < 6; i++) {
+                *(PyObject **)((char *)node + self->offsets[i]) = args[i];
+                if (i != 5) args[i] = NULL; /* the node's reference now; the children list is lent to *kids below */
+                else Py_INCREF(args[i]);
+            }
+        }
+        else if (self->fields[0] && !self->offsets[0]) {
             node = type->tp_new(type, self->empty, NULL);
             for (int i = 0; node && i < 6; i++)
                 if (PyObject_GenericSetAttr(node, self->fields[i], args[i]) < 0) Py_CLEAR(node);
         }
+        else if (!self->offsets[0]) node = PyObject_Vectorcall(self->node_type, args, 6, NULL);
         else node = PyObject_Vectorcall(self->node_type, args, 6, NULL);
     }
     *kids = args[5];
@@ -940,6 +952,18 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
             Py_INCREF(name);
             PyUnicode_InternInPlace(&name);
             Py_XSETREF(self->fields[i], name);
+        }
+        /* __slots__: every field a plain object member of Node itself */
+        PyObject *dict = ((PyTypeObject *)node_type)->tp_dict;
+        for (int i = 0; i < 6; i++) {
+            PyObject *d = dict ? PyDict_GetItemWithError(dict, self->fields[i]) : NULL;
+            if (!d && PyErr_Occurred()) return -1;
+            PyMemberDef *m = d && Py_IS_TYPE(d, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)d)->d_member : NULL;
+            if (!m || m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0) {
+                memset(self->offsets, 0, sizeof(self->offsets));
+                break;
+            }
+            self->offsets[i] = m->offset;
         }
     }
     if (!self->empty && !(self->empty = PyTuple_New(0))) return -1;
