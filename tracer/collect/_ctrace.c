@@ -208,6 +208,7 @@ typedef struct {
     unsigned char how;
     int *static_lines; /* HOW_STATIC: the lines it runs */
     int n_static;
+    PyObject *static_list; /* the same, a sorted Python list: copied for a node that ran only these */
     CtypesCall *calls; /* HOW_CTYPES: sorted by offset */
     int n_calls;
 } CodeEntry;
@@ -421,6 +422,12 @@ static int read_static(PyObject *lines, CodeEntry *e) {
     Py_DECREF(it);
     if (PyErr_Occurred()) return -1;
     qsort(e->static_lines, e->n_static, sizeof(int), cmp_int);
+    if (!(e->static_list = PyList_New(e->n_static))) return -1;
+    for (int i = 0; i < e->n_static; i++) {
+        PyObject *x = PyLong_FromLong(e->static_lines[i]);
+        if (!x) return -1;
+        PyList_SET_ITEM(e->static_list, i, x);
+    }
     return 0;
 }
 
@@ -455,6 +462,7 @@ static CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code
         for (int i = 0; i < e->n_calls; i++) kindref_clear(&e->calls[i].k);
         PyMem_Free(e->calls);
         PyMem_Free(e->static_lines);
+        Py_XDECREF(e->static_list);
         Py_DECREF(e->code);
         PyMem_Free(e);
         return NULL;
@@ -731,6 +739,8 @@ static int sort_unique(int *v, int m) {
 }
 
 static PyObject *sorted_list(Core *self, const IntSet *set, const Rec *r) {
+    if (r && set->n == 0 && r->n_statics == 1) /* a branch-free function: its lines, known */
+        return PyList_GetSlice(r->statics[0]->static_list, 0, PY_SSIZE_T_MAX);
     int n = set->n;
     for (int i = 0; r && i < r->n_statics; i++) n += r->statics[i]->n_static;
     int local[64];
@@ -986,6 +996,7 @@ static void Core_dealloc(Core *self) {
         for (int j = 0; j < e->n_calls; j++) kindref_clear(&e->calls[j].k);
         PyMem_Free(e->calls);
         PyMem_Free(e->static_lines);
+        Py_XDECREF(e->static_list);
         Py_DECREF(e->code);
         PyMem_Free(e);
     }
