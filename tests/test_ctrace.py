@@ -23,7 +23,7 @@ from tracer.collect.ctracer import CTracer
 from tracer.collect.pytrace import PythonTracer
 from tracer.contract import PRIMITIVES
 from tracer.registry import ROOT
-from tracer.trace import Node, TraceFormatError, from_json, load, to_json
+from tracer.trace import Frame, Node, TraceFormatError, from_json, load, to_json
 
 ROOTS = ["tests.samplefw"]
 
@@ -98,6 +98,39 @@ def test_lines_only_where_a_framework_function_wants_them(core):
     stats = c._core.stats()
     # forward branches (line events while it runs); forward_cpu and double do not
     assert stats["trace_switches"] >= 2 and stats["trace_events"] > 0
+
+
+@dataclasses.dataclass
+class DictNode:
+    """Node's fields without slots: the core sets them as object.__setattr__ does."""
+
+    frame: Frame
+    count: int = 0
+    time_ns: int = 0
+    call_lines: list[int] = dataclasses.field(default_factory=list)
+    lines: list[int] = dataclasses.field(default_factory=list)
+    children: list[DictNode] = dataclasses.field(default_factory=list)
+
+
+def _walk(node, depth=0):
+    yield depth, node
+    for kid in node.children:
+        yield from _walk(kid, depth + 1)
+
+
+def test_every_way_the_core_makes_nodes_gives_the_same_tree(core):
+    """Node is slotted (the core stores into its slots); a Node without slots gets its
+    fields through object.__setattr__; one the core cannot fill is called (fields None)."""
+    assert "__slots__" in vars(Node) and "__dict__" not in dir(Node("x"))  # the fast path is the one in use
+    py = PythonTracer(ROOTS)
+    fields = tuple(f.name for f in dataclasses.fields(Node))
+    for node_type, names in ((Node, fields), (DictNode, fields), (DictNode, None)):
+        c = CTracer(core, ROOTS)
+        c._core = core.Core(node_type, names)
+        for name, fn in PATTERNS.items():
+            (a, _), (b, _) = py.record(fn, name), c.record(fn, name)
+            assert type(b) is node_type, name
+            assert rows(a) == [(d, n.frame, n.count, n.call_lines, n.lines) for d, n in _walk(b)], (node_type, name)
 
 
 def test_an_error_in_the_traced_code_propagates_and_removes_the_hooks(core):

@@ -288,6 +288,16 @@ class DeviceCheck(Protocol):
 
 
 @runtime_checkable
+class DeviceInfo(Protocol):
+    """A probe module that can name the accelerator a case ran on and the runtime its
+    framework drives it with, so that a trace recorded on a GPU machine carries its own
+    provenance (``meta.machine``: ``gpu``, ``gpu_runtime``): ``device_info(device)``
+    returns {"gpu": ..., "runtime": ...}, strings, for the selector from frameworks.yaml."""
+
+    def device_info(self, device: str) -> dict[str, str]: ...
+
+
+@runtime_checkable
 class DispatchTable(Protocol):
     """A probe module that can say, from its framework's own tables, what each op a
     step reached needs from a backend: ``dispatch_table(op names)`` returns a plain,

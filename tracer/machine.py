@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from typing import Any
 
@@ -43,3 +44,22 @@ def describe() -> dict[str, Any]:
         "python": platform.python_version(),
         "python_impl": sys.implementation.name,
     }
+
+
+#: Where the kernel drivers of GPUs say their version (the first that exists is read).
+_DRIVER_FILES = (("/proc/driver/nvidia/version", r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)"),
+                 ("/sys/module/amdgpu/version", r"(\S+)"))
+
+
+def gpu_driver() -> str:
+    """The GPU kernel driver's version ("NVIDIA 580.159.04"), "" where no driver says
+    one: what a trace recorded on a GPU machine needs to be reproduced."""
+    for path, pattern in _DRIVER_FILES:
+        try:
+            with open(path) as fh:
+                found = re.search(pattern, fh.read(4096))
+        except OSError:
+            continue
+        if found:
+            return f"{'NVIDIA' if 'nvidia' in path else 'AMD'} {found.group(1)}"
+    return ""

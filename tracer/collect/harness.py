@@ -31,7 +31,8 @@ from tracer.collect.collector import CollectorError, python_tracer
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
-from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, CaseError, CaseRequest, DeviceCheck, DispatchTable,
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, CaseError, CaseRequest, DeviceCheck, DeviceInfo,
+                             DispatchTable,
                              EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder, Probe, ProbeRequest)
 from tracer.trace import Frame, Node, Run, Trace, save
 from tracer.trace_meta import native_not_finished
@@ -128,10 +129,19 @@ def _library_layer(log: StdoutLog, case: Case, pass_: str, label: str) -> tuple[
     return library.tree(calls, label), info
 
 
-def _machine() -> dict[str, Any]:
+def _machine(req: ProbeRequest, probe: Probe) -> dict[str, Any]:
     """Where the probe ran: this machine, or the emulated CPU the runner chose (its
-    /proc/cpuinfo is the model's; the trace must say it was emulated)."""
+    /proc/cpuinfo is the model's; the trace must say it was emulated), and on a GPU
+    the card, its driver and the runtime the framework drives it with (what a
+    recorded GPU trace needs to say where it came from)."""
     m = machine.describe()
+    if req.device == "gpu" and isinstance(probe, DeviceInfo):
+        try:
+            info = probe.device_info(req.device_select)
+        except Exception as exc:  # noqa: BLE001 - the trace is worth writing without it
+            info = {"gpu": f"unknown ({type(exc).__name__}: {exc})"[:200]}
+        m.update({"gpu": str(info.get("gpu", "")), "gpu_runtime": str(info.get("runtime", "")),
+                  "gpu_driver": machine.gpu_driver()})
     emulated = os.environ.get(EMULATED_ENV)
     if emulated:
         cpu = EmulatedCpu.from_json(emulated)
@@ -213,7 +223,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         "shape": list(shape),
         "passes": passes,
         "source_roots": req.source_roots,
-        "machine": _machine(),
+        "machine": _machine(req, probe),
         "tool": "dltrace",
         "tool_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

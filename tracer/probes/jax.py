@@ -9,6 +9,7 @@ seeded NCHW layout (lax convolution takes the layout as dimension numbers).
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -41,6 +42,15 @@ def gpu_available() -> bool:
         return any(d.platform in ("gpu", "cuda") for d in jax.devices())
     except RuntimeError:
         return False
+
+
+def device_info(device: str) -> dict[str, str]:
+    """The card and the runtime XLA's GPU client reports (its platform version: "cuda 13000")."""
+    gpu = next(d for d in jax.devices() if d.platform in ("gpu", "cuda", "rocm"))
+    runtime = str(getattr(gpu.client, "platform_version", "") or gpu.platform)
+    plugins = sorted(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
+                     if str(d.metadata["Name"] or "").startswith(("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm")))
+    return {"gpu": str(gpu.device_kind), "runtime": ", ".join([runtime, *plugins])}
 
 
 def _dense(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:

@@ -17,6 +17,17 @@ def gpu_available() -> bool:
     return available
 
 
+def device_info(device: str) -> dict[str, str]:
+    """The card and the CUDA (or ROCm) runtime and cuDNN (MIOpen) this torch build drives it with."""
+    dev = torch.device(device)
+    hip = getattr(torch.version, "hip", None)
+    runtime = f"ROCm {hip}" if hip else f"CUDA {torch.version.cuda}"
+    dnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    if dnn:
+        runtime += f", {'MIOpen' if hip else 'cuDNN'} {dnn}"
+    return {"gpu": str(torch.cuda.get_device_name(dev)), "runtime": runtime}
+
+
 def _functional(primitive: str, x: torch.Tensor,
                 dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
     c = x.shape[1] if x.dim() > 1 else 1
@@ -125,6 +136,11 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
 
 
 
+#: Records of the profiler's own work, not the step's: CUPTI's buffer requests (Kineto
+#: hangs the kernels that completed meanwhile under them a second time).
+_PROFILER_OWN = frozenset({"Activity Buffer Request"})
+
+
 def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """The dispatcher's op hierarchy from torch.profiler (CPU events nested by time),
     which names the backend op that was chosen: aten::_convolution >
@@ -153,7 +169,7 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
         return torch_standin.op_record(prof.function_events, standin["reached"][pass_])
     events = []
     for e in prof.function_events:
-        if e.device_type.name != "CPU":
+        if e.device_type.name != "CPU" or e.name in _PROFILER_OWN:
             continue
         kernels = [base.op_node(k.name, "cuda", "", 1, int(k.duration * 1000)) for k in getattr(e, "kernels", [])]
         module = "aten" if e.name.startswith("aten::") else "torch"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Record dltrace's own GPU reference traces (README.md beside this file says what, why and
+# how they were made). Run from the repository root on a machine with a CUDA GPU and a
+# Python that imports the frameworks (PYTHON, default python3) and dltrace's own
+# requirements; the frameworks are used as installed there (`dltrace env use`).
+#
+#   bash tracer/reference/recorded/record.sh OUT [FRAMEWORK...]     (default: torch jax)
+#
+# Writes OUT/machine.txt (the card, its driver, the versions) and OUT/survey (the survey:
+# traces/FRAMEWORK/{cpu,gpu}-default/*.json and gap records, and its report).
+set -uo pipefail
+out=${1:?usage: record.sh OUT [FRAMEWORK...]}
+shift
+[ $# -gt 0 ] || set -- torch jax
+py=${PYTHON:-python3}
+export DLTRACE_HOME=${DLTRACE_HOME:-$out/home}
+# the probe processes share the card: none may take most of its memory up front (JAX does by default)
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+mkdir -p "$out"
+{
+    date -u +%Y-%m-%dT%H:%M:%SZ
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    "$py" --version
+    "$py" -m pip list --disable-pip-version-check 2>/dev/null | grep -Ei '^(torch|jax|jaxlib|jax-cuda|nvidia-cudnn|nvidia-cublas|cupy|chainer|tensorflow|numpy|py-spy) '
+} >"$out/machine.txt" 2>&1
+for fw in "$@"; do
+    "$py" -m tracer env use "$fw" "$(command -v "$py")" || exit 1
+done
+"$py" -m tracer survey "$@" --devices cpu,gpu --no-arm --no-imports --no-derive --no-variants --fresh \
+    --jobs "${JOBS:-8}" -o "$out/survey"
