@@ -216,6 +216,9 @@ class Framework:
     knowledge: FrameworkKnowledge
     #: profiler files recorded elsewhere (real GPUs) that every survey of it imports
     imported: tuple[Path, ...] = ()
+    #: folders of dltrace's own GPU-path traces recorded on GPU machines, that every
+    #: survey of it sets its CPU path against
+    recorded: tuple[Path, ...] = ()
     #: the profiler file formats its files are imported from (contract.PROFILE_FORMATS),
     #: in the order they are tried: ``dltrace import --framework`` and ``imported``
     profiles: tuple[str, ...] = ()
@@ -404,6 +407,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         apis=apis,
         knowledge=e.knowledge(),
         imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
+        recorded=tuple(PACKAGE / p for p in e.strings("recorded", e.get("recorded", list, []))),
         profiles=(profiles := _profiles(e)),  # validated in field order, then read by profile_ops
         profile_ops=_profile_ops(e, profiles),
         profile_vocab=_profile_vocab(e, profiles),
@@ -535,7 +539,8 @@ def gpu_build_env(fw: Framework) -> Framework | None:
 
     if not fw.gpu_build:
         return None
-    return dataclasses.replace(fw, name=fw.name + GPU_BUILD, install=fw.gpu_build, aarch64=None, imported=())
+    return dataclasses.replace(fw, name=fw.name + GPU_BUILD, install=fw.gpu_build, aarch64=None, imported=(),
+                               recorded=())
 
 
 def load(path: str | os.PathLike[str] | Traversable | None = None) -> dict[str, Framework]:

@@ -64,6 +64,10 @@ class Machine:
     arch: str | None = None
     cpu: str | None = None
     gpu: str = ""
+    #: on a GPU machine dltrace recorded on: the card's kernel driver and the runtime the
+    #: framework drove it with ("NVIDIA 580.159.04", "CUDA 13.0, cuDNN 91900")
+    gpu_driver: str = ""
+    gpu_runtime: str = ""
 
     @classmethod
     def parse(cls, value: Any) -> Machine:
@@ -71,7 +75,8 @@ class Machine:
         for key in ("arch", "cpu"):
             if not isinstance(m.get(key, ""), str):
                 raise _wrong(f"meta.machine.{key}", m[key], "a string")
-        return cls(m.get("arch"), m.get("cpu"), str(m.get("gpu") or ""))
+        return cls(m.get("arch"), m.get("cpu"), str(m.get("gpu") or ""), _str(m.get("gpu_driver")),
+                   _str(m.get("gpu_runtime")))
 
 
 @dataclass(frozen=True)

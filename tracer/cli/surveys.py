@@ -45,8 +45,9 @@ if TYPE_CHECKING:  # the annotations only (the commands import tracer.survey whe
               help="The whole emulated part (slow under QEMU): every primitive of frameworks whose aarch64 "
                    "entry lists a few (JAX), and every variant (JAX's nojit).")
 @click.option("--imports/--no-imports", default=True, show_default=True,
-              help="Import each framework's reference GPU profiles (frameworks.yaml: imported), recorded on real "
-                   "GPUs by others, so that the report sets the CPU path against them.")
+              help="Set the CPU path against each framework's reference GPU paths: the profiles recorded on real "
+                   "GPUs by others (frameworks.yaml: imported), imported, and dltrace's own traces recorded on a "
+                   "GPU machine (frameworks.yaml: recorded).")
 @click.option("--derive/--no-derive", "derived", default=True, show_default=True,
               help="Derive each framework's GPU path without a GPU (dltrace derive: TensorFlow's and torch's "
                    "registered GPU kernels, JAX's cuda/rocm lowering, Chainer's forward_gpu source), "
@@ -101,6 +102,11 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
+        for fw in chosen:
+            for folder in fw.recorded:
+                n = sum(1 for _ in sv.trace_files([folder]))
+                err.print(f"  {fw.name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
+                          style="dim", highlight=False, markup=False)
     if derived:
         from tracer.derive import survey_evidence
 
@@ -111,7 +117,8 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
         t1 = time.monotonic()
         gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
         out.print(f"GPU evidence derived in {time.monotonic() - t1:.0f} s")
-    _render([output / "traces", *with_traces], output)
+    recorded = [folder for fw in chosen for folder in fw.recorded] if imports else []
+    _render([output / "traces", *recorded, *with_traces], output)
 
 
 @main.command()

@@ -32,8 +32,9 @@ _CUBLASLT = re.compile(r"^\[[^]]*\]\[cublasLt\]\[\d+\]\[Trace\]\[(\w+)\]\s*(.*)$
 #: cuDNN and cuBLAS calls that compute (the rest create, set, get or destroy descriptors
 #: and handles): cuDNN's graph API executes a finalized plan, its legacy API names the
 #: operation and its direction; every cuBLAS routine but its set-up ones.
-_CUDNN_COMPUTES = re.compile(r"^cudnn(?!Get|Set|Create|Destroy|Find)(?:BackendExecute|\w*(?:Forward|Backward)\w*|\w*Transform\w*|OpTensor|"
-                             r"AddTensor|ReduceTensor|ScaleTensor)$")
+_CUDNN_COMPUTES = re.compile(r"^cudnn(?!Get|Set|Create|Destroy|Find)"
+                             r"(?:BackendExecute|\w*(?:Forward|Backward)\w*|\w*Transform\w*|"
+                             r"OpTensor|AddTensor|ReduceTensor|ScaleTensor)$")
 _CUBLAS_SETUP = re.compile(r"^cublas(?:Create|Destroy|Set|Get|Xt|LoggerConfigure|Init)")
 _ONEDNN_PREFIX = re.compile(r"^(?:onednn|dnnl|mkldnn)_verbose,")
 _MKL_CALL = re.compile(r"^MKL_VERBOSE\s+([A-Za-z_][\w]*)\(([^)]*)\)\s+([\d.]+)(ns|us|ms|s)\b")

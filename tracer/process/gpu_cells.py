@@ -25,13 +25,13 @@ from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
 from tracer.process.tags import CUDART, library_of
-from tracer.trace import Node, Trace
+from tracer.trace import Frame, Node, Trace
 
 #: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
 _RUNTIMES = frozenset({CUDART, "HIP runtime"})
 #: Kernels that convert a layout around the one that computes (cuDNN's nchwToNhwc,
-#: MIOpen's batched_transpose): named after it.
-_LAYOUT = re.compile(r"transpose|nchwtonhwc|nhwctonchw|computeoffsets|reorder")
+#: MIOpen's batched_transpose, XLA's bitcast): named after it.
+_LAYOUT = re.compile(r"transpose|nchwtonhwc|nhwctonchw|computeoffsets|reorder|^bitcast$")
 #: Kernels a cell names (the rest are counted).
 MOST_KERNELS = 4
 
@@ -91,6 +91,26 @@ class GpuCoverage:
     by_class: dict[str, int]
 
 
+#: The device activities that are the runtime's copies and fills, not kernels.
+_COPIES = re.compile(r"^(?:Memset|Memcpy)\b")
+#: The frame module a GPU kernel is recorded under, and its vendor.
+_KERNEL_MODULES = {"cuda": "NVIDIA", "hip": "AMD"}
+
+
+def kernel_tag(f: Frame) -> str:
+    """A GPU kernel's library: the tag its importer gave it, or for a kernel dltrace's
+    probe recorded on a GPU machine (module "cuda" or "hip", untagged: the probe runs
+    with the standard library alone) the op table's tag or its framework's own
+    (knowledge ``gpu_kernels``), as the importer would have tagged it; "" for anything
+    that is no kernel."""
+    vendor = _KERNEL_MODULES.get(f.module)
+    if f.lib or vendor is None:
+        return f.lib
+    if _COPIES.match(f.name):
+        return CUDART if vendor == "NVIDIA" else "HIP runtime"
+    return library_of(f) or knowledge().gpu_kernel_tag(f.name, vendor) or f"{vendor} GPU kernel"
+
+
 def _kernels(op_root: Node, cpu_op: str = "",
              probe_ops: frozenset[str] = frozenset()) -> tuple[str, list[str], str, int]:
     """(op, kernels, library, kernels not named) of a GPU run's op layer: kernel frames
@@ -106,17 +126,22 @@ def _kernels(op_root: Node, cpu_op: str = "",
     counts: Counter[str] = Counter()
     libs: dict[str, str] = {}
     owner: dict[str, str] = {}
-    stack: list[tuple[Node, str]] = [(c, "") for c in op_root.children]
+    stack: list[tuple[Node, str, bool]] = [(c, "", False) for c in op_root.children]
     while stack:
-        node, above = stack.pop()
+        node, above, inside = stack.pop()
         f = node.frame
-        if f.lib and f.lib not in _RUNTIMES:
+        lib = kernel_tag(f)
+        if lib and lib not in _RUNTIMES:
+            inner = [c for c in node.children if kernel_tag(c.frame)] if not inside else []
+            if inner:  # a compiled program (XLA:gpu) and what it ran: each instruction is a kernel
+                stack.extend((c, above, True) for c in inner)  # (a fusion is one, whatever it fused)
+                continue
             counts[f.name] += node.count
-            libs.setdefault(f.name, f.lib)
+            libs.setdefault(f.name, lib)
             owner.setdefault(f.name, above)
             continue
         mine = above if (f.lib or facts.is_utility_op(f.name) or facts.is_noise(f.name)) else f.name
-        stack.extend((c, mine) for c in node.children)
+        stack.extend((c, mine, False) for c in node.children)
     ranked = sorted(counts, key=lambda k: (owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
                                            bool(_LAYOUT.search(k.lower())), -counts[k], k))
     if not ranked:
