@@ -133,4 +133,11 @@ def test_gpu_cells_rest_on_the_recorded_run(traces):
     conv = cells[("conv2d", "forward")]
     assert conv.strongest is not None and conv.strongest.evidence == "recorded"
     assert conv.strongest.gpu == "NVIDIA H100 80GB HBM3" and conv.strongest.op == "aten::cudnn_convolution"
+    # what cuDNN itself logged it ran, and the runtime and driver the run had
+    (lib, call), = conv.strongest.reported
+    assert lib == "cuDNN" and call.startswith("cudnnBackendExecute convolution_forward engine ")
+    assert "CUDA 13.0" in conv.strongest.source and "driver NVIDIA 580" in conv.strongest.source
+    # no vendor library computes torch's relu on CUDA: its own kernel, and nothing reported
+    relu = cells[("relu", "forward")].strongest
+    assert relu is not None and relu.library == "PyTorch CUDA kernels" and not relu.reported
     assert all(c.strongest is not None and c.strongest.evidence == "recorded" for c in cells.values())

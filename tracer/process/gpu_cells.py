@@ -59,6 +59,9 @@ class GpuEvidence:
     kernels: list[str]  # most run first
     library: str  # the library of the first kernel
     more_kernels: int = 0  # kernels not named
+    #: what the GPU libraries logged they ran (a recorded run's library layer: the cuDNN
+    #: engine, the cuBLASLt algorithm), in order, as (library, call)
+    reported: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def kernel(self) -> str:
@@ -164,7 +167,9 @@ def _source(trace: Trace) -> tuple[str, str]:
     gpu = trace.info.machine.gpu or (prov.gpu if prov is not None else "")
     if prov is not None:
         return origin(trace) or prov.what or prov.source, gpu
-    return ("dltrace on " + gpu) if gpu else "dltrace on a GPU machine", gpu
+    m = trace.info.machine
+    how = ", ".join(x for x in (m.gpu_runtime, f"driver {m.gpu_driver}" if m.gpu_driver else "") if x)
+    return (f"dltrace on {gpu}" if gpu else "dltrace on a GPU machine") + (f" ({how})" if how else ""), gpu
 
 
 def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
@@ -178,7 +183,10 @@ def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
     op, kernels, lib, more = _kernels(run.layers["op"], cpu_op, probe_ops)
     source, gpu = _source(trace)
     version = trace.info.framework_version or "unknown"
-    return GpuEvidence(cls, side_label(trace), source, gpu, version, op, kernels, lib, more)
+    reported = [(library_of(n.frame), n.frame.name) for n in run.layers["library"].children] \
+        if "library" in run.layers else []
+    return GpuEvidence(cls, side_label(trace), source, gpu, version, op, kernels, lib, more,
+                       list(dict.fromkeys(reported))[:MOST_KERNELS])
 
 
 def cpu_side(trace: Trace, pass_: str) -> CpuSide | None:
