@@ -106,12 +106,17 @@ def test_gpu_cells_show_their_evidence_class_and_fit_the_page(browser, survey_re
     assert len(rows) == 18
     conv = browser.find_element(By.CSS_SELECTOR, '#gpu-table tr[data-primitive="conv2d"][data-pass="forward"]')
     assert "aten::mkldnn_convolution" in conv.text and "oneDNN" in conv.text
+    # the strongest: dltrace's own run on a GPU machine (tracer/reference/recorded), with
+    # what cuDNN logged it ran; the profiles of others are listed after it
     entry = conv.find_element(By.CSS_SELECTOR, ".gpu-evidence")
-    assert entry.get_attribute("data-evidence") == "imported"
-    assert entry.find_element(By.CSS_SELECTOR, ".tag.ev").text == "imported"
-    assert "recorded on" in entry.text and ("cuDNN" in entry.text or "MIOpen" in entry.text)
+    assert entry.get_attribute("data-evidence") == "recorded"
+    assert entry.find_element(By.CSS_SELECTOR, ".tag.ev").text == "recorded"
+    assert "dltrace on NVIDIA H100" in entry.text and "cudnn_convolution" in entry.text
+    assert "cudnnBackendExecute convolution_forward" in entry.find_element(By.CSS_SELECTOR, ".reported").text
     kernels = entry.find_elements(By.CSS_SELECTOR, "code.kernel")
     assert kernels and all(k.get_attribute("title") for k in kernels)  # the full name on hover
+    others = {e.get_attribute("data-evidence") for e in conv.find_elements(By.CSS_SELECTOR, ".gpu-evidence")[1:]}
+    assert {"imported", "registered"} <= others
     for row in rows:
         if row.get_attribute("data-evidence") == "none":
             assert "no GPU evidence" in row.text
@@ -127,9 +132,9 @@ def test_gpu_cells_show_their_evidence_class_and_fit_the_page(browser, survey_re
     open_page(browser, survey_report)
     torch = browser.find_element(By.XPATH, "//table[@id='framework-table']//tr[td/a[normalize-space(.)='torch']]")
     covered = torch.find_element(By.CSS_SELECTOR, "td.gpu-coverage")
-    assert int(covered.get_attribute("data-covered")) >= 10 and "imported" in covered.text
+    assert int(covered.get_attribute("data-covered")) == 18 and "recorded" in covered.text
     column = browser.find_element(By.CSS_SELECTOR, '#primitive-table td.gpu-column[data-framework="torch"]')
-    assert column.find_element(By.CSS_SELECTOR, ".tag.ev").text == "imported"
+    assert column.find_element(By.CSS_SELECTOR, ".tag.ev").text == "recorded"
     table = browser.find_element(By.ID, "primitive-table")
     width = browser.execute_script("return document.documentElement.clientWidth")
     assert table.rect["x"] + table.rect["width"] <= width + 1
