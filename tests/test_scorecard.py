@@ -50,10 +50,13 @@ def test_elf_code_bytes_come_from_the_real_shared_objects(native_traces):
 
 
 def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, cpu_traces):
+    # the default path is one side, so that the report pairs them: against the oneDNN
+    # variant, or where TensorFlow turns oneDNN on by itself (an AVX-512 CPU: the default
+    # is the oneDNN path), against the variant that turns it off
     on_path = native_traces[("tensorflow", "onednn-on")].path
     off_path = native_traces[("tensorflow", "default")].path
-    if load(off_path).meta.get("onednn_enabled"):  # a CPU where TensorFlow turns oneDNN on by itself
-        off_path = native_traces[("tensorflow", "onednn-off")].path
+    if load(off_path).meta.get("onednn_enabled"):
+        on_path, off_path = off_path, native_traces[("tensorflow", "onednn-off")].path
     on, off = load(on_path), load(off_path)
     assert on.meta["onednn_enabled"] is True and off.meta["onednn_enabled"] is False
     only_on, only_off = split_kernels(on, off, "forward")
