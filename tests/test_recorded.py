@@ -141,3 +141,17 @@ def test_gpu_cells_rest_on_the_recorded_run(traces):
     relu = cells[("relu", "forward")].strongest
     assert relu is not None and relu.library == "PyTorch CUDA kernels" and not relu.reported
     assert all(c.strongest is not None and c.strongest.evidence == "recorded" for c in cells.values())
+
+
+def test_scorecard_names_the_strongest_gpu_evidence_first(traces):
+    """torch's recorded GPU run beside a public profile: the coverage names recorded first."""
+    from tracer.importers import import_file
+    from tracer.process.portability import framework_report
+    from tracer.process.scorecard import scorecard
+
+    ref = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported" / "alexnet-a100.kineto.json.gz"
+    ts = [t for t in traces["torch"] if t.info.device == "gpu"] + [r.trace for r in import_file(ref, "torch", "pytest")]
+    (row,) = scorecard([framework_report("torch", ts, [])], ts)
+    coverage = row.figures["coverage"]
+    assert "GPU recorded/imported" in coverage.value, coverage.value
+    assert [d.split(":")[0] for d in coverage.details[1:3]] == ["GPU (recorded)", "GPU (imported)"], coverage.details

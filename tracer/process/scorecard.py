@@ -347,14 +347,15 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
         return " · ".join(f"{p[:3]} {len(d.get(p, ()))}/{n}" for p in PASSES)
 
     details = [f"CPU x86: {count(cpu)}"]
-    details += [f"GPU ({ev}): {count(by_pass)}" for ev, by_pass in sorted(gpu.items())]
+    strongest_first = sorted(gpu, key=lambda ev: (EVIDENCE.index(ev) if ev in EVIDENCE else len(EVIDENCE), ev))
+    details += [f"GPU ({ev}): {count(gpu[ev])}" for ev in strongest_first]
     details.append(f"ARM ({', '.join(sorted(arm_kinds))}): {count(arm)}" if arm else "ARM: no trace")
     thin = []
     if not gpu:
         thin.append("no GPU evidence")
     if not arm:
         thin.append("no ARM trace")
-    value = (f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(sorted(gpu)) or '—'} · "
+    value = (f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(strongest_first) or '—'} · "
              f"ARM {len(arm.get('forward', ()))}/{n}")
     return Figure(value, "forward; per pass in details",
                   _page(rep, "primitives"), details, "; ".join(thin))
