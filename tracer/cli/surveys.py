@@ -102,11 +102,11 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
-        for fw in chosen:
-            for folder in fw.recorded:
-                n = sum(1 for _ in sv.trace_files([folder]))
-                err.print(f"  {fw.name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
-                          style="dim", highlight=False, markup=False)
+    recorded = [(fw.name, folder) for fw in chosen for folder in fw.recorded] if imports else []
+    for name, folder in recorded:
+        n = sum(1 for _ in sv.trace_files([folder]))
+        err.print(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
+                  style="dim", highlight=False, markup=False)
     if derived:
         from tracer.derive import survey_evidence
 
@@ -117,8 +117,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
         t1 = time.monotonic()
         gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
         out.print(f"GPU evidence derived in {time.monotonic() - t1:.0f} s")
-    recorded = [folder for fw in chosen for folder in fw.recorded] if imports else []
-    _render([output / "traces", *recorded, *with_traces], output)
+    _render([output / "traces", *(folder for _, folder in recorded), *with_traces], output)
 
 
 @main.command()

@@ -14,27 +14,12 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from tracer.knowledge import knowledge
-from tracer.process.tags import library_of
-from tracer.trace import Frame
+from tracer.process.tags import AMD, NVIDIA, kernel_lib, module_of
 
-CUDA_RUNTIME, HIP_RUNTIME = "CUDA runtime", "HIP runtime"
-NVIDIA, AMD = "NVIDIA", "AMD"
+__all__ = ["AMD", "NVIDIA", "kernel_lib", "module_of", "vendor_of"]
 
 _AMD_GPU = re.compile(r"(?i)\bAMD\b|Radeon|Instinct|\bMI\d{3}")
 _NVIDIA_GPU = re.compile(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\bRTX\b|\b[AHBLTV]\d{2,3}\b")
-
-
-def module_of(vendor: str) -> str:
-    """The frame module of a kernel: "cuda" on NVIDIA, "hip" on AMD."""
-    return "hip" if vendor == AMD else "cuda" if vendor == NVIDIA else "gpu"
-
-
-def kernel_lib(name: str, vendor: str, kind: str = "kernel") -> str:
-    """The library tag of a GPU activity (a kernel, memcpy or memset)."""
-    if kind != "kernel":
-        return HIP_RUNTIME if vendor == AMD else CUDA_RUNTIME
-    return library_of(Frame("op", module_of(vendor), name)) or knowledge().gpu_kernel_tag(name, vendor)
 
 
 def vendor_of(gpu_names: Iterable[str], api_names: Iterable[str], header: dict[str, Any]) -> str:

@@ -24,11 +24,11 @@ from tracer.process.diff.context import names_gpu_code, op_names
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
-from tracer.process.tags import CUDART, library_of
+from tracer.process.tags import AMD, CUDART, HIP_RUNTIME, NVIDIA, kernel_lib, library_of, module_of
 from tracer.trace import Frame, Node, Trace
 
 #: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
-_RUNTIMES = frozenset({CUDART, "HIP runtime"})
+_RUNTIMES = frozenset({CUDART, HIP_RUNTIME})
 #: Kernels that convert a layout around the one that computes (cuDNN's nchwToNhwc,
 #: MIOpen's batched_transpose, XLA's bitcast): named after it.
 _LAYOUT = re.compile(r"transpose|nchwtonhwc|nhwctonchw|computeoffsets|reorder|^bitcast$")
@@ -97,21 +97,18 @@ class GpuCoverage:
 #: The device activities that are the runtime's copies and fills, not kernels.
 _COPIES = re.compile(r"^(?:Memset|Memcpy)\b")
 #: The frame module a GPU kernel is recorded under, and its vendor.
-_KERNEL_MODULES = {"cuda": "NVIDIA", "hip": "AMD"}
+_KERNEL_MODULES = {module_of(v): v for v in (NVIDIA, AMD)}
 
 
 def kernel_tag(f: Frame) -> str:
     """A GPU kernel's library: the tag its importer gave it, or for a kernel dltrace's
     probe recorded on a GPU machine (module "cuda" or "hip", untagged: the probe runs
-    with the standard library alone) the op table's tag or its framework's own
-    (knowledge ``gpu_kernels``), as the importer would have tagged it; "" for anything
-    that is no kernel."""
+    with the standard library alone) the tag the importer would have given it; "" for
+    anything that is no kernel."""
     vendor = _KERNEL_MODULES.get(f.module)
     if f.lib or vendor is None:
         return f.lib
-    if _COPIES.match(f.name):
-        return CUDART if vendor == "NVIDIA" else "HIP runtime"
-    return library_of(f) or knowledge().gpu_kernel_tag(f.name, vendor) or f"{vendor} GPU kernel"
+    return kernel_lib(f.name, vendor, "memcpy" if _COPIES.match(f.name) else "kernel") or f"{vendor} GPU kernel"
 
 
 def _kernels(op_root: Node, cpu_op: str = "",

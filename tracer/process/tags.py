@@ -34,7 +34,8 @@ from tracer.process.normalize import normalize_lib
 from tracer.trace import Frame
 
 ONEDNN, MKL, OPENBLAS, BLAS, EIGEN, XLA, MSHADOW = "oneDNN", "MKL", "OpenBLAS", "BLAS", "Eigen", "XLA", "mshadow"
-CUDNN, CUBLAS, CUDART = "cuDNN", "cuBLAS", "CUDA runtime"
+CUDNN, CUBLAS, CUDART, HIP_RUNTIME = "cuDNN", "cuBLAS", "CUDA runtime", "HIP runtime"
+NVIDIA, AMD = "NVIDIA", "AMD"
 LIBC, LIBSTDCXX, LIBPYTHON, JIT = "libc", "libstdc++", "libpython", "JIT code"
 
 
@@ -328,3 +329,18 @@ def isa_of(frame: Frame) -> str:
     if is_jit(frame):
         return (not is_unnamed(frame) and _first(ISA_TAGS, frame.name.lower())) or "jit"
     return _first(ISA_TAGS, frame.name.lower())
+
+
+def module_of(vendor: str) -> str:
+    """The frame module of a GPU kernel: "cuda" on NVIDIA, "hip" on AMD."""
+    return "hip" if vendor == AMD else "cuda" if vendor == NVIDIA else "gpu"
+
+
+def kernel_lib(name: str, vendor: str, kind: str = "kernel") -> str:
+    """The library tag of a GPU activity (a kernel, memcpy or memset): the op table's,
+    else the framework's own kernels' (knowledge ``gpu_kernels``). One rule for the
+    importers, which tag the kernels of a profile, and for the kernels dltrace's probe
+    recorded on a GPU machine, untagged (tracer.process.gpu_cells)."""
+    if kind != "kernel":
+        return HIP_RUNTIME if vendor == AMD else CUDART
+    return library_of(Frame("op", module_of(vendor), name)) or knowledge().gpu_kernel_tag(name, vendor)
