@@ -2,6 +2,8 @@
 records the same warm steps under both Python-level collectors, the C core and the
 pure-Python PythonTracer, and prints, as JSON, every node where the two trees differ
 (frame, count, calling lines, lines run; not times). tests/test_ctrace.py starts it.
+A request ``{"patterns": true}`` records the sample framework's call patterns instead
+(tests/sample_patterns.py), under whichever interpreter runs this.
 
 Each step is warmed up untraced first, then recorded by each collector in turn
 (one tracer per collector, shared by all cases as the harness shares its tracer),
@@ -44,9 +46,40 @@ def step(case: Any, pass_: str) -> Any:
     return lambda: case.backward(state)
 
 
+def patterns() -> dict[str, Any]:
+    """The sample framework's call patterns (tests/sample_patterns.py), each recorded
+    twice by each collector; and what a failing step leaves behind."""
+    from tests import samplefw
+    from tests.sample_patterns import PATTERNS
+
+    roots = ["tests.samplefw"]
+    py, c = PythonTracer(roots), CTracer(cbuild.load(), roots)
+    report: dict[str, Any] = {"python": sys.version.split()[0], "cases": []}
+    for name, fn in PATTERNS.items():
+        for attempt in (1, 2):  # the second time from the caches
+            (a, ra), (b, rb) = py.record(fn, name), c.record(fn, name)
+            report["cases"].append({"pattern": name, "attempt": attempt, "nodes": a.size(),
+                                    "same_result": ra == rb, "diffs": differences(a, b)[:20]})
+    report["same_sources"] = c.sources == py.sources
+    try:
+        c.record(samplefw.failing)
+        report["error"] = None
+    except ValueError as exc:
+        report["error"] = str(exc)
+    # after the failed step: no hook left, and the next recording is whole again
+    report["hooks_left"] = sys.getprofile() is not None or sys.gettrace() is not None or any(
+        sys.monitoring.get_events(tool) for tool in range(6)) if hasattr(sys, "monitoring") else False
+    tree, _ = c.record(PATTERNS["branch"], "branch")
+    report["after_error"] = differences(py.record(PATTERNS["branch"], "branch")[0], tree)
+    return report
+
+
 def main(path: str) -> int:
     with open(path) as fh:
         req = json.load(fh)
+    if req.get("patterns"):
+        print(json.dumps(patterns()))
+        return 0
     importlib.import_module(req["import"])
     probe = importlib.import_module(req["probe"])
     py = PythonTracer(req["source_roots"])

@@ -7,15 +7,19 @@ Python collector runs and the trace says why."""
 from __future__ import annotations
 
 import dataclasses
+import glob
+import importlib.metadata
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import markupsafe
 import pytest
 
 from tests import samplefw
+from tests.sample_patterns import PATTERNS
 from tracer import envs, runner
 from tracer.collect import cbuild
 from tracer.collect.collector import ENV, CollectorError, python_tracer
@@ -47,36 +51,7 @@ def rows(tree: Node) -> list[tuple]:
 
 # ----------------------------------------------------------------------------- small patterns
 
-def _callback_step():
-    def user_code(x):
-        return helper(x)
-
-    def helper(x):
-        return samplefw.backend.double(x)
-
-    return samplefw.through_callback(user_code, 2)
-
-
-PATTERNS = {
-    "branch": lambda: samplefw.forward(3),
-    "other branch": lambda: samplefw.forward(3, device="gpu"),
-    "repeated": lambda: [samplefw.forward(i) for i in range(4)],
-    "recursion": lambda: samplefw.recurse(3),
-    "transparent callback": _callback_step,
-    "c hand-off": lambda: samplefw.handoff("<a>"),
-    "exception": lambda: samplefw.catches(),
-    "generator": lambda: list(samplefw.gen(3)),
-    "generated code": lambda: samplefw.generated(1),
-    "ctypes": lambda: [samplefw.via_ctypes(-3) for _ in range(2)],
-    "ext hand-off": lambda: samplefw.via_library("<a>"),
-    "user code only": lambda: markupsafe.escape("<a>"),
-    "identical code, two modules": lambda: (samplefw.conv._pair(1), samplefw.deconv._pair(2)),
-}
-
-
 def test_same_tree_as_the_python_tracer_on_every_pattern(core):
-    from tests.samplefw import conv, deconv  # noqa: F401 - the pattern reaches them through samplefw
-
     py, c = PythonTracer(ROOTS), CTracer(core, ROOTS)
     for name, fn in PATTERNS.items():
         for _ in range(2):  # the second time from the caches
@@ -154,6 +129,60 @@ def test_an_error_in_the_classification_propagates(core):
     assert sys.gettrace() is None and sys.getprofile() is None
 
 
+# ----------------------------------------------------------------------------- 3.12+: sys.monitoring
+
+def _monitoring_python() -> str | None:
+    """A CPython 3.12 or newer on this machine (on PATH, or one of pyenv's), whose C
+    core takes its events from sys.monitoring instead of profile and trace functions."""
+    found = [shutil.which(f"python3.{minor}") for minor in (12, 13, 14)]
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+        found += sorted(glob.glob(f"{root}/versions/3.1[2-9]*/bin/python3")) if root else []
+    check = "import sys; assert sys.implementation.name == 'cpython' and sys.version_info >= (3, 12)"
+    for python in filter(None, found):
+        if subprocess.run([python, "-c", check], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+@pytest.fixture(scope="module")
+def monitoring_venv(tmp_path_factory) -> Path:
+    """A virtual environment of a 3.12+ interpreter with what the sample framework
+    imports besides the standard library (markupsafe, at this environment's version)."""
+    python = _monitoring_python()
+    if python is None:
+        pytest.skip("no CPython 3.12 or newer on this machine: its sys.monitoring core is checked where there is one")
+    venv = tmp_path_factory.mktemp("py312") / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                          f"markupsafe=={importlib.metadata.version('markupsafe')}"], capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    return venv
+
+
+def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(monitoring_venv, home, tmp_path):
+    """Every pattern under a newer interpreter, where the core's events come from
+    sys.monitoring (the Python collector's from sys.setprofile/settrace, which 3.12
+    builds on sys.monitoring too); and a failing step leaves no hook behind."""
+    (tmp_path / "req.json").write_text(json.dumps({"patterns": True}))
+    env = {**runner_env_base(), "DLTRACE_HOME": str(home)}
+    proc = subprocess.run([str(monitoring_venv / "bin" / "python"), str(ROOT / "tests" / "collector_twins.py"),
+                           str(tmp_path / "req.json")], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert tuple(map(int, report["python"].split(".")[:2])) >= (3, 12)
+    assert len(report["cases"]) == 2 * len(PATTERNS)
+    for case in report["cases"]:
+        assert case["diffs"] == [] and case["same_result"], case
+    assert sum(c["nodes"] for c in report["cases"]) > 2 * len(PATTERNS)
+    assert report["same_sources"]
+    assert report["error"] == "boom" and not report["hooks_left"] and report["after_error"] == []
+    assert any(p.name.endswith(".so") and "-py3.1" in p.name and "-py3.11" not in p.name
+               for p in (home / "ext").iterdir())  # built for that interpreter
+
+
 # ----------------------------------------------------------------------------- choice and fallback
 
 def test_the_c_core_is_chosen_where_it_builds(core):
@@ -220,7 +249,8 @@ def test_trace_meta_collector_is_validated():
 
 #: Two primitives per framework, both API levels, forward and backward; MXNet for its
 #: ctypes hand-offs, where its environment is ready.
-REAL = {"torch": ("conv2d", "batchnorm"), "chainer": ("conv2d", "relu"), "mxnet": ("dense", "relu")}
+REAL = {"torch": ("conv2d", "batchnorm"), "chainer": ("conv2d", "relu"), "mxnet": ("dense", "relu"),
+        "tensorflow": ("dense", "batchnorm"), "jax": ("conv2d", "softmax")}
 
 
 @pytest.mark.parametrize("name", list(REAL))
@@ -245,12 +275,16 @@ def test_same_tree_on_real_framework_steps(name, frameworks, tmp_path):
     assert sum(c["nodes"] for c in cases) > 50 and sum(c["lines"] for c in cases) > 50
 
 
-def runner_env(fw) -> dict[str, str]:
-    import os
-
-    env = {**os.environ, **fw.env}
+def runner_env_base() -> dict[str, str]:
+    """This process's environment, with the repository importable (tests.samplefw,
+    tracer.collect) and no collector forced."""
+    env = {k: v for k, v in os.environ.items() if k != ENV}
     env["PYTHONPATH"] = str(ROOT)
     return env
+
+
+def runner_env(fw) -> dict[str, str]:
+    return {**runner_env_base(), **fw.env}
 
 
 def test_probes_record_the_same_trees_with_either_collector(frameworks, tmp_path):

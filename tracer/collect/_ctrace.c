@@ -2,9 +2,11 @@
 
    Why: a collector written in Python gets every call, return and line event as a
    Python call, which on 3.11 alone costs more than viztracer's whole recording. This
-   core takes the events as C callbacks (PyEval_SetProfile, and a trace function
-   switched on only while a framework function that needs line events runs) and
-   records the same call tree as PythonTracer.record:
+   core takes the events as C callbacks and records the same call tree as
+   PythonTracer.record. On 3.11 the callbacks are a profile function
+   (PyEval_SetProfile) and a trace function switched on only while a framework
+   function that needs line events runs; on 3.12 and newer they are sys.monitoring's
+   (the second half of the events section says why and how):
 
    - what a code object or a C function is (framework node, "ext" hand-off, or
      transparent) is decided once, by PythonTracer's own classification methods
@@ -13,32 +15,40 @@
    - per event, only a hash look-up and the tree bookkeeping run; an event of code
      outside the framework costs a look-up and nothing else;
    - line events: PythonTracer gives a per-frame line tracer to framework functions
-     that may branch (or call ctypes). Here the trace function is installed while
+     that may branch (or call ctypes). On 3.11 the trace function is installed while
      such a frame is the one executing and removed otherwise, so no other frame pays
      for line tracing. The frame executing after each event is known from the open
      nodes: a call runs the called frame, a return its caller, a C return the frame
-     that called the C function;
+     that called the C function. On 3.12+ only those functions' code objects raise
+     line events at all;
    - the finished tree is built here as tracer.trace.Node objects, children in the
      order they were first seen, exactly as _Rec.to_node does.
 
    Built per framework environment by tracer/collect/cbuild.py (standard library
-   only: the environment's own compiler settings and headers). CPython 3.11 only.
+   only: the environment's own compiler settings and headers). CPython 3.11 (profile
+   and trace functions) and 3.12 and newer (sys.monitoring: see the events below).
 
    Measurement switches (never in a build dltrace makes): -DCTRACE_FLOOR (the hooks
-   return at once: CPython's own cost of C hooks), -DCTRACE_NO_LINES (no line events),
-   -DCTRACE_NOBUILD (record() returns None for the tree). */
+   return at once: CPython's own cost of C hooks; on 3.12+ every event stays raised),
+   -DCTRACE_NO_LINES (no line events), -DCTRACE_NOBUILD (record() returns None for the
+   tree). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
 #include <structmember.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
-#error "_ctrace is written for CPython 3.11 (it switches tstate->c_tracefunc)"
+#if PY_VERSION_HEX < 0x030B0000
+#error "_ctrace is written for CPython 3.11 and newer"
+#endif
+/* 3.11: profile and trace functions; 3.12 and newer: sys.monitoring (PEP 669) */
+#if PY_VERSION_HEX >= 0x030C0000
+#define MONITORING 1
 #endif
 
 #define HOW_NONE 0
@@ -211,6 +221,8 @@ typedef struct {
     PyObject *static_list; /* the same, a sorted Python list: copied for a node that ran only these */
     CtypesCall *calls; /* HOW_CTYPES: sorted by offset */
     int n_calls;
+    int *line_at; /* 3.12+: the line of each code unit, read once from co_lines() when first asked */
+    Py_ssize_t n_units;
 } CodeEntry;
 
 typedef struct {
@@ -263,9 +275,12 @@ typedef struct {
     PyObject **ints; /* line numbers as Python ints, made once: most lines are above the small-int cache */
     int n_ints;
     int64_t n_profile, n_trace, n_switch; /* events of the last recording, trace function switches */
+    int64_t hook_ns; /* 3.12+: the last recording's time spent switching its events on and off */
 } Core;
 
+#ifndef MONITORING
 static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg);
+#endif
 
 static Rec *rec_new(Core *self, const KindRef *k) {
     if (!self->chunk || self->chunk->used == CHUNK) {
@@ -462,6 +477,7 @@ static CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code
         for (int i = 0; i < e->n_calls; i++) kindref_clear(&e->calls[i].k);
         PyMem_Free(e->calls);
         PyMem_Free(e->static_lines);
+        PyMem_Free(e->line_at);
         Py_XDECREF(e->static_list);
         Py_DECREF(e->code);
         PyMem_Free(e);
@@ -517,6 +533,8 @@ static CFnEntry *classify_c(Core *self, PyObject *fn, PyObject *owner, const voi
 }
 
 /* ------------------------------------------------------------------ events */
+
+#ifndef MONITORING
 
 /* Line events only while a frame that wants them is the one executing: the trace
    function is switched in the thread state directly (PyEval_SetTrace would run the
@@ -704,6 +722,386 @@ static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg
     }
     return 0;
 }
+
+#else /* MONITORING */
+
+/* 3.12 and newer: the events come from sys.monitoring, to callbacks that are this
+   module's C functions. Why not PyEval_SetProfile there: since 3.12 it is itself
+   built on sys.monitoring, with a profile function per event on top, and switching a
+   trace function on and off per frame (what 3.11 does for lines) re-instruments
+   every code object. Here:
+   - calls, returns, C calls and C returns are global events; a code object that is
+     no part of the trace (transparent) answers its start and return events with
+     DISABLE, so CPython stops raising them for it (until the events change, at the
+     next recording);
+   - line events are local events of the code objects that want them (the framework
+     functions that may branch or call ctypes), set once (see hooks());
+   - the events mean what the profile and trace functions of 3.12 are given, so both
+     collectors still record the same tree: PY_START, PY_RESUME and PY_THROW are
+     "call"; PY_RETURN, PY_YIELD and PY_UNWIND "return"; CALL of a builtin function
+     or a method descriptor (bound to its first argument) "c_call"; C_RETURN and
+     C_RAISE "c_return";
+   - sys.monitoring's events are the whole process's: events of other threads are
+     ignored, as a profile function (set per thread) never sees them. */
+
+static Core *active; /* the recording Core, or NULL */
+static pthread_t active_thread; /* the thread it records */
+static int lines_disabled; /* a line event was disabled since the last recording started */
+static int tool = -1; /* the sys.monitoring tool id this module holds, once claimed */
+static PyObject *mon, *mon_disable, *mon_missing; /* sys.monitoring, DISABLE, MISSING */
+
+static long ev_start, ev_resume, ev_throw, ev_return, ev_yield, ev_unwind, ev_call, ev_c_return, ev_c_raise, ev_line;
+
+static PyObject *fail(Core *self) {
+    /* As a profile function that raises: the events stop, the error propagates into
+       the traced code and out of record(). */
+    self->failed = 1;
+    PyObject *err = PyErr_GetRaisedException();
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", tool, 0);
+    Py_XDECREF(r);
+    PyErr_SetRaisedException(err);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "the C collector failed");
+    return NULL;
+}
+
+/* The recording Core, where this event is its thread's. */
+static inline Core *mine(void) {
+#ifdef CTRACE_FLOOR
+    return NULL;
+#endif
+    Core *self = active;
+    return self && !self->failed && pthread_equal(pthread_self(), active_thread) ? self : NULL;
+}
+
+/* Line events for this code object from now on (see hooks()). */
+static int want_lines(PyObject *code) {
+#ifdef CTRACE_NO_LINES
+    return 0;
+#endif
+    PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOl", tool, code, ev_line);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* The line of a code offset (bytes). PyCode_Addr2Line walks the line table from
+   its start each time (3.11's tracing kept f_lineno up to date; 3.12 does not), so a
+   code object's lines are read once into a table. */
+static int build_lines(CodeEntry *e, PyObject *code) {
+    Py_ssize_t n = Py_SIZE(code);
+    int *t = PyMem_Malloc(sizeof(int) * (n ? n : 1));
+    if (!t) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) t[i] = -1;
+    PyObject *it = PyObject_CallMethod(code, "co_lines", NULL), *row;
+    if (!it) { PyMem_Free(t); return -1; }
+    while ((row = PyIter_Next(it))) {
+        long start = PyLong_AsLong(PyTuple_GET_ITEM(row, 0)), end = PyLong_AsLong(PyTuple_GET_ITEM(row, 1));
+        PyObject *ln = PyTuple_GET_ITEM(row, 2);
+        int line = ln == Py_None ? -1 : (int)PyLong_AsLong(ln);
+        for (long u = start / 2; u < end / 2 && u < n; u++) t[u] = line;
+        Py_DECREF(row);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) { PyMem_Free(t); return -1; }
+    e->line_at = t;
+    e->n_units = n;
+    return 0;
+}
+
+static int line_of(Core *self, PyObject *code, int offset) {
+    CodeEntry *e = code_find(self, code);
+    if (e && offset >= 0 && !e->line_at && build_lines(e, code) < 0)
+        PyErr_Clear(); /* a line table that cannot be read: CPython's own look-up below */
+    if (e && e->line_at && offset >= 0 && offset / 2 < e->n_units) return e->line_at[offset / 2];
+    return PyCode_Addr2Line((PyCodeObject *)code, offset);
+}
+
+static int frame_line(Core *self, PyFrameObject *f) {
+    PyCodeObject *code = PyFrame_GetCode(f);
+    int line = line_of(self, (PyObject *)code, PyFrame_GetLasti(f));
+    Py_DECREF(code);
+    return line;
+}
+
+static PyObject *on_start(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    Core *self = mine();
+    if (!self || nargs < 2) Py_RETURN_NONE;
+    self->n_profile++;
+    PyObject *code = args[0];
+    CodeEntry *e = code_find(self, code);
+    PyFrameObject *frame = NULL;
+    if (!e) {
+        frame = PyEval_GetFrame();
+        if (!frame || !(e = classify_code(self, frame, code))) return fail(self);
+        if (e->how == HOW_LINES || e->how == HOW_CTYPES) {
+            if (want_lines(code) < 0) return fail(self);
+        }
+    }
+    if (!e->k.kind) /* transparent: no more starts of it (PY_THROW cannot be disabled) */
+        return Py_NewRef(nargs == 2 ? mon_disable : Py_None);
+    if (!frame && !(frame = PyEval_GetFrame())) Py_RETURN_NONE;
+    Rec *top = self->stack[self->sp - 1];
+    PyObject *caller = top->owner; /* innermost kept frame (a C call's caller); NULL at the root */
+    PyFrameObject *back = NULL;
+    if (e->k.is_ext) {
+        /* an ext frame only counts when framework code calls it directly */
+        if (caller == NULL || top->is_ext) Py_RETURN_NONE;
+        back = PyFrame_GetBack(frame);
+        Py_XDECREF(back);
+        if ((PyObject *)back != caller) Py_RETURN_NONE;
+    }
+    Rec *rec = child(self, top, &e->k);
+    if (!rec) return fail(self);
+    rec->count++;
+    if (caller == NULL) {
+        back = PyFrame_GetBack(frame);
+        if (back && intset_add(&rec->call_lines, frame_line(self, back)) < 0) {
+            Py_DECREF(back);
+            return fail(self);
+        }
+        Py_XDECREF(back);
+    }
+    else if (intset_add(&rec->call_lines, frame_line(self, (PyFrameObject *)caller)) < 0)
+        return fail(self);
+    Py_INCREF(frame);
+    Py_XSETREF(rec->owner, (PyObject *)frame);
+    rec->entry = e;
+    rec->wants_lines = e->how == HOW_LINES || e->how == HOW_CTYPES;
+    if (e->how == HOW_STATIC && add_static(rec, e) < 0) return fail(self);
+    if (push(self, rec) < 0) return fail(self);
+    rec->t0 = now_ns();
+    Py_RETURN_NONE;
+}
+
+static PyObject *returned(Core *self, PyObject *code) {
+    Rec *top = self->stack[self->sp - 1];
+    if (top->is_c || !top->owner || top->entry == NULL || top->entry->code != code) Py_RETURN_NONE;
+    if (top->owner == (PyObject *)PyEval_GetFrame()) {
+        top->time_ns += now_ns() - top->t0;
+        Py_CLEAR(top->owner);
+        self->sp--;
+    }
+    Py_RETURN_NONE;
+}
+
+/* PY_RETURN, PY_YIELD: (code, offset, value) */
+static PyObject *on_return(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    Core *self = mine();
+    if (!self || nargs < 1) Py_RETURN_NONE;
+    self->n_profile++;
+    CodeEntry *e = code_find(self, args[0]);
+    if (e && !e->k.kind) return Py_NewRef(mon_disable);
+    return returned(self, args[0]);
+}
+
+/* PY_UNWIND: (code, offset, exception); cannot be disabled */
+static PyObject *on_unwind(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    Core *self = mine();
+    if (!self || nargs < 1) Py_RETURN_NONE;
+    self->n_profile++;
+    return returned(self, args[0]);
+}
+
+/* CALL: (code, offset, callable, first argument or MISSING). A C call as the
+   profile function sees it: a builtin function, or a method descriptor bound to the
+   first argument (3.12's legacy profiling binds it; nothing is bound here unless
+   the function is classified for the first time). */
+static PyObject *on_call(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    Core *self = mine();
+    if (!self || nargs < 4) Py_RETURN_NONE;
+    self->n_profile++;
+    PyObject *fn = args[2], *owner, *bound = NULL;
+    const void *ml;
+    if (PyCFunction_Check(fn)) owner = cfn_owner(fn, &ml);
+    else if (Py_IS_TYPE(fn, &PyMethodDescr_Type)) {
+        PyObject *arg0 = args[3];
+        if (arg0 == mon_missing) Py_RETURN_NONE;
+        ml = ((PyMethodDescrObject *)fn)->d_method;
+        owner = PyModule_Check(arg0) || PyType_Check(arg0) ? arg0 : (PyObject *)Py_TYPE(arg0);
+        if (!cfn_find(self, owner, ml)) {
+            bound = Py_TYPE(fn)->tp_descr_get(fn, arg0, (PyObject *)Py_TYPE(arg0));
+            if (!bound) return fail(self);
+            fn = bound;
+        }
+    }
+    else Py_RETURN_NONE;
+    CFnEntry *e = cfn_find(self, owner, ml);
+    if (!e) e = classify_c(self, fn, owner, ml);
+    Py_XDECREF(bound);
+    if (!e) return fail(self);
+    if (!e->kept.kind && !e->other.kind) Py_RETURN_NONE;
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (!frame) Py_RETURN_NONE;
+    Rec *top = self->stack[self->sp - 1];
+    const KindRef *k = top->owner == (PyObject *)frame ? &e->kept : &e->other;
+    if (!k->kind) Py_RETURN_NONE;
+    Rec *rec = child(self, top, k);
+    if (!rec) return fail(self);
+    rec->count++;
+    if (intset_add(&rec->call_lines, line_of(self, args[0], (int)PyLong_AsLong(args[1]))) < 0) return fail(self);
+    Py_INCREF(frame);
+    Py_XSETREF(rec->owner, (PyObject *)frame);
+    rec->entry = NULL;
+    rec->wants_lines = 0;
+    if (push(self, rec) < 0) return fail(self);
+    rec->t0 = now_ns();
+    Py_RETURN_NONE;
+}
+
+/* C_RETURN, C_RAISE: (code, offset, callable, first argument) */
+static PyObject *on_c_return(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    Core *self = mine();
+    if (!self) Py_RETURN_NONE;
+    self->n_profile++;
+    Rec *top = self->stack[self->sp - 1];
+    if (top->is_c && top->owner == (PyObject *)PyEval_GetFrame()) {
+        top->time_ns += now_ns() - top->t0;
+        Py_CLEAR(top->owner);
+        self->sp--;
+    }
+    Py_RETURN_NONE;
+}
+
+static const CtypesCall *ctypes_at(const CodeEntry *e, int offset, int *n) {
+    int lo = 0, hi = e->n_calls;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (e->calls[mid].offset < offset) lo = mid + 1;
+        else hi = mid;
+    }
+    int end = lo;
+    while (end < e->n_calls && e->calls[end].offset == offset) end++;
+    *n = end - lo;
+    return e->calls + lo;
+}
+
+/* LINE: (code, line). Counted for the innermost open node when it is this frame
+   (what the 3.11 core's switched trace function sees). */
+static PyObject *on_line(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    if (!active) { /* between recordings: this line is not raised again until the next one */
+        lines_disabled = 1;
+        return Py_NewRef(mon_disable);
+    }
+    Core *self = mine();
+    if (!self || nargs < 2) Py_RETURN_NONE;
+    self->n_trace++;
+    Rec *rec = self->stack[self->sp - 1];
+    const CodeEntry *e = rec->entry;
+    if (!rec->wants_lines || !e || e->code != args[0]) Py_RETURN_NONE;
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (rec->owner != (PyObject *)frame) Py_RETURN_NONE;
+    int line = (int)PyLong_AsLong(args[1]);
+    if (intset_add(&rec->lines, line) < 0) return fail(self);
+    if (e->how == HOW_CTYPES) {
+        /* a ctypes call raises no event: recorded when its line starts */
+        int n;
+        const CtypesCall *c = ctypes_at(e, PyFrame_GetLasti(frame), &n);
+        for (int i = 0; i < n; i++) {
+            Rec *kid = child(self, rec, &c[i].k);
+            if (!kid) return fail(self);
+            kid->count++;
+            if (intset_add(&kid->call_lines, c[i].line) < 0) return fail(self);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef callbacks[] = {
+    {"on_start", (PyCFunction)(void (*)(void))on_start, METH_FASTCALL, NULL},
+    {"on_return", (PyCFunction)(void (*)(void))on_return, METH_FASTCALL, NULL},
+    {"on_unwind", (PyCFunction)(void (*)(void))on_unwind, METH_FASTCALL, NULL},
+    {"on_call", (PyCFunction)(void (*)(void))on_call, METH_FASTCALL, NULL},
+    {"on_c_return", (PyCFunction)(void (*)(void))on_c_return, METH_FASTCALL, NULL},
+    {"on_line", (PyCFunction)(void (*)(void))on_line, METH_FASTCALL, NULL},
+};
+
+static int event(PyObject *events, const char *name, long *out) {
+    PyObject *v = PyObject_GetAttrString(events, name);
+    if (!v) return -1;
+    *out = PyLong_AsLong(v);
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int register_cb(int i, long events) {
+    PyObject *fn = PyCFunction_New(&callbacks[i], NULL);
+    if (!fn) return -1;
+    for (long bit = 1; bit <= events; bit <<= 1) {
+        if (!(events & bit)) continue;
+        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tool, bit, fn);
+        if (!r) { Py_DECREF(fn); return -1; }
+        Py_DECREF(r);
+    }
+    Py_DECREF(fn);
+    return 0;
+}
+
+/* Once per process: a sys.monitoring tool id and the callbacks. They stay
+   registered; with no events set they cost nothing. */
+static int claim_tool(void) {
+    if (tool >= 0) return 0;
+    PyObject *sys = PyImport_ImportModule("sys");
+    if (!sys) return -1;
+    mon = PyObject_GetAttrString(sys, "monitoring");
+    Py_DECREF(sys);
+    if (!mon) return -1;
+    PyObject *events = PyObject_GetAttrString(mon, "events");
+    if (!events || !(mon_disable = PyObject_GetAttrString(mon, "DISABLE")) ||
+        !(mon_missing = PyObject_GetAttrString(mon, "MISSING")) || event(events, "PY_START", &ev_start) < 0 ||
+        event(events, "PY_RESUME", &ev_resume) < 0 || event(events, "PY_THROW", &ev_throw) < 0 ||
+        event(events, "PY_RETURN", &ev_return) < 0 || event(events, "PY_YIELD", &ev_yield) < 0 ||
+        event(events, "PY_UNWIND", &ev_unwind) < 0 || event(events, "CALL", &ev_call) < 0 ||
+        event(events, "C_RETURN", &ev_c_return) < 0 || event(events, "C_RAISE", &ev_c_raise) < 0 ||
+        event(events, "LINE", &ev_line) < 0) {
+        Py_XDECREF(events);
+        return -1;
+    }
+    Py_DECREF(events);
+    /* 3 and 4 first: the ids no standard tool claims (cProfile holds PROFILER_ID, 2,
+       while it profiles; coverage.py 1; debuggers 0) */
+    static const int order[] = {3, 4, 5, 2, 1, 0};
+    for (int i = 0; i < 6 && tool < 0; i++) {
+        int id = order[i];
+        PyObject *holder = PyObject_CallMethod(mon, "get_tool", "i", id);
+        if (!holder) return -1;
+        int free_id = holder == Py_None;
+        Py_DECREF(holder);
+        if (!free_id) continue;
+        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", id, "dltrace");
+        if (!r) return -1;
+        Py_DECREF(r);
+        tool = id;
+    }
+    if (tool < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "every sys.monitoring tool id is taken");
+        return -1;
+    }
+    if (register_cb(0, ev_start | ev_resume | ev_throw) < 0 || register_cb(1, ev_return | ev_yield) < 0 ||
+        register_cb(2, ev_unwind) < 0 || register_cb(3, ev_call) < 0 ||
+        register_cb(4, ev_c_return | ev_c_raise) < 0 || register_cb(5, ev_line) < 0)
+        return -1;
+    return 0;
+}
+
+/* Events on, or off. The line events of the code objects that want them stay set:
+   switching a code object's local events re-instruments it at once (1 to 3 µs each,
+   hundreds per step), so instead a line raised between recordings is disabled where
+   it is, and restart_events() raises them all again for the next recording (it only
+   marks the code objects, re-instrumented when they next run, as the change of the
+   global events here does anyway). */
+static int hooks(Core *self, int on) {
+    long all = ev_start | ev_resume | ev_throw | ev_return | ev_yield | ev_unwind | ev_call | ev_c_return | ev_c_raise;
+    if (on && lines_disabled) {
+        PyObject *r = PyObject_CallMethod(mon, "restart_events", NULL);
+        if (!r) return -1;
+        Py_DECREF(r);
+        lines_disabled = 0;
+    }
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", tool, on ? all : 0L);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+#endif /* MONITORING */
 
 /* ------------------------------------------------------------------ the finished tree */
 
@@ -906,6 +1304,34 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
     self->lines_on = 0;
     self->n_profile = self->n_trace = self->n_switch = 0;
 
+#ifdef MONITORING
+    if (active) {
+        PyErr_SetString(PyExc_RuntimeError, "another C collector is recording in this process");
+        free_recording(self);
+        return NULL;
+    }
+    if (claim_tool() < 0) {
+        free_recording(self);
+        return NULL;
+    }
+    int64_t t0 = now_ns();
+    active = self;
+    active_thread = pthread_self();
+    int hooked = hooks(self, 1);
+    self->hook_ns = now_ns() - t0;
+    PyObject *result = hooked == 0 ? PyObject_CallNoArgs(args[0]) : NULL;
+    active = NULL;
+    PyObject *exc = PyErr_GetRaisedException();
+    int64_t t_off = now_ns();
+    int unhooked = hooks(self, 0);
+    self->hook_ns += now_ns() - t_off;
+    if (unhooked < 0) {
+        Py_CLEAR(result);
+        if (exc) PyErr_Clear(); /* the traced code's own error is the one to see */
+    }
+    if (exc) PyErr_SetRaisedException(exc);
+    root->time_ns = now_ns() - t0;
+#else
     int64_t t0 = now_ns();
     PyEval_SetTrace(trace_cb, (PyObject *)self);
     self->tstate->c_tracefunc = NULL; /* switched on only where a frame wants lines */
@@ -914,6 +1340,7 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
     PyEval_SetProfile(NULL, NULL);
     PyEval_SetTrace(NULL, NULL);
     root->time_ns = now_ns() - t0;
+#endif
 
     if (!result) { free_recording(self); return NULL; }
     if (self->failed && !PyErr_Occurred()) {
@@ -939,10 +1366,10 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 static PyObject *Core_stats(Core *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("{s:n,s:n,s:L,s:L,s:L,s:L}", "code_objects", (Py_ssize_t)self->codes.n, "c_functions",
+    return Py_BuildValue("{s:n,s:n,s:L,s:L,s:L,s:L,s:L}", "code_objects", (Py_ssize_t)self->codes.n, "c_functions",
                          (Py_ssize_t)self->cfns.n, "last_build_ns", (long long)self->build_ns,
                          "profile_events", (long long)self->n_profile, "trace_events", (long long)self->n_trace,
-                         "trace_switches", (long long)self->n_switch);
+                         "trace_switches", (long long)self->n_switch, "hook_ns", (long long)self->hook_ns);
 }
 
 static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
@@ -996,6 +1423,7 @@ static void Core_dealloc(Core *self) {
         for (int j = 0; j < e->n_calls; j++) kindref_clear(&e->calls[j].k);
         PyMem_Free(e->calls);
         PyMem_Free(e->static_lines);
+        PyMem_Free(e->line_at);
         Py_XDECREF(e->static_list);
         Py_DECREF(e->code);
         PyMem_Free(e);
@@ -1021,7 +1449,8 @@ static void Core_dealloc(Core *self) {
 static PyMethodDef Core_methods[] = {
     {"record", (PyCFunction)(void (*)(void))Core_record, METH_FASTCALL, record_doc},
     {"stats", (PyCFunction)Core_stats, METH_NOARGS,
-     "Sizes of the caches; the last recording's events, trace function switches and tree building time."},
+     "Sizes of the caches; the last recording's events (profile: calls and returns; trace: lines), trace\n"
+     "function switches (3.11), time switching the events on and off (3.12+) and tree building time."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,8 @@
 
 The core must be compiled for each interpreter that runs a probe: the framework
 environments' (all CPython 3.11 here, possibly from different builds) or one given
-with ``dltrace env use``. So it is built with that interpreter's own compiler
+with ``dltrace env use`` (a GPU machine's CPython 3.12, say: from 3.12 on, the core
+takes its events from sys.monitoring). So it is built with that interpreter's own compiler
 settings and headers (sysconfig), standard library only, into a cache shared by
 every environment: ``$DLTRACE_HOME/ext/_ctrace-SOURCEHASH-VERSION.EXT_SUFFIX``. The
 name changes with the source, the exact Python version and the ABI (EXT_SUFFIX
@@ -57,8 +58,8 @@ def target() -> Path:
 
 
 def _supported() -> None:
-    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
-        raise Unavailable(f"the C core is written for CPython 3.11, this is "
+    if sys.implementation.name != "cpython" or sys.version_info[:2] < (3, 11):
+        raise Unavailable(f"the C core is written for CPython 3.11 and newer, this is "
                           f"{sys.implementation.name} {sys.version.split()[0]}")
 
 
