@@ -71,6 +71,17 @@ def patterns() -> dict[str, Any]:
         sys.monitoring.get_events(tool) for tool in range(6)) if hasattr(sys, "monitoring") else False
     tree, _ = c.record(PATTERNS["branch"], "branch")
     report["after_error"] = differences(py.record(PATTERNS["branch"], "branch")[0], tree)
+
+    def broken(frame: Any) -> Any:
+        raise RuntimeError("classification failed")
+
+    fresh = CTracer(cbuild.load(), roots)  # nothing classified yet
+    fresh._classify_code = broken  # type: ignore[method-assign]
+    try:
+        fresh.record(PATTERNS["branch"])
+        report["classification_error"] = None
+    except RuntimeError as exc:
+        report["classification_error"] = str(exc)
     return report
 
 

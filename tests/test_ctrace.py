@@ -179,6 +179,7 @@ def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(moni
     assert sum(c["nodes"] for c in report["cases"]) > 2 * len(PATTERNS)
     assert report["same_sources"]
     assert report["error"] == "boom" and not report["hooks_left"] and report["after_error"] == []
+    assert report["classification_error"] == "classification failed"
     assert any(p.name.endswith(".so") and "-py3.1" in p.name and "-py3.11" not in p.name
                for p in (home / "ext").iterdir())  # built for that interpreter
 

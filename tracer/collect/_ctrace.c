@@ -276,6 +276,7 @@ typedef struct {
     int n_ints;
     int64_t n_profile, n_trace, n_switch; /* events of the last recording, trace function switches */
     int64_t hook_ns; /* 3.12+: the last recording's time spent switching its events on and off */
+    long serial; /* which Core this is, of the process's */
 } Core;
 
 #ifndef MONITORING
@@ -747,6 +748,7 @@ static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg
 static Core *active; /* the recording Core, or NULL */
 static pthread_t active_thread; /* the thread it records */
 static int lines_disabled; /* a line event was disabled since the last recording started */
+static long last_serial; /* the Core that recorded last */
 static int tool = -1; /* the sys.monitoring tool id this module holds, once claimed */
 static PyObject *mon, *mon_disable, *mon_missing; /* sys.monitoring, DISABLE, MISSING */
 
@@ -1090,11 +1092,15 @@ static int claim_tool(void) {
    global events here does anyway). */
 static int hooks(Core *self, int on) {
     long all = ev_start | ev_resume | ev_throw | ev_return | ev_yield | ev_unwind | ev_call | ev_c_return | ev_c_raise;
-    if (on && lines_disabled) {
+    /* Starts and returns disabled for another Core's transparent code stay disabled in
+       a code object that did not run between the two recordings: another Core (other
+       framework roots) restarts them too. */
+    if (on && (lines_disabled || self->serial != last_serial)) {
         PyObject *r = PyObject_CallMethod(mon, "restart_events", NULL);
         if (!r) return -1;
         Py_DECREF(r);
         lines_disabled = 0;
+        last_serial = self->serial;
     }
     PyObject *r = PyObject_CallMethod(mon, "set_events", "il", tool, on ? all : 0L);
     Py_XDECREF(r);
@@ -1403,6 +1409,8 @@ static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
             self->offsets[i] = m->offset;
         }
     }
+    static long serials;
+    if (!self->serial) self->serial = ++serials;
     if (!self->empty && !(self->empty = PyTuple_New(0))) return -1;
     Py_INCREF(node_type);
     Py_XSETREF(self->node_type, node_type);
