@@ -535,6 +535,108 @@ static CFnEntry *classify_c(Core *self, PyObject *fn, PyObject *owner, const voi
 
 /* ------------------------------------------------------------------ events */
 
+/* What both front-ends (3.11's profile and trace functions, 3.12's sys.monitoring
+   callbacks) do with an event, once they know what it is. */
+
+#ifdef MONITORING
+static int frame_line(Core *self, PyFrameObject *f);
+#else
+#define frame_line(self, f) PyFrame_GetLineNumber(f)
+#endif
+
+/* A framework (or ext) Python frame starts: its node under the innermost open one.
+   1: a node was opened; 0: the frame stays transparent; -1: an error. */
+static int enter(Core *self, CodeEntry *e, PyFrameObject *frame) {
+    Rec *top = self->stack[self->sp - 1];
+    PyObject *caller = top->owner; /* innermost kept frame (a C call's caller); NULL at the root */
+    PyFrameObject *back = NULL;
+    if (e->k.is_ext) {
+        /* an ext frame only counts when framework code calls it directly */
+        if (caller == NULL || top->is_ext) return 0;
+        back = PyFrame_GetBack(frame);
+        Py_XDECREF(back);
+        if ((PyObject *)back != caller) return 0;
+    }
+    Rec *rec = child(self, top, &e->k);
+    if (!rec) return -1;
+    rec->count++;
+    if (caller == NULL) {
+        back = PyFrame_GetBack(frame);
+        if (back && intset_add(&rec->call_lines, frame_line(self, back)) < 0) {
+            Py_DECREF(back);
+            return -1;
+        }
+        Py_XDECREF(back);
+    }
+    else if (intset_add(&rec->call_lines, frame_line(self, (PyFrameObject *)caller)) < 0)
+        return -1;
+    Py_INCREF(frame);
+    Py_XSETREF(rec->owner, (PyObject *)frame);
+    rec->entry = e;
+    rec->wants_lines = e->how == HOW_LINES || e->how == HOW_CTYPES;
+    if (e->how == HOW_STATIC && add_static(rec, e) < 0) return -1;
+    if (push(self, rec) < 0) return -1;
+    rec->t0 = now_ns();
+    return 1;
+}
+
+/* A C function called from ``frame``, at ``line``, opens the node of kind k. */
+static int open_c(Core *self, Rec *top, const KindRef *k, PyFrameObject *frame, int line) {
+    Rec *rec = child(self, top, k);
+    if (!rec) return -1;
+    rec->count++;
+    if (intset_add(&rec->call_lines, line) < 0) return -1;
+    Py_INCREF(frame);
+    Py_XSETREF(rec->owner, (PyObject *)frame);
+    rec->entry = NULL;
+    rec->wants_lines = 0;
+    if (push(self, rec) < 0) return -1;
+    rec->t0 = now_ns();
+    return 0;
+}
+
+/* The innermost open node ends when ``running`` (the frame returning, or for a C
+   node the frame that called it) is its owner. */
+static inline void leave(Core *self, PyObject *running, int is_c) {
+    Rec *top = self->stack[self->sp - 1];
+    if (top->owner == running && top->is_c == is_c) {
+        top->time_ns += now_ns() - top->t0;
+        Py_CLEAR(top->owner);
+        self->sp--;
+    }
+}
+
+static const CtypesCall *ctypes_at(const CodeEntry *e, int offset, int *n) {
+    int lo = 0, hi = e->n_calls;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (e->calls[mid].offset < offset) lo = mid + 1;
+        else hi = mid;
+    }
+    int end = lo;
+    while (end < e->n_calls && e->calls[end].offset == offset) end++;
+    *n = end - lo;
+    return e->calls + lo;
+}
+
+/* A line ran in ``frame``, the innermost open node's. A ctypes call raises no event:
+   recorded when its line starts. */
+static int line_ran(Core *self, Rec *rec, int line, PyFrameObject *frame) {
+    if (intset_add(&rec->lines, line) < 0) return -1;
+    const CodeEntry *e = rec->entry;
+    if (e && e->how == HOW_CTYPES) {
+        int n;
+        const CtypesCall *c = ctypes_at(e, PyFrame_GetLasti(frame), &n);
+        for (int i = 0; i < n; i++) {
+            Rec *kid = child(self, rec, &c[i].k);
+            if (!kid) return -1;
+            kid->count++;
+            if (intset_add(&kid->call_lines, c[i].line) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
 #ifndef MONITORING
 
 /* Line events only while a frame that wants them is the one executing: the trace
@@ -575,68 +677,21 @@ static int on_call(Core *self, PyFrameObject *frame) {
     if (!e) return fail(self);
     lines(self, 0);
     if (!e->k.kind) return 0;
-    Rec *top = self->stack[self->sp - 1];
-    PyObject *caller = top->owner; /* innermost kept frame (a C call's caller); NULL at the root */
-    PyFrameObject *back = NULL;
-    if (e->k.is_ext) {
-        /* an ext frame only counts when framework code calls it directly */
-        if (caller == NULL || top->is_ext) return 0;
-        back = PyFrame_GetBack(frame);
-        Py_XDECREF(back);
-        if ((PyObject *)back != caller) return 0;
-    }
-    Rec *rec = child(self, top, &e->k);
-    if (!rec) return fail(self);
-    rec->count++;
-    if (caller == NULL) {
-        back = PyFrame_GetBack(frame);
-        if (back && intset_add(&rec->call_lines, PyFrame_GetLineNumber(back)) < 0) {
-            Py_DECREF(back);
-            return fail(self);
-        }
-        Py_XDECREF(back);
-    }
-    else if (intset_add(&rec->call_lines, PyFrame_GetLineNumber((PyFrameObject *)caller)) < 0)
-        return fail(self);
-    Py_INCREF(frame);
-    Py_XSETREF(rec->owner, (PyObject *)frame);
-    rec->entry = e;
-    rec->wants_lines = e->how == HOW_LINES || e->how == HOW_CTYPES;
-    if (e->how == HOW_STATIC && add_static(rec, e) < 0) return fail(self);
-    if (push(self, rec) < 0) return fail(self);
-    if (rec->wants_lines) lines(self, 1);
-    rec->t0 = now_ns();
+    int opened = enter(self, e, frame);
+    if (opened < 0) return fail(self);
+    if (opened && self->stack[self->sp - 1]->wants_lines) lines(self, 1);
     return 0;
 }
 
 static int on_return(Core *self, PyFrameObject *frame) {
+    leave(self, (PyObject *)frame, 0);
     Rec *top = self->stack[self->sp - 1];
-    if (top->owner == (PyObject *)frame && !top->is_c) {
-        top->time_ns += now_ns() - top->t0;
-        Py_CLEAR(top->owner);
-        self->sp--;
-    }
-    top = self->stack[self->sp - 1];
     if (top->wants_lines && top->owner) {
         PyFrameObject *back = PyFrame_GetBack(frame); /* the frame that runs next */
         Py_XDECREF(back);
         lines(self, top->owner == (PyObject *)back);
     }
     else lines(self, 0);
-    return 0;
-}
-
-static int open_c(Core *self, Rec *top, const KindRef *k, PyFrameObject *frame) {
-    Rec *rec = child(self, top, k);
-    if (!rec) return -1;
-    rec->count++;
-    if (intset_add(&rec->call_lines, PyFrame_GetLineNumber(frame)) < 0) return -1;
-    Py_INCREF(frame);
-    Py_XSETREF(rec->owner, (PyObject *)frame);
-    rec->entry = NULL;
-    rec->wants_lines = 0;
-    if (push(self, rec) < 0) return -1;
-    rec->t0 = now_ns();
     return 0;
 }
 
@@ -648,7 +703,7 @@ static int on_c_call(Core *self, PyFrameObject *frame, PyObject *fn) {
         CFnEntry *e = cfn_find(self, owner, ml);
         if (!e && !(e = classify_c(self, fn, owner, ml))) return fail(self);
         const KindRef *k = top->owner == (PyObject *)frame ? &e->kept : &e->other;
-        if (k->kind && open_c(self, top, k, frame) < 0) return fail(self);
+        if (k->kind && open_c(self, top, k, frame, PyFrame_GetLineNumber(frame)) < 0) return fail(self);
         return 0;
     }
     /* not a builtin function object (3.11's eval loop raises c_call for those only):
@@ -656,7 +711,7 @@ static int on_c_call(Core *self, PyFrameObject *frame, PyObject *fn) {
     KindRef kept, other;
     if (classify_c_call(self, fn, &kept, &other) < 0) return fail(self);
     const KindRef *k = top->owner == (PyObject *)frame ? &kept : &other;
-    int err = k->kind ? open_c(self, top, k, frame) : 0;
+    int err = k->kind ? open_c(self, top, k, frame, PyFrame_GetLineNumber(frame)) : 0;
     /* the tracer's table keeps the kinds alive; these references were only ours */
     kindref_clear(&kept);
     kindref_clear(&other);
@@ -664,12 +719,7 @@ static int on_c_call(Core *self, PyFrameObject *frame, PyObject *fn) {
 }
 
 static int on_c_return(Core *self, PyFrameObject *frame) {
-    Rec *top = self->stack[self->sp - 1];
-    if (top->owner == (PyObject *)frame && top->is_c) {
-        top->time_ns += now_ns() - top->t0;
-        Py_CLEAR(top->owner);
-        self->sp--;
-    }
+    leave(self, (PyObject *)frame, 1);
     lines_for(self, (PyObject *)frame);
     return 0;
 }
@@ -690,38 +740,11 @@ static int profile_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *a
     return 0;
 }
 
-static const CtypesCall *ctypes_at(const CodeEntry *e, int offset, int *n) {
-    int lo = 0, hi = e->n_calls;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (e->calls[mid].offset < offset) lo = mid + 1;
-        else hi = mid;
-    }
-    int end = lo;
-    while (end < e->n_calls && e->calls[end].offset == offset) end++;
-    *n = end - lo;
-    return e->calls + lo;
-}
-
 static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg) {
     Core *self = (Core *)obj;
     self->n_trace++;
     if (what != PyTrace_LINE) return 0;
-    Rec *rec = self->stack[self->sp - 1];
-    if (intset_add(&rec->lines, PyFrame_GetLineNumber(frame)) < 0) return fail(self);
-    const CodeEntry *e = rec->entry;
-    if (e && e->how == HOW_CTYPES) {
-        /* a ctypes call raises no event: recorded when its line starts */
-        int n;
-        const CtypesCall *c = ctypes_at(e, PyFrame_GetLasti(frame), &n);
-        for (int i = 0; i < n; i++) {
-            Rec *kid = child(self, rec, &c[i].k);
-            if (!kid) return fail(self);
-            kid->count++;
-            if (intset_add(&kid->call_lines, c[i].line) < 0) return fail(self);
-        }
-    }
-    return 0;
+    return line_ran(self, self->stack[self->sp - 1], PyFrame_GetLineNumber(frame), frame) < 0 ? fail(self) : 0;
 }
 
 #else /* MONITORING */
@@ -841,47 +864,14 @@ static PyObject *on_start(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssiz
     if (!e->k.kind) /* transparent: no more starts of it (PY_THROW cannot be disabled) */
         return Py_NewRef(nargs == 2 ? mon_disable : Py_None);
     if (!frame && !(frame = PyEval_GetFrame())) Py_RETURN_NONE;
-    Rec *top = self->stack[self->sp - 1];
-    PyObject *caller = top->owner; /* innermost kept frame (a C call's caller); NULL at the root */
-    PyFrameObject *back = NULL;
-    if (e->k.is_ext) {
-        /* an ext frame only counts when framework code calls it directly */
-        if (caller == NULL || top->is_ext) Py_RETURN_NONE;
-        back = PyFrame_GetBack(frame);
-        Py_XDECREF(back);
-        if ((PyObject *)back != caller) Py_RETURN_NONE;
-    }
-    Rec *rec = child(self, top, &e->k);
-    if (!rec) return fail(self);
-    rec->count++;
-    if (caller == NULL) {
-        back = PyFrame_GetBack(frame);
-        if (back && intset_add(&rec->call_lines, frame_line(self, back)) < 0) {
-            Py_DECREF(back);
-            return fail(self);
-        }
-        Py_XDECREF(back);
-    }
-    else if (intset_add(&rec->call_lines, frame_line(self, (PyFrameObject *)caller)) < 0)
-        return fail(self);
-    Py_INCREF(frame);
-    Py_XSETREF(rec->owner, (PyObject *)frame);
-    rec->entry = e;
-    rec->wants_lines = e->how == HOW_LINES || e->how == HOW_CTYPES;
-    if (e->how == HOW_STATIC && add_static(rec, e) < 0) return fail(self);
-    if (push(self, rec) < 0) return fail(self);
-    rec->t0 = now_ns();
+    if (enter(self, e, frame) < 0) return fail(self);
     Py_RETURN_NONE;
 }
 
 static PyObject *returned(Core *self, PyObject *code) {
     Rec *top = self->stack[self->sp - 1];
-    if (top->is_c || !top->owner || top->entry == NULL || top->entry->code != code) Py_RETURN_NONE;
-    if (top->owner == (PyObject *)PyEval_GetFrame()) {
-        top->time_ns += now_ns() - top->t0;
-        Py_CLEAR(top->owner);
-        self->sp--;
-    }
+    if (!top->is_c && top->owner && top->entry && top->entry->code == code) /* else no frame to look up */
+        leave(self, (PyObject *)PyEval_GetFrame(), 0);
     Py_RETURN_NONE;
 }
 
@@ -936,16 +926,7 @@ static PyObject *on_call(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize
     Rec *top = self->stack[self->sp - 1];
     const KindRef *k = top->owner == (PyObject *)frame ? &e->kept : &e->other;
     if (!k->kind) Py_RETURN_NONE;
-    Rec *rec = child(self, top, k);
-    if (!rec) return fail(self);
-    rec->count++;
-    if (intset_add(&rec->call_lines, line_of(self, args[0], (int)PyLong_AsLong(args[1]))) < 0) return fail(self);
-    Py_INCREF(frame);
-    Py_XSETREF(rec->owner, (PyObject *)frame);
-    rec->entry = NULL;
-    rec->wants_lines = 0;
-    if (push(self, rec) < 0) return fail(self);
-    rec->t0 = now_ns();
+    if (open_c(self, top, k, frame, line_of(self, args[0], (int)PyLong_AsLong(args[1]))) < 0) return fail(self);
     Py_RETURN_NONE;
 }
 
@@ -954,26 +935,8 @@ static PyObject *on_c_return(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
     Core *self = mine();
     if (!self) Py_RETURN_NONE;
     self->n_profile++;
-    Rec *top = self->stack[self->sp - 1];
-    if (top->is_c && top->owner == (PyObject *)PyEval_GetFrame()) {
-        top->time_ns += now_ns() - top->t0;
-        Py_CLEAR(top->owner);
-        self->sp--;
-    }
+    if (self->stack[self->sp - 1]->is_c) leave(self, (PyObject *)PyEval_GetFrame(), 1);
     Py_RETURN_NONE;
-}
-
-static const CtypesCall *ctypes_at(const CodeEntry *e, int offset, int *n) {
-    int lo = 0, hi = e->n_calls;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (e->calls[mid].offset < offset) lo = mid + 1;
-        else hi = mid;
-    }
-    int end = lo;
-    while (end < e->n_calls && e->calls[end].offset == offset) end++;
-    *n = end - lo;
-    return e->calls + lo;
 }
 
 /* LINE: (code, line). Counted for the innermost open node when it is this frame
@@ -991,19 +954,7 @@ static PyObject *on_line(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize
     if (!rec->wants_lines || !e || e->code != args[0]) Py_RETURN_NONE;
     PyFrameObject *frame = PyEval_GetFrame();
     if (rec->owner != (PyObject *)frame) Py_RETURN_NONE;
-    int line = (int)PyLong_AsLong(args[1]);
-    if (intset_add(&rec->lines, line) < 0) return fail(self);
-    if (e->how == HOW_CTYPES) {
-        /* a ctypes call raises no event: recorded when its line starts */
-        int n;
-        const CtypesCall *c = ctypes_at(e, PyFrame_GetLasti(frame), &n);
-        for (int i = 0; i < n; i++) {
-            Rec *kid = child(self, rec, &c[i].k);
-            if (!kid) return fail(self);
-            kid->count++;
-            if (intset_add(&kid->call_lines, c[i].line) < 0) return fail(self);
-        }
-    }
+    if (line_ran(self, rec, (int)PyLong_AsLong(args[1]), frame) < 0) return fail(self);
     Py_RETURN_NONE;
 }
 
