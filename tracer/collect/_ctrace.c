@@ -901,25 +901,23 @@ static PyObject *on_call(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize
     Core *self = mine();
     if (!self || nargs < 4) Py_RETURN_NONE;
     self->n_profile++;
-    PyObject *fn = args[2], *owner, *bound = NULL;
+    PyObject *fn = args[2], *arg0 = args[3], *owner;
     const void *ml;
+    int descr = Py_IS_TYPE(fn, &PyMethodDescr_Type);
     if (PyCFunction_Check(fn)) owner = cfn_owner(fn, &ml);
-    else if (Py_IS_TYPE(fn, &PyMethodDescr_Type)) {
-        PyObject *arg0 = args[3];
-        if (arg0 == mon_missing) Py_RETURN_NONE;
+    else if (descr && arg0 != mon_missing) {
         ml = ((PyMethodDescrObject *)fn)->d_method;
         owner = PyModule_Check(arg0) || PyType_Check(arg0) ? arg0 : (PyObject *)Py_TYPE(arg0);
-        if (!cfn_find(self, owner, ml)) {
-            bound = Py_TYPE(fn)->tp_descr_get(fn, arg0, (PyObject *)Py_TYPE(arg0));
-            if (!bound) return fail(self);
-            fn = bound;
-        }
     }
     else Py_RETURN_NONE;
     CFnEntry *e = cfn_find(self, owner, ml);
-    if (!e) e = classify_c(self, fn, owner, ml);
-    Py_XDECREF(bound);
-    if (!e) return fail(self);
+    if (!e) {
+        PyObject *bound = descr ? Py_TYPE(fn)->tp_descr_get(fn, arg0, (PyObject *)Py_TYPE(arg0)) : Py_NewRef(fn);
+        if (!bound) return fail(self);
+        e = classify_c(self, bound, owner, ml);
+        Py_DECREF(bound);
+        if (!e) return fail(self);
+    }
     if (!e->kept.kind && !e->other.kind) Py_RETURN_NONE;
     PyFrameObject *frame = PyEval_GetFrame();
     if (!frame) Py_RETURN_NONE;
