@@ -208,7 +208,9 @@ def _native_functions() -> dict[str, dict[str, Any]]:
             for key in str(keys).split(","):
                 dispatch[key.strip()] = str(kernel)
         out[name] = {"dispatch": dispatch,
-                     **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {})}
+                     **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {}),
+                     # no device guard: the op only changes a tensor's metadata (a view), no kernel runs
+                     **({"metadata_only": True} if e.get("device_guard") is False else {})}
     return out
 
 
@@ -228,7 +230,8 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
         except RuntimeError:  # a name the profiler records that is no operator
             continue
         entry = declared.get(op[len("aten::"):], {})
-        row = {"kernels": kernels, "new_backend": new_backend, "declared": entry.get("dispatch", {})}
+        row = {"kernels": kernels, "new_backend": new_backend, "declared": entry.get("dispatch", {}),
+               **({"metadata_only": True} if entry.get("metadata_only") else {})}
         if "delegate" in entry:
             row["delegate"] = entry["delegate"]
             row["delegate_declared"] = declared.get(entry["delegate"], {}).get("dispatch", {})
@@ -239,6 +242,11 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- GPU evidence: registered
 
+#: torch's own CUDA kernels' library tag (frameworks.yaml: torch's gpu_kernels tag), the
+#: same in the registered reading as in a recorded or imported run
+_OWN_CUDA = "PyTorch CUDA kernels"
+
+
 #: at::native::_convolution's run-time choice (ConvBackend, from _select_conv_backend in
 #: ATen's Convolution.cpp) -> the op it calls; convolution_backward switches on the same
 #: enum. None of it is in native_functions.yaml: _convolution is a composite kernel.
@@ -247,9 +255,9 @@ _CONV_BACKENDS = {
     "Miopen": ("aten::miopen_convolution", "MIOpen"),
     "MiopenDepthwise": ("aten::miopen_depthwise_convolution", "MIOpen"),
     "MiopenTranspose": ("aten::miopen_convolution_transpose", "MIOpen"),
-    "CudaDepthwise2d": ("aten::_conv_depthwise2d", "ATen CUDA"),
-    "SlowDilated2d": ("aten::slow_conv_dilated2d", "ATen CUDA"),
-    "Slow2d": ("aten::thnn_conv2d", "ATen CUDA"), "Overrideable": ("aten::convolution_overrideable", "new backend"),
+    "CudaDepthwise2d": ("aten::_conv_depthwise2d", _OWN_CUDA),
+    "SlowDilated2d": ("aten::slow_conv_dilated2d", _OWN_CUDA),
+    "Slow2d": ("aten::thnn_conv2d", _OWN_CUDA), "Overrideable": ("aten::convolution_overrideable", "new backend"),
 }
 
 
@@ -267,7 +275,7 @@ def _cuda_lib(kernel: str) -> str:
         return "MIOpen"
     if any(k in low for k in ("addmm", "mm_out", "bmm", "gemm")):
         return "cuBLAS"
-    return "ATen CUDA"
+    return _OWN_CUDA
 
 
 #: convolution_backward's call for each ConvBackend (its *_backward_stub or op).
@@ -342,13 +350,13 @@ def _runtime_choice(op: str) -> tuple[str, list[dict[str, Any]]] | None:
         return op, [{"name": "aten::cudnn_convolution", "module": "aten",
                      "children": [kernel("cudnn_convolution", "cuDNN", conv)]},
                     {"name": "aten::add_", "module": "aten",  # the bias: cuDNN's convolution takes none
-                     "children": [kernel("add_.Tensor", "ATen CUDA", "at::native::_convolution")]},
+                     "children": [kernel("add_.Tensor", _OWN_CUDA, "at::native::_convolution")]},
                     others(_conv_candidates(op))]
     if op == "aten::convolution_backward":
         return op, [{"name": "ConvBackend.Cudnn -> cudnn_convolution_backward_stub (grad input, grad weight)",
                      "module": conv, "lib": "cuDNN"},
                     {"name": "aten::sum", "module": "aten",  # grad bias, computed outside cuDNN
-                     "children": [kernel("sum.IntList_out", "ATen CUDA", "at::native::convolution_backward")]},
+                     "children": [kernel("sum.IntList_out", _OWN_CUDA, "at::native::convolution_backward")]},
                     others(_conv_candidates(op))]
     bn = "at::native::_batch_norm_impl_index"
     if op == "aten::_batch_norm_impl_index":
@@ -389,6 +397,8 @@ def _registered_tree(node: Node, table: dict[str, Any]) -> dict[str, Any] | None
     if "mkldnn" in op:
         kids = [{"name": "not reached on CUDA: the CPU path's choice (ConvBackend.Mkldnn / oneDNN)",
                  "module": "at::native::_select_conv_backend"}]
+    elif cuda and row.get("metadata_only"):
+        kids = [{"name": f"CUDA: {cuda} (metadata only: no kernel runs)", "module": "native_functions.yaml"}]
     elif cuda:
         via = f"{row['delegate']}: " if row.get("delegate") else ""
         kids = [{"name": f"CUDA: {via}{cuda}", "module": "native_functions.yaml", "lib": _cuda_lib(cuda)}]

@@ -70,6 +70,8 @@ class GpuEvidence:
     #: what a run-time library choice did not take for this target (registered evidence:
     #: convolution's other ConvBackends, batch norm's other implementation indices)
     candidates: list[str] = field(default_factory=list)
+    #: the framework's own ops the evidence names for the pass (what agreement measures)
+    ops: list[str] = field(default_factory=list)
 
     @property
     def same_claim(self) -> tuple[object, ...]:
@@ -170,10 +172,11 @@ def _kernels(op_root: Node, cpu_op: str = "",
         stack.extend((c, mine, False) for c in node.children)
     if not counts:
         return _deepest_op(op_root), [], "", 0
-    # a library XLA hands the work to (cuDNN's convolution) before the fusions XLA
-    # generates around it (a bias gradient's reduce), however many those are
+    # a vendor library the framework hands the work to (cuDNN's convolution) before the
+    # framework's or XLA's own kernels around it (a bias gradient's reduce), however many
+    own = {XLA, *facts.gpu_kernel_tags}
     ranked = sorted(counts, key=lambda k: (owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
-                                           layout[k], libs[k] == XLA, -counts[k], k))
+                                           layout[k], libs[k] in own, -counts[k], k))
     op = owner[ranked[0]]
     if not op:
         # a compiled program's instructions hang under no op (JAX: the jaxpr's ops are its
@@ -207,17 +210,17 @@ def _converts_layout(node: Node) -> bool:
 
 
 def _framework_ops(root: Node) -> list[str]:
-    """The framework's own ops of an op layer, in order, the leaves of each call first
-    (JAX's jaxpr primitives, not XLA's instructions, lowering rules or candidates)."""
+    """The framework's own ops of an op layer, in order (torch's aten ops, JAX's jaxpr
+    primitives; not kernels, XLA's instructions, lowering rules, candidates, utility ops)."""
     facts = knowledge()
     out: list[str] = []
     for _, node in root.walk():
         f = node.frame
-        if (f.kind != "op" or f.lib or f.module.startswith(("xla", "stablehlo", LOWERING_MODULE_PREFIX))
-                or f.module in (CANDIDATE, CANDIDATES) or facts.is_utility_op(f.name) or facts.is_noise(f.name)):
+        if (f.kind != "op" or kernel_tag(f) or f.module in _KERNEL_MODULES or f.module in (CANDIDATE, CANDIDATES)
+                or f.module.startswith(("xla", "stablehlo", "native_functions", "at::", LOWERING_MODULE_PREFIX))
+                or facts.is_utility_op(f.name) or facts.is_noise(f.name)):
             continue
-        if not any(c.frame.kind == "op" and not c.frame.lib for c in node.children):
-            out.append(f.name)
+        out.append(f.name)
     return list(dict.fromkeys(out))
 
 
@@ -256,7 +259,8 @@ def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
         if "library" in run.layers else []
     candidates = [n.frame.name for _, n in run.layers["op"].walk() if n.frame.module == CANDIDATE]
     return GpuEvidence(cls, side_label(trace), source, gpu, version, op, kernels, lib, more,
-                       list(dict.fromkeys(reported))[:MOST_KERNELS], list(dict.fromkeys(candidates)))
+                       list(dict.fromkeys(reported))[:MOST_KERNELS], list(dict.fromkeys(candidates)),
+                       _framework_ops(run.layers["op"]))
 
 
 def _one_per_claim(found: list[GpuEvidence]) -> list[GpuEvidence]:
