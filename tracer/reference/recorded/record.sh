@@ -28,3 +28,9 @@ for fw in "$@"; do
 done
 "$py" -m tracer survey "$@" --devices cpu,gpu --no-arm --no-imports --no-derive --no-variants --fresh \
     --jobs "${JOBS:-8}" -o "$out/survey"
+# JAX's op layer against XLA's own dump of the programs the step ran on the GPU
+# (tests/jax_step_programs.py): OUT/jax_step_programs.json, "ran" and "recorded" per case
+case " $* " in *" jax "*)
+    "$py" tests/jax_step_programs.py "$out/xla-dump" gpu dense conv2d relu sigmoid tanh softmax maxpool2d avgpool2d \
+        batchnorm >"$out/jax_step_programs.json" || echo "record.sh: the JAX step-program check failed" >&2 ;;
+esac
