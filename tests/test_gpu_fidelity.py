@@ -25,6 +25,8 @@ from tests.test_recorded import recorded
 from tracer import envs
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.derive import derive
+from tracer.process.diff import diff_traces
+from tracer.process.diff.result import walk_splits
 from tracer.process.gpu_cells import gpu_cells
 from tracer.runner import CaseSpec, probe_one
 from tracer.survey import trace_files
@@ -40,8 +42,9 @@ def traces() -> dict[str, list[Trace]]:
 
 
 @pytest.fixture(scope="module")
-def torch_cells(frameworks, tmp_path_factory) -> dict[tuple[str, str], object]:
-    """(primitive, pass) -> torch's GPU cell from its CPU trace and registered readings of both APIs."""
+def torch_registered(frameworks, tmp_path_factory) -> list[Trace]:
+    """torch's conv2d and batchnorm: the CPU trace (functional) and the registered
+    readings of both APIs."""
     root = tmp_path_factory.mktemp("registered")
     fw = frameworks["torch"]
     traces: list[Trace] = []
@@ -50,7 +53,28 @@ def torch_cells(frameworks, tmp_path_factory) -> dict[tuple[str, str], object]:
             assert res.error is None, res.error
             traces.append(res.load())
         traces.append(probe_one(fw, CaseSpec(prim, layers=("python", "op"))))
-    return {(c.primitive, c.pass_): c for c in gpu_cells(traces) if c.primitive in ("conv2d", "batchnorm")}
+    return traces
+
+
+@pytest.fixture(scope="module")
+def torch_cells(torch_registered) -> dict[tuple[str, str], object]:
+    """(primitive, pass) -> torch's GPU cell."""
+    return {(c.primitive, c.pass_): c for c in gpu_cells(torch_registered) if c.primitive in ("conv2d", "batchnorm")}
+
+
+@pytest.mark.parametrize("primitive, frame", [("conv2d", "aten::_convolution"),
+                                              ("batchnorm", "aten::_batch_norm_impl_index")])
+def test_cpu_and_registered_part_where_torch_chooses_not_at_composites(torch_registered, primitive, frame):
+    """Composite ops (aten::conv2d, aten::batch_norm) never reach the dispatch table: the
+    paths part at the op that chooses the library, a device dispatch."""
+    cpu = next(t for t in torch_registered if t.info.primitive == primitive and t.info.device == "cpu")
+    reg = next(t for t in torch_registered if t.info.primitive == primitive and t.info.device == "gpu"
+               and t.info.api == "functional")
+    result = diff_traces(cpu, reg, pass_="forward")
+    splits = [s for ld in result.layers if ld.layer == "op" for s in walk_splits(ld.splits)]
+    assert splits and splits[0].frame == frame, [(s.frame, s.classification) for s in splits]
+    assert splits[0].classification == "device dispatch", splits[0].reason
+    assert not any(s.frame in ("aten::conv2d", "aten::convolution", "aten::batch_norm") for s in splits)
 
 
 @pytest.mark.parametrize("primitive, pass_, op, kernel, not_taken", [
