@@ -41,6 +41,10 @@ STANDIN_LIB = "standin backend"
 #: Strongest first: a cell shows the strongest it has and lists the rest.
 EVIDENCE = ("recorded", "imported", "compiled", "lowered", "registered", "source")
 DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
+#: The element types a probe computes in, float32 first (the default), and the variable
+#: a variant sets to ask for another (frameworks.yaml: torch's and JAX's bf16 variants).
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_ENV = "DLTRACE_DTYPE"
 #: The frame module of an option a run-time library choice did not take for the
 #: evidence's target (derived GPU evidence lists them beside the one taken): never a
 #: kernel, never a path that ran.

@@ -118,8 +118,9 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     except RuntimeError as exc:
         raise base.ProbeError(f"jax has no {device!r} device: {exc}") from exc
     f = jax.jit(_FUNCS[primitive])
-    args = [jax.device_put(a, dev) for a in (base.array(shape), *_params(primitive, shape))]
-    ones = jax.device_put(np.ones(base.output_shape(primitive, shape), np.float32), dev)
+    dtype = jnp.dtype(base.dtype())
+    args = [jax.device_put(jnp.asarray(a, dtype), dev) for a in (base.array(shape), *_params(primitive, shape))]
+    ones = jax.device_put(jnp.ones(base.output_shape(primitive, shape), dtype), dev)
     jax.block_until_ready((args, ones))
     last: list[jax.Array | None] = [None]  # what sync waits for: the latest output or gradients
 
@@ -138,7 +139,8 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         if last[0] is not None:
             jax.block_until_ready(last[0])
 
-    info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF"}
+    info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF",
+            "dtype": base.dtype()}
     private = {"f": f, "args": args, "ones": ones, "device": dev}
     return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
 

@@ -35,7 +35,8 @@ def device_info(device: str) -> dict[str, str]:
 def _functional(primitive: str, x: torch.Tensor,
                 dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
     c = x.shape[1] if x.dim() > 1 else 1
-    param: Callable[[Any], torch.Tensor] = lambda a: torch.tensor(a, device=dev, requires_grad=True)  # noqa: E731
+    param: Callable[[Any], torch.Tensor] = lambda a: torch.tensor(  # noqa: E731
+        a, device=dev, dtype=x.dtype, requires_grad=True)
     if primitive == "dense":
         w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
         return (lambda: F.linear(x, w, b)), [w, b]
@@ -56,7 +57,7 @@ def _functional(primitive: str, x: torch.Tensor,
         return (lambda: F.avg_pool2d(x, base.POOL_K)), []
     if primitive == "batchnorm":
         g, b = param(base.array((c,), 3) * 0.1 + 1), param(base.bias(c))
-        mean, var = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+        mean, var = torch.zeros(c, device=dev, dtype=x.dtype), torch.ones(c, device=dev, dtype=x.dtype)
         return (lambda: F.batch_norm(x, mean, var, g, b, training=True)), [g, b]
     raise base.ProbeError(f"unknown primitive {primitive}")
 
@@ -86,7 +87,7 @@ def _layer(primitive: str, x: torch.Tensor,
     with torch.no_grad():
         for name, value in weights.items():
             getattr(m, name).copy_(torch.from_numpy(value))
-    m = m.to(dev).train()
+    m = m.to(dev, x.dtype).train()
     return (lambda: m(x)), list(m.parameters())
 
 
@@ -115,9 +116,10 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         from tracer.probes import torch_standin
 
         torch_standin.RECORDER.start()
-    x = torch.tensor(base.array(shape), device=dev, requires_grad=True)
+    dtype = getattr(torch, base.dtype())
+    x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
     run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
-    grad = torch.ones(base.output_shape(primitive, shape), device=dev)
+    grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
     leaves = [x, *params]
     setup = torch_standin.RECORDER.stop() if device == STANDIN else []
 
@@ -127,7 +129,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         y.backward(grad)
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else base._noop
-    info = {"device_type": dev.type, "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
+    info = {"device_type": dev.type, "dtype": base.dtype(), "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
             "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
             # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
