@@ -175,7 +175,7 @@ def test_recorded_jax_backward_runs_cudnns_backward_calls(traces):
     """The recording's op layer is the program the step ran: the same backward calls
     cuDNN logged (convolution_backward_data and _filter), not a folded forward conv."""
     (t,) = [t for t in traces["jax"] if t.info.device == "gpu" and t.info.primitive == "conv2d"
-            and t.info.api == "functional" and len(t.info.shape) == 4 and t.info.shape[0] == 2]
+            and t.info.variant == "default" and len(t.info.shape) == 4 and t.info.shape[0] == 2]
     run = t.run("backward", "warm")
     assert run is not None
     ops = {n.frame.name for _, n in run.layers["op"].walk()}
@@ -183,3 +183,18 @@ def test_recorded_jax_backward_runs_cudnns_backward_calls(traces):
     assert "custom-call:__cudnn$convForward" not in ops
     logged = [n.frame.name for n in run.layers["library"].children]
     assert any("convolution_backward_data" in x for x in logged) and any("backward_filter" in x for x in logged)
+
+
+@pytest.mark.parametrize("framework, primitive, pass_, op, library", [
+    ("torch", "conv2d", "forward", "aten::cudnn_convolution", "cuDNN"),
+    ("torch", "dense", "forward", "aten::addmm", "cuBLAS"),  # cuBLASLt's nvjet kernels on the H100
+    # in bfloat16, _batch_norm_impl_index leaves cuDNN for torch's own kernel (float32 takes cuDNN)
+    ("torch", "batchnorm", "forward", "aten::native_batch_norm", "PyTorch CUDA kernels"),
+    ("jax", "conv2d", "backward", "conv_general_dilated", "cuDNN"),
+])
+def test_the_recorded_bf16_pass_is_in_the_gpu_cells(traces, framework, primitive, pass_, op, library):
+    cell = next(c for c in gpu_cells(traces[framework]) if (c.primitive, c.pass_) == (primitive, pass_))
+    bf16 = [e for e in cell.gpu if "bf16" in e.label.split(", ")[-1]]
+    assert bf16 and bf16[0].evidence == "recorded", [e.label for e in cell.gpu]
+    assert bf16[0].op == op and bf16[0].library == library, bf16[0]
+    assert cell.gpu[0].label.split(", ")[0] == "gpu"  # the float32 recording first

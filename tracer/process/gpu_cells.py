@@ -209,6 +209,10 @@ def _converts_layout(node: Node) -> bool:
     return bool(fused) and all(_LAYOUT.search(n.lower()) or n in _LAYOUT_FREE for n in fused)
 
 
+#: A call around ops, not an op (JAX's jit:NAME / pjit:NAME equation around a jaxpr).
+_CALL_WRAPPER = re.compile(r"^p?jit(?::|$)")
+
+
 def _framework_ops(root: Node) -> list[str]:
     """The framework's own ops of an op layer, in order (torch's aten ops, JAX's jaxpr
     primitives; not kernels, XLA's instructions, lowering rules, candidates, utility ops)."""
@@ -218,7 +222,7 @@ def _framework_ops(root: Node) -> list[str]:
         f = node.frame
         if (f.kind != "op" or kernel_tag(f) or f.module in _KERNEL_MODULES or f.module in (CANDIDATE, CANDIDATES)
                 or f.module.startswith(("xla", "stablehlo", "native_functions", "at::", LOWERING_MODULE_PREFIX))
-                or facts.is_utility_op(f.name) or facts.is_noise(f.name)):
+                or facts.is_utility_op(f.name) or facts.is_noise(f.name) or _CALL_WRAPPER.match(f.name)):
             continue
         out.append(f.name)
     return list(dict.fromkeys(out))
