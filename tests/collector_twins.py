@@ -22,6 +22,7 @@ from tracer.collect import cbuild
 from tracer.collect.ctracer import CTracer
 from tracer.collect.pytrace import PythonTracer
 from tracer.trace import Node
+from tests.sample_patterns import PATTERNS
 
 
 def rows(tree: Node) -> list[list[Any]]:
@@ -46,11 +47,115 @@ def step(case: Any, pass_: str) -> Any:
     return lambda: case.backward(state)
 
 
+def nested_recording(module: Any) -> dict[str, Any]:
+    """A recording started inside a recording, by another C core (another tracer) and
+    by the same one: both refused, and the outer tree goes on past them."""
+    from tests import samplefw
+
+    roots = ["tests.samplefw"]
+    outer, other = CTracer(module, roots), CTracer(module, roots)
+    errors: list[str] = []
+
+    def step() -> None:
+        samplefw.forward(1)
+        for tracer in (other, outer):
+            try:
+                tracer.record(lambda: samplefw.forward(2))
+                errors.append("allowed")
+            except RuntimeError as exc:
+                errors.append(str(exc))
+        samplefw.forward(3)
+
+    tree, _ = outer.record(step)
+    counts = {n.frame.name: n.count for _, n in tree.walk()}
+    after = PATTERNS["branch"]  # and the core refused first records whole
+    return {"errors": errors, "forward_calls": counts.get("forward", 0), "hooks_left": hooks_left(),
+            "after": differences(PythonTracer(roots).record(after)[0], other.record(after)[0])}
+
+
+def other_tools_hooks(module: Any) -> dict[str, Any]:
+    """A profile and a trace function another tool set (coverage.py, a debugger) are
+    there again after a recording, a failed one too, and still get their events."""
+    from tests import samplefw
+
+    seen: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        seen.append(event)
+
+    def trace(frame: Any, event: str, arg: Any) -> None:
+        return None
+
+    c = CTracer(module, ["tests.samplefw"])
+    sys.settrace(trace)
+    sys.setprofile(profile)
+    try:
+        tree, _ = c.record(PATTERNS["branch"])
+        kept = sys.getprofile() is profile and sys.gettrace() is trace
+        try:
+            c.record(samplefw.failing)
+        except ValueError:
+            pass
+        kept_after_error = sys.getprofile() is profile and sys.gettrace() is trace
+        seen.clear()
+        samplefw.forward(3)
+        events_after = len(seen)
+    finally:
+        sys.setprofile(None)
+        sys.settrace(None)
+    return {"kept": kept, "kept_after_error": kept_after_error, "events_after": events_after,
+            "tree": differences(PythonTracer(["tests.samplefw"]).record(PATTERNS["branch"])[0], tree)}
+
+
+#: New functions a step makes, for the release check.
+_MADE = 300
+
+
+def code_release(module: Any) -> dict[str, Any]:
+    """Steps that make new framework functions (exec'd, as generated code is) and call
+    them: their code objects die once the step's objects are dropped, though the core
+    classified them, and its cache shrinks back; the tree is the Python collector's."""
+    import gc
+    import weakref
+
+    from tests import samplefw  # noqa: F401  (the roots' package, imported)
+
+    source = "".join(f"def f{i}(x):\n    if x:\n        return x + {i}\n    return {i}\n" for i in range(_MADE))
+    refs: list[Any] = []
+
+    def step() -> int:
+        ns: dict[str, Any] = {"__name__": "tests.samplefw.made"}
+        exec(compile(source, "<made>", "exec"), ns)
+        fns = [ns[f"f{i}"] for i in range(_MADE)]
+        refs.extend(weakref.ref(fn.__code__) for fn in fns)
+        return sum(fn(1) for fn in fns)
+
+    roots = ["tests.samplefw"]
+    expected = PythonTracer(roots).record(step)[0]
+    refs.clear()
+    c = CTracer(module, roots)
+    c.record(lambda: samplefw.forward(1))  # the tracer's own first classifications
+    before = c._core.stats()["code_objects"]
+    cached = []
+    for _ in range(3):
+        tree, _ = c.record(step)
+        gc.collect()
+        cached.append(c._core.stats()["code_objects"] - before)
+    return {"made": len(refs), "alive": sum(r() is not None for r in refs), "cached_after": cached,
+            "python_side": [len(c._code), len(c._alive), len(c._ctypes)], "nodes": tree.size(),
+            "diffs": differences(expected, tree)[:20]}
+
+
+def hooks_left() -> bool:
+    """Whether a profile or trace function, or a sys.monitoring event, is still set."""
+    return sys.getprofile() is not None or sys.gettrace() is not None or (
+        hasattr(sys, "monitoring") and any(sys.monitoring.get_events(tool) for tool in range(6)))
+
+
 def patterns() -> dict[str, Any]:
     """The sample framework's call patterns (tests/sample_patterns.py), each recorded
     twice by each collector; and what a failing step leaves behind."""
     from tests import samplefw
-    from tests.sample_patterns import PATTERNS
 
     roots = ["tests.samplefw"]
     py, c = PythonTracer(roots), CTracer(cbuild.load(), roots)
@@ -67,8 +172,7 @@ def patterns() -> dict[str, Any]:
     except ValueError as exc:
         report["error"] = str(exc)
     # after the failed step: no hook left, and the next recording is whole again
-    report["hooks_left"] = sys.getprofile() is not None or sys.gettrace() is not None or any(
-        sys.monitoring.get_events(tool) for tool in range(6)) if hasattr(sys, "monitoring") else False
+    report["hooks_left"] = hooks_left()
     tree, _ = c.record(PATTERNS["branch"], "branch")
     report["after_error"] = differences(py.record(PATTERNS["branch"], "branch")[0], tree)
 
@@ -82,6 +186,10 @@ def patterns() -> dict[str, Any]:
         report["classification_error"] = None
     except RuntimeError as exc:
         report["classification_error"] = str(exc)
+    module = cbuild.load()
+    report["nested"] = nested_recording(module)
+    report["other_tools"] = other_tools_hooks(module)
+    report["release"] = code_release(module)
     return report
 
 

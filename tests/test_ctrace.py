@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import samplefw
+from tests import collector_twins, samplefw
 from tests.sample_patterns import PATTERNS
 from tracer import envs, runner
 from tracer.collect import cbuild
@@ -129,6 +129,47 @@ def test_an_error_in_the_classification_propagates(core):
     assert sys.gettrace() is None and sys.getprofile() is None
 
 
+# ----------------------------------------------------------------------------- the tools beside it
+# (the same checks run under 3.12+ in test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer)
+
+def check_nested(report: dict) -> None:
+    """Another core's recording inside a recording, then the same core's: refused with
+    a clear error, and the outer tree has the framework call made after them."""
+    assert report["errors"][0].startswith("another C collector is recording in this"), report
+    assert report["errors"][1] == "record() is already running", report
+    assert report["forward_calls"] == 2, report
+    assert not report["hooks_left"] and report["after"] == [], report
+
+
+def check_other_tools(report: dict) -> None:
+    assert report["kept"] and report["kept_after_error"], report
+    assert report["events_after"] > 0 and report["tree"] == [], report
+
+
+def check_release(report: dict) -> None:
+    """Every code object the recordings made died with its step, the core's cache
+    shrank back after each recording, and CTracer kept nothing per code object."""
+    assert report["made"] == 3 * collector_twins._MADE and report["alive"] == 0, report
+    # the step's own code and its comprehensions' (alive with it), the same after each, not 300 more a step
+    assert len(set(report["cached_after"])) == 1 and report["cached_after"][0] < 10, report
+    assert report["python_side"] == [0, 0, 0], report
+    assert report["nodes"] == collector_twins._MADE + 2 and report["diffs"] == [], report  # root, <module>, f0...
+
+
+def test_a_recording_inside_a_recording_is_refused(core):
+    check_nested(collector_twins.nested_recording(core))
+
+
+def test_another_tools_profile_and_trace_functions_are_restored(core):
+    before = sys.gettrace(), sys.getprofile()
+    check_other_tools(collector_twins.other_tools_hooks(core))
+    assert (sys.gettrace(), sys.getprofile()) == before
+
+
+def test_code_objects_are_released_when_their_recordings_end(core):
+    check_release(collector_twins.code_release(core))
+
+
 # ----------------------------------------------------------------------------- 3.12+: sys.monitoring
 
 def _monitoring_python() -> str | None:
@@ -180,6 +221,9 @@ def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(moni
     assert report["same_sources"]
     assert report["error"] == "boom" and not report["hooks_left"] and report["after_error"] == []
     assert report["classification_error"] == "classification failed"
+    check_nested(report["nested"])
+    check_other_tools(report["other_tools"])
+    check_release(report["release"])
     assert any(p.name.endswith(".so") and "-py3.1" in p.name and "-py3.11" not in p.name
                for p in (home / "ext").iterdir())  # built for that interpreter
 

@@ -124,6 +124,24 @@ static int pm_fill(PtrMap *m, Slot *s, const void *a, const void *b, void *v, vo
     return 0;
 }
 
+/* Empty the filled slot s, moving back the entries after it that would no longer be
+   found (linear probing's deletion, no tombstones: a look-up stays one scan). */
+static void pm_remove(PtrMap *m, Slot *s) {
+    size_t mask = m->cap - 1, i = (size_t)(s - m->slot), j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        Slot *t = &m->slot[j];
+        if (!t->v) break;
+        size_t home = hash_ptr(t->a, t->b) & mask;
+        /* t stays where it is when its home lies cyclically in (i, j] */
+        if (i <= j ? (i < home && home <= j) : (i < home || home <= j)) continue;
+        m->slot[i] = *t;
+        i = j;
+    }
+    m->slot[i] = (Slot){NULL, NULL, NULL};
+    m->n--;
+}
+
 /* ------------------------------------------------------------------ int sets (lines) */
 
 /* Most sets hold a line or two (a call's calling line, a short function's lines):
@@ -212,8 +230,11 @@ typedef struct {
     KindRef k; /* a "c" kind */
 } CtypesCall;
 
-typedef struct {
-    PyObject *code; /* strong reference: the key */
+typedef struct CodeEntry CodeEntry;
+struct CodeEntry {
+    const void *code; /* the key: the code object, alive while the entry is cached */
+    PyObject *ref;    /* a CodeRef to it, whose callback takes the entry out of the cache */
+    CodeEntry *next_dead; /* the entries of code objects that died, freed when no recording uses them */
     KindRef k;
     unsigned char how;
     int *static_lines; /* HOW_STATIC: the lines it runs */
@@ -223,7 +244,7 @@ typedef struct {
     int n_calls;
     int *line_at; /* 3.12+: the line of each code unit, read once from co_lines() when first asked */
     Py_ssize_t n_units;
-} CodeEntry;
+};
 
 typedef struct {
     PyObject *owner; /* strong reference (a type, a module, or NULL) */
@@ -260,12 +281,14 @@ typedef struct {
     PyObject *fields[6]; /* Node's fields, set one by one on object.__new__(Node); or NULL: Node(...) */
     Py_ssize_t offsets[6]; /* where Node has __slots__: each field's place in the object, or 0 */
     PyObject *empty;
-    /* persistent caches (never shrink): code object -> CodeEntry, (owner, def) -> CFnEntry */
+    /* persistent caches: code object -> CodeEntry (an entry leaves when its code object
+       dies), (owner, def) -> CFnEntry */
     PtrMap codes, cfns;
+    CodeEntry *dead; /* entries whose code objects died, freed at the end of a recording */
     /* one recording */
     int recording, failed;
     PyThreadState *tstate;
-    PyObject *classify_code, *classify_c, *ctypes_map; /* set during record() */
+    PyObject *classify_code, *classify_c; /* set during record() */
     Chunk *chunk;
     PtrMap kids; /* (parent, kind) -> child Rec */
     Rec **stack;
@@ -381,8 +404,69 @@ static inline CodeEntry *code_find(Core *self, PyObject *code) {
     return (CodeEntry *)pm_slot(&self->codes, code, NULL)->v;
 }
 
-static int code_insert(Core *self, CodeEntry *e) {
-    return pm_fill(&self->codes, pm_slot(&self->codes, e->code, NULL), e->code, NULL, e, NULL);
+/* The cache holds no code object: a probe that makes new functions step after step
+   (exec, closures, generated code) would otherwise keep them all. Each entry has a
+   weak reference to its code object, a CodeRef, that knows the entry: when the code
+   object dies, before its memory can be reused for another, the callback takes the
+   entry out of the cache. The entry itself (which records of a recording may still
+   point to) is freed at the end of the recording, or of the next one. */
+typedef struct {
+    PyWeakReference ref;
+    Core *core; /* borrowed: the Core releases its CodeRefs before it goes */
+    CodeEntry *entry;
+} CodeRef;
+
+static PyTypeObject CodeRefType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_ctrace.CodeRef",
+    .tp_basicsize = sizeof(CodeRef),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A weak reference to a code object the C core has classified.",
+};
+
+static PyObject *released_cb; /* code_released, as a function object */
+
+static PyObject *code_released(PyObject *Py_UNUSED(m), PyObject *wr) {
+    CodeRef *r = (CodeRef *)wr;
+    Core *self = r->core;
+    if (!self) Py_RETURN_NONE;
+    r->core = NULL;
+    Slot *s = pm_slot(&self->codes, r->entry->code, NULL);
+    if (s->v == r->entry) pm_remove(&self->codes, s);
+    r->entry->next_dead = self->dead;
+    self->dead = r->entry;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef released_def = {"_code_released", code_released, METH_O, NULL};
+
+static void code_entry_free(CodeEntry *e) {
+    if (e->ref) ((CodeRef *)e->ref)->core = NULL;
+    Py_CLEAR(e->ref);
+    kindref_clear(&e->k);
+    for (int i = 0; i < e->n_calls; i++) kindref_clear(&e->calls[i].k);
+    PyMem_Free(e->calls);
+    PyMem_Free(e->static_lines);
+    PyMem_Free(e->line_at);
+    Py_XDECREF(e->static_list);
+    PyMem_Free(e);
+}
+
+static void free_dead(Core *self) {
+    while (self->dead) {
+        CodeEntry *e = self->dead;
+        self->dead = e->next_dead;
+        code_entry_free(e);
+    }
+}
+
+static int code_insert(Core *self, CodeEntry *e, PyObject *code) {
+    e->ref = PyObject_CallFunctionObjArgs((PyObject *)&CodeRefType, code, released_cb, NULL);
+    if (!e->ref) return -1;
+    ((CodeRef *)e->ref)->core = self;
+    ((CodeRef *)e->ref)->entry = e;
+    /* the slot is found after the call: a collection during it may have emptied some */
+    return pm_fill(&self->codes, pm_slot(&self->codes, code, NULL), code, NULL, e, NULL);
 }
 
 static int cmp_call(const void *a, const void *b) {
@@ -390,13 +474,8 @@ static int cmp_call(const void *a, const void *b) {
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-/* tracer._ctypes[id(code)]: {offset: [(line, kind), ...]} into a sorted C table. */
-static int read_ctypes(Core *self, PyObject *code, CodeEntry *e) {
-    PyObject *key = PyLong_FromVoidPtr(code);
-    if (!key) return -1;
-    PyObject *calls = PyDict_GetItemWithError(self->ctypes_map, key);
-    Py_DECREF(key);
-    if (!calls) return PyErr_Occurred() ? -1 : 0;
+/* Where a code object calls ctypes, {offset: [(line, kind), ...]}, into a sorted C table. */
+static int read_ctypes(PyObject *calls, CodeEntry *e) {
     Py_ssize_t pos = 0, n = 0;
     PyObject *off, *lst;
     while (PyDict_Next(calls, &pos, &off, &lst)) n += PyList_Size(lst);
@@ -447,13 +526,13 @@ static int read_static(PyObject *lines, CodeEntry *e) {
     return 0;
 }
 
-/* A new code object: PythonTracer._classify_code(frame) -> None or (kind, how). */
+/* A new code object: classify_code(frame) -> None or (kind, how), how: "lines", a
+   set (the lines of a branch-free function), a dict (where it calls ctypes) or "". */
 static CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code) {
     PyObject *res = PyObject_CallOneArg(self->classify_code, (PyObject *)frame);
     if (!res) return NULL;
     CodeEntry *e = PyMem_Calloc(1, sizeof(CodeEntry));
     if (!e) { Py_DECREF(res); PyErr_NoMemory(); return NULL; }
-    Py_INCREF(code);
     e->code = code;
     int err = 0;
     if (res != Py_None) {
@@ -461,10 +540,10 @@ static CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code
         err = kindref(PyTuple_GET_ITEM(res, 0), &e->k);
         if (!err && PyUnicode_Check(how)) {
             if (PyUnicode_CompareWithASCIIString(how, "lines") == 0) e->how = HOW_LINES;
-            else if (PyUnicode_CompareWithASCIIString(how, "ctypes") == 0) {
-                e->how = HOW_CTYPES;
-                err = read_ctypes(self, code, e);
-            }
+        }
+        else if (!err && PyDict_Check(how)) {
+            e->how = HOW_CTYPES;
+            err = read_ctypes(how, e);
         }
         else if (!err && PyAnySet_Check(how) && PySet_Size(how) > 0) {
             e->how = HOW_STATIC;
@@ -472,16 +551,8 @@ static CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code
         }
     }
     Py_DECREF(res);
-    if (err < 0 || code_insert(self, e) < 0) {
-        /* kept out of the cache: freed with what it holds */
-        kindref_clear(&e->k);
-        for (int i = 0; i < e->n_calls; i++) kindref_clear(&e->calls[i].k);
-        PyMem_Free(e->calls);
-        PyMem_Free(e->static_lines);
-        PyMem_Free(e->line_at);
-        Py_XDECREF(e->static_list);
-        Py_DECREF(e->code);
-        PyMem_Free(e);
+    if (err < 0 || code_insert(self, e, code) < 0) {
+        code_entry_free(e); /* kept out of the cache */
         return NULL;
     }
     return e;
@@ -870,7 +941,7 @@ static PyObject *on_start(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssiz
 
 static PyObject *returned(Core *self, PyObject *code) {
     Rec *top = self->stack[self->sp - 1];
-    if (!top->is_c && top->owner && top->entry && top->entry->code == code) /* else no frame to look up */
+    if (!top->is_c && top->owner && top->entry && top->entry->code == (const void *)code) /* else no frame to look up */
         leave(self, (PyObject *)PyEval_GetFrame(), 0);
     Py_RETURN_NONE;
 }
@@ -949,7 +1020,7 @@ static PyObject *on_line(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize
     self->n_trace++;
     Rec *rec = self->stack[self->sp - 1];
     const CodeEntry *e = rec->entry;
-    if (!rec->wants_lines || !e || e->code != args[0]) Py_RETURN_NONE;
+    if (!rec->wants_lines || !e || e->code != (const void *)args[0]) Py_RETURN_NONE;
     PyFrameObject *frame = PyEval_GetFrame();
     if (rec->owner != (PyObject *)frame) Py_RETURN_NONE;
     if (line_ran(self, rec, (int)PyLong_AsLong(args[1]), frame) < 0) return fail(self);
@@ -1210,36 +1281,31 @@ static void free_recording(Core *self) {
     self->sp = 0;
     Py_CLEAR(self->classify_code);
     Py_CLEAR(self->classify_c);
-    Py_CLEAR(self->ctypes_map);
     self->recording = 0;
+    free_dead(self); /* no record points to them any more */
 }
 
 /* ------------------------------------------------------------------ the type */
 
 PyDoc_STRVAR(record_doc,
-"record(fn, root_kind, classify_code, classify_c, ctypes_map) -> (Node, fn's result)\n\n"
+"record(fn, root_kind, classify_code, classify_c) -> (Node, fn's result)\n\n"
 "Call fn() with the C hooks installed and return the call tree rooted at root_kind\n"
-"(a _Kind). classify_code(frame) and classify_c(fn) are PythonTracer's methods,\n"
-"called once per new code object or C function; ctypes_map is its _ctypes table.");
+"(a _Kind). classify_code(frame) and classify_c(fn) are called once per new code\n"
+"object (as long as it lives) or C function (see tracer/collect/ctracer.py).");
 
 static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "record() takes 5 arguments");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "record() takes 4 arguments");
         return NULL;
     }
     if (self->recording) {
         PyErr_SetString(PyExc_RuntimeError, "record() is already running");
         return NULL;
     }
-    if (!PyDict_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "ctypes_map must be a dict");
-        return NULL;
-    }
     self->recording = 1;
     self->failed = 0;
     Py_INCREF(args[2]); self->classify_code = args[2];
     Py_INCREF(args[3]); self->classify_c = args[3];
-    Py_INCREF(args[4]); self->ctypes_map = args[4];
     if (!self->stack) {
         self->stack_cap = 256;
         self->stack = PyMem_Malloc(sizeof(Rec *) * self->stack_cap);
@@ -1287,13 +1353,28 @@ static PyObject *Core_record(Core *self, PyObject *const *args, Py_ssize_t nargs
     if (exc) PyErr_SetRaisedException(exc);
     root->time_ns = now_ns() - t0;
 #else
+    PyThreadState *ts = self->tstate;
+    if (ts->c_profilefunc == profile_cb) {
+        /* its profile function would replace the one recording, and be removed at its
+           end: the outer tree would stop there */
+        PyErr_SetString(PyExc_RuntimeError, "another C collector is recording in this thread");
+        free_recording(self);
+        return NULL;
+    }
+    /* Another tool's profile and trace functions (coverage.py's, a debugger's, the
+       Python collector's) are put back afterwards: they miss the recording's events
+       only. */
+    Py_tracefunc other_profile = ts->c_profilefunc, other_trace = ts->c_tracefunc;
+    PyObject *other_profile_obj = Py_XNewRef(ts->c_profileobj), *other_trace_obj = Py_XNewRef(ts->c_traceobj);
     int64_t t0 = now_ns();
     PyEval_SetTrace(trace_cb, (PyObject *)self);
-    self->tstate->c_tracefunc = NULL; /* switched on only where a frame wants lines */
+    ts->c_tracefunc = NULL; /* switched on only where a frame wants lines */
     PyEval_SetProfile(profile_cb, (PyObject *)self);
     PyObject *result = PyObject_CallNoArgs(args[0]);
-    PyEval_SetProfile(NULL, NULL);
-    PyEval_SetTrace(NULL, NULL);
+    PyEval_SetProfile(other_profile, other_profile_obj);
+    PyEval_SetTrace(other_trace, other_trace_obj);
+    Py_XDECREF(other_profile_obj);
+    Py_XDECREF(other_trace_obj);
     root->time_ns = now_ns() - t0;
 #endif
 
@@ -1373,18 +1454,17 @@ static void Core_dealloc(Core *self) {
     PyMem_Free(self->chunk);
     PyMem_Free(self->kids.slot);
     PyMem_Free(self->stack);
+    /* no callback may reach this Core once it starts going: disarmed first, as freeing
+       what an entry holds may free other code objects */
+    for (size_t i = 0; i < self->codes.cap; i++)
+        if (self->codes.slot[i].v) ((CodeRef *)((CodeEntry *)self->codes.slot[i].v)->ref)->core = NULL;
     for (size_t i = 0; i < self->codes.cap; i++) {
         CodeEntry *e = self->codes.slot[i].v;
         if (!e) continue;
-        kindref_clear(&e->k);
-        for (int j = 0; j < e->n_calls; j++) kindref_clear(&e->calls[j].k);
-        PyMem_Free(e->calls);
-        PyMem_Free(e->static_lines);
-        PyMem_Free(e->line_at);
-        Py_XDECREF(e->static_list);
-        Py_DECREF(e->code);
-        PyMem_Free(e);
+        self->codes.slot[i].v = NULL;
+        code_entry_free(e);
     }
+    free_dead(self);
     for (size_t i = 0; i < self->cfns.cap; i++) {
         CFnEntry *e = self->cfns.slot[i].v;
         if (!e) continue;
@@ -1431,6 +1511,11 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__ctrace(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
+    CodeRefType.tp_base = &_PyWeakref_RefType; /* and its garbage collector support */
+    CodeRefType.tp_traverse = _PyWeakref_RefType.tp_traverse;
+    CodeRefType.tp_clear = _PyWeakref_RefType.tp_clear;
+    if (PyType_Ready(&CodeRefType) < 0) return NULL;
+    if (!released_cb && !(released_cb = PyCFunction_New(&released_def, NULL))) return NULL;
     if (!str_is_c && !(str_is_c = PyUnicode_InternFromString("is_c"))) return NULL;
     if (!str_is_ext && !(str_is_ext = PyUnicode_InternFromString("is_ext"))) return NULL;
     if (!str_frame && !(str_frame = PyUnicode_InternFromString("frame"))) return NULL;

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, Callable, Iterable
 
-from tracer.collect.pytrace import PythonTracer
+from tracer.collect.pytrace import PythonTracer, _Kind
 from tracer.trace import Frame, Node
+
+#: Where a code object calls ctypes: offset -> [(line, kind of the C function)].
+CtypesCalls = dict[int, list[tuple[int, _Kind]]]
 
 
 class CTracer(PythonTracer):
@@ -45,11 +48,26 @@ class CTracer(PythonTracer):
         try:  # not a generator-based context manager: its exit allocates after gc.enable(),
             # starting a collection while the new tree is alive (60 µs a step on chainer's relu)
             # the C core is untyped: its result is (the call tree, fn's result)
-            result: tuple[Node, Any] = self._core.record(fn, root, self._classify_code, self._classify_c, self._ctypes)
+            result: tuple[Node, Any] = self._core.record(fn, root, self._classify_new_code, self._classify_c)
             return result
         finally:
             if gc_was_enabled:
                 gc.enable()
+
+
+    def _classify_new_code(self, frame: FrameType) -> tuple[_Kind, str | frozenset[int] | CtypesCalls] | None:
+        """PythonTracer's classification of a code object the core has not seen, as the
+        core caches it: where the code calls ctypes, the calls themselves. The core keeps
+        its answer for as long as the code object lives; PythonTracer's own caches by
+        id(code), and the code objects it keeps alive for them, would only grow."""
+        hit = self._classify_code(frame)
+        key = id(frame.f_code)
+        self._code.pop(key, None)
+        self._alive.clear()
+        calls = self._ctypes.pop(key, None)
+        if hit is not None and hit[1] == "ctypes" and calls is not None:
+            return hit[0], calls
+        return hit
 
 
 #: Node's fields, in the order of its generated __init__, as the C core sets them.
