@@ -228,6 +228,19 @@ def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(moni
                for p in (home / "ext").iterdir())  # built for that interpreter
 
 
+# ----------------------------------------------------------------------------- the stub
+
+def test_the_stub_matches_the_built_module(core, monkeypatch, capsys):
+    """tracer/collect/_ctrace.pyi, which mypy reads for ctracer.py, against the module
+    itself (mypy's stubtest: names, classes, methods and their parameters)."""
+    from mypy import stubtest
+
+    monkeypatch.setitem(sys.modules, cbuild.MODULE, core)  # the build lives outside the package
+    monkeypatch.chdir(ROOT)
+    code = stubtest.test_stubs(stubtest.parse_options([cbuild.MODULE]))
+    assert code == 0, capsys.readouterr().out[-3000:]
+
+
 # ----------------------------------------------------------------------------- choice and fallback
 
 def test_the_c_core_is_chosen_where_it_builds(core):
@@ -251,13 +264,29 @@ def test_no_compiler_falls_back_to_the_python_tracer_and_says_why(tmp_path, monk
 
 
 def test_a_source_that_does_not_compile_falls_back(tmp_path, monkeypatch):
-    bad = tmp_path / "_ctrace.c"
-    bad.write_text("#include <Python.h>\nthis is not C;\n")
+    bad = tmp_path / "ctrace"
+    shutil.copytree(cbuild.SOURCES, bad)
+    (bad / "record.c").write_text('#include "ctrace.h"\nthis is not C;\n')
     monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
-    monkeypatch.setattr(cbuild, "SOURCE", bad)
-    with pytest.raises(cbuild.Unavailable, match="compiling _ctrace.c failed: .*error"):
+    monkeypatch.setattr(cbuild, "SOURCES", bad)
+    with pytest.raises(cbuild.Unavailable, match="compiling ctrace/ failed: .*record.c.*error"):
         cbuild.load()
     assert not list((tmp_path / "ext").glob("*.so")) and not list((tmp_path / "ext").glob(".ctrace-*"))
+
+
+def test_the_build_is_named_by_every_source_file(tmp_path, monkeypatch):
+    """A changed header, or a file added, names another build: none is loaded for
+    sources it was not compiled from."""
+    copy = tmp_path / "ctrace"
+    shutil.copytree(cbuild.SOURCES, copy)
+    monkeypatch.setattr(cbuild, "SOURCES", copy)
+    names = {cbuild.target().name}
+    with (copy / "ctrace.h").open("a") as fh:
+        fh.write("/* changed */\n")
+    names.add(cbuild.target().name)
+    (copy / "extra.c").write_text("/* added */\n")
+    names.add(cbuild.target().name)
+    assert len(names) == 3
 
 
 def test_collector_variable(monkeypatch):

@@ -1,4 +1,4 @@
-"""The Python-level collector with its per-event work in C (``_ctrace.c``).
+"""The Python-level collector with its per-event work in C (tracer/collect/ctrace/).
 
 A :class:`CTracer` is a :class:`~tracer.collect.pytrace.PythonTracer` whose
 ``record`` runs the C core: the decisions stay PythonTracer's (which code is the
@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import gc
 from types import FrameType, ModuleType
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tracer.collect.pytrace import PythonTracer, _Kind
 from tracer.trace import Frame, Node
 
-#: Where a code object calls ctypes: offset -> [(line, kind of the C function)].
-CtypesCalls = dict[int, list[tuple[int, _Kind]]]
+if TYPE_CHECKING:  # the module itself is built and loaded at run time (tracer/collect/cbuild.py)
+    from tracer.collect._ctrace import Core, _How
 
 
 class CTracer(PythonTracer):
@@ -34,8 +34,9 @@ class CTracer(PythonTracer):
     def __init__(self, module: ModuleType, roots: Iterable[str], root_name: str = "probe"):
         super().__init__(roots, root_name)
         self.collector = {"python": "c"}
-        self._core = module.Core(Node, _node_fields())
-        self._roots: dict[str | None, Any] = {}  # label -> the root's kind (a Frame costs µs to make)
+        core_type: type[Core[Node]] = module.Core
+        self._core = core_type(Node, _node_fields())
+        self._roots: dict[str | None, _Kind] = {}  # label -> the root's kind (a Frame costs µs to make)
 
     def record(self, fn: Callable[[], Any], label: str | None = None) -> tuple[Node, Any]:
         """Call ``fn()`` under the C hooks; return (call tree, fn's result). The
@@ -47,15 +48,13 @@ class CTracer(PythonTracer):
         gc.disable()
         try:  # not a generator-based context manager: its exit allocates after gc.enable(),
             # starting a collection while the new tree is alive (60 µs a step on chainer's relu)
-            # the C core is untyped: its result is (the call tree, fn's result)
-            result: tuple[Node, Any] = self._core.record(fn, root, self._classify_new_code, self._classify_c)
-            return result
+            return self._core.record(fn, root, self._classify_new_code, self._classify_c)
         finally:
             if gc_was_enabled:
                 gc.enable()
 
 
-    def _classify_new_code(self, frame: FrameType) -> tuple[_Kind, str | frozenset[int] | CtypesCalls] | None:
+    def _classify_new_code(self, frame: FrameType) -> tuple[_Kind, _How] | None:
         """PythonTracer's classification of a code object the core has not seen, as the
         core caches it: where the code calls ctypes, the calls themselves. The core keeps
         its answer for as long as the code object lives; PythonTracer's own caches by
