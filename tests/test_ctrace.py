@@ -171,35 +171,66 @@ def test_code_objects_are_released_when_their_recordings_end(core):
 
 
 # ----------------------------------------------------------------------------- 3.12+: sys.monitoring
+# Runs wherever the tests run: the CPython 3.12+ it needs is found on PATH or among
+# pyenv's versions; where there is none, the test fails naming what is missing.
 
-def _monitoring_python() -> str | None:
-    """A CPython 3.12 or newer on this machine (on PATH, or one of pyenv's), whose C
-    core takes its events from sys.monitoring instead of profile and trace functions."""
-    found = [shutil.which(f"python3.{minor}") for minor in (12, 13, 14)]
+#: The newer CPythons looked for by name on PATH (the 3.12+ core's interpreters).
+MONITORING_NAMES = ("python3.12", "python3.13", "python3.14")
+
+
+def _pyenv_versions() -> list[Path]:
+    """pyenv's installed versions, whether or not pyenv itself is on PATH (a shell that
+    did not run ``pyenv init``): its root as pyenv says, else $PYENV_ROOT, else ~/.pyenv."""
+    roots = []
     pyenv = shutil.which("pyenv")
     if pyenv:
-        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
-        found += sorted(glob.glob(f"{root}/versions/3.1[2-9]*/bin/python3")) if root else []
+        proc = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=30)
+        roots.append(proc.stdout.strip())
+    roots += [os.environ.get("PYENV_ROOT", ""), str(Path.home() / ".pyenv")]
+    return [Path(root) / "versions" for root in dict.fromkeys(filter(None, roots))]
+
+
+def _monitoring_python() -> tuple[str | None, list[str]]:
+    """A CPython 3.12 or newer on this machine, whose C core takes its events from
+    sys.monitoring instead of profile and trace functions; and where it was looked for."""
+    places = [f"{', '.join(MONITORING_NAMES)} on PATH"]
+    found = [shutil.which(name) for name in MONITORING_NAMES]
+    for versions in _pyenv_versions():
+        places.append(f"pyenv's {versions}/3.1[2-9]*")
+        found += sorted(glob.glob(f"{versions}/3.1[2-9]*/bin/python3"))
     check = "import sys; assert sys.implementation.name == 'cpython' and sys.version_info >= (3, 12)"
     for python in filter(None, found):
-        if subprocess.run([python, "-c", check], capture_output=True).returncode == 0:
-            return python
-    return None
+        if subprocess.run([python, "-c", check], capture_output=True, timeout=60).returncode == 0:
+            return python, places
+    return None, places
 
 
 @pytest.fixture(scope="module")
 def monitoring_venv(tmp_path_factory) -> Path:
     """A virtual environment of a 3.12+ interpreter with what the sample framework
-    imports besides the standard library (markupsafe, at this environment's version)."""
-    python = _monitoring_python()
+    imports besides the standard library (markupsafe, at this environment's version).
+    Without such an interpreter the test fails, saying what is missing: the 3.12+
+    front-end is half of the core, and a skip would hide that it went unchecked."""
+    python, places = _monitoring_python()
     if python is None:
-        pytest.skip("no CPython 3.12 or newer on this machine: its sys.monitoring core is checked where there is one")
+        pytest.fail(f"no CPython 3.12 or newer found (looked for {'; '.join(places)}): the C core's sys.monitoring "
+                    "front-end cannot be checked; install one (e.g. `pyenv install 3.12`) or put python3.12 on PATH")
     venv = tmp_path_factory.mktemp("py312") / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
     pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                           f"markupsafe=={importlib.metadata.version('markupsafe')}"], capture_output=True, text=True)
-    assert pip.returncode == 0, pip.stderr[-2000:]
+    assert pip.returncode == 0, f"{python}: cannot install markupsafe for the sample framework: {pip.stderr[-2000:]}"
     return venv
+
+
+def test_a_missing_newer_python_is_named(monkeypatch, tmp_path):
+    """Where no 3.12+ is found, the places looked in are said (the fixture fails with them)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    python, places = _monitoring_python()
+    assert python is None
+    assert places[0].startswith("python3.12, python3.13") and any(str(tmp_path / "pyenv") in p for p in places)
 
 
 def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(monitoring_venv, home, tmp_path):
