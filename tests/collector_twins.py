@@ -3,7 +3,10 @@ records the same warm steps under both Python-level collectors, the C core and t
 pure-Python PythonTracer, and prints, as JSON, every node where the two trees differ
 (frame, count, calling lines, lines run; not times). tests/test_ctrace.py starts it.
 A request ``{"patterns": true}`` records the sample framework's call patterns instead
-(tests/sample_patterns.py), under whichever interpreter runs this.
+(tests/sample_patterns.py), under whichever interpreter runs this, and the checks of
+how the core lives beside other tools (a recording inside a recording, another tool's
+profile and trace functions, code objects released), which tests/test_ctrace.py also
+runs in its own process.
 
 Each step is warmed up untraced first, then recorded by each collector in turn
 (one tracer per collector, shared by all cases as the harness shares its tracer),
@@ -22,7 +25,6 @@ from tracer.collect import cbuild
 from tracer.collect.ctracer import CTracer
 from tracer.collect.pytrace import PythonTracer
 from tracer.trace import Node
-from tests.sample_patterns import PATTERNS
 
 
 def rows(tree: Node) -> list[list[Any]]:
@@ -51,6 +53,7 @@ def nested_recording(module: Any) -> dict[str, Any]:
     """A recording started inside a recording, by another C core (another tracer) and
     by the same one: both refused, and the outer tree goes on past them."""
     from tests import samplefw
+    from tests.sample_patterns import PATTERNS
 
     roots = ["tests.samplefw"]
     outer, other = CTracer(module, roots), CTracer(module, roots)
@@ -77,6 +80,7 @@ def other_tools_hooks(module: Any) -> dict[str, Any]:
     """A profile and a trace function another tool set (coverage.py, a debugger) are
     there again after a recording, a failed one too, and still get their events."""
     from tests import samplefw
+    from tests.sample_patterns import PATTERNS
 
     seen: list[str] = []
 
@@ -156,6 +160,7 @@ def patterns() -> dict[str, Any]:
     """The sample framework's call patterns (tests/sample_patterns.py), each recorded
     twice by each collector; and what a failing step leaves behind."""
     from tests import samplefw
+    from tests.sample_patterns import PATTERNS
 
     roots = ["tests.samplefw"]
     py, c = PythonTracer(roots), CTracer(cbuild.load(), roots)

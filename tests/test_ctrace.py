@@ -7,6 +7,7 @@ Python collector runs and the trace says why."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import importlib.metadata
 import json
@@ -300,9 +301,30 @@ def test_a_source_that_does_not_compile_falls_back(tmp_path, monkeypatch):
     (bad / "record.c").write_text('#include "ctrace.h"\nthis is not C;\n')
     monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
     monkeypatch.setattr(cbuild, "SOURCES", bad)
-    with pytest.raises(cbuild.Unavailable, match="compiling ctrace/ failed: .*record.c.*error"):
+    with pytest.raises(cbuild.Unavailable, match=r"compiling ctrace/ failed \(into .*\): .*record.c.*error"):
         cbuild.load()
     assert not list((tmp_path / "ext").glob("*.so")) and not list((tmp_path / "ext").glob(".ctrace-*"))
+
+
+def test_a_full_disk_falls_back_naming_the_folder(tmp_path, monkeypatch):
+    """The build cannot be put in place (ENOSPC) and its temporary file cannot be
+    removed either: one reason naming the file, nothing left half-written, and the
+    probe records with the Python collector."""
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
+    monkeypatch.delenv(ENV, raising=False)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cbuild.os, "replace", full)
+    unlink = os.unlink
+    monkeypatch.setattr(cbuild.os, "unlink", full)
+    with pytest.raises(cbuild.Unavailable, match=f"cannot write {tmp_path}/ext/_ctrace-.*: No space left on device"):
+        cbuild.build()
+    monkeypatch.setattr(cbuild.os, "unlink", unlink)
+    tracer = python_tracer(ROOTS)
+    assert type(tracer) is PythonTracer and "No space left on device" in tracer.collector["why"]
+    assert not list((tmp_path / "ext").glob("_ctrace-*"))
 
 
 def test_the_build_is_named_by_every_source_file(tmp_path, monkeypatch):

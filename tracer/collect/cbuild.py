@@ -21,6 +21,7 @@ it cannot be built (no compiler, no headers, an emulated aarch64 guest) or loade
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -121,14 +122,27 @@ def build(force: bool = False) -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=_BUILD_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        os.unlink(tmp)
+        _discard(tmp)
         raise Unavailable(f"the C compiler did not run: {exc}") from None
     if proc.returncode != 0:
-        os.unlink(tmp)
+        _discard(tmp)
         errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.strip().splitlines()[-1:]
-        raise Unavailable(f"compiling {SOURCES.name}/ failed: {' | '.join(errors)[:_REASON_CHARS]}")
-    os.replace(tmp, out)
+        raise Unavailable(f"compiling {SOURCES.name}/ failed (into {out.parent}): "
+                          f"{' | '.join(errors)[:_REASON_CHARS]}")
+    try:
+        os.replace(tmp, out)
+    except OSError as exc:
+        _discard(tmp)
+        raise Unavailable(f"cannot write {out}: {exc.strerror or exc}") from None
     return out
+
+
+def _discard(tmp: str) -> None:
+    """A failed build's temporary file, removed if it can be: a full disk or a folder
+    gone read-only must still end in :class:`Unavailable` (the probe falls back to the
+    Python collector), not in an OSError of the clean-up."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
 
 
 def load(build_missing: bool = True) -> ModuleType:
