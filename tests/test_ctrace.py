@@ -1,8 +1,11 @@
-"""The C core of the Python collector (tracer/collect/_ctrace.c) against the
+"""The C core of the Python collector (tracer/collect/ctrace/) against the
 pure-Python PythonTracer: the same tree, node by node (frames, counts, calling
-lines, lines run; never times), on the small call patterns of tests/samplefw and
-on real frameworks' steps; and the fallback: where the core cannot be built, the
-Python collector runs and the trace says why."""
+lines, lines run; never times), on the small call patterns of tests/samplefw (on
+3.11 in this process, on a 3.12+ interpreter through tests/collector_twins.py) and
+on real frameworks' steps; how it lives beside other tools (a recording inside a
+recording, another tool's profile and trace functions, code objects released); its
+stub against the built module; and the fallback: where the core cannot be built,
+the Python collector runs and the trace says why."""
 
 from __future__ import annotations
 

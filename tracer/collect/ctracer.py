@@ -11,6 +11,13 @@ trace's ``meta.collector``. One difference in where a line comes from: a framewo
 function passed itself as ``fn`` is called by the collector's own code, so its
 calling line is a line of pytrace.py there and of this module here (the harness
 passes the probe's steps, never framework functions).
+
+Beside other tools: one recording at a time, per thread on 3.11 (profile functions
+are per thread), per process on 3.12+ (sys.monitoring's events are the process's);
+a recording started inside another is refused with a RuntimeError, not allowed to
+cut the outer tree short. Another tool's profile and trace functions (coverage.py,
+a debugger) miss the recording's events and are there again after it. Code objects
+are not kept: the core's cache entry of one leaves with it.
 """
 
 from __future__ import annotations
