@@ -111,6 +111,39 @@ def other_tools_hooks(module: Any) -> dict[str, Any]:
             "tree": differences(PythonTracer(["tests.samplefw"]).record(PATTERNS["branch"])[0], tree)}
 
 
+def hooks_set_inside(module: Any) -> dict[str, Any]:
+    """A step that sets a trace function of its own, or removes the profile function,
+    while it is recorded. On 3.11, where the core's events come through those, an
+    error naming what was replaced (before, switching lines on called the core with
+    the step's function as its state: a crash); on 3.12+, where they come from
+    sys.monitoring, a whole tree. What the step set is left as it set it."""
+    from tests import samplefw
+
+    def other(frame: Any, event: str, arg: Any) -> None:
+        return None
+
+    out: dict[str, Any] = {}
+    for name, change in (("settrace", lambda: sys.settrace(other)), ("setprofile", lambda: sys.setprofile(None))):
+        c = CTracer(module, ["tests.samplefw"])
+
+        def step() -> None:
+            samplefw.forward(1)
+            change()
+            for i in range(3):
+                samplefw.forward(i)  # forward may branch: its line events are switched on
+
+        try:
+            tree, _ = c.record(step)
+            counts = {n.frame.name: n.count for _, n in tree.walk()}
+            out[name] = {"error": None, "forward_calls": counts.get("forward", 0)}
+        except RuntimeError as exc:
+            out[name] = {"error": str(exc)}
+        out[name]["left"] = sys.gettrace() is other if name == "settrace" else sys.getprofile() is None
+        sys.settrace(None)
+        sys.setprofile(None)
+    return out
+
+
 #: New functions a step makes, for the release check.
 _MADE = 300
 
@@ -194,6 +227,7 @@ def patterns() -> dict[str, Any]:
     module = cbuild.load()
     report["nested"] = nested_recording(module)
     report["other_tools"] = other_tools_hooks(module)
+    report["inside"] = hooks_set_inside(module)
     report["release"] = code_release(module)
     return report
 

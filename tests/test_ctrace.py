@@ -150,6 +150,15 @@ def check_other_tools(report: dict) -> None:
     assert report["events_after"] > 0 and report["tree"] == [], report
 
 
+def check_inside(report: dict, version: tuple[int, ...]) -> None:
+    for name, case in report.items():
+        assert case["left"], (name, case)
+        if version < (3, 12):
+            assert case["error"] and f"(sys.{name})" in case["error"], (name, case)
+        else:
+            assert case["error"] is None and case["forward_calls"] == 4, (name, case)
+
+
 def check_release(report: dict) -> None:
     """Every code object the recordings made died with its step, the core's cache
     shrank back after each recording, and CTracer kept nothing per code object."""
@@ -168,6 +177,11 @@ def test_another_tools_profile_and_trace_functions_are_restored(core):
     before = sys.gettrace(), sys.getprofile()
     check_other_tools(collector_twins.other_tools_hooks(core))
     assert (sys.gettrace(), sys.getprofile()) == before
+
+
+def test_a_step_that_sets_its_own_hooks_gets_an_error_not_a_crash(core):
+    check_inside(collector_twins.hooks_set_inside(core), sys.version_info[:2])
+    assert sys.gettrace() is None and sys.getprofile() is None
 
 
 def test_code_objects_are_released_when_their_recordings_end(core):
@@ -258,6 +272,7 @@ def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(moni
     assert report["classification_error"] == "classification failed"
     check_nested(report["nested"])
     check_other_tools(report["other_tools"])
+    check_inside(report["inside"], tuple(map(int, report["python"].split(".")[:2])))
     check_release(report["release"])
     assert any(p.name.endswith(".so") and "-py3.1" in p.name and "-py3.11" not in p.name
                for p in (home / "ext").iterdir())  # built for that interpreter

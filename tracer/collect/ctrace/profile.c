@@ -11,12 +11,14 @@ static int trace_cb(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg
 
 /* Line events only while a frame that wants them is the one executing: the trace
    function is switched in the thread state directly (PyEval_SetTrace would run the
-   audit hooks and touch reference counts on every switch). */
+   audit hooks and touch reference counts on every switch). Only while the trace
+   function is still this Core's: where the traced code set its own (sys.settrace),
+   switching would call trace_cb with that function as its Core. */
 static inline void lines(Core *self, int on) {
 #ifdef CTRACE_NO_LINES
     on = 0;
 #endif
-    if (on != self->lines_on) {
+    if (on != self->lines_on && self->tstate->c_traceobj == (PyObject *)self) {
         self->n_switch++;
         self->tstate->c_tracefunc = on ? trace_cb : NULL;
         self->lines_on = on;
@@ -135,11 +137,22 @@ PyObject *events_record(Core *self, PyObject *fn, Rec *root) {
     ts->c_tracefunc = NULL; /* switched on only where a frame wants lines */
     PyEval_SetProfile(profile_cb, (PyObject *)self);
     PyObject *result = PyObject_CallNoArgs(fn);
-    PyEval_SetProfile(other_profile, other_profile_obj);
-    PyEval_SetTrace(other_trace, other_trace_obj);
+    /* The traced code may have set a profile or trace function of its own (a nested
+       Python collector, a debugger): what it set stays, and the tree, which misses
+       the events from then on, is an error rather than a tree cut short. */
+    int profile_ours = ts->c_profilefunc == profile_cb && ts->c_profileobj == (PyObject *)self;
+    int trace_ours = ts->c_traceobj == (PyObject *)self; /* trace_cb, or NULL while switched off */
+    if (profile_ours || self->failed) PyEval_SetProfile(other_profile, other_profile_obj);
+    if (trace_ours || self->failed) PyEval_SetTrace(other_trace, other_trace_obj);
     Py_XDECREF(other_profile_obj);
     Py_XDECREF(other_trace_obj);
     root->time_ns = now_ns() - t0;
+    if (result && !self->failed && !(profile_ours && trace_ours)) {
+        Py_CLEAR(result);
+        PyErr_Format(PyExc_RuntimeError, "the traced code replaced the C collector's %s function (sys.%s): "
+                     "its tree would miss what ran after that", profile_ours ? "trace" : "profile",
+                     profile_ours ? "settrace" : "setprofile");
+    }
     return result;
 }
 
