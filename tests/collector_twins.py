@@ -149,9 +149,10 @@ _MADE = 300
 
 
 def code_release(module: Any) -> dict[str, Any]:
-    """Steps that make new framework functions (exec'd, as generated code is) and call
-    them: their code objects die once the step's objects are dropped, though the core
-    classified them, and its cache shrinks back; the tree is the Python collector's."""
+    """Steps that make new framework functions (exec'd, as generated code is) and new
+    classes, and call the functions and the classes' C methods: the code objects and
+    classes die once the step's objects are dropped, though the core classified them,
+    and its caches shrink back; the tree is the Python collector's."""
     import gc
     import weakref
 
@@ -159,28 +160,36 @@ def code_release(module: Any) -> dict[str, Any]:
 
     source = "".join(f"def f{i}(x):\n    if x:\n        return x + {i}\n    return {i}\n" for i in range(_MADE))
     refs: list[Any] = []
+    classes: list[Any] = []
 
     def step() -> int:
         ns: dict[str, Any] = {"__name__": "tests.samplefw.made"}
         exec(compile(source, "<made>", "exec"), ns)
         fns = [ns[f"f{i}"] for i in range(_MADE)]
         refs.extend(weakref.ref(fn.__code__) for fn in fns)
+        for i in range(_MADE):
+            cls = type(f"Made{i}", (list,), {})
+            cls().append(i)  # a C method of an instance of a new class: cached by (class, method)
+            classes.append(weakref.ref(cls))
         return sum(fn(1) for fn in fns)
 
     roots = ["tests.samplefw"]
     expected = PythonTracer(roots).record(step)[0]
     refs.clear()
+    classes.clear()
     c = CTracer(module, roots)
     c.record(lambda: samplefw.forward(1))  # the tracer's own first classifications
-    before = c._core.stats()["code_objects"]
+    before = c._core.stats()
     cached = []
     for _ in range(3):
         tree, _ = c.record(step)
         gc.collect()
-        cached.append(c._core.stats()["code_objects"] - before)
-    return {"made": len(refs), "alive": sum(r() is not None for r in refs), "cached_after": cached,
-            "python_side": [len(c._code), len(c._alive), len(c._ctypes)], "nodes": tree.size(),
-            "diffs": differences(expected, tree)[:20]}
+        now = c._core.stats()
+        cached.append([now["code_objects"] - before["code_objects"], now["c_functions"] - before["c_functions"]])
+    return {"made": [len(refs), len(classes)], "alive": [sum(r() is not None for r in refs),
+                                                         sum(r() is not None for r in classes)],
+            "cached_after": cached, "python_side": [len(c._code), len(c._alive), len(c._ctypes), len(c._cfn)],
+            "nodes": tree.size(), "diffs": differences(expected, tree)[:20]}
 
 
 def hooks_left() -> bool:

@@ -17,7 +17,7 @@ are per thread), per process on 3.12+ (sys.monitoring's events are the process's
 a recording started inside another is refused with a RuntimeError, not allowed to
 cut the outer tree short. Another tool's profile and trace functions (coverage.py,
 a debugger) miss the recording's events and are there again after it. Code objects
-are not kept: the core's cache entry of one leaves with it.
+and the classes of C methods are not kept: the core's cache entry of one leaves with it.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class CTracer(PythonTracer):
         gc.disable()
         try:  # not a generator-based context manager: its exit allocates after gc.enable(),
             # starting a collection while the new tree is alive (60 µs a step on chainer's relu)
-            return self._core.record(fn, root, self._classify_new_code, self._classify_c)
+            return self._core.record(fn, root, self._classify_new_code, self._classify_new_c)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -73,6 +73,14 @@ class CTracer(PythonTracer):
         calls = self._ctypes.pop(key, None)
         if hit is not None and hit[1] == "ctypes" and calls is not None:
             return hit[0], calls
+        return hit
+
+    def _classify_new_c(self, fn: Any) -> tuple[_Kind | None, _Kind | None]:
+        """PythonTracer's classification of a C function the core has not seen; the core
+        keeps its answer for as long as the function's owner (a class, a module) lives,
+        PythonTracer's own cache would keep every class whose methods ran."""
+        hit = self._classify_c(fn)
+        self._cfn.clear()
         return hit
 
 

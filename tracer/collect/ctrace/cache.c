@@ -29,44 +29,69 @@ void kindref_clear(KindRef *k) {
     Py_CLEAR(k->frame);
 }
 
-/* The cache holds no code object: a probe that makes new functions step after step
-   (exec, closures, generated code) would otherwise keep them all. Each entry has a
-   weak reference to its code object, a CodeRef, that knows the entry: when the code
+/* The caches keep no code object and no owner of a C function alive: a probe that
+   makes new functions or classes step after step (exec, closures, generated code,
+   classes made at run time) would otherwise keep them all. Each entry has a weak
+   reference to its code object or owner, an EntryRef that knows the entry: when the
    object dies, before its memory can be reused for another, the callback takes the
-   entry out of the cache. The entry itself (which records of a recording may still
-   point to) is freed at the end of the recording, or of the next one. */
+   entry out of its cache. The entry itself (records of a recording may still point
+   to it) is freed at the end of the recording, or of the next one. */
 typedef struct {
     PyWeakReference ref;
-    Core *core; /* borrowed: the Core releases its CodeRefs before it goes */
-    CodeEntry *entry;
-} CodeRef;
+    Core *core;      /* borrowed, NULL once the entry is out: the Core disarms its EntryRefs before it goes */
+    CodeEntry *code; /* the entry: a code object's, or */
+    CFnEntry *cfn;   /* a C function owner's */
+} EntryRef;
 
-static PyTypeObject CodeRefType = {
+static PyTypeObject EntryRefType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracer.collect._ctrace.CodeRef",
-    .tp_basicsize = sizeof(CodeRef),
+    .tp_name = "tracer.collect._ctrace.EntryRef",
+    .tp_basicsize = sizeof(EntryRef),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "A weak reference to a code object the C core has classified.",
+    .tp_doc = "A weak reference to a code object or a C function's owner the C core has classified.",
 };
 
-static PyObject *released_cb; /* code_released, as a function object */
+static PyObject *released_cb; /* released(), as a function object */
 
-static PyObject *code_released(PyObject *Py_UNUSED(m), PyObject *wr) {
-    CodeRef *r = (CodeRef *)wr;
+static PyObject *released(PyObject *Py_UNUSED(m), PyObject *wr) {
+    EntryRef *r = (EntryRef *)wr;
     Core *self = r->core;
     if (!self) Py_RETURN_NONE;
     r->core = NULL;
-    Slot *s = pm_slot(&self->codes, r->entry->code, NULL);
-    if (s->v == r->entry) pm_remove(&self->codes, s);
-    r->entry->next_dead = self->dead;
-    self->dead = r->entry;
+    if (r->code) {
+        Slot *s = pm_slot(&self->codes, r->code->code, NULL);
+        if (s->v == r->code) pm_remove(&self->codes, s);
+        r->code->next_dead = self->dead;
+        self->dead = r->code;
+    }
+    else {
+        Slot *s = pm_slot(&self->cfns, r->cfn->owner, r->cfn->ml);
+        if (s->v == r->cfn) pm_remove(&self->cfns, s);
+        r->cfn->next_dead = self->dead_cfns;
+        self->dead_cfns = r->cfn;
+    }
     Py_RETURN_NONE;
 }
 
-static PyMethodDef released_def = {"_code_released", code_released, METH_O, NULL};
+static PyMethodDef released_def = {"_released", released, METH_O, NULL};
+
+/* A weak reference to obj that takes the entry out of its cache when obj dies. */
+static PyObject *entry_ref(Core *self, PyObject *obj, CodeEntry *code, CFnEntry *cfn) {
+    PyObject *ref = PyObject_CallFunctionObjArgs((PyObject *)&EntryRefType, obj, released_cb, NULL);
+    if (ref) {
+        ((EntryRef *)ref)->core = self;
+        ((EntryRef *)ref)->code = code;
+        ((EntryRef *)ref)->cfn = cfn;
+    }
+    return ref;
+}
+
+static void disarm(PyObject *ref) {
+    if (ref) ((EntryRef *)ref)->core = NULL;
+}
 
 static void code_entry_free(CodeEntry *e) {
-    if (e->ref) ((CodeRef *)e->ref)->core = NULL;
+    disarm(e->ref);
     Py_CLEAR(e->ref);
     kindref_clear(&e->k);
     for (int i = 0; i < e->n_calls; i++) kindref_clear(&e->calls[i].k);
@@ -77,19 +102,31 @@ static void code_entry_free(CodeEntry *e) {
     PyMem_Free(e);
 }
 
+static void cfn_entry_free(CFnEntry *e) {
+    if (!e->strong) disarm(e->ref);
+    Py_CLEAR(e->ref);
+    kindref_clear(&e->kept);
+    kindref_clear(&e->other);
+    PyMem_Free(e);
+}
+
 void free_dead(Core *self) {
-    while (self->dead) {
-        CodeEntry *e = self->dead;
-        self->dead = e->next_dead;
-        code_entry_free(e);
+    while (self->dead || self->dead_cfns) { /* freeing one may add others */
+        if (self->dead) {
+            CodeEntry *e = self->dead;
+            self->dead = e->next_dead;
+            code_entry_free(e);
+        }
+        else {
+            CFnEntry *e = self->dead_cfns;
+            self->dead_cfns = e->next_dead;
+            cfn_entry_free(e);
+        }
     }
 }
 
 static int code_insert(Core *self, CodeEntry *e, PyObject *code) {
-    e->ref = PyObject_CallFunctionObjArgs((PyObject *)&CodeRefType, code, released_cb, NULL);
-    if (!e->ref) return -1;
-    ((CodeRef *)e->ref)->core = self;
-    ((CodeRef *)e->ref)->entry = e;
+    if (!(e->ref = entry_ref(self, code, e, NULL))) return -1;
     /* the slot is found after the call: a collection during it may have emptied some */
     return pm_fill(&self->codes, pm_slot(&self->codes, code, NULL), code, NULL, e, NULL);
 }
@@ -183,8 +220,17 @@ CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code) {
     return e;
 }
 
-static int cfn_insert(Core *self, CFnEntry *e) {
-    return pm_fill(&self->cfns, pm_slot(&self->cfns, e->owner, e->ml), e->owner, e->ml, e, NULL);
+static int cfn_insert(Core *self, CFnEntry *e, PyObject *owner) {
+    if (owner) {
+        e->ref = entry_ref(self, owner, NULL, e);
+        if (!e->ref) { /* an owner without weak references (none is known): kept alive instead */
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+            PyErr_Clear();
+            e->ref = Py_NewRef(owner);
+            e->strong = 1;
+        }
+    }
+    return pm_fill(&self->cfns, pm_slot(&self->cfns, owner, e->ml), owner, e->ml, e, NULL);
 }
 
 int classify_c_call(Core *self, PyObject *fn, KindRef *kept, KindRef *other) {
@@ -200,55 +246,47 @@ CFnEntry *classify_c(Core *self, PyObject *fn, PyObject *owner, const void *ml) 
     CFnEntry *e = PyMem_Calloc(1, sizeof(CFnEntry));
     if (!e) { PyErr_NoMemory(); return NULL; }
     if (classify_c_call(self, fn, &e->kept, &e->other) < 0) { PyMem_Free(e); return NULL; }
-    Py_XINCREF(owner);
     e->owner = owner;
     e->ml = ml;
-    if (cfn_insert(self, e) < 0) {
-        kindref_clear(&e->kept);
-        kindref_clear(&e->other);
-        Py_XDECREF(owner);
-        PyMem_Free(e);
+    if (cfn_insert(self, e, owner) < 0) {
+        cfn_entry_free(e); /* kept out of the cache */
         return NULL;
     }
     return e;
 }
 
-
-static void cfn_entry_free(CFnEntry *e) {
-    kindref_clear(&e->kept);
-    kindref_clear(&e->other);
-    Py_XDECREF(e->owner);
-    PyMem_Free(e);
-}
-
 void cache_clear(Core *self) {
     /* no callback may reach this Core once it starts going: disarmed first, as freeing
-       what an entry holds may free other code objects */
+       what an entry holds may free other code objects and owners */
     for (size_t i = 0; i < self->codes.cap; i++)
-        if (self->codes.slot[i].v) ((CodeRef *)((CodeEntry *)self->codes.slot[i].v)->ref)->core = NULL;
+        if (self->codes.slot[i].v) disarm(((CodeEntry *)self->codes.slot[i].v)->ref);
+    for (size_t i = 0; i < self->cfns.cap; i++) {
+        CFnEntry *e = self->cfns.slot[i].v;
+        if (e && !e->strong) disarm(e->ref);
+    }
     for (size_t i = 0; i < self->codes.cap; i++) {
         CodeEntry *e = self->codes.slot[i].v;
         if (!e) continue;
         self->codes.slot[i].v = NULL;
         code_entry_free(e);
     }
-    free_dead(self);
     for (size_t i = 0; i < self->cfns.cap; i++) {
         CFnEntry *e = self->cfns.slot[i].v;
         if (!e) continue;
         self->cfns.slot[i].v = NULL;
         cfn_entry_free(e);
     }
+    free_dead(self);
     PyMem_Free(self->codes.slot);
     PyMem_Free(self->cfns.slot);
     self->codes = self->cfns = (PtrMap){NULL, 0, 0};
 }
 
 int cache_ready(void) {
-    CodeRefType.tp_base = &_PyWeakref_RefType; /* and its garbage collector support */
-    CodeRefType.tp_traverse = _PyWeakref_RefType.tp_traverse;
-    CodeRefType.tp_clear = _PyWeakref_RefType.tp_clear;
-    if (PyType_Ready(&CodeRefType) < 0) return -1;
+    EntryRefType.tp_base = &_PyWeakref_RefType; /* and its garbage collector support */
+    EntryRefType.tp_traverse = _PyWeakref_RefType.tp_traverse;
+    EntryRefType.tp_clear = _PyWeakref_RefType.tp_clear;
+    if (PyType_Ready(&EntryRefType) < 0) return -1;
     if (!released_cb && !(released_cb = PyCFunction_New(&released_def, NULL))) return -1;
     if (!str_is_c && !(str_is_c = PyUnicode_InternFromString("is_c"))) return -1;
     if (!str_is_ext && !(str_is_ext = PyUnicode_InternFromString("is_ext"))) return -1;

@@ -10,9 +10,9 @@
 
    - what a code object or a C function is (framework node, "ext" hand-off, or
      transparent) is decided once, by PythonTracer's own classification methods
-     called back from here, and cached by pointer: a code object's entry leaves the
-     cache when the code object dies (cache.c), a C function's owner is kept alive,
-     so a pointer is never reused while cached;
+     called back from here, and cached by pointer: an entry leaves the cache when its
+     code object or the C function's owner (a class, a module) dies (cache.c), so a
+     pointer is never reused while cached and nothing is kept alive by the cache;
    - per event, only a hash look-up and the tree bookkeeping run; an event of code
      outside the framework costs a look-up and nothing else;
    - line events: PythonTracer gives a per-frame line tracer to framework functions
@@ -90,7 +90,7 @@ typedef struct {
 typedef struct CodeEntry CodeEntry;
 struct CodeEntry {
     const void *code; /* the key: the code object, alive while the entry is cached */
-    PyObject *ref;    /* a CodeRef to it, whose callback takes the entry out of the cache */
+    PyObject *ref;    /* an EntryRef to it, whose callback takes the entry out of the cache */
     CodeEntry *next_dead; /* the entries of code objects that died, freed when no recording uses them */
     KindRef k;
     unsigned char how;
@@ -103,11 +103,15 @@ struct CodeEntry {
     Py_ssize_t n_units;
 };
 
-typedef struct {
-    PyObject *owner; /* strong reference (a type, a module, or NULL) */
-    const void *ml;  /* the PyMethodDef */
+typedef struct CFnEntry CFnEntry;
+struct CFnEntry {
+    const void *owner; /* the key: a type, a module, or NULL; alive while the entry is cached */
+    const void *ml;    /* and the PyMethodDef */
+    PyObject *ref;     /* an EntryRef to the owner, or the owner itself where it has no weak references */
+    CFnEntry *next_dead;
     KindRef kept, other;
-} CFnEntry;
+    unsigned char strong; /* ref is the owner */
+};
 
 /* ------------------------------------------------------------------ records */
 
@@ -138,10 +142,11 @@ typedef struct {
     PyObject *fields[6]; /* Node's fields, set one by one on object.__new__(Node); or NULL: Node(...) */
     Py_ssize_t offsets[6]; /* where Node has __slots__: each field's place in the object, or 0 */
     PyObject *empty;
-    /* persistent caches: code object -> CodeEntry (an entry leaves when its code object
-       dies), (owner, def) -> CFnEntry */
+    /* persistent caches: code object -> CodeEntry, (owner, def) -> CFnEntry; an entry
+       leaves when its code object or owner dies (cache.c) */
     PtrMap codes, cfns;
     CodeEntry *dead; /* entries whose code objects died, freed at the end of a recording */
+    CFnEntry *dead_cfns; /* and whose owners died */
     /* one recording */
     int recording, failed;
     PyThreadState *tstate;
@@ -173,7 +178,7 @@ static inline CodeEntry *code_find(Core *self, PyObject *code) {
 
 /* A new code object, classified and cached; NULL with an error set. */
 CodeEntry *classify_code(Core *self, PyFrameObject *frame, PyObject *code);
-/* The entries of code objects that died, freed: no record points to them any more. */
+/* The entries whose code objects or owners died, freed: no record points to them any more. */
 void free_dead(Core *self);
 /* Both caches emptied, for good (the Core goes). */
 void cache_clear(Core *self);
