@@ -26,6 +26,8 @@ from tracer.bounded import NotRegular, TooLarge, read_regular
 from tracer.contract import LAYERS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import write_text
+from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
+from tracer.importers.source import short_name
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
 from tracer.trace import Trace, TraceFormatError, load, save
@@ -158,7 +160,7 @@ def gap_json(gap: Gap) -> str:
     return json.dumps({k: v for k, v in gap.__dict__.items() if k != "arch" or v})
 
 
-def _write_gap(path: Path, gap: Gap) -> None:
+def write_gap(path: Path, gap: Gap) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(gap))
 
@@ -194,7 +196,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
 
     def gap(spec: CaseSpec, error: str, kind: str = "failed") -> None:
         g = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, error, kind, job.cpu, job.arch)
-        _write_gap(case_path(root, job, spec), g)
+        write_gap(case_path(root, job, spec), g)
         event.gaps.append(g)
 
     for spec in blocked:
@@ -283,9 +285,6 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
     GPU traces recorded elsewhere) into ``traces/<framework>/gpu-<source>/``, once:
     a folder that has its traces is reused unless ``fresh``. A file that cannot be
     imported is a gap; the survey goes on."""
-    from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
-    from tracer.importers.source import short_name
-
     gaps: list[Gap] = []
     for fw in frameworks:
         for path in fw.imported:
@@ -299,7 +298,7 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
                 imported = import_file(path, fw.name, command="dltrace survey")
             except ImportFailed as exc:
                 gap = Gap(fw.name, "gpu", folder.name[4:], "", "imported", str(exc), "import")
-                _write_gap(folder / "import.json", gap)
+                write_gap(folder / "import.json", gap)
                 gaps.append(gap)
                 on_file(name, 0, str(exc))
                 continue
