@@ -22,7 +22,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer", "tracer.paths", "tracer.errors", "tracer.contract", "tracer.bounded", "tracer.machine"),
     ("tracer.files", "tracer.trace_meta"),
     ("tracer.trace", "tracer.registry"),
-    ("tracer.knowledge", "tracer.collect", "tracer.probes"),
+    ("tracer.knowledge", "tracer.profile_reader", "tracer.collect", "tracer.probes"),
     ("tracer.process",),
     ("tracer.render",),
     ("tracer.envs",),
