@@ -161,6 +161,9 @@ def gap_json(gap: Gap) -> str:
 
 
 def write_gap(path: Path, gap: Gap) -> None:
+    """Write ``gap`` as the record of the case whose trace would be ``path`` (``X.json``
+    becomes ``X.gap.json``), atomically: every stage that loses a case records it this one
+    way, so that collect() and a re-run find it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(gap))
 
