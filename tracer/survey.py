@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from tracer import envs
+from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
 from tracer.contract import LAYERS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
@@ -34,6 +34,10 @@ from tracer.trace import Trace, TraceFormatError, load, save
 from tracer.trace_meta import native_not_finished
 
 GAP_SUFFIX = ".gap.json"
+#: The survey's own record of itself, beside its traces: what it ran, on what, and how
+#: long each stage took, so that the figures the docs quote come from a file, not memory.
+RECORD = "survey.json"
+RECORD_FORMAT = "dltrace-survey-record"
 
 
 @dataclass(frozen=True)
@@ -378,3 +382,32 @@ def _content_digest(path: Path) -> str:
         return digest.hexdigest()
     except OSError:
         return str(path.resolve())
+
+
+@dataclass
+class SurveyRecord:
+    """What ``survey.json`` holds: the command, the machine, what was planned and lost, and
+    the seconds of each stage (probing, importing the reference profiles, deriving the GPU
+    evidence, rendering the report) and of the whole command."""
+
+    command: str
+    started: str  # UTC, ISO 8601
+    machine: dict[str, object]
+    frameworks: list[str]
+    jobs: int
+    cases: int
+    gaps: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": RECORD_FORMAT, "version": 1, "tool_version": __version__, **self.__dict__},
+                          indent=1)
+
+
+def write_record(root: Path, record: SurveyRecord) -> Path:
+    """``root/survey.json``, written atomically (a survey interrupted before it leaves the
+    previous record, never half of one)."""
+    path = root / RECORD
+    write_text(path, record.to_json())
+    return path
+

@@ -17,6 +17,7 @@ from tracer.errors import DltraceError
 from tracer.files import ensure_dir
 from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
 from tracer.importers.source import short_name
+from tracer.machine import describe as describe_machine
 from tracer.process.portability import framework_report, survey_reports
 from tracer.process.scorecard import scorecard
 from tracer.render.audit_console import print_audit, print_pass_needs
@@ -66,11 +67,14 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
            arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
-    variant, diff the pairs, and write the HTML report to OUTPUT."""
+    variant, diff the pairs, and write the HTML report to OUTPUT; OUTPUT/survey.json
+    records what ran and how long each stage took."""
+    import datetime
     import time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    start = time.monotonic()
     fws = frameworks()
     prims = list(flat(primitives)) or None
     devs = list(flat(devices))
@@ -83,6 +87,10 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
                   highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
                         arm_all=arm_all)
+    host = describe_machine()
+    record = sv.SurveyRecord(command_line(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                             {k: host[k] for k in ("cpu", "arch", "cores", "python")}, [fw.name for fw in chosen],
+                             len(jobs_list), sum(len(j.cases) for j in jobs_list))
     t0 = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err) as progress:
@@ -98,13 +106,16 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
             gaps = fleet.run(jobs_list, output, scheduler, fresh=fresh, timeout=timeout, on_event=on_event)
         else:
             gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
-    out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
+    record.seconds["probing"] = round(time.monotonic() - t0, 1)
+    out.print(f"probed in {record.seconds['probing']:.0f} s; {len(gaps)} gaps")
+    t1 = time.monotonic()
     if imports:
         def on_file(folder: str, n: int, error: str) -> None:
             text = f"  {folder}: {error}" if error else f"  {folder}: {n} primitives imported"
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
+        record.seconds["imports"] = round(time.monotonic() - t1, 1)
     recorded = [(fw.name, folder) for fw in chosen for folder in fw.recorded] if imports else []
     for name, folder in recorded:
         n = sum(1 for _ in sv.trace_files([folder]))
@@ -117,8 +128,14 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
 
         t1 = time.monotonic()
         gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
-        out.print(f"GPU evidence derived in {time.monotonic() - t1:.0f} s")
+        record.seconds["derive"] = round(time.monotonic() - t1, 1)
+        out.print(f"GPU evidence derived in {record.seconds['derive']:.0f} s")
+    t1 = time.monotonic()
     _render([output / "traces", *(folder for _, folder in recorded), *with_traces], output)
+    record.seconds["report"] = round(time.monotonic() - t1, 1)
+    record.seconds["total"] = round(time.monotonic() - start, 1)
+    record.gaps = len(gaps)
+    sv.write_record(output, record)
 
 
 @main.command()
