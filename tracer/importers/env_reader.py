@@ -20,7 +20,7 @@ from typing import Any
 from tracer.contract import Exit
 from tracer.errors import DltraceError
 from tracer.importers import ImportFailed
-from tracer.importers.source import MAX_BYTES, clip
+from tracer.importers.source import MAX_BYTES, MAX_OBJECTS, clip
 
 
 def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: float) -> Any:
@@ -57,7 +57,10 @@ def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: f
         try:
             if out.stat().st_size > MAX_BYTES:
                 raise ImportFailed(f"{path}: {what} wrote more than {MAX_BYTES >> 20} MiB; not imported")
-            with open(out, encoding="utf-8") as fh:
-                return json.load(fh)
+            data = out.read_bytes()
+            if data.count(b"{") > MAX_OBJECTS:  # the bound a JSON profile has, for what a reader wrote of one
+                raise ImportFailed(f"{path}: {what} wrote more than the {MAX_OBJECTS:,} records an import reads; "
+                                   "not imported")
+            return json.loads(data)
         except (OSError, ValueError, RecursionError) as exc:
             raise ImportFailed(f"{path}: {what} wrote no readable result ({type(exc).__name__})") from None

@@ -1,0 +1,241 @@
+"""Hostile input, round 4 (issue 36): the importers, a registry override, the Dask
+fleet, emulation paths, DLTRACE_HOME and the command line, each attack tried as a
+hostile user would, through the real command where it has one: one line (exit 1,
+or 2 for usage), a refusal before anything runs, or a marked gap; never a
+traceback, never a trace no later command reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dltrace, one_line_error
+from tracer.contract import Exit
+from tracer.importers import ImportFailed, import_file
+from tracer.trace import Frame, Node, Run, Trace, load
+
+REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
+MX_GPU = REF / "mxnet" / "mnist-cnn-gpu.mxnet-profile.json"
+NVPROF = REF / "mxnet" / "mnist-cnn-k80.nvprof.nvvp"
+TF_GPU = REF / "tensorflow-timeline" / "GPU" / "timeline_02_step_2.json"
+KERNELS = "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL"
+
+
+def _import(path: Path, framework: str, out: Path):
+    return dltrace("import", str(path), "--framework", framework, "-o", str(out), timeout=300)
+
+
+def _all_load(folder: Path) -> list[Trace]:
+    """Every trace an import wrote, read back as every later command reads it."""
+    files = sorted(folder.glob("*.json"))
+    assert files
+    return [load(f) for f in files]
+
+
+# ----------------------------------------------------------------------------- importers: times
+
+
+def test_kineto_times_that_overflow_are_left_out_and_the_first_is_named(tmp_path):
+    conv = {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "args": {}}
+    events = [{**conv, "ts": 10, "dur": 5},
+              {**conv, "ts": 1e308, "dur": 1e308},  # ts + dur overflows to infinity
+              {**conv, "ts": 100, "dur": 1e306},  # its nanoseconds overflow
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 11, "dur": 1e307,
+               "args": {"correlation": 1}}]
+    src = tmp_path / "overflow.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    proc = _import(src, "torch", tmp_path / "o")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    (trace,) = _all_load(tmp_path / "o")
+    prov = trace.meta["provenance"]
+    assert prov["events_skipped_malformed"] == 3 and prov["first_malformed_event"] == 1
+    assert trace.layer("forward", "op").children[0].time_ns == 5000
+
+
+def _mxnet_with(tmp_path: Path, change) -> Path:
+    doc = json.loads(MX_GPU.read_text())
+    ops = [i for i, e in enumerate(doc["traceEvents"]) if isinstance(e, dict) and e.get("cat") == "operator"
+           and e.get("name") == "Convolution"]
+    change(doc["traceEvents"], ops)
+    out = tmp_path / "bad.mxnet-profile.json"
+    out.write_text(json.dumps(doc))  # NaN and Infinity as Python's json writes (and MXNet's reader reads) them
+    return out
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e308])
+def test_mxnet_times_that_are_not_finite_are_one_line_naming_the_event(tmp_path, value):
+    def change(events, ops):
+        events[ops[1]]["ts"] = value
+    line = one_line_error(_import(_mxnet_with(tmp_path, change), "mxnet", tmp_path / "o"))
+    assert "event " in line and "(Convolution)" in line and "ts is" in line
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").glob("*.json"))
+
+
+def test_mxnet_op_that_ends_before_it_begins_is_one_line_not_an_unreadable_trace(tmp_path):
+    def change(events, ops):
+        begin, end = ops[0], ops[1]
+        assert events[begin]["ph"] == "B" and events[end]["ph"] == "E"
+        events[end]["ts"] = events[begin]["ts"] - 5
+    line = one_line_error(_import(_mxnet_with(tmp_path, change), "mxnet", tmp_path / "o"))
+    assert "ends at" in line and "before it begins" in line and "not imported" in line
+
+
+@pytest.mark.parametrize("value, why", [(-5, "negative duration"), (float("nan"), "not a finite time"),
+                                        (float("-inf"), "not a finite time")])
+def test_tensorflow_timeline_bad_durations_are_one_line(tmp_path, value, why):
+    doc = json.loads(TF_GPU.read_text())
+    i = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "Op" and e.get("ph") == "X"
+             and e.get("args", {}).get("op") == "MatMul")
+    doc["traceEvents"][i]["dur"] = value
+    src = tmp_path / "timeline.json"
+    src.write_text(json.dumps(doc))
+    line = one_line_error(_import(src, "tensorflow", tmp_path / "o"))
+    assert f"event {i} (MatMul): dur" in line and why in line
+
+
+def _nvprof_copy(tmp_path: Path, name: str, sql: str = "") -> Path:
+    dst = tmp_path / name
+    shutil.copyfile(NVPROF, dst)
+    if sql:
+        db = sqlite3.connect(dst)
+        db.execute(sql)
+        db.commit()
+        db.close()
+    return dst
+
+
+@pytest.mark.parametrize("sql, why", [
+    (f"update {KERNELS} set end = 1e308 where rowid = (select min(rowid) from {KERNELS})", "not times"),
+    (f"update {KERNELS} set end = start - 1000 where rowid = (select min(rowid) from {KERNELS})", "before it starts"),
+    (f"update {KERNELS} set start = 'soon' where rowid = (select min(rowid) from {KERNELS})", "not times"),
+])
+def test_nvprof_kernel_times_are_checked_and_the_row_named(tmp_path, sql, why):
+    src = _nvprof_copy(tmp_path, "bad.nvvp", sql)
+    line = one_line_error(_import(src, "mxnet", tmp_path / "o"))
+    assert f"{KERNELS} row " in line and why in line
+
+
+def test_nvprof_file_with_a_hash_sign_is_the_one_read_and_nothing_is_created(tmp_path):
+    src = _nvprof_copy(tmp_path, "k80#.nvvp")
+    proc = _import(src, "mxnet", tmp_path / "o")  # nothing named k80 beside it
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "k80").exists()
+    # a decoy database called k80 beside it: still the named file is read, and hashed
+    decoy = sqlite3.connect(tmp_path / "k80")
+    decoy.execute("create table t (x)")
+    decoy.commit()
+    decoy.close()
+    proc = _import(src, "mxnet", tmp_path / "o2")
+    assert proc.returncode == 0, proc.stderr
+    traces = _all_load(tmp_path / "o2")
+    assert {t.meta["machine"]["gpu"] for t in traces} == {"Tesla K80"}
+    assert {t.meta["provenance"]["sha256"] for t in traces} == {hashlib.sha256(src.read_bytes()).hexdigest()}
+
+
+def test_nvprof_percent_encoded_name_is_not_decoded(tmp_path):
+    (tmp_path / "a").mkdir()
+    other = sqlite3.connect(tmp_path / "a" / "b.nvvp")  # what a%2fb.nvvp decodes to: not nvprof's
+    other.execute("create table t (x)")
+    other.commit()
+    other.close()
+    src = _nvprof_copy(tmp_path, "a%2fb.nvvp")
+    proc = _import(src, "mxnet", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    assert {t.meta["machine"]["gpu"] for t in _all_load(tmp_path / "o")} == {"Tesla K80"}
+
+
+def test_nvprof_kernel_records_have_the_json_object_bound(tmp_path, monkeypatch):
+    from tracer.importers import nvprof
+
+    rows = sqlite3.connect(NVPROF).execute(f"select count(*) from {KERNELS}").fetchone()[0]
+    monkeypatch.setattr(nvprof, "MAX_OBJECTS", rows - 1)
+    with pytest.raises(ImportFailed, match=f"holds {rows:,} kernel records, more than the {rows - 1:,}"):
+        import_file(NVPROF, "mxnet")
+    monkeypatch.setattr(nvprof, "MAX_OBJECTS", rows)
+    assert import_file(NVPROF, "mxnet")
+
+
+@pytest.mark.parametrize("record, why", [
+    ({"occurrences": -5}, "occurrences -5, not a count"),
+    ({"total_self_time_in_us": float("nan")}, "total_self_time_in_us is nan"),
+    ({"total_self_time_in_us": -1.0}, "negative"),
+    ({"occurrences": 1.5}, "not a count"),
+])
+def test_op_stats_records_are_checked_and_named(monkeypatch, tmp_path, record, why):
+    from tracer.importers import op_stats
+
+    good = {"host_or_device": "Device", "op_type": "Conv2D", "occurrences": 3, "total_self_time_in_us": 2.0}
+    monkeypatch.setattr(op_stats, "_dump", lambda path, fw, vocab: {"device_type": "GPU",
+                                                                     "records": [good, {**good, **record}]})
+    src = tmp_path / "x.tensorflow_stats.pb"
+    src.write_bytes(b"\x08\x96\x01 a protobuf")
+    with pytest.raises(ImportFailed, match=r"record 1 \(Conv2D\): .*" + why.split(",")[0].replace(".", r"\.")):
+        import_file(src, "tensorflow")
+    monkeypatch.setattr(op_stats, "_dump", lambda path, fw, vocab: {"device_type": "GPU", "records": [good]})
+    (got,) = [r for r in import_file(src, "tensorflow") if r.primitive == "conv2d"]
+    assert got.trace.layer("forward", "op").children[0].count == 3
+
+
+def test_a_trace_no_command_reads_is_never_returned():
+    from tracer.importers.checks import unreadable_tree
+
+    ok = Node(Frame("root", "", "conv2d.forward"), 1, 5, children=[Node(Frame("op", "m", "Conv"), 2, 5)])
+    trace = Trace({"framework": "mxnet"}, [Run("forward", "warm", {"op": ok})])
+    assert unreadable_tree(trace) == ""
+    ok.children[0].count = -5
+    assert "'Conv' has count -5" in unreadable_tree(trace)
+    ok.children[0].count, ok.children[0].time_ns = 1, math.nan
+    assert "has time nan" in unreadable_tree(trace)
+
+
+# ----------------------------------------------------------------------------- importers: slicing
+
+
+def nested_backward_pairs(n: int) -> dict:
+    """``n`` forward convolutions each linked by a fwdbwd flow to a backward node, the
+    backward nodes nested one inside the next (2n deep) on the autograd thread."""
+    ev: list[dict] = []
+    for i in range(n):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+                   "args": {}})
+        ev.append({"ph": "s", "cat": "fwdbwd", "id": i, "pid": 1, "tid": 1, "ts": 10 * i + 1})
+    t = 10 * n + 100
+    for i in range(n):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: ConvolutionBackward0",
+                   "pid": 1, "tid": 2, "ts": t + 3 * i, "dur": 6 * n - 6 * i, "args": {}})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "ConvolutionBackward0", "pid": 1, "tid": 2,
+                   "ts": t + 3 * i + 0.5, "dur": 6 * n - 6 * i - 1, "args": {}})
+        ev.append({"ph": "f", "cat": "fwdbwd", "id": i, "pid": 1, "tid": 2, "ts": t + 3 * i + 1, "bp": "e"})
+    return {"traceEvents": ev}
+
+
+def test_nested_backward_nodes_are_sliced_once_each(tmp_path):
+    src = tmp_path / "nested.json"
+    src.write_text(json.dumps(nested_backward_pairs(300)))
+    (r,) = import_file(src, "torch")
+    back = r.trace.layer("backward", "op")
+    assert len(back.children) == 1  # the outermost node; the nodes inside it are in its tree, once
+    info = r.trace.runs[1].stats["layers"]["op"] if r.trace.runs[1].pass_ == "backward" else None
+    assert info is not None and info["instances"] == 1
+    assert info["ops_cut_at_depth"] == 2 * 300 - 201  # the nest is 600 deep; 200 levels kept under the top
+    depth = max(d for d, _ in back.walk())
+    assert depth == 201
+
+
+@pytest.mark.slow
+def test_thirty_thousand_nested_pairs_import_in_seconds(tmp_path):
+    src = tmp_path / "nested.json"
+    src.write_text(json.dumps(nested_backward_pairs(30_000)))
+    t0 = time.monotonic()
+    (r,) = import_file(src, "torch")
+    took = time.monotonic() - t0
+    # a bound an order of magnitude above the 3 s measured, far below the 150 s of the quadratic walk
+    assert took < 40, took
+    assert r.trace.layer("backward", "op").children
