@@ -7,6 +7,8 @@ traces); what they share is in tracer.cli.common."""
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from tracer.cli.common import Group
@@ -14,8 +16,15 @@ from tracer.cli.common import Group
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dltrace")
-def main() -> None:
+@click.option("--trust-registry", is_flag=True,
+              help="Let the registry's install steps (DLTRACE_REGISTRY) hold pip options, paths and URLs: they "
+                   "run code from wherever they point, so only for a registry you wrote.")
+def main(trust_registry: bool) -> None:
     """Trace where deep-learning frameworks choose their CPU or GPU code."""
+    if trust_registry:
+        from tracer.registry import TRUST_ENV
+
+        os.environ[TRUST_ENV] = "1"  # for this process and what it starts
 
 
 from tracer.cli import environments, surveys, tracing  # noqa: E402,F401 - registers the commands
