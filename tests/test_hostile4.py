@@ -361,3 +361,118 @@ def test_a_recursive_alias_is_refused(tmp_path):
         registry.load(_registry(tmp_path, "x: &a [*a]\n" + REGISTRY)["DLTRACE_REGISTRY"])
     # a few shared anchors, as a person writes them, still read
     assert "fw" in registry.load(_registry(tmp_path, "x: &a [1, 2]\ny: [*a, *a]\n" + REGISTRY)["DLTRACE_REGISTRY"])
+
+
+# ----------------------------------------------------------------------------- the fleet
+
+
+@pytest.mark.parametrize("address", ["", "not a url", "foo://127.0.0.1:8786", "tcp://[::1", "tcp://127.0.0.1:99999",
+                                     "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://127.0.0.1:8786/x?y"])
+def test_bad_scheduler_addresses_are_usage_errors(address):
+    line = one_line_error(dltrace("worker", address, "--no-gpu", timeout=60), Exit.USAGE)
+    assert "is not tcp://HOST:PORT or tls://HOST:PORT" in line
+    line = one_line_error(dltrace("survey", "--scheduler", address, "-o", "never-written", timeout=60), Exit.USAGE)
+    assert "is not tcp://HOST:PORT or tls://HOST:PORT" in line
+    assert not Path("never-written").exists()
+
+
+@pytest.mark.parametrize("address", ["tcp://10.1.2.3:8786", "tcp://0.0.0.0:8786", "tcp://example.org:8786",
+                                     "tls://10.1.2.3:8786"])
+def test_a_scheduler_off_this_machine_needs_tls_with_certificates(address):
+    for command in (("worker", address, "--no-gpu"), ("survey", "--scheduler", address, "-o", "never-written")):
+        line = one_line_error(dltrace(*command, timeout=60), Exit.USAGE)
+        assert "docs/fleet.md" in line and "--tls-ca-file" in line, line
+
+
+def test_the_loopback_check_is_by_address_not_by_name():
+    from tracer import fleet
+
+    assert fleet.scheduler("tcp://127.0.0.1:8786", "client").loopback
+    assert fleet.scheduler("tcp://[::1]:8786", "worker").loopback
+    assert fleet.scheduler("tcp://localhost:8786", "worker").loopback
+    for host in ("127.0.0.1.example.org", "0.0.0.0", "192.168.1.5", "[::]"):
+        with pytest.raises(fleet.UsageError, match="not on this machine"):
+            fleet.scheduler(f"tcp://{host}:8786", "client")
+
+
+def test_survey_scheduler_empty_is_not_a_local_run(tmp_path):
+    out = tmp_path / "s"
+    line = one_line_error(dltrace("survey", "--scheduler", "", "-o", str(out), timeout=60), Exit.USAGE)
+    assert "scheduler address ''" in line and not out.exists()
+
+
+class _Listener:
+    """A TCP listener on loopback that accepts and never speaks (``http``: answers
+    anything with an HTTP 400, as a web server on the wrong port does)."""
+
+    def __init__(self, http: bool = False) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.http, self.conns, self.stop = http, [], False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.conns.append(conn)
+            if self.http:
+                try:
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join()
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("peer", ["closed", "silent", "http"])
+def test_an_unreachable_or_wrong_scheduler_is_one_line_within_the_wait(tmp_path, peer):
+    from tracer import fleet
+
+    listener = None if peer == "closed" else _Listener(http=peer == "http")
+    port = listener.port if listener else _free_port()
+    try:
+        sched = fleet.scheduler(f"tcp://127.0.0.1:{port}", "client")
+        t0 = time.monotonic()
+        with pytest.raises(fleet.DltraceError, match="unreachable: no Dask scheduler answered within 2 s"):
+            fleet.check_reachable(sched, "worker", wait=2)
+        assert time.monotonic() - t0 < 6
+    finally:
+        if listener:
+            listener.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_worker_and_survey_at_a_silent_listener_end_in_one_line(tmp_path):
+    listener = _Listener()
+    try:
+        for command in (("worker", f"tcp://127.0.0.1:{listener.port}", "--no-gpu"),
+                        ("survey", "--scheduler", f"tcp://127.0.0.1:{listener.port}", "-o", str(tmp_path / "s"))):
+            t0 = time.monotonic()
+            line = one_line_error(dltrace(*command, timeout=120))
+            assert "unreachable" in line and time.monotonic() - t0 < 40
+    finally:
+        listener.close()

@@ -3,6 +3,7 @@ audit (from traces alone), import (traces recorded elsewhere, by other tools).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,19 @@ from tracer.runner import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:  # the annotations only (the commands import tracer.survey when run)
     from tracer.survey import SurveyEvent
+
+
+def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The TLS files of a fleet's ``role`` (client: a survey; worker), Dask's own names
+    for them; without them Dask's settings (distributed.comm.tls.*) are read."""
+    def add(f: Callable[..., None]) -> Callable[..., None]:
+        for opt, what in (("--tls-key", f"this {role}'s private key"),
+                          ("--tls-cert", f"this {role}'s certificate, signed by the CA"),
+                          ("--tls-ca-file", "the CA certificate every side of the fleet trusts")):
+            f = click.option(opt, type=click.Path(exists=True, dir_okay=False), default=None,
+                             help=f"TLS: {what} (for a tls:// scheduler).")(f)
+        return f
+    return add
 
 
 # --------------------------------------------------------------------------- survey / report
@@ -54,11 +68,14 @@ if TYPE_CHECKING:  # the annotations only (the commands import tracer.survey whe
                    "beside the traces.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds per probe subprocess.")
-@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-              help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here.")
+@click.option("--scheduler", default=None, metavar="tls://HOST:PORT",
+              help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here: "
+                   "tls:// with certificates, or tcp:// on this machine only (docs/fleet.md).")
+@tls_options("client")
 def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devices: tuple[tuple[str, ...], ...],
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
-           arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None) -> None:
+           arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None,
+           tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT."""
     import time
@@ -67,6 +84,11 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
 
     from tracer import survey as sv
 
+    fleet_at = None
+    if scheduler is not None:  # checked before any work; '' is a bad address, never "run here"
+        from tracer import fleet
+        fleet_at = fleet.scheduler(scheduler, "client", tls_ca_file, tls_cert, tls_key)
+        fleet.check_reachable(fleet_at, "client")
     fws = frameworks()
     prims = list(flat(primitives)) or None
     devs = list(flat(devices))
@@ -90,9 +112,9 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
             reused = f", {e.reused} reused" if e.reused else ""
             progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
 
-        if scheduler:
+        if fleet_at is not None:
             from tracer import fleet
-            gaps = fleet.run(jobs_list, output, scheduler, fresh=fresh, timeout=timeout, on_event=on_event)
+            gaps = fleet.run(jobs_list, output, fleet_at, fresh=fresh, timeout=timeout, on_event=on_event)
         else:
             gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
     out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
@@ -210,6 +232,7 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 
 @main.command()
 @click.argument("address")
+@tls_options("worker")
 @click.option("--nthreads", type=click.IntRange(min=1), default=2, show_default=True, help="Jobs at a time.")
 @click.option("--name", default=None, help="The name traces record this worker by (meta recorded_by; "
                                            "default: Dask's, the worker's address).")
@@ -218,14 +241,19 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 @click.option("--emulation/--no-emulation", default=True, show_default=True,
               help="Offer the emulated aarch64 CPUs (the ARM-audit jobs) where their environments are built.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Offer the GPUs nvidia-smi lists.")
-def worker(address: str, nthreads: int, name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool,
-           gpu: bool) -> None:
-    """Serve the Dask scheduler at ADDRESS (tcp://HOST:PORT) as a survey worker, declaring
+def worker(address: str, tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, nthreads: int,
+           name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool, gpu: bool) -> None:
+    """Serve the Dask scheduler at ADDRESS (tls://HOST:PORT with certificates, or
+    tcp://127.0.0.1:PORT on this machine; docs/fleet.md) as a survey worker, declaring
     this machine's architecture, GPUs, ready framework environments and emulated CPUs;
     the options narrow that, so that two workers on one machine can differ."""
     from tracer import fleet
 
+    sched = fleet.scheduler(address, "worker", tls_ca_file, tls_cert, tls_key)  # a bad address: usage, before all
     fws = frameworks()
     names = flat(only)
-    fleet.start_worker(address, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
+    fleet.start_worker(sched, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
                        emulation=emulation, gpu=gpu)
+
+
+
