@@ -476,3 +476,158 @@ def test_worker_and_survey_at_a_silent_listener_end_in_one_line(tmp_path):
             assert "unreachable" in line and time.monotonic() - t0 < 40
     finally:
         listener.close()
+
+
+class _Fleet:
+    """A `dask scheduler` (``tls``: mutual TLS with the given files) and `dltrace worker`
+    processes on loopback, with the environment ``env`` (a fake registry), stopped at the end."""
+
+    def __init__(self, folder: Path, env: dict[str, str], tls: dict[str, Path] | None = None) -> None:
+        import os
+        import subprocess
+        import sys
+
+        self.env, self.procs, self.tls = {**os.environ, **env}, [], tls
+        self.bin = Path(sys.executable).parent
+        info = folder / "scheduler.json"
+        extra = ["--protocol", "tls", "--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["scheduler.pem"]),
+                 "--tls-key", str(tls["scheduler.key"])] if tls else []
+        self.scheduler = self._start([str(self.bin / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                      "--no-dashboard", "--scheduler-file", str(info), *extra], subprocess)
+        deadline = time.monotonic() + 60
+        while not info.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.address = json.loads(info.read_text())["address"]
+
+    def _start(self, argv: list[str], subprocess) -> object:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+        self.procs.append(proc)
+        return proc
+
+    def certs(self, role: str) -> list[str]:
+        assert self.tls
+        return ["--tls-ca-file", str(self.tls["ca"]), "--tls-cert", str(self.tls[f"{role}.pem"]),
+                "--tls-key", str(self.tls[f"{role}.key"])]
+
+    def worker(self, *options: str) -> object:
+        import subprocess
+
+        certs = self.certs("worker") if self.tls else []
+        return self._start([str(self.bin / "dltrace"), "worker", self.address, *certs, "--no-gpu", "--no-emulation",
+                            *options], subprocess)
+
+    def client(self):
+        import distributed
+        from distributed.security import Security
+
+        sec = Security(tls_ca_file=str(self.tls["ca"]), tls_client_cert=str(self.tls["client.pem"]),
+                       tls_client_key=str(self.tls["client.key"]), require_encryption=True) if self.tls else None
+        return distributed.Client(self.address, security=sec, timeout=30, set_as_default=False)
+
+    def stop(self) -> None:
+        import subprocess
+
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory) -> dict[str, Path]:
+    """A CA and a certificate each for the scheduler, a worker and a client, signed by it
+    (openssl, as docs/fleet.md makes them), and one from another CA."""
+    import subprocess
+
+    folder = tmp_path_factory.mktemp("tls")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
+            "-subj", f"/CN=dltrace test {ca}")
+    for name, ca in (("scheduler", "ca"), ("worker", "ca"), ("client", "ca"), ("stranger", "other-ca")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+            f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2")
+    files = {p.name: p for p in folder.iterdir()}
+    files["ca"] = folder / "ca.pem"
+    return files
+
+
+@pytest.mark.slow
+def test_a_tls_fleet_runs_a_survey_and_refuses_clients_without_a_certificate(fake_frameworks, tls_files, tmp_path):
+    import socket
+    import ssl
+
+    fleet = _Fleet(tmp_path, fake_frameworks, tls_files)
+    try:
+        fleet.worker("--name", "secure")
+        with fleet.client() as client:
+            client.wait_for_workers(1, timeout=60)
+        out = tmp_path / "s"
+        proc = dltrace("survey", "crashy", "--primitives", "batchnorm", "--devices", "cpu", "--no-native", "--no-arm",
+                       "--no-imports", "--no-derive", "--no-variants", "--scheduler", fleet.address,
+                       *fleet.certs("client"), "-o", str(out), env=fake_frameworks, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (trace_file,) = (out / "traces").rglob("batchnorm-*.json")
+        assert load(trace_file).meta["recorded_by"]["worker"] == "secure"
+        # the attack of the issue: a client that reaches the scheduler without a certificate of its CA
+        host, port = fleet.address.removeprefix("tls://").rsplit(":", 1)
+        for cert in (None, "stranger"):
+            ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
+            ctx.check_hostname = False
+            if cert:
+                ctx.load_cert_chain(str(tls_files[f"{cert}.pem"]), str(tls_files[f"{cert}.key"]))
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                with socket.create_connection((host, int(port)), timeout=10) as raw:
+                    with ctx.wrap_socket(raw) as tls:
+                        tls.sendall(b"\x00" * 8)
+                        if not tls.recv(8):  # TLS 1.3: the refusal of the certificate arrives with the first read
+                            raise ConnectionError("closed")
+        import distributed  # and plain TCP gets no Dask scheduler there
+
+        with pytest.raises(Exception):
+            distributed.Client(fleet.address.replace("tls://", "tcp://"), timeout=5, set_as_default=False)
+    finally:
+        fleet.stop()
+
+
+@pytest.mark.slow
+def test_a_scheduler_that_dies_mid_survey_costs_only_the_jobs_in_flight(fake_frameworks, tmp_path):
+    import os
+    import subprocess
+
+    fleet = _Fleet(tmp_path, fake_frameworks)
+    try:
+        fleet.worker()
+        with fleet.client() as client:
+            client.wait_for_workers(1, timeout=60)
+            out = tmp_path / "s"
+            # relu hangs in crashy's probe: its job is in flight when the scheduler dies
+            survey = subprocess.Popen([str(fleet.bin / "dltrace"), "survey", "crashy", "--primitives", "relu",
+                                       "--devices", "cpu", "--no-native", "--no-arm", "--no-imports", "--no-derive",
+                                       "--no-variants", "--scheduler", fleet.address, "-o", str(out),
+                                       "--timeout", "300"], env={**os.environ, **fake_frameworks},
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while not any(client.processing().values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert any(client.processing().values())
+        t0 = time.monotonic()
+        fleet.scheduler.kill()
+        stdout, stderr = survey.communicate(timeout=180)
+        took = time.monotonic() - t0
+        assert survey.returncode == 0, stderr[-2000:]
+        assert "Traceback" not in stderr and took < 90, (took, stderr[-2000:])
+        gap = json.loads(next((out / "traces").rglob("relu-*.gap.json")).read_text())
+        assert gap["kind"] == "scheduler" and "scheduler lost mid-survey" in gap["error"]
+        assert (out / "index.html").is_file() and "report:" in stdout
+    finally:
+        fleet.stop()

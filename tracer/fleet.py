@@ -326,7 +326,7 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
     # a lost scheduler is said once, as the gaps of the jobs it cost, not as Dask's own log lines
     logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
     try:
-        client = Client(sched.address, timeout=CONNECT_S, security=sched.security, set_as_default=False)
+        client = Client(sched.address, timeout=CONNECT_S, security=sched.security)  # the default: wait() uses it
     except Exception as exc:
         raise DltraceError(f"scheduler {sched.address} unreachable: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:160] if str(exc) else ''}") from None
@@ -359,6 +359,7 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
                 done, not_done = set(), pending
                 silent_since = silent_since or time.monotonic()
                 why = f"{type(exc).__name__}: {exc}"
+                time.sleep(1)  # never a busy loop while it is away
             pending = set(not_done) - set(done)
             for fut in done:
                 event = _receive(fut, futures[fut], root)
