@@ -126,7 +126,7 @@ def check_reachable(sched: Scheduler, role: str, wait: float = CONNECT_S) -> Non
     """That a Dask scheduler answers at the address within ``wait`` seconds (connected,
     handshake done, it says it is a scheduler), else one DltraceError line: a closed
     port, an HTTP server or a silent listener would otherwise be waited on for ever."""
-    from distributed.comm import connect
+    from distributed.comm.core import connect
 
     async def identify() -> Any:
         comm = await connect(sched.address, timeout=wait, **_connection_args(sched, role))

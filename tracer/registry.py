@@ -670,7 +670,13 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in text.lower().replace(",", "x").split("x"))
     except ValueError:
-        raise ValueError(f"shape '{text}' is not of the form 8x64x112x112") from None
+        raise ValueError(f"shape '{text[:60]}' is not of the form 8x64x112x112") from None
     if not shape or any(d <= 0 for d in shape):
-        raise ValueError(f"shape '{text}' must have positive sizes")
+        raise ValueError(f"shape '{text[:60]}' must have positive sizes")
+    if len(shape) > MAX_RANK:
+        raise ValueError(f"shape has {len(shape)} dimensions; at most {MAX_RANK}")
     return shape
+
+
+#: The most dimensions an input shape may have (the primitives take 2 or 4; activations any, up to this).
+MAX_RANK = 8

@@ -229,6 +229,7 @@ def run_probe(
         code = code_path(tmpdir, link=not cpu)
         env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
+        env["DLTRACE_HOME"] = str(envs.home())  # absolute: the probe runs in another folder
         # what the framework leaves in the temp folder (MXNet's profiler output) goes with this one
         (tmpdir / "tmp").mkdir()
         env["TMPDIR"] = str(tmpdir / "tmp")

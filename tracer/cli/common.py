@@ -198,6 +198,16 @@ class Shape(_ShapeType):
             self.fail(str(exc), param, ctx)
 
 
+class OutPath(click.Path):
+    """An output path (``-o``): an empty one names no place (Path('') is the working
+    folder), so it is refused as a usage error, not written into the working folder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; name a folder or file (-o . for the working folder)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class Seconds(_SecondsType):
     """A positive, finite number of seconds: 0 or a negative timeout would stop every
     probe at once, and nan would compare false with everything, i.e. never time out."""

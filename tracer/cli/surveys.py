@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from tracer.cli import main
-from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, Seconds, collect, command_line,
-                               err, flat, frameworks, out)
+from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, OutPath, Seconds, collect,
+                               command_line, err, flat, frameworks, out)
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir
 from tracer.render.terminal import message
@@ -42,7 +42,7 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
 @click.option("--devices", type=DEVICE_LIST, multiple=True, default=("cpu,standin",), show_default=True,
               help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
                    "stand-in backend).")
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"),
+@click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path), default=Path("reports/survey"),
               show_default=True)
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Probe subprocesses at a time.")
 @click.option("--with-traces", "with_traces", multiple=True, type=click.Path(exists=True, path_type=Path),
@@ -144,7 +144,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path), required=True)
 def report(traces: tuple[Path, ...], output: Path) -> None:
     """Render the HTML report from TRACES folders alone (no framework needed)."""
     ensure_dir(output)
@@ -191,7 +191,7 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
 @click.option("--framework", type=FRAMEWORK, required=True,
               help="The framework that recorded the files; they are read as the profiler formats "
                    "its frameworks.yaml entry declares (profiles: torch's Kineto JSON, JAX's XPlane...).")
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+@click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path),
               help="Folder for the traces (default: ./imported/<source name>/; "
                    "with several files, one subfolder each).")
 def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> None:

@@ -83,25 +83,33 @@ def build(force: bool = False) -> Path:
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").exists():
         raise Unavailable(f"no Python headers (Python.h) in {include}")
+    tmp = ""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".ctrace-", suffix=".so", dir=out.parent)
         os.close(fd)
-    except OSError as exc:
-        raise Unavailable(f"cannot write to {out.parent}: {exc.strerror or exc}") from None
-    cmd = [*cc, "-shared", "-fPIC", "-O2", "-fno-strict-aliasing", "-fwrapv", "-I", include,
-           str(SOURCE), "-o", tmp]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=_BUILD_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        os.unlink(tmp)
-        raise Unavailable(f"the C compiler did not run: {exc}") from None
-    if proc.returncode != 0:
-        os.unlink(tmp)
-        errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.strip().splitlines()[-1:]
-        raise Unavailable(f"compiling {SOURCE.name} failed: {' | '.join(errors)[:_REASON_CHARS]}")
-    os.replace(tmp, out)
+        cmd = [*cc, "-shared", "-fPIC", "-O2", "-fno-strict-aliasing", "-fwrapv", "-I", include,
+               str(SOURCE), "-o", tmp]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=_BUILD_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise Unavailable(f"the C compiler did not run: {exc}") from None
+        if proc.returncode != 0:
+            errors = ([line for line in proc.stderr.splitlines() if "error" in line]
+                      or proc.stderr.strip().splitlines()[-1:])
+            raise Unavailable(f"compiling {SOURCE.name} into {out.parent} failed: "
+                              f"{' | '.join(errors)[:_REASON_CHARS]}")
+        os.replace(tmp, out)
+        tmp = ""
+    except OSError as exc:  # a full or read-only DLTRACE_HOME: the Python collector runs instead
+        raise Unavailable(f"cannot write {exc.filename or out.parent}: {exc.strerror or exc}") from None
+    finally:
+        if tmp:  # a failed build leaves nothing (the compiler may have removed it already)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
     return out
 
 
