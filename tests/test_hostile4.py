@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import DLTRACE as DLTRACE_BIN
 from tests.conftest import dltrace, one_line_error
 from tracer.contract import Exit
 from tracer.importers import ImportFailed, import_file
@@ -631,3 +632,195 @@ def test_a_scheduler_that_dies_mid_survey_costs_only_the_jobs_in_flight(fake_fra
         assert (out / "index.html").is_file() and "report:" in stdout
     finally:
         fleet.stop()
+
+
+# ----------------------------------------------------------------------------- environments
+
+
+def _script(path: Path, body: str) -> Path:
+    """An executable 'interpreter' that behaves as ``body`` (a shell script) says."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_env_use_of_an_interpreter_that_never_stops_writing_is_bounded(fake_frameworks, tmp_path):
+    chatty = _script(tmp_path / "python", "exec yes 'all work and no play'\n")
+    env = {**fake_frameworks, "DLTRACE_HOME": str(tmp_path / "home")}
+    t0 = time.monotonic()
+    line = one_line_error(dltrace("env", "use", "crashy", str(chatty), env=env, timeout=120))
+    assert "wrote more than 1 MiB while importing json; stopped" in line
+    assert time.monotonic() - t0 < 60
+
+
+def test_list_with_hanging_interpreters_is_bounded(fake_frameworks, tmp_path):
+    from tracer import envs
+
+    hang = _script(tmp_path / "python", "exec sleep 600\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "external.json").write_text(json.dumps({"crashy": str(hang), "broken": str(hang), "absent": str(hang)}))
+    t0 = time.monotonic()
+    proc = dltrace("list", env={**fake_frameworks, "DLTRACE_HOME": str(home)}, timeout=200)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    # three hanging interpreters, asked at once: one version look-up's bound, not 3 x 300 s
+    assert took < envs.VERSION_TIMEOUT_S * 2 + 20, took
+    assert proc.stdout.count("ready ?") == 3
+
+
+def test_a_relative_dltrace_home_names_the_same_folder_in_the_probe(fake_frameworks, tmp_path):
+    home = tmp_path / "rel-home"
+    home.mkdir()
+    shutil.copy(Path(fake_frameworks["DLTRACE_HOME"]) / "external.json", home / "external.json")
+    out = tmp_path / "t.json"
+    proc = dltrace("probe", "crashy", "batchnorm", "--layers", "python", "-o", str(out),
+                   env={**fake_frameworks, "DLTRACE_HOME": "rel-home"}, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    collector = load(out).meta["collector"]
+    # the C core was built in rel-home/ext as the probe saw it, not in the probe's own (removed) folder
+    assert collector == {"python": "c"} and list((home / "ext").glob("_ctrace-*")), collector
+
+
+def test_the_c_core_build_on_a_full_disk_falls_back_with_the_path(tmp_path, monkeypatch):
+    from tracer.collect import cbuild
+
+    # a compiler that meets a full disk: it says so, removes its output and fails (as gcc does)
+    cc = _script(tmp_path / "cc", 'for a; do [ "$prev" = -o ] && rm -f "$a"; prev=$a; done\n'
+                                  'echo "fatal error: error writing to /tmp/ccX.s: No space left on device" >&2\nexit 1\n')
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path / "home"))
+    with pytest.raises(cbuild.Unavailable, match=r"into .*home/ext failed: .*No space left on device"):
+        cbuild.build(force=True)
+    assert not list((tmp_path / "home" / "ext").iterdir())  # nothing half-built left
+    # a home that cannot be written at all: the path is named
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "ext").write_text("a file where the folder goes")
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path / "ro"))
+    with pytest.raises(cbuild.Unavailable, match=r"cannot write .*ro/ext"):
+        cbuild.build(force=True)
+
+
+def test_a_write_error_names_its_file(tmp_path):
+    import errno
+
+    from tracer.files import describe, replacing
+
+    target = tmp_path / "out.json"
+    with pytest.raises(OSError) as info:
+        with replacing(target) as fh:
+            fh.write(b"x")
+            raise OSError(errno.ENOSPC, "No space left on device")  # as a write to a full disk raises
+    assert describe(info.value, "") == f"cannot write {target}: No space left on device"
+    assert describe(OSError(errno.ENOSPC, "No space left on device"), "") == "cannot write: No space left on device"
+
+
+# ----------------------------------------------------------------------------- emulation paths
+
+
+@pytest.mark.parametrize("where", ["DLTRACE_HOME", "TMPDIR"])
+def test_a_colon_in_a_bound_path_is_one_line_naming_the_setting(tmp_path, monkeypatch, where):
+    from tracer.emulation import guest
+
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    monkeypatch.setenv("DLTRACE_HOME", str(odd if where == "DLTRACE_HOME" else tmp_path / "home"))
+    monkeypatch.setenv("TMPDIR", str(odd if where == "TMPDIR" else tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    ok = tmp_path / "plain"
+    if where == "DLTRACE_HOME":
+        cpu_dir = odd / "emulated" / "_cpus" / "a64fx"
+        call = lambda: guest.proot_argv(ok, ok, cpu_dir, "max", [])  # noqa: E731
+    else:
+        call = lambda: guest.proot_argv(ok, ok, ok, "max", [odd / "dltrace-x"])  # noqa: E731
+    with pytest.raises(guest.DltraceError, match=f"set {where} to a path without ':'"):
+        call()
+    assert guest.proot_argv(ok, ok, ok, "max", [ok])[-1] == "/usr/bin/python3"
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("args", [("survey", "-o", ""), ("report", ".", "-o", ""), ("import", "x.json", "--framework",
+                                                                                    "torch", "-o", " "),
+                                  ("probe", "torch", "relu", "-o", ""), ("derive", "torch", "-o", "")])
+def test_an_empty_output_is_a_usage_error_not_the_working_folder(tmp_path, args):
+    before = set(tmp_path.iterdir())
+    line = one_line_error(dltrace(*args, cwd=tmp_path, timeout=60), Exit.USAGE)
+    assert "is empty" in line and set(tmp_path.iterdir()) == before
+
+
+def test_a_long_shape_is_refused_by_rank_before_any_file(tmp_path):
+    long = "x".join(["2"] * 200)
+    line = one_line_error(dltrace("probe", "torch", "relu", "--shape", long, "-o", str(tmp_path / "t.json"),
+                                  timeout=60), Exit.USAGE)
+    assert "200 dimensions; at most 8" in line
+    line = one_line_error(dltrace("probe", "torch", "conv2d", "--shape", "2x3x4", timeout=60), Exit.USAGE)
+    assert "conv2d needs a 4-d shape" in line
+
+
+# ----------------------------------------------------------------------------- leftovers
+
+
+def test_folders_of_a_killed_dltrace_are_swept_at_the_next_start_and_live_ones_kept(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from tracer import tempdirs
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    # a process that owns a folder and a perf map, killed by SIGKILL: nothing runs its clean-up
+    perfmap = Path(f"/tmp/perf-{os.getpid() + 4_000_000}.map")  # a pid no process has
+    code = ("import sys, time; from pathlib import Path; from tracer import tempdirs\n"
+            "with tempdirs.owned() as d:\n"
+            f"    Path({str(perfmap)!r}).write_text('0 1 k')\n"
+            f"    tempdirs.note_perfmap(d, {str(perfmap)!r})\n"
+            "    print(d, flush=True); time.sleep(600)\n")
+    killed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})
+    dead = Path(killed.stdout.readline().strip())
+    killed.kill()
+    killed.wait()
+    live_proc = subprocess.Popen([sys.executable, "-c", code.replace(str(perfmap), str(perfmap) + ".live")],
+                                 stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    live = Path(live_proc.stdout.readline().strip())
+    old = tmp_path / "dltrace-before-locks"
+    old.mkdir()
+    os.utime(old, (time.time() - 2 * tempdirs.UNLOCKED_AGE_S,) * 2)
+    young = tmp_path / "dltrace-young"
+    young.mkdir()
+    try:
+        assert dead.is_dir() and perfmap.exists()
+        proc = dltrace("list", env={"TMPDIR": str(tmp_path)}, timeout=120)  # the next start
+        assert proc.returncode == 0, proc.stderr
+        assert not dead.exists() and not perfmap.exists() and not old.exists()
+        assert live.is_dir() and young.is_dir()  # another dltrace's, alive; one that may be
+    finally:
+        live_proc.kill()
+        live_proc.wait()
+        perfmap.unlink(missing_ok=True)
+        Path(str(perfmap) + ".live").unlink(missing_ok=True)
+
+
+def test_a_probe_killed_with_dltrace_leaves_nothing_after_the_next_start(fake_frameworks, tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    env = {**os.environ, **fake_frameworks, "TMPDIR": str(tmp_path)}
+    # relu hangs in crashy's probe; dltrace is then killed outright, with no chance to clean up
+    proc = subprocess.Popen([str(Path(DLTRACE_BIN)), "probe", "crashy", "relu", "--layers", "python"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("dltrace-*/request.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(tmp_path.glob("dltrace-*/request.json"))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1)  # the probe dies with its parent
+    assert list(tmp_path.glob("dltrace-*"))
+    assert dltrace("list", env={**fake_frameworks, "TMPDIR": str(tmp_path)}, timeout=120).returncode == 0
+    assert not list(tmp_path.glob("dltrace-*"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tracer import tempdirs
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.files import write_text
 from tracer.registry import Framework
@@ -240,13 +241,12 @@ def build_collector(fw: Framework, python: Path, log: Callable[[str], None] = la
     cache under home()/ext; nothing to do where it is built. Not an error when it
     cannot be built: the probes run the pure-Python collector then, and their traces
     say so (meta.collector). The install steps, and so the spec hash, are untouched."""
-    import tempfile
 
     from tracer.runner import code_path
 
     try:
         # the package alone on the path, as a probe gets it (never an installed wheel's site-packages)
-        with tempfile.TemporaryDirectory(prefix="dltrace-cbuild-") as tmp:
+        with tempdirs.owned("dltrace-cbuild-") as tmp:
             path = os.pathsep.join([str(code_path(Path(tmp))), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
             proc = subprocess.run([str(python), "-m", "tracer.collect.cbuild"], capture_output=True, text=True,
                                   env={**os.environ, "PYTHONPATH": path}, timeout=300, stdin=subprocess.DEVNULL,

@@ -19,7 +19,6 @@ import logging
 import platform
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -249,8 +248,9 @@ def run_remote(job: Job, fresh: bool, timeout: float) -> tuple[dict[str, str], d
     who = _worker()
     if job.arch and job.arch != who["arch"]:
         raise DltraceError(f"worker {who['worker']} is {who['arch']}, the job needs {job.arch}")
-    with tempfile.TemporaryDirectory(prefix="dltrace-fleet-") as tmp:
-        root = Path(tmp)
+    from tracer import tempdirs
+
+    with tempdirs.owned("dltrace-fleet-") as root:
         run_job(job, root, fresh=True, timeout=timeout)
         files = {str(p.relative_to(root)): p.read_bytes() for p in (root / "traces").rglob("*") if p.is_file()}
     return who, files

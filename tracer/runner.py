@@ -9,13 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 from pathlib import Path
 
-from tracer import envs
+from tracer import envs, tempdirs
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, PRIMITIVES, CaseError, CaseRequest,
@@ -202,8 +201,7 @@ def run_probe(
     out_dir = Path(out_dir).resolve()  # the probe runs in a temporary working directory
     out_dir.mkdir(parents=True, exist_ok=True)
     var = fw.variants.get(variant)
-    with tempfile.TemporaryDirectory(prefix="dltrace-") as tmp:
-        tmpdir = Path(tmp)
+    with tempdirs.owned("dltrace-") as tmpdir:
         outs = [out_dir / f"{c.slug()}{'-gpu-evidence' if kind == 'gpu-evidence' else ''}.json" for c in cases]
         for p in outs:
             for stale in (p, Path(f"{p}{ERROR_SUFFIX}")):
@@ -248,6 +246,8 @@ def run_probe(
             )
             with _live_lock:
                 _live.add(proc)
+            if own_perfmap:  # removed below; by the next dltrace's sweep if this one is killed first
+                tempdirs.note_perfmap(tmpdir, perfmap_path(proc.pid))
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -303,8 +303,8 @@ def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str =
               timeout: float = DEFAULT_TIMEOUT, out: Path | None = None, command: str = "",
               pyspy: str | None = None, cpu: str = "") -> Trace:
     """Trace a single case; its failure is a ProbeFailed."""
-    with tempfile.TemporaryDirectory(prefix="dltrace-out-") as tmp:
-        (res,) = run_probe(fw, [spec], Path(tmp), device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu)
+    with tempdirs.owned("dltrace-out-") as tmp:
+        (res,) = run_probe(fw, [spec], tmp, device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu)
         if res.error:
             raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}")
         try:

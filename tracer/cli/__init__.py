@@ -21,6 +21,9 @@ from tracer.cli.common import Group
                    "run code from wherever they point, so only for a registry you wrote.")
 def main(trust_registry: bool) -> None:
     """Trace where deep-learning frameworks choose their CPU or GPU code."""
+    from tracer import tempdirs
+
+    tempdirs.sweep()  # what a killed dltrace left in the temporary folder (its lock is free)
     if os.environ.get("DLTRACE_HOME"):  # absolute for every process this one starts, whatever its folder
         os.environ["DLTRACE_HOME"] = os.path.abspath(os.environ["DLTRACE_HOME"])
     if trust_registry:

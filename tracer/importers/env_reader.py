@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from tracer import tempdirs
 from tracer.contract import Exit
 from tracer.errors import DltraceError
 from tracer.importers import ImportFailed
@@ -39,8 +39,8 @@ def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: f
         python = envs.python_for(registry.load()[framework])
     except (DltraceError, KeyError) as exc:
         raise ImportFailed(f"{path}: {what} runs in dltrace's {framework} environment: {exc}") from None
-    with tempfile.TemporaryDirectory(prefix="dltrace-reader-") as tmp:
-        out = Path(tmp) / "read.json"
+    with tempdirs.owned("dltrace-reader-") as tmp:
+        out = tmp / "read.json"
         try:
             proc = subprocess.run([str(python), "-m", reader, str(path.resolve()), str(out)], capture_output=True,
                                   text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL, cwd=tmp,
