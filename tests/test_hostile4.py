@@ -687,7 +687,8 @@ def test_the_c_core_build_on_a_full_disk_falls_back_with_the_path(tmp_path, monk
 
     # a compiler that meets a full disk: it says so, removes its output and fails (as gcc does)
     cc = _script(tmp_path / "cc", 'for a; do [ "$prev" = -o ] && rm -f "$a"; prev=$a; done\n'
-                                  'echo "fatal error: error writing to /tmp/ccX.s: No space left on device" >&2\nexit 1\n')
+                                  'echo "fatal error: error writing to /tmp/ccX.s: No space left on device" >&2\n'
+                                  'exit 1\n')
     monkeypatch.setenv("CC", str(cc))
     monkeypatch.setenv("DLTRACE_HOME", str(tmp_path / "home"))
     with pytest.raises(cbuild.Unavailable, match=r"into .*home/ext failed: .*No space left on device"):
