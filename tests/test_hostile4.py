@@ -653,6 +653,7 @@ def test_env_use_of_an_interpreter_that_never_stops_writing_is_bounded(fake_fram
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.slow
 def test_list_with_hanging_interpreters_is_bounded(fake_frameworks, tmp_path):
     from tracer import envs
 

@@ -14,6 +14,7 @@ emulated CPU only where it has none.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ipaddress
 import logging
 import platform
@@ -46,6 +47,9 @@ SLOTS = 2
 CONNECT_S = 10.0
 #: Seconds of a lost scheduler before the jobs still in flight become gaps.
 LOST_S = 30.0
+#: What talking to a scheduler that went away raises (Dask's CommClosedError is an
+#: OSError; a future the closing client cancelled, a CancelledError); anything else is a bug.
+_LOST: tuple[type[BaseException], ...] = (OSError, TimeoutError, concurrent.futures.CancelledError)
 #: Where the secure set-up is explained (in the project's docs).
 HOW = ("docs/fleet.md: a scheduler, workers and survey each with a certificate of one CA, "
        "tls://HOST:PORT and --tls-ca-file/--tls-cert/--tls-key")
@@ -274,7 +278,10 @@ def _todo(job: Job, root: Path, fresh: bool) -> bool:
 
 
 def _resources(client: Client) -> list[dict[str, float]]:
-    return [dict(w.get("resources") or {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    info = client.scheduler_info(n_workers=-1)
+    if "workers" not in info:  # what a client that lost its scheduler answers
+        raise ConnectionError("the connection to the scheduler closed")
+    return [dict(w.get("resources") or {}) for w in info["workers"].values()]
 
 
 def _stamp(path: Path, who: dict[str, str]) -> None:
@@ -355,7 +362,7 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
                 done, not_done = wait(list(pending), timeout=5, return_when="FIRST_COMPLETED")
             except TimeoutError:  # distributed.wait raises when nothing ended in time
                 done, not_done = set(), pending
-            except Exception as exc:  # the scheduler went away under the wait
+            except _LOST as exc:  # the scheduler went away under the wait
                 done, not_done = set(), pending
                 silent_since = silent_since or time.monotonic()
                 why = f"{type(exc).__name__}: {exc}"
@@ -371,7 +378,7 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
                         raise ConnectionError(f"the connection to the scheduler closed (client {client.status})")
                     workers = _resources(client)
                     silent_since = None
-                except Exception as exc:  # the scheduler itself: gone, or not answering
+                except _LOST as exc:  # the scheduler itself: gone, or not answering
                     silent_since = silent_since or time.monotonic()
                     why = f"{type(exc).__name__}: {exc}"
                     if client.status in ("running", "connecting") and time.monotonic() - silent_since < lost_after:
@@ -389,9 +396,7 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
                                      + ", ".join(sorted(needs(futures[fut]))))
                     gaps.extend(event.gaps)
                     on_event(event)
-    except Exception as exc:  # the scheduler lost while jobs were submitted: what came back is kept
-        if isinstance(exc, DltraceError):
-            raise
+    except _LOST as exc:  # the scheduler lost while jobs were submitted: what came back is kept
         for fut in pending or set(futures):
             event = _lost(futures[fut], root, f"{type(exc).__name__}: {str(exc)[:160]}")
             gaps.extend(event.gaps)
