@@ -722,7 +722,7 @@ def test_a_write_error_names_its_file(tmp_path):
 
 @pytest.mark.parametrize("where", ["DLTRACE_HOME", "TMPDIR"])
 def test_a_colon_in_a_bound_path_is_one_line_naming_the_setting(tmp_path, monkeypatch, where):
-    from tracer.emulation import guest
+    from tracer.emulation import guest, layout
 
     odd = tmp_path / "a:b"
     odd.mkdir()
@@ -737,7 +737,7 @@ def test_a_colon_in_a_bound_path_is_one_line_naming_the_setting(tmp_path, monkey
         call = lambda: guest.proot_argv(ok, ok, cpu_dir, "max", [])  # noqa: E731
     else:
         call = lambda: guest.proot_argv(ok, ok, ok, "max", [odd / "dltrace-x"])  # noqa: E731
-    with pytest.raises(guest.DltraceError, match=f"set {where} to a path without ':'"):
+    with pytest.raises(layout.DltraceError, match=f"set {where} to a path without ':'"):
         call()
     assert guest.proot_argv(ok, ok, ok, "max", [ok])[-1] == "/usr/bin/python3"
 
@@ -826,3 +826,22 @@ def test_a_probe_killed_with_dltrace_leaves_nothing_after_the_next_start(fake_fr
     assert list(tmp_path.glob("dltrace-*"))
     assert dltrace("list", env={**fake_frameworks, "TMPDIR": str(tmp_path)}, timeout=120).returncode == 0
     assert not list(tmp_path.glob("dltrace-*"))
+
+
+def test_a_colon_in_dltrace_home_is_said_before_anything_emulated(tmp_path):
+    line = one_line_error(dltrace("probe", "torch", "relu", "--cpu", "a64fx",
+                                  env={"DLTRACE_HOME": str(tmp_path / "home:x")}, timeout=60))
+    assert "set DLTRACE_HOME to a path without ':'" in line and "No module named" not in line
+
+
+@pytest.mark.frameworks
+def test_a_colon_in_tmpdir_is_one_line_for_an_emulated_probe(tmp_path):
+    from tracer import emulation
+
+    if emulation.status("torch") is None:
+        pytest.fail("torch's emulated aarch64 environment must be set up (dltrace env setup torch --arch aarch64)")
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    line = one_line_error(dltrace("probe", "torch", "relu", "--cpu", "a64fx", "--layers", "python",
+                                  env={"TMPDIR": str(odd)}, timeout=300))
+    assert "set TMPDIR to a path without ':'" in line and "No module named" not in line

@@ -160,6 +160,9 @@ def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], di
     model = emulation.model(cpu)  # an unknown model is a UsageError naming the choices
     if fw.aarch64.unavailable:
         raise DltraceError(f"{fw.name} has no aarch64 build: {fw.aarch64.unavailable}")
+    from tracer.emulation.layout import bindable, emulated_home
+
+    bindable(emulated_home())  # a ':' in DLTRACE_HOME: said first, not "not set up" nor "No module named"
     if emulation.status(fw.name) is None:
         raise EnvNotReady(f"{fw.name}: emulated aarch64 environment not set up; run: dltrace env setup {fw.name} "
                           f"--arch aarch64")

@@ -107,29 +107,12 @@ def cpu_files(cpu: str, ncpu: int | None = None) -> Path:
 Bind = Path | tuple[Path, Path]
 
 
-def _bindable(path: Path | str) -> str:
-    """``path`` as proot's ``-b HOST:GUEST`` can name it: a ``:`` in it would be read as
-    the separator and bind another folder (the guest then misses its packages, and
-    says "No module named ..."), so it is refused, naming the setting that put it there."""
-    text = str(path)
-    if ":" not in text:
-        return text
-    import tempfile
-
-    from tracer import envs
-
-    where = ("DLTRACE_HOME" if Path(text).is_relative_to(envs.home()) else
-             "TMPDIR" if Path(text).is_relative_to(tempfile.gettempdir()) else "the folder")
-    raise DltraceError(f"the emulated aarch64 path cannot see {text}: proot binds folders as HOST:GUEST, so a ':' "
-                       f"in a path breaks it; set {where} to a path without ':'")
-
-
 def proot_argv(root: Path, site: Path, cpu_dir: Path, qemu_spec: str, binds: list[Bind],
                qemu_path: str = "qemu-aarch64-static", proot_path: str = "proot") -> list[str]:
     """proot's command line up to the guest's python3 (pure: the tests check it).
     A path holding ':' is a DltraceError (see _bindable)."""
     for path in (root, site, cpu_dir):
-        _bindable(path)
+        layout.bindable(path)
     argv = [proot_path, "-q", f"{qemu_path} -cpu {qemu_spec}", "-r", str(root),
             "-b", "/proc", "-b", "/dev", "-b", "/tmp",
             "-b", f"{cpu_dir / 'cpuinfo'}:/proc/cpuinfo", "-b", f"{cpu_dir / 'sys'}:/sys",
@@ -137,9 +120,9 @@ def proot_argv(root: Path, site: Path, cpu_dir: Path, qemu_spec: str, binds: lis
     for bind in binds:
         if isinstance(bind, tuple):
             host, guest = bind
-            argv += ["-b", f"{_bindable(Path(host).resolve())}:{_bindable(Path(guest).resolve())}"]
+            argv += ["-b", f"{layout.bindable(Path(host).resolve())}:{layout.bindable(Path(guest).resolve())}"]
         else:
-            argv += ["-b", _bindable(Path(bind).resolve())]
+            argv += ["-b", layout.bindable(Path(bind).resolve())]
     return [*argv, "/usr/bin/python3"]
 
 
