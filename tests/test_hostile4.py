@@ -845,3 +845,19 @@ def test_a_colon_in_tmpdir_is_one_line_for_an_emulated_probe(tmp_path):
     line = one_line_error(dltrace("probe", "torch", "relu", "--cpu", "a64fx", "--layers", "python",
                                   env={"TMPDIR": str(odd)}, timeout=300))
     assert "set TMPDIR to a path without ':'" in line and "No module named" not in line
+
+
+def test_a_probe_lists_its_own_perf_map_for_dltrace_to_remove(tmp_path, monkeypatch):
+    import os
+
+    from tracer import tempdirs
+    from tracer.collect import harness
+
+    listing = tmp_path / tempdirs.PERFMAPS
+    monkeypatch.setenv("DLTRACE_PERFMAP_LIST", str(listing))
+    harness._list_own_perfmap()  # the probe's first step (under emulation its pid is not the one dltrace started)
+    assert listing.read_text() == f"/tmp/perf-{os.getpid()}.map\n"
+    monkeypatch.delenv("DLTRACE_PERFMAP_LIST")
+    listing.unlink()
+    harness._list_own_perfmap()  # a perf map the user asked for is theirs: not listed
+    assert not listing.exists()

@@ -236,6 +236,8 @@ def run_probe(
         env["TMPDIR"] = str(tmpdir / "tmp")
         # the probe kills itself if this process dies (even by SIGKILL): see harness.die_with_parent
         env["DLTRACE_PARENT_PID"] = str(os.getpid())
+        if own_perfmap:  # the probe lists its own perf map too (under emulation it is not proc.pid)
+            env["DLTRACE_PERFMAP_LIST"] = str(tmpdir / tempdirs.PERFMAPS)
         if cpu:
             python, extra = _emulated(fw, cpu, [tmpdir, out_dir, package_bind(code)])
             env.update(extra)
