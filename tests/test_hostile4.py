@@ -369,18 +369,19 @@ def test_a_recursive_alias_is_refused(tmp_path):
 
 @pytest.mark.parametrize("address", ["", "not a url", "foo://127.0.0.1:8786", "tcp://[::1", "tcp://127.0.0.1:99999",
                                      "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://127.0.0.1:8786/x?y"])
-def test_bad_scheduler_addresses_are_usage_errors(address):
+def test_bad_scheduler_addresses_are_usage_errors(address, tmp_path):
     line = one_line_error(dltrace("worker", address, "--no-gpu", timeout=60), Exit.USAGE)
     assert "is not tcp://HOST:PORT or tls://HOST:PORT" in line
-    line = one_line_error(dltrace("survey", "--scheduler", address, "-o", "never-written", timeout=60), Exit.USAGE)
+    line = one_line_error(dltrace("survey", "--scheduler", address, "-o", str(tmp_path / "s"), timeout=60),
+                          Exit.USAGE)
     assert "is not tcp://HOST:PORT or tls://HOST:PORT" in line
-    assert not Path("never-written").exists()
+    assert not (tmp_path / "s").exists()  # refused before any work
 
 
 @pytest.mark.parametrize("address", ["tcp://10.1.2.3:8786", "tcp://0.0.0.0:8786", "tcp://example.org:8786",
                                      "tls://10.1.2.3:8786"])
-def test_a_scheduler_off_this_machine_needs_tls_with_certificates(address):
-    for command in (("worker", address, "--no-gpu"), ("survey", "--scheduler", address, "-o", "never-written")):
+def test_a_scheduler_off_this_machine_needs_tls_with_certificates(address, tmp_path):
+    for command in (("worker", address, "--no-gpu"), ("survey", "--scheduler", address, "-o", str(tmp_path / "s"))):
         line = one_line_error(dltrace(*command, timeout=60), Exit.USAGE)
         assert "docs/fleet.md" in line and "--tls-ca-file" in line, line
 
