@@ -862,3 +862,27 @@ def test_a_probe_lists_its_own_perf_map_for_dltrace_to_remove(tmp_path, monkeypa
     listing.unlink()
     harness._list_own_perfmap()  # a perf map the user asked for is theirs: not listed
     assert not listing.exists()
+
+
+def test_a_plain_scheduler_reached_on_loopback_but_listening_beyond_is_refused(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    info = tmp_path / "scheduler.json"
+    sched = subprocess.Popen([str(Path(sys.executable).parent / "dask"), "scheduler", "--host", "0.0.0.0", "--port",
+                              "0", "--no-dashboard", "--scheduler-file", str(info)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 60
+        while not info.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        port = json.loads(info.read_text())["address"].rsplit(":", 1)[1]
+        for command in (("worker", f"tcp://127.0.0.1:{port}", "--no-gpu"),
+                        ("survey", "--scheduler", f"tcp://127.0.0.1:{port}", "-o", str(tmp_path / "s"))):
+            line = one_line_error(dltrace(*command, timeout=120), Exit.USAGE)
+            assert "beyond this machine, without TLS" in line and "--host 127.0.0.1" in line
+        assert not (tmp_path / "s").exists()
+    finally:
+        sched.terminate()
+        sched.wait(timeout=30)

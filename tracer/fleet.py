@@ -147,6 +147,12 @@ def check_reachable(sched: Scheduler, role: str, wait: float = CONNECT_S) -> Non
                            f"{wait:g} s ({why})") from None
     if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
         raise DltraceError(f"scheduler {sched.address} unreachable: what answered is not a Dask scheduler")
+    said = str(reply.get("address", ""))
+    if sched.security is None and not _loopback(urlsplit(said).hostname or ""):
+        # reached on loopback, but listening beyond it (dask scheduler --host 0.0.0.0): open to other machines
+        raise UsageError(f"scheduler {sched.address} also listens on {said[:80]}, beyond this machine, without TLS "
+                         f"(whoever reaches it runs code in every worker): start it with --host 127.0.0.1, or use "
+                         f"TLS with certificates ({HOW})")
 
 
 def gpu_count() -> int:
