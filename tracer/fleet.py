@@ -328,8 +328,9 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
         on_event: Callable[[SurveyEvent], None] = lambda e: None, lost_after: float = LOST_S) -> list[Gap]:
     """Submit the jobs to the scheduler at ``address``; write the traces as each job ends.
     A scheduler that cannot be reached is one DltraceError line before anything runs; one
-    that goes away mid-survey (unreachable for ``lost_after`` seconds) costs only the
-    jobs not back yet, each a gap, and the survey goes on to its report."""
+    that goes away mid-survey (unreachable for ``lost_after`` seconds, or its client
+    gave up reconnecting) costs only the jobs not back yet, each a gap, and the survey
+    goes on to its report: every job ends in traces or gaps."""
     import time
 
     from distributed import Client, wait
@@ -344,23 +345,27 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
         raise DltraceError(f"scheduler {sched.address} unreachable: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:160] if str(exc) else ''}") from None
     gaps: list[Gap] = []
+    ended: set[int] = set()  # the jobs (by id) that ended in an event
+
+    def emit(event: SurveyEvent) -> None:
+        ended.add(id(event.job))
+        gaps.extend(event.gaps)
+        on_event(event)
+
+    routed = list(jobs)
     futures: dict[_Sent, Job] = {}
-    pending: set[_Sent] = set()
     try:
         workers = _resources(client)
-        for job in route(jobs, workers):
+        routed = route(jobs, workers)
+        for job in routed:
             if not _todo(job, root, fresh):
-                event = SurveyEvent(job, len(job.cases), reused=len(job.cases))
-                on_event(event)
+                emit(SurveyEvent(job, len(job.cases), reused=len(job.cases)))
                 continue
             req = needs(job)
             if not _runnable(req, workers):
-                event = _gap_all(job, root, f"no worker of the scheduler has {', '.join(sorted(req))}")
-                gaps.extend(event.gaps)
-                on_event(event)
+                emit(_gap_all(job, root, f"no worker of the scheduler has {', '.join(sorted(req))}"))
                 continue
-            fut = client.submit(run_remote, job, fresh, timeout, resources=req, pure=False)
-            futures[fut] = job
+            futures[client.submit(run_remote, job, fresh, timeout, resources=req, pure=False)] = job
         pending = set(futures)
         silent_since: float | None = None
         while pending:
@@ -368,45 +373,33 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
                 done, not_done = wait(list(pending), timeout=5, return_when="FIRST_COMPLETED")
             except TimeoutError:  # distributed.wait raises when nothing ended in time
                 done, not_done = set(), pending
-            except _LOST as exc:  # the scheduler went away under the wait
+            except _LOST:  # the scheduler went away under the wait: the check below says for how long
                 done, not_done = set(), pending
-                silent_since = silent_since or time.monotonic()
-                why = f"{type(exc).__name__}: {exc}"
                 time.sleep(1)  # never a busy loop while it is away
             pending = set(not_done) - set(done)
             for fut in done:
-                event = _receive(fut, futures[fut], root)
-                gaps.extend(event.gaps)
-                on_event(event)
+                emit(_receive(fut, futures[fut], root))
             if pending and not done:  # a worker may have died: never wait on jobs no worker left can run
                 try:
                     if client.status not in ("running", "connecting"):  # it gave up reconnecting
                         raise ConnectionError(f"the connection to the scheduler closed (client {client.status})")
                     workers = _resources(client)
                     silent_since = None
-                except _LOST as exc:  # the scheduler itself: gone, or not answering
+                except _LOST:
                     silent_since = silent_since or time.monotonic()
-                    why = f"{type(exc).__name__}: {exc}"
                     if client.status in ("running", "connecting") and time.monotonic() - silent_since < lost_after:
                         continue
-                    for fut in pending:
-                        event = _lost(futures[fut], root, why.splitlines()[0][:160])
-                        gaps.extend(event.gaps)
-                        on_event(event)
-                    pending = set()
-                    break
+                    raise
                 for fut in [f for f in pending if not _runnable(needs(futures[f]), workers)]:
                     fut.cancel()
                     pending.discard(fut)
-                    event = _gap_all(futures[fut], root, "worker lost mid-job and no worker left has "
-                                     + ", ".join(sorted(needs(futures[fut]))))
-                    gaps.extend(event.gaps)
-                    on_event(event)
-    except _LOST as exc:  # the scheduler lost while jobs were submitted: what came back is kept
-        for fut in pending or set(futures):
-            event = _lost(futures[fut], root, f"{type(exc).__name__}: {str(exc)[:160]}")
-            gaps.extend(event.gaps)
-            on_event(event)
+                    emit(_gap_all(futures[fut], root, "worker lost mid-job and no worker left has "
+                                  + ", ".join(sorted(needs(futures[fut])))))
+    except _LOST as exc:  # the scheduler is gone: what came back is kept, every other job is a gap
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        for job in routed:
+            if id(job) not in ended:
+                emit(_lost(job, root, why))
     finally:
         try:
             client.close(timeout=CONNECT_S)
