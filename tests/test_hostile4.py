@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DLTRACE as DLTRACE_BIN
-from tests.conftest import dltrace, one_line_error
+from tests.conftest import dltrace, one_line_error, stop_processes
 from tracer.contract import Exit
 from tracer.importers import ImportFailed, import_file
 from tracer.trace import Frame, Node, Run, Trace, load
@@ -527,16 +527,7 @@ class _Fleet:
         return distributed.Client(self.address, security=sec, timeout=30, set_as_default=False)
 
     def stop(self) -> None:
-        import subprocess
-
-        for p in reversed(self.procs):
-            p.terminate()
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture(scope="module")
