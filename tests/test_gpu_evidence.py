@@ -83,9 +83,10 @@ def test_jax_compiles_conv_for_a_gpu_without_one(derived):
     assert t.meta["evidence"] == "compiled", t.meta["gpu_evidence"]
     for pass_, target in (("forward", "__cudnn$conv"), ("backward", "__cudnn$convBackwardFilter")):
         xla = _op(t, pass_, "XLA:cuda (compiled deviceless, H100 target)")
-        calls = [k for k in xla.children if k.frame.name.startswith("custom-call:")]
+        # each instruction under the jaxpr primitive it came from
+        calls = [k for p in xla.children for k in p.children if k.frame.name.startswith("custom-call:")]
         assert any(target in k.frame.name and k.frame.lib == "cuDNN" for k in calls), \
-            [k.frame.name for k in xla.children]
+            [(p.frame.name, [k.frame.name for k in p.children]) for p in xla.children]
 
 
 def test_chainer_convolution_forward_gpu_calls_cudnn(derived):
