@@ -26,6 +26,7 @@ from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import walk_splits
 from tracer.process.dispatch import SITE_KINDS
 from tracer.process.portability import FrameworkReport, PairReport
+from tracer.process.ran_kernels import REWRITE
 
 #: The classes a headline counts: a decision of the framework, a library or an ISA.
 DECISIONS: Final = ("device dispatch", "library choice", "ISA-specific code")
@@ -109,10 +110,14 @@ def decisions(rep: FrameworkReport) -> Decisions:
     for row in rep.dispatch_points:
         if row.classification not in DECISIONS or not [p for p in row.pairs if p not in compilation]:
             continue
-        key = row.site or row.frame
+        key, kind = row.site or row.frame, row.site_kind or row.layer
+        if row.layer == "library" and any(REWRITE in k for k in row.a_kernels + row.b_kernels):
+            # the framework's C++ rewrote the op for the library (TensorFlow's _MklNative
+            # rewrite): its decision, one site however many ops it rewrites
+            key, kind = f"op rewrite ({REWRITE})", "op code"
         site = sites.get(key)
         if site is None:
-            site = sites[key] = DecisionSite(key, row.site_kind or row.layer, [], row.file, row.line)
+            site = sites[key] = DecisionSite(key, kind, [], row.file, row.line)
         if row.classification not in site.classes:
             site.classes.append(row.classification)
         if row.display not in site.entries:

@@ -27,7 +27,10 @@ from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.pairs import KIND_NAMES
 from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
-from tracer.process.scorecard import COLUMNS, EXPLAIN, ScoreRow
+from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
+from tracer.process.verdict import RULE, grid, verdicts
+from tracer.render.grid_svg import PARTS, STROKE, grid_svg
+from tracer.render.survey_json import survey_json, write_survey_json
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.symbols import display
 from tracer.process.tags import SYSTEM_LIBS
@@ -217,10 +220,18 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
                                                          graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
     index = out / "index.html"
+    cards = cards or []
+    ranked = verdicts(reports, cards)
+    cells = grid(reports)
     write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
                                                             arm_cross=_arm_cross(reports),
-                                                            graph_problem=drawer.problem, cards=cards or [],
-                                                            columns=COLUMNS, explain=EXPLAIN))
+                                                            graph_problem=drawer.problem, cards=cards,
+                                                            columns=COLUMNS, explain=EXPLAIN, headline=HEADLINE,
+                                                            verdicts=ranked, rule=RULE,
+                                                            grid=grid_svg(cells, pages.__getitem__) if cells else "",
+                                                            parts=PARTS, strokes=STROKE))
+    if cards:
+        write_survey_json(out, survey_json(reports, cards, ranked, cells))
     return index
 
 

@@ -1,0 +1,205 @@
+"""The verdict a porting team decides by, on one screen: per framework, where its
+device decisions live, what a backend must implement, which libraries the GPU and
+ARM paths replace, what each ARM CPU runs per primitive and pass, how strong the
+evidence is, and an ordering of which framework is cheapest to port, with the rule
+it follows. And the grid the index draws: framework x primitive x pass, where the
+CPU and GPU paths part and on what evidence.
+
+Built from the scorecard's figures (tracer.process.scorecard) and the portability
+model, never from a count of its own: the verdict and the scorecard cannot
+disagree. Pure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Final
+
+from tracer.contract import PASSES, PRIMITIVES
+from tracer.process.arm_audit import ArmCell
+from tracer.process.decisions import DECISIONS, decisions, is_compilation_pair
+from tracer.process.evidence_class import EVIDENCE_ORDER
+from tracer.process.portability import FrameworkReport
+from tracer.process.scorecard import ScoreRow
+
+#: How the frameworks are ordered, written beside the ordering.
+RULE: Final = ("Cheapest first: the fewest entries a new backend must implement at the framework's backend "
+               "interface; a list not checked against a device (read off the CPU path, or none) ranks after "
+               "every checked one whatever its count; ties go to fewer decision sites outside the kernel "
+               "registry (each is code a port edits), then to stronger GPU evidence.")
+
+#: How checked a must-implement list is: what it was read from, strongest first.
+_CHECKED = ("ops that reached", "op kernels registered", "compiled", "lowered", "registered", "source")
+
+
+@dataclass
+class ArmVerdict:
+    """What one primitive's pass runs on one aarch64 CPU, in one word and its name."""
+
+    primitive: str
+    pass_: str
+    cpu: str
+    verdict: str  # "ISA kernel", "ACL", "reference fallback", "compiled", "BLAS", "failed", "no library report"
+    name: str  # the implementation (brgconv:sve_512, gemm:ref), or why it failed
+
+
+@dataclass
+class FrameworkVerdict:
+    framework: str
+    page: str  # the anchor-less file name is the renderer's; this is the framework's name
+    sites: list[str]  # "kind: site (file:line)"
+    implement: str  # the count
+    unit: str
+    checked: bool  # the list was checked against a device's interface (a run, a registry, a compiler)
+    replaces: list[str]  # "GPU path replaces ... with ..."
+    arm: list[ArmVerdict]
+    arm_summary: str
+    evidence: str  # the strongest GPU evidence class, and coverage
+    decision_sites: int
+    outside_registry: int
+    rank: int = 0
+    thin: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GridCell:
+    """One framework, primitive and pass: where its CPU and GPU paths part."""
+
+    framework: str
+    primitive: str
+    pass_: str
+    parts: str  # the first layer of a decision split ("op", "python", "native", "library"), "same", "no GPU"
+    evidence: str  # the strongest GPU evidence class there, "" for none
+    anchor: str  # the framework page's section of this comparison
+    title: str  # what the cell says on hover
+
+
+def _arm_verdict(cell: ArmCell, pass_: str) -> tuple[str, str]:
+    if cell.failed:
+        return "failed", cell.failed.split(". ")[0][:160]
+    calls = cell.calls.get(pass_, [])
+    ref = [c for c in calls if c in cell.reference]
+    if ref:
+        return "reference fallback", ref[0]
+    acl = [c for c in calls if "acl" in c.lower()]
+    if acl:
+        return "ACL", acl[0]
+    if calls:
+        return "ISA kernel", calls[0]
+    if cell.compiled.get(pass_):
+        return "compiled", ", ".join(cell.compiled[pass_][:3])
+    if cell.blas:
+        return "BLAS", cell.blas
+    if cell.capability:
+        return "ISA kernel", f"the framework's own kernels, {cell.capability}"
+    return "no library report", ""
+
+
+def arm_verdicts(rep: FrameworkReport) -> list[ArmVerdict]:
+    """One per primitive, pass and aarch64 CPU column of the ARM audit."""
+    if rep.arm is None:
+        return []
+    out = []
+    arm_cols = [m for m in rep.arm.machines if "(emulated)" in m or "(native)" in m]
+    for prim, row in rep.arm.rows.items():
+        for cpu in arm_cols:
+            cell = row.get(cpu)
+            if cell is None:
+                continue
+            for pass_ in PASSES if not cell.failed else PASSES[:1]:
+                verdict, name = _arm_verdict(cell, pass_)
+                out.append(ArmVerdict(prim, pass_ if not cell.failed else "both", cpu, verdict, name))
+    return out
+
+
+def _arm_summary(arm: list[ArmVerdict]) -> str:
+    if not arm:
+        return "no ARM trace"
+    counts = Counter(a.verdict for a in arm)
+    refs = sorted({f"{a.primitive} {a.pass_} on {a.cpu.split(' (')[0]}: {a.name}" for a in arm
+                   if a.verdict == "reference fallback"})
+    text = ", ".join(f"{n} {v}" for v, n in counts.most_common())
+    return text + (f" (reference: {'; '.join(refs[:3])}{' …' if len(refs) > 3 else ''})" if refs else "")
+
+
+def _evidence(rep: FrameworkReport) -> str:
+    cov = rep.gpu_coverage
+    if not cov.covered:
+        return "no GPU evidence"
+    strongest = min(cov.by_class, key=lambda c: EVIDENCE_ORDER.index(c) if c in EVIDENCE_ORDER else 99)
+    return f"{strongest} ({cov.covered} of {cov.cells} primitive × pass cells; " + \
+        ", ".join(f"{k} {n}" for k, n in cov.by_class.items()) + ")"
+
+
+def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
+    found = decisions(rep)
+    figs = card.figures
+    sites = [f"{s.kind}: {s.site}" + (f" ({s.file}:{s.line})" if s.file and s.file not in s.site else "")
+             + (f" — {len(s.entries)} ops" if s.kind == "registry" else "") for s in found.sites]
+    sites += [f"python (single trace): {c.function} ({c.file}:{c.line})" for c in rep.device_branches
+              if f"{c.file}:{c.line}" not in {s.site for s in found.sites}]
+    must = figs["implement"]
+    checked = must.value not in ("—", "") and not must.thin and any(w in must.unit or w in must.explain
+                                                                   for w in _CHECKED)
+    arm = arm_verdicts(rep)
+    return FrameworkVerdict(
+        rep.name, rep.name, sites, must.value, must.unit or "entries", checked, figs["vendor"].details[1:],
+        arm, _arm_summary(arm), _evidence(rep), len(sites),
+        len([s for s in sites if not s.startswith("registry") and not s.startswith("library")]),
+        thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin])
+
+
+def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, int]:
+    count = int(v.implement) if v.implement.isdigit() else 10**9
+    ev = v.evidence.split(" ")[0]
+    strength = EVIDENCE_ORDER.index(ev) if ev in EVIDENCE_ORDER else len(EVIDENCE_ORDER)
+    return (0 if v.checked else 1, count, v.outside_registry, strength)
+
+
+def verdicts(reports: list[FrameworkReport], cards: list[ScoreRow]) -> list[FrameworkVerdict]:
+    """Every framework's verdict, cheapest to port first (:data:`RULE`), ranked from 1."""
+    by_name = {c.framework: c for c in cards}
+    out = [framework_verdict(r, by_name[r.name]) for r in reports if r.name in by_name]
+    out.sort(key=_order_key)
+    for i, v in enumerate(out, 1):
+        v.rank = i
+    return out
+
+
+def _parts(rep: FrameworkReport, primitive: str, pass_: str) -> tuple[str, str]:
+    """(first layer of a decision split between the CPU path and a GPU path, the case's anchor)."""
+    for case in rep.cases:
+        if case.primitive != primitive:
+            continue
+        for i, pr in enumerate(case.pairs):
+            if pr.kind != "device" or not pr.b_label.startswith("gpu") or is_compilation_pair(rep.name, pr):
+                continue
+            result = pr.diffs.get(pass_)
+            if result is None:
+                continue
+            anchor = f"{case.primitive}-{case.api}-{i}-{pass_}"
+            for layer in result.layers:
+                if any(s.classification in DECISIONS for s in layer.splits):
+                    return layer.layer, anchor
+            return "same", anchor
+    return "no GPU pair", f"{primitive}-functional"
+
+
+def grid(reports: list[FrameworkReport]) -> list[GridCell]:
+    """framework x primitive x pass, in the contract's primitive order."""
+    cells = []
+    for rep in reports:
+        for prim in PRIMITIVES:
+            gpu = {c.pass_: c for c in rep.gpu_cells_of(prim)}
+            for pass_ in PASSES:
+                parts, anchor = _parts(rep, prim, pass_)
+                strongest = gpu[pass_].strongest if pass_ in gpu else None
+                ev = strongest.evidence if strongest else ""
+                title = (f"{rep.name} {prim} {pass_}: "
+                         + (f"CPU and GPU part at the {parts} layer" if parts not in ("same", "no GPU pair")
+                            else "no decision split between CPU and GPU" if parts == "same"
+                            else "no GPU path traced to compare")
+                         + (f"; GPU evidence: {ev}" if ev else "; no GPU evidence"))
+                cells.append(GridCell(rep.name, prim, pass_, parts, ev, anchor, title))
+    return cells
