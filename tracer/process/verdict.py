@@ -183,7 +183,8 @@ def _parts(rep: FrameworkReport, primitive: str, pass_: str) -> tuple[str, str]:
                 if any(s.classification in DECISIONS for s in layer.splits):
                     return layer.layer, anchor
             return "same", anchor
-    return "no GPU pair", f"{primitive}-functional"
+    case = next((c for c in rep.cases if c.primitive == primitive), None)
+    return "no GPU pair", f"{case.primitive}-{case.api}" if case else "primitives"
 
 
 def grid(reports: list[FrameworkReport]) -> list[GridCell]:

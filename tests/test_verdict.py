@@ -1,0 +1,133 @@
+"""The headline figures and the verdict on synthetic traces (no framework needed):
+a decision site is counted once however many ops it chose for, what is no decision
+is shown apart, a kernel cell never names a binding or a reference count, and the
+index opens with the verdict, the grid and survey.json beside it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tracer.process.decisions import COMPILATION_MODE, decisions
+from tracer.process.kernel_names import implausible, not_a_kernel
+from tracer.process.portability import framework_report
+from tracer.process.reach import native_kernels, suspect_kernels
+from tracer.process.scorecard import COLUMNS, HEADLINE, interface_entries, scorecard
+from tracer.render.html import write_report
+from tracer.trace import Frame, Node, Run, Trace
+
+META = {"framework": "torch", "framework_version": "2.13.0", "primitive": "conv2d", "api": "functional",
+        "device": "cpu", "variant": "default", "shape": [2, 3, 8, 8], "machine": {"arch": "x86_64", "cpu": "test"}}
+
+
+def op(name, *children, module="aten"):
+    return Node(Frame("op", module, name), 1, 0, [], [], list(children))
+
+
+def py(name, *children, file="fw/api.py", line=1):
+    return Node(Frame("python", "torch.api", name, file, line), 1, 0, [], [line], list(children))
+
+
+def step(name, *children):
+    return Node(Frame("root", "", name), 1, 0, [], [], list(children))
+
+
+def trace(layers_by_pass, **meta):
+    runs = [Run(p, "warm", layers) for p, layers in layers_by_pass.items()]
+    return Trace({**META, **meta}, runs, {})
+
+
+def kernel(name):
+    return op(name, module="cuda")
+
+
+def torch_pair():
+    """A conv2d step whose CPU and GPU paths part three times: _convolution's own code
+    calls another op per device; tanh and add_ get another kernel from the registry."""
+    cpu = step("conv2d.forward", op("aten::_convolution", op("aten::mkldnn_convolution")),
+               op("aten::tanh"), op("aten::add_"))
+    gpu = step("conv2d.forward", op("aten::_convolution", op("aten::cudnn_convolution", kernel("sm80_xmma_fprop"))),
+               op("aten::tanh", kernel("tanh_kernel_cuda")), op("aten::add_", kernel("vectorized_elementwise_kernel")))
+    return trace({"forward": {"op": cpu}}), trace({"forward": {"op": gpu}}, device="gpu")
+
+
+def test_a_registry_choosing_kernels_for_many_ops_is_one_decision_site():
+    rep = framework_report("torch", list(torch_pair()), [])
+    assert len([p for p in rep.dispatch_points if p.layer == "op"]) == 3  # three rows in the page's table
+    found = decisions(rep)
+    sites = {s.site: s for s in found.sites}
+    assert set(sites) == {"aten::_convolution", "op registry"}, sites
+    assert sites["aten::_convolution"].kind == "op code"
+    assert sites["op registry"].kind == "registry" and sites["op registry"].entries == ["aten::add_", "aten::tanh"]
+    (row,) = scorecard([rep], list(torch_pair()))
+    assert row.figures["decisions"].value == "2" and "1 registry (2 ops)" in row.figures["decisions"].explain
+
+
+def test_jit_against_eager_and_version_differences_are_never_decisions():
+    jit = step("conv2d.forward", py("apply", py("jitted_call", file="jax/pjit.py", line=9), file="jax/api.py"))
+    eager = step("conv2d.forward", py("apply", py("eager_call", file="jax/core.py", line=3), file="jax/api.py"))
+    jmeta = {"framework": "jax", "framework_version": "0.10.2"}
+    variant = [trace({"forward": {"python": jit}}, **jmeta), trace({"forward": {"python": eager}}, **jmeta,
+                                                                   variant="nojit")]
+    rep = framework_report("jax", variant, [])
+    assert rep.splits > 0
+    found = decisions(rep)
+    assert found.sites == [] and found.apart == {COMPILATION_MODE: rep.splits}
+    # the same split between two versions of the framework is the versions' own code
+    old = step("conv2d.forward", py("apply", py("bind_old", file="jax/core.py", line=5), file="jax/api.py"))
+    new = step("conv2d.forward", py("apply", py("bind_new", file="jax/core.py", line=7), file="jax/api.py"))
+    versions = [trace({"forward": {"python": old}}, **jmeta),
+                trace({"forward": {"python": new}}, framework="jax", framework_version="0.11.2", device="gpu")]
+    found = decisions(framework_report("jax", versions, []))
+    assert found.sites == [] and set(found.apart) <= {"version difference", "unclassified"}, found.apart
+
+
+def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
+    for name in ("c10::intrusive_ptr<c10::TensorImpl>::retain_", "c10::TensorOptions::device", "torch::getTHPDtype",
+                 "mkl_serv_dsecnd", "nanobind::detail::getattr_or_raise", "jax::PyTreeDef::FlattenImpl",
+                 "jax::Traceback::Get", "std::vector<long>::_M_realloc_insert", "dispatcher_vectorcall",
+                 "pybind11::cpp_function::dispatcher", "absl::Mutex::Lock"):
+        assert not_a_kernel(name), name
+    for name in ("at::native::cpu_kernel_vec", "sgemm_kernel_SKYLAKEX", "Eigen::internal::gebp_kernel",
+                 "dnnl::impl::cpu::x64::jit_uni_eltwise_fwd_t::execute", "__xla_cpu_runtime_EigenMatMulF32"):
+        assert not not_a_kernel(name) and not implausible(name), name
+    assert "complex" in implausible("ztrtri_LN_single") and implausible("dgemm_kernel")
+    native = Node(Frame("root", "", "conv2d.forward"), 100, 0, [], [], [
+        Node(Frame("native", "", "at::native::conv", lib="libtorch_cpu.so"), 100, 0, [], [], [
+            Node(Frame("native", "", "c10::intrusive_ptr<c10::TensorImpl>::retain_", lib="libc10.so"), 40, 0, [], [], []),
+            Node(Frame("native", "", "ztrtri_LN_single", lib="libopenblas.so"), 30, 0, [], [], []),
+            Node(Frame("native", "", "sgemm_kernel_SKYLAKEX", lib="libopenblas.so"), 30, 0, [], [], [])])])
+    assert native_kernels(native) == [("sgemm_kernel_SKYLAKEX", 30)]
+    assert [w.split(":")[0] for w in suspect_kernels(native)] == ["ztrtri_LN_single"]
+
+
+def test_must_implement_entries_leave_out_compiler_artefacts_and_cpu_library_ops():
+    ops = ["stablehlo.convolution", "fusion(kLoop)", "bitcast", "custom_jvp_call", "aten::mkldnn_convolution",
+           "DeleteVariable", "Convolution (forward)", "aten::convolution_overrideable"]
+    assert interface_entries(ops) == ["stablehlo.convolution", "Convolution (forward)",
+                                      "aten::convolution_overrideable"]
+
+
+def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_path):
+    traces = list(torch_pair())
+    rep = framework_report("torch", traces, [])
+    cards = scorecard([rep], traces)
+    index = write_report([rep], tmp_path, cards=cards)
+    page = index.read_text()
+    assert page.index('id="verdict-table"') < page.index('id="scorecard-table"')
+    assert page.index('id="verdict-grid"') < page.index('id="scorecard-table"')
+    assert "Cheapest first" in page
+    # every grid cell links to a section its framework's page has
+    torch_page = (tmp_path / "torch.html").read_text()
+    links = re.findall(r'<a href="torch\.html#([^"]+)" class="grid-cell"', page)
+    assert len(links) == 18
+    ids = set(re.findall(r'id="([^"]+)"', torch_page))
+    assert "conv2d-functional-0-forward" in links and all(a in ids for a in links), set(links) - ids
+    doc = json.loads((tmp_path / "survey.json").read_text())
+    assert doc["schema_version"] == 1 and doc["order"]["frameworks"] == ["torch"] and doc["order"]["rule"]
+    figures = doc["frameworks"]["torch"]["figures"]
+    assert set(figures) == set(COLUMNS)
+    assert all(figures[k]["definition"] and figures[k]["headline"] for k in HEADLINE)
+    assert figures["decisions"]["value"] == "2" and sorted(figures["decisions"]["items"]) == [
+        "aten::_convolution", "op registry"]
+    assert [s["site"] for s in doc["frameworks"]["torch"]["decision_sites"]] == ["aten::_convolution", "op registry"]
