@@ -92,11 +92,13 @@ def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
                  "dnnl::impl::cpu::x64::jit_uni_eltwise_fwd_t::execute", "__xla_cpu_runtime_EigenMatMulF32"):
         assert not not_a_kernel(name) and not implausible(name), name
     assert "complex" in implausible("ztrtri_LN_single") and implausible("dgemm_kernel")
+    def leaf(name, lib, count):
+        return Node(Frame("native", "", name, lib=lib), count, 0, [], [], [])
+
     native = Node(Frame("root", "", "conv2d.forward"), 100, 0, [], [], [
         Node(Frame("native", "", "at::native::conv", lib="libtorch_cpu.so"), 100, 0, [], [], [
-            Node(Frame("native", "", "c10::intrusive_ptr<c10::TensorImpl>::retain_", lib="libc10.so"), 40, 0, [], [], []),
-            Node(Frame("native", "", "ztrtri_LN_single", lib="libopenblas.so"), 30, 0, [], [], []),
-            Node(Frame("native", "", "sgemm_kernel_SKYLAKEX", lib="libopenblas.so"), 30, 0, [], [], [])])])
+            leaf("c10::intrusive_ptr<c10::TensorImpl>::retain_", "libc10.so", 40),
+            leaf("ztrtri_LN_single", "libopenblas.so", 30), leaf("sgemm_kernel_SKYLAKEX", "libopenblas.so", 30)])])
     assert native_kernels(native) == [("sgemm_kernel_SKYLAKEX", 30)]
     assert [w.split(":")[0] for w in suspect_kernels(native)] == ["ztrtri_LN_single"]
 
@@ -131,3 +133,19 @@ def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_pa
     assert figures["decisions"]["value"] == "2" and sorted(figures["decisions"]["items"]) == [
         "aten::_convolution", "op registry"]
     assert [s["site"] for s in doc["frameworks"]["torch"]["decision_sites"]] == ["aten::_convolution", "op registry"]
+
+
+def test_a_repeated_failure_is_one_sentence(tmp_path):
+    from tracer.survey import Gap
+
+    why = "ImportError: libarmpl_lp64_mp.so: cannot open shared object file"
+    gaps = [Gap("torch", "cpu", "default", p, "functional", why, cpu=c) for p in ("relu", "tanh", "dense")
+            for c in ("a64fx", "neoverse-n1")]
+    gaps.append(Gap("torch", "gpu", "default", "relu", "functional", "no GPU on this machine"))
+    traces = list(torch_pair())
+    rep = framework_report("torch", traces, gaps)
+    write_report([rep], tmp_path, cards=scorecard([rep], traces))
+    for page in ("index.html", "torch.html"):
+        text = (tmp_path / page).read_text()
+        assert text.count(why) == 1 + (page == "torch.html"), page  # the gap table; the ARM audit's note
+        assert text.count('class="gap-row"') == 2, page

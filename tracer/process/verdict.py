@@ -183,8 +183,8 @@ def _parts(rep: FrameworkReport, primitive: str, pass_: str) -> tuple[str, str]:
                 if any(s.classification in DECISIONS for s in layer.splits):
                     return layer.layer, anchor
             return "same", anchor
-    case = next((c for c in rep.cases if c.primitive == primitive), None)
-    return "no GPU pair", f"{case.primitive}-{case.api}" if case else "primitives"
+    first = next((c for c in rep.cases if c.primitive == primitive), None)
+    return "no GPU pair", f"{first.primitive}-{first.api}" if first else "primitives"
 
 
 def grid(reports: list[FrameworkReport]) -> list[GridCell]:

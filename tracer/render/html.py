@@ -72,7 +72,29 @@ def _env() -> jinja2.Environment:
     env.globals["EVIDENCE"] = EVIDENCE_MEANING
     env.globals["KIND_NAMES"] = KIND_NAMES
     env.filters["side_code"] = side_code
+    env.filters["folded"] = folded
+    env.filters["gap_groups"] = gap_groups
+    env.filters["arm_failures"] = lambda arm: list(dict.fromkeys(
+        c.failed for cells in arm.rows.values() for c in cells.values() if c.failed))
     return env
+
+
+def folded(items: Any) -> list[str]:
+    """A list with each repeated entry shown once, its count after it: the same
+    observation of ten comparisons is one line, not ten."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[str(item)] = counts.get(str(item), 0) + 1
+    return [text if n == 1 else f"{text} (×{n})" for text, n in counts.items()]
+
+
+def gap_groups(gaps: Any) -> list[tuple[str, list[Any]]]:
+    """Gaps grouped by their reason, in first-seen order: one sentence per repeated
+    failure, the cases it stopped listed under it."""
+    groups: dict[str, list[Any]] = {}
+    for g in gaps:
+        groups.setdefault(str(g.error), []).append(g)
+    return list(groups.items())
 
 
 def side_code(code: Any) -> str:
