@@ -40,6 +40,8 @@ class Knowledge:
     #: native frames of a framework's own code that are never a kernel (its reference counts,
     #: tensor accessors, traceback and pytree helpers): a kernel cell skips them
     not_kernels: re.Pattern[str] | None = None
+    #: frameworks with no native code of their own (no core symbols or libraries): NumPy computes for them
+    pure_python: frozenset[str] = frozenset()
 
     def is_compilation_variant(self, framework: str, variant: str) -> bool:
         return f"{framework}/{variant}" in self.compilation_variants
@@ -80,6 +82,8 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
         compilation_variants=frozenset(f"{name}/{v.name}" for name, fw in frameworks.items()
                                        for v in fw.variants.values() if v.switches == "compilation"),
         not_kernels=_either([p for k in facts for p in k.not_kernels]),
+        pure_python=frozenset(name for name, fw in frameworks.items()
+                              if not fw.knowledge.core_symbols and not fw.knowledge.core_libraries),
     )
 
 

@@ -28,7 +28,7 @@ from tracer.process.pairs import KIND_NAMES
 from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
-from tracer.process.verdict import RULE, grid, verdicts
+from tracer.process.verdict import RULE, arm_verdicts, grid, verdicts
 from tracer.render.grid_svg import PARTS, STROKE, grid_svg
 from tracer.render.survey_json import survey_json, write_survey_json
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
@@ -279,11 +279,14 @@ _EMULATED_CPU = re.compile(r"aarch64 (.*?) \(emulated\)")
 
 
 def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]]:
-    """primitive -> one entry per framework and emulated ARM CPU: the pair of this
-    machine's default path against the emulated CPU's (functional API), its first
-    decision's layer, split points and the libraries only one side reached."""
+    """primitive -> one entry per framework and emulated ARM CPU: the ARM verdict per
+    pass (ISA kernel, ACL or reference fallback, named) and the libraries only the ARM
+    side reached. Where the two sides are two versions of the framework (an aarch64
+    wheel of another version), the diff's splits are the versions' own: the entry says
+    so and shows no split count, never as a finding."""
     table: dict[str, list[dict[str, Any]]] = {}
     for rep in reports:
+        verdicts = {(a.primitive, a.cpu.split(" (")[0], a.pass_): a for a in arm_verdicts(rep)}
         for case in rep.cases:
             if case.api != "functional":
                 continue
@@ -292,7 +295,14 @@ def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]
                 cpus = [c.split(" (")[0] for c in _EMULATED_CPU.findall(pr.title)]
                 if pr.kind != "machine" or len(cpus) != 1 or "x86_64" not in pr.title:
                     continue  # only x86 against ARM (two emulated CPUs are not this column)
+                result = next(iter(pr.diffs.values()), None)
+                arm_is_a = result is not None and str(result.a.get("arch", "")).startswith(("aarch64", "arm64"))
+                versions = result.differs.get("framework_version") if result is not None else None
                 table.setdefault(case.primitive, []).append({
                     "framework": rep.name, "cpu": cpus[0], "first": pr.first_layer, "splits": pr.splits,
-                    "libs": sorted({*pr.libraries["A"], *pr.libraries["B"]})})
+                    "versions": ([str(versions[1]), str(versions[0])] if arm_is_a else [str(v) for v in versions])
+                    if versions else None,
+                    "verdicts": [v for p in ("forward", "backward", "both")
+                                 if (v := verdicts.get((case.primitive, cpus[0], p)))],
+                    "libs": pr.libraries["A" if arm_is_a else "B"]})
     return table
