@@ -16,10 +16,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from tracer import envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
@@ -331,6 +332,31 @@ def trace_files(folders: Iterable[Path]) -> Iterator[Path]:
             for name in sorted(files):
                 if (name.endswith(".json") or name.endswith(".json.gz")) and not name.endswith(GAP_SUFFIX):
                     yield Path(dirpath, name)
+
+
+#: Where a survey keeps the traces it read from outside its folder (the package's recorded
+#: GPU traces, --with-traces), so that its report is rendered from its folder alone.
+INPUTS = "inputs"
+
+
+def keep_inputs(folders: Iterable[tuple[str, Path]], root: Path) -> list[dict[str, Any]]:
+    """Copy each (name, folder)'s traces and gap records, bytes unchanged, into
+    ``root/traces/inputs/NAME/``, and return what was kept: the same ``dltrace report
+    root/traces`` then gives the report the survey wrote. A file already there with the
+    same bytes is not copied again."""
+    kept = []
+    for name, folder in folders:
+        dest = root / "traces" / INPUTS / name
+        n = 0
+        files = [*trace_files([folder]), *(sorted(folder.rglob(f"*{GAP_SUFFIX}")) if folder.is_dir() else [])]
+        for path in files:
+            target = dest / (path.relative_to(folder) if folder.is_dir() else path.name)
+            if not (target.exists() and target.read_bytes() == path.read_bytes()):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+            n += 1
+        kept.append({"name": name, "source": str(folder), "files": n})
+    return kept
 
 
 def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:

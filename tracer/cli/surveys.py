@@ -3,6 +3,7 @@ audit (from traces alone), import (traces recorded elsewhere, by other tools).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from tracer.cli import main
 from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, Seconds, collect, command_line,
                                err, flat, frameworks, out)
 from tracer.errors import DltraceError
-from tracer.files import ensure_dir
+from tracer.files import ensure_dir, write_text
 from tracer.render.terminal import message
 from tracer.runner import DEFAULT_TIMEOUT
 
@@ -117,7 +118,15 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
         t1 = time.monotonic()
         gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
         out.print(f"GPU evidence derived in {time.monotonic() - t1:.0f} s")
-    _render([output / "traces", *(folder for _, folder in recorded), *with_traces], output)
+    # what the report reads from outside the survey's folder is kept in it, and named in
+    # inputs.json: `dltrace report OUTPUT/traces` then renders the same report
+    outside = [(f"{name}-recorded-{folder.parent.name}-{folder.name}", folder) for name, folder in recorded]
+    inside = (output / "traces").resolve()
+    outside += [(f"with-{i}-{Path(f).name}", Path(f)) for i, f in enumerate(with_traces)
+                if not Path(f).resolve().is_relative_to(inside)]
+    kept = sv.keep_inputs(outside, output)
+    write_text(output / "inputs.json", json.dumps({"kept_in": f"traces/{sv.INPUTS}", "inputs": kept}, indent=1) + "\n")
+    _render([output / "traces"], output)
 
 
 @main.command()
