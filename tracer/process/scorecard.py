@@ -6,15 +6,16 @@ The survey dltrace grew from ended on "TensorFlow is modular, Chainer has no
 separation of concerns, MKL-DNN's ~81k lines are a proxy of one backend's effort".
 Here each of those is a count over the traces:
 
-* where the device and backend decisions are made: device branches in Python (the
-  single-trace candidates that pick an implementation, and python-layer dispatch
-  points) against decisions in the C++ dispatcher or kernel registry (op- and
-  native-layer dispatch points) and in the library itself (oneDNN's ISA dispatch);
+* where the device and backend decisions are made: decision sites, the code that
+  chooses, each counted once however many ops it chooses for (tracer.process.decisions:
+  TensorFlow's kernel registry is one site); splits that are no decision (two
+  versions' own code, jit against eager, a model's context...) shown apart, never
+  in a headline figure;
 * what a new backend must implement and gets free, from tracer.process.backend_needs;
 * the vendor libraries each path reaches;
 * the machine code each path reaches, per library, in bytes (symbol sizes read from
-  the shared objects by a caller-supplied measure, tracer.elf_code; JIT code
-  from oneDNN's perf map as the capture recorded it), and the Python lines in
+  the shared objects by a caller-supplied measure, tracer.elf_code; the JIT code
+  oneDNN generated for this CPU shown beside it, never counted), and the Python lines in
   device-specific branches;
 * coverage per primitive and pass: CPU x86, GPU by evidence class, ARM (emulated or native).
 
@@ -365,12 +366,14 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
                 found += 1
                 per_tag[library_of(_frame(lib, name))] += code.sizes[name]
         per_tag = {k: v for k, v in per_tag.items() if k not in SYSTEM_LIBS}
-        if jit.get(side):
-            per_tag[JIT] = per_tag.get(JIT, 0) + jit[side]
         total = sum(per_tag.values())
         best = max(best, total)
         libs = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(per_tag.items(), key=lambda kv: -kv[1]))
-        fig.details.append(f"{side}: {total / 1024:.1f} KiB ({libs or 'none'}); {found} of {asked} symbols sized")
+        # JIT code is what a library generated for this CPU's ISA: shown, never counted
+        generated = f"; + {jit[side] / 1024:.1f} KiB JIT code generated for this CPU, not counted" \
+            if jit.get(side) else ""
+        fig.details.append(f"{side}: {total / 1024:.1f} KiB ({libs or 'none'}); {found} of {asked} symbols sized"
+                           f"{generated}")
     errors = sorted({f"{lib}: {c.error}" for lib, c in measured.items() if c.error})
     unread = sorted(lib for lib in {lib for by_lib in names.values() for lib in by_lib}
                     if lib not in wanted and library_of(_frame(lib, "")) not in SYSTEM_LIBS)
