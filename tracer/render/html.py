@@ -22,6 +22,7 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
+from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.pairs import KIND_NAMES
@@ -71,6 +72,8 @@ def _env() -> jinja2.Environment:
     env.globals["SYSTEM_LIBS"] = SYSTEM_LIBS
     env.globals["EVIDENCE"] = EVIDENCE_MEANING
     env.globals["KIND_NAMES"] = KIND_NAMES
+    # splits that are no decision: one line each on a page, their code left to `dltrace diff`
+    env.globals["NOT_DECISIONS"] = ARTEFACTS | {"compilation"}
     env.filters["side_code"] = side_code
     env.filters["folded"] = folded
     env.filters["gap_groups"] = gap_groups
