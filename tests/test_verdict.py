@@ -149,3 +149,23 @@ def test_a_repeated_failure_is_one_sentence(tmp_path):
         text = (tmp_path / page).read_text()
         assert text.count(why) == 1 + (page == "torch.html"), page  # the gap table; the ARM audit's note
         assert text.count('class="gap-row"') == 2, page
+
+
+def test_a_recorded_gpu_path_is_set_against_its_own_machines_cpu_path():
+    """The survey's CPU path is torch 2.13 here; the GPU machine recorded 2.11 on both its
+    CPU and GPU: the GPU path is set against that CPU path (like with like, named so), and
+    the GPU machine's CPU path enters no other analysis."""
+    here = {"machine": {"arch": "x86_64", "cpu": "this machine"}}
+    there = {"framework_version": "2.11.0", "machine": {"arch": "x86_64", "cpu": "GPU host"}}
+    cpu, gpu = torch_pair()
+    survey_cpu = trace({"forward": {"op": cpu.runs[0].layers["op"]}}, **here)
+    own_cpu = trace({"forward": {"op": cpu.runs[0].layers["op"]}}, **there)
+    gpu_path = trace({"forward": {"op": gpu.runs[0].layers["op"]}}, device="gpu", **there)
+    rep = framework_report("torch", [survey_cpu, own_cpu, gpu_path], [])
+    (case,) = rep.cases
+    assert [pr.kind for pr in case.pairs] == ["device"]  # no machine pair with the GPU host's CPU path
+    (pr,) = case.pairs
+    assert pr.title == "cpu (the GPU machine's own CPU, 2.11.0) vs gpu"
+    assert all("framework_version" not in d.differs for d in pr.diffs.values())
+    assert list(case.sides) == ["cpu", "gpu"] and rep.machines == ["x86_64 GPU host", "x86_64 this machine"]
+    assert rep.versions == ["2.11.0", "2.13.0"]

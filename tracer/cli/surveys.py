@@ -103,7 +103,10 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
-    recorded = [(fw.name, folder) for fw in chosen for folder in fw.recorded] if imports else []
+    # each recorded GPU folder with the GPU machine's own CPU path beside it (cpu-default), the
+    # baseline its GPU path is set against: the same version on the same machine
+    recorded = [(fw.name, f) for fw in chosen for folder in fw.recorded
+                for f in (folder, folder.parent / "cpu-default") if f.is_dir()] if imports else []
     for name, folder in recorded:
         n = sum(1 for _ in sv.trace_files([folder]))
         err.print(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
