@@ -169,3 +169,19 @@ def test_a_recorded_gpu_path_is_set_against_its_own_machines_cpu_path():
     assert all("framework_version" not in d.differs for d in pr.diffs.values())
     assert list(case.sides) == ["cpu", "gpu"] and rep.machines == ["x86_64 GPU host", "x86_64 this machine"]
     assert rep.versions == ["2.11.0", "2.13.0"]
+
+
+def test_a_python_branch_is_a_device_decision_only_where_its_condition_names_a_device():
+    from tracer.process.candidates import Candidate
+    from tracer.process.decisions import is_device_branch
+
+    def cand(kind, condition):
+        return Candidate("f", "fw/x.py", 1, 2, kind, condition, [], [], 1)
+
+    assert is_device_branch(cand("if", "xp is cupy"))
+    assert is_device_branch(cand("if", "x.device.type == 'cuda'"))
+    assert not is_device_branch(cand("if", "config.eager_constant_folding.value"))  # compilation mode
+    assert not is_device_branch(cand("if", "jit_enabled"))
+    # a try whose device word is only the exception it catches decides nothing about the device
+    assert not is_device_branch(cand("try", "try: out = f(x) … except stages.DeviceAssignmentMismatchError"))
+    assert is_device_branch(cand("try", "try: import cupy … except ImportError"))

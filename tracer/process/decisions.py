@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tracer.knowledge import knowledge
+from tracer.process.candidates import Candidate
 from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import walk_splits
 from tracer.process.dispatch import SITE_KINDS
 from tracer.process.portability import FrameworkReport, PairReport
 from tracer.process.ran_kernels import REWRITE
+from tracer.process.vocabulary import DEVICE_CONDITION
 
 #: The classes a headline counts: a decision of the framework, a library or an ISA.
 DECISIONS: Final = ("device dispatch", "library choice", "ISA-specific code")
@@ -68,6 +70,24 @@ class Decisions:
 
     def outside_library(self) -> list[DecisionSite]:
         return [s for s in self.sites if s.kind != "library"]
+
+
+#: Words of a condition that are about compiling, not about a device.
+_COMPILATION_WORDS = frozenset({"jit", "eager"})
+
+
+def is_device_branch(c: Candidate) -> bool:
+    """A single trace's branch that is a device decision: its condition names a device or
+    backend (not only jit or eager: compilation mode), and for a ``try``, in what it tries,
+    not only in the exception types it catches (``except DeviceAssignmentMismatchError``)."""
+    condition = c.condition.split(" except ")[0] if c.kind == "try" else c.condition
+    words = {m.group(0).lower() for m in DEVICE_CONDITION.finditer(condition)}
+    return bool(words - _COMPILATION_WORDS)
+
+
+def device_branches(rep: FrameworkReport) -> list[Candidate]:
+    """The framework's Python device branches (single-trace) that are decisions."""
+    return [c for c in rep.device_branches if is_device_branch(c)]
 
 
 def is_compilation_pair(framework: str, pr: PairReport) -> bool:

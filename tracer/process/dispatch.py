@@ -125,7 +125,7 @@ def decision_site(layer: str, split: Split) -> tuple[str, str]:
     if split.kind == "root":
         names = sorted({b.label for b in split.only_a}), sorted({b.label for b in split.only_b})
         if all(n.startswith("XLA:") for side in names for n in side) and names[0] and names[1]:
-            return f"backend: {', '.join(names[0])} / {', '.join(names[1])}", "backend"
+            return f"{', '.join(names[0])} / {', '.join(names[1])}", "backend"
         if _calls_op(split.only_a) and _calls_op(split.only_b):
             return f"step: {', '.join(names[0])} / {', '.join(names[1])}", "op code"
         return "op registry", "registry"

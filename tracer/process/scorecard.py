@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from tracer.contract import PASSES
 from tracer.process.arm_audit import on_arm
-from tracer.process.decisions import decisions
+from tracer.process.decisions import decisions, device_branches, is_device_branch
 from tracer.process.pairs import side_label
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
@@ -151,7 +151,7 @@ def _decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
     merged with a split at the same line), and the splits that are none, by kind."""
     found = decisions(rep)
     sites = {s.site: s.kind for s in found.sites}
-    for c in rep.device_branches:
+    for c in device_branches(rep):
         sites.setdefault(f"{c.file}:{c.line}", "python")
     by_kind: dict[str, int] = defaultdict(int)
     for kind in sites.values():
@@ -163,10 +163,10 @@ def _decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
                                          if len(s.entries) > 1 or s.entries[:1] != [s.site] else "")
                for s in found.sites]
     details += [f"python (single trace): {c.function} ({c.file}:{c.line}): {c.condition}"
-                for c in rep.device_branches if f"{c.file}:{c.line}" not in {s.site for s in found.sites}][:8]
+                for c in device_branches(rep) if f"{c.file}:{c.line}" not in {s.site for s in found.sites}][:8]
     fig = Figure(str(len(sites)), "; ".join(parts) or "none found", _page(rep, "dispatch-table"), details[:14],
                  unit="decision sites", items=list(sites))
-    if not any(c.pairs for c in rep.cases) and not rep.device_branches:
+    if not any(c.pairs for c in rep.cases) and not device_branches(rep):
         fig.thin = "no second path traced (no variant or GPU pair): no split could show"
     apart = Figure(" · ".join(f"{n} {kind}" for kind, n in found.apart.items()) or "none",
                    f"{found.decision_splits} split point(s) of the decision classes, nested ones included",
@@ -395,9 +395,10 @@ def _lines(rep: FrameworkReport) -> Figure:
     spans: dict[tuple[str, int], int] = {}
     for case in rep.cases:
         for c in case.candidates:
-            spans[(c.file, c.line)] = sum(a.last_line - a.first_line + 1 for a in c.arms if a.first_line)
-    fig = Figure(str(sum(spans.values())), f"in {len(spans)} branch(es)", _page(rep, "primitives"))
-    return fig
+            if is_device_branch(c):  # not jit against eager, not an exception type's name
+                spans[(c.file, c.line)] = sum(a.last_line - a.first_line + 1 for a in c.arms if a.first_line)
+    return Figure(str(sum(spans.values())), f"in {len(spans)} branch(es)", _page(rep, "primitives"), unit="lines",
+                  items=[f"{f}:{ln}" for f, ln in spans])
 
 
 def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:

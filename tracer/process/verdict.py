@@ -18,7 +18,7 @@ from typing import Final
 
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.process.arm_audit import ArmCell
-from tracer.process.decisions import DECISIONS, decisions, is_compilation_pair
+from tracer.process.decisions import DECISIONS, decisions, device_branches, is_compilation_pair
 from tracer.process.evidence_class import EVIDENCE_ORDER
 from tracer.process.portability import FrameworkReport
 from tracer.process.scorecard import ScoreRow
@@ -137,7 +137,7 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
     figs = card.figures
     sites = [f"{s.kind}: {s.site}" + (f" ({s.file}:{s.line})" if s.file and s.file not in s.site else "")
              + (f" — {len(s.entries)} ops" if s.kind == "registry" else "") for s in found.sites]
-    sites += [f"python (single trace): {c.function} ({c.file}:{c.line})" for c in rep.device_branches
+    sites += [f"python (single trace): {c.function} ({c.file}:{c.line})" for c in device_branches(rep)
               if f"{c.file}:{c.line}" not in {s.site for s in found.sites}]
     must = figs["implement"]
     checked = must.value not in ("—", "") and not must.thin and any(w in must.unit or w in must.explain

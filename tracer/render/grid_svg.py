@@ -64,3 +64,27 @@ def grid_svg(cells: list[GridCell], page: Callable[[str], str]) -> Markup:
                        f'fill="{fill}" stroke="{stroke}" stroke-width="{3 if c.evidence else 1}"/></a>')
     out.append("</svg>")
     return Markup("".join(out))
+
+
+def bars_svg(title: str, rows: list[tuple[str, int | None, str]], ident: str) -> Markup:
+    """A horizontal bar per (label, value, note); a value of None (not measured) is said,
+    never drawn as a zero."""
+    width, bar_h, left, scale_w = 380, 16, 90, 150
+    top = 18
+    most = max([v for _, v, _ in rows if v is not None] or [1]) or 1
+    height = top + len(rows) * (bar_h + 4) + 4
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="{escape(ident, quote=True)}" width="{width}" '
+           f'height="{height}" viewBox="0 0 {width} {height}" font-family="system-ui, sans-serif" font-size="11">',
+           f'<text x="0" y="12" font-weight="bold">{escape(title)}</text>']
+    for i, (label, value, note) in enumerate(rows):
+        y = top + i * (bar_h + 4)
+        out.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{escape(label)}</text>')
+        if value is None:
+            out.append(f'<text x="{left}" y="{y + 12}" fill="#999">{escape(note or "not measured")}</text>')
+            continue
+        w = max(1.0, scale_w * value / most)
+        out.append(f'<rect x="{left}" y="{y}" width="{w:.0f}" height="{bar_h}" fill="#4a6fa5"/>')
+        out.append(f'<text x="{left + w + 4:.0f}" y="{y + 12}">{value} <tspan fill="#777">{escape(note)}</tspan>'
+                   '</text>')
+    out.append("</svg>")
+    return Markup("".join(out))

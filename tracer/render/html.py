@@ -30,7 +30,7 @@ from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
 from tracer.process.verdict import RULE, arm_verdicts, grid, verdicts
-from tracer.render.grid_svg import PARTS, STROKE, grid_svg
+from tracer.render.grid_svg import PARTS, STROKE, bars_svg, grid_svg
 from tracer.render.survey_json import survey_json, write_survey_json
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.symbols import display
@@ -254,10 +254,22 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
                                                             columns=COLUMNS, explain=EXPLAIN, headline=HEADLINE,
                                                             verdicts=ranked, rule=RULE,
                                                             grid=grid_svg(cells, pages.__getitem__) if cells else "",
-                                                            parts=PARTS, strokes=STROKE))
+                                                            parts=PARTS, strokes=STROKE, plots=_plots(ranked)))
     if cards:
         write_survey_json(out, survey_json(reports, cards, ranked, cells))
     return index
+
+
+def _plots(ranked: list[Any]) -> list[Markup]:
+    """What a reader would rather look at than read: decision sites and must-implement
+    entries per framework, in the verdict's order."""
+    if not ranked:
+        return []
+    sites = [(v.framework, v.decision_sites, f"({v.outside_registry} outside the registry)") for v in ranked]
+    must = [(v.framework, int(v.implement) if v.implement.isdigit() else None,
+             v.unit if v.implement.isdigit() else "no list") for v in ranked]
+    return [bars_svg("decision sites", sites, "plot-decisions"),
+            bars_svg("a backend must implement (unit per framework)", must, "plot-implement")]
 
 
 def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str, Any]]]]:
