@@ -132,13 +132,19 @@ def _evidence(rep: FrameworkReport) -> str:
         ", ".join(f"{k} {n}" for k, n in cov.by_class.items()) + ")"
 
 
+def _site_line(kind: str, site: str, file: str, line: int, entries: int) -> str:
+    if kind == "registry":
+        return f"kernel registry: one site, {entries} ops"
+    where = f" ({file}:{line})" if file and file not in site else ""
+    return f"{kind}: {site}{where}"
+
+
 def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
     found = decisions(rep)
     figs = card.figures
-    sites = [f"{s.kind}: {s.site}" + (f" ({s.file}:{s.line})" if s.file and s.file not in s.site else "")
-             + (f" — {len(s.entries)} ops" if s.kind == "registry" else "") for s in found.sites]
-    sites += [f"python (single trace): {c.function} ({c.file}:{c.line})" for c in device_branches(rep)
-              if f"{c.file}:{c.line}" not in {s.site for s in found.sites}]
+    sites = [_site_line(s.kind, s.site, s.file, s.line, len(s.entries)) for s in found.sites]
+    sites += [f"python: {c.function.rsplit('.', 1)[-1]} ({c.file}:{c.line}, single trace)"
+              for c in device_branches(rep) if f"{c.file}:{c.line}" not in {s.site for s in found.sites}]
     must = figs["implement"]
     checked = must.value not in ("—", "") and not must.thin and any(w in must.unit or w in must.explain
                                                                    for w in _CHECKED)
@@ -146,7 +152,7 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
     return FrameworkVerdict(
         rep.name, rep.name, sites, must.value, must.unit or "entries", checked, figs["vendor"].details[1:],
         arm, _arm_summary(arm), _evidence(rep), len(sites),
-        len([s for s in sites if not s.startswith("registry") and not s.startswith("library")]),
+        len([s for s in sites if not s.startswith(("kernel registry", "library"))]),
         thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin])
 
 

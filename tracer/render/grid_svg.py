@@ -34,7 +34,7 @@ def grid_svg(cells: list[GridCell], page: Callable[[str], str]) -> Markup:
     """The grid, ``page(framework)`` naming each framework's file."""
     frameworks = list(dict.fromkeys(c.framework for c in cells))
     cols = [(p, s) for p in PRIMITIVES for s in PASSES]
-    width, height = _LEFT + len(cols) * _W + 10, _TOP + len(frameworks) * _H + 10
+    width, height = _LEFT + len(cols) * _W + 60, _TOP + len(frameworks) * _H + 10
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="verdict-grid" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="framework x primitive x pass grid" '
            'font-family="system-ui, sans-serif" font-size="11">']
