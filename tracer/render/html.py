@@ -22,6 +22,7 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
+from tracer.process.decisions import decisions
 from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
@@ -254,7 +255,8 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
                                                             columns=COLUMNS, explain=EXPLAIN, headline=HEADLINE,
                                                             verdicts=ranked, rule=RULE,
                                                             grid=grid_svg(cells, pages.__getitem__) if cells else "",
-                                                            parts=PARTS, strokes=STROKE, plots=_plots(ranked)))
+                                                            parts=PARTS, strokes=STROKE, plots=_plots(ranked),
+                                                            decided={r.name: decisions(r) for r in reports}))
     if cards:
         write_survey_json(out, survey_json(reports, cards, ranked, cells))
     return index
