@@ -18,7 +18,7 @@ from typing import Final
 
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.process.arm_audit import ArmCell
-from tracer.process.decisions import DECISIONS, decisions, device_branches, is_compilation_pair
+from tracer.process.decisions import DECISIONS, decisions, device_branches, is_compilation_pair, is_device_branch
 from tracer.process.evidence_class import EVIDENCE_ORDER
 from tracer.process.portability import FrameworkReport
 from tracer.process.scorecard import ScoreRow
@@ -174,7 +174,10 @@ def verdicts(reports: list[FrameworkReport], cards: list[ScoreRow]) -> list[Fram
 
 
 def _parts(rep: FrameworkReport, primitive: str, pass_: str) -> tuple[str, str]:
-    """(first layer of a decision split between the CPU path and a GPU path, the case's anchor)."""
+    """(where the CPU path and a GPU path part, the section of the framework's page that
+    shows it): the first layer with a decision split; else "python" where the CPU path's
+    own Python has a device branch (a single trace shows it); "no decision" where the
+    paths part only by what is none (two versions, derived evidence's shape); "same"."""
     for case in rep.cases:
         if case.primitive != primitive:
             continue
@@ -188,9 +191,19 @@ def _parts(rep: FrameworkReport, primitive: str, pass_: str) -> tuple[str, str]:
             for layer in result.layers:
                 if any(s.classification in DECISIONS for s in layer.splits):
                     return layer.layer, anchor
-            return "same", anchor
+            if any(is_device_branch(c) for c in case.candidates):
+                return "python", anchor
+            return ("no decision" if any(layer.splits for layer in result.layers) else "same"), anchor
     first = next((c for c in rep.cases if c.primitive == primitive), None)
     return "no GPU pair", f"{first.primitive}-{first.api}" if first else "primitives"
+
+
+_PARTS_SAY = {
+    "same": "the CPU and GPU paths do not part",
+    "no decision": "the paths part only where no decision is made (two versions' code, derived evidence's shape)",
+    "no GPU pair": "no GPU path traced to compare",
+    "python": "the CPU path's own Python chooses the device (a device branch)",
+}
 
 
 def grid(reports: list[FrameworkReport]) -> list[GridCell]:
@@ -203,10 +216,7 @@ def grid(reports: list[FrameworkReport]) -> list[GridCell]:
                 parts, anchor = _parts(rep, prim, pass_)
                 strongest = gpu[pass_].strongest if pass_ in gpu else None
                 ev = strongest.evidence if strongest else ""
-                title = (f"{rep.name} {prim} {pass_}: "
-                         + (f"CPU and GPU part at the {parts} layer" if parts not in ("same", "no GPU pair")
-                            else "no decision split between CPU and GPU" if parts == "same"
-                            else "no GPU path traced to compare")
-                         + (f"; GPU evidence: {ev}" if ev else "; no GPU evidence"))
+                say = _PARTS_SAY.get(parts, f"CPU and GPU part at the {parts} layer")
+                title = f"{rep.name} {prim} {pass_}: {say}" + (f"; GPU evidence: {ev}" if ev else "; no GPU evidence")
                 cells.append(GridCell(rep.name, prim, pass_, parts, ev, anchor, title))
     return cells

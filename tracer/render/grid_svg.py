@@ -20,7 +20,8 @@ PARTS = {
     "op": ("#ff7f0e", "at an op (C++ dispatcher / registry)"),
     "native": ("#9467bd", "in native code"),
     "library": ("#8c564b", "inside a vendor library"),
-    "same": ("#2ca02c", "no decision split"),
+    "same": ("#2ca02c", "same path"),
+    "no decision": ("#bdbdbd", "parts only where nothing is decided"),
     "no GPU pair": ("#e0e0e0", "no GPU path traced"),
 }
 #: Outline: the GPU evidence class, strongest darkest.
