@@ -61,6 +61,10 @@ def inert_text(value: Any) -> Any:
     return value
 
 
+#: Split classes that are no decision: one line each on a page, no inline graph.
+NOT_DECISIONS = ARTEFACTS | {"compilation"}
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("tracer"), autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, finalize=inert_text)
@@ -74,7 +78,7 @@ def _env() -> jinja2.Environment:
     env.globals["EVIDENCE"] = EVIDENCE_MEANING
     env.globals["KIND_NAMES"] = KIND_NAMES
     # splits that are no decision: one line each on a page, their code left to `dltrace diff`
-    env.globals["NOT_DECISIONS"] = ARTEFACTS | {"compilation"}
+    env.globals["NOT_DECISIONS"] = NOT_DECISIONS
     env.filters["side_code"] = side_code
     env.filters["folded"] = folded
     env.filters["gap_groups"] = gap_groups
@@ -189,7 +193,9 @@ class _Graphs:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.problem = ""
 
-    def draw(self, name: str, layer: LayerDiff, title: str) -> Drawing | None:
+    def draw(self, name: str, layer: LayerDiff, title: str, inline: bool = True) -> Drawing | None:
+        """``inline``: also the focused SVG the page embeds (not for a layer whose splits
+        are all no decision: its full graph is a link, so that a page stays small)."""
         if not layer.splits or self.problem:
             return None
         drawing = Drawing()
@@ -197,7 +203,7 @@ class _Graphs:
             walk = merged_walk(layer)
             focused = graphs.fold_chains(focused_graph(walk))
             drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
-            drawing.svg = Markup(graphs.svg(focused, ""))
+            drawing.svg = Markup(graphs.svg(focused, "")) if inline else None
             if len(walk) <= graphs.MAX_FULL:
                 write_text(self.dir / f"{name}.svg", graphs.svg(walk.whole(), title))
                 drawing.full = f"graphs/{name}.svg"
@@ -239,9 +245,11 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
                     for layer in result.layers:
                         name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-"
                                          f"{layer.layer}", 80)
+                        decides = any(s.classification not in NOT_DECISIONS for s in layer.splits)
                         graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
                             name, layer,
-                            f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer")
+                            f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer",
+                            inline=decides)
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for,
                                                          graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
