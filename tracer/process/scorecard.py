@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from tracer.contract import PASSES
 from tracer.process.arm_audit import on_arm
+from tracer.process.backend_needs import is_cpu_library_op
 from tracer.process.decisions import decisions, device_branches, is_device_branch
 from tracer.process.pairs import side_label
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
@@ -125,14 +126,10 @@ def interface_entries(ops: Iterable[str]) -> list[str]:
     out = []
     for op in ops:
         name = op.split(" (")[0]
-        if NOT_ENTRIES.search(name) or library_of(Frame("op", "", name)) in CPU_LIBRARIES:
+        if NOT_ENTRIES.search(name) or is_cpu_library_op(name):
             continue
         out.append(op)
     return list(dict.fromkeys(out))
-
-
-#: Vendor libraries that compute on the CPU: their ops are no entry of a device backend.
-CPU_LIBRARIES = frozenset({"oneDNN", "MKL", "OpenBLAS", "Eigen", "XNNPACK", "x64"})
 
 
 def evidence_of(trace: Trace) -> str:
