@@ -182,6 +182,43 @@ def test_a_python_branch_is_a_device_decision_only_where_its_condition_names_a_d
     assert is_device_branch(cand("if", "x.device.type == 'cuda'"))
     assert not is_device_branch(cand("if", "config.eager_constant_folding.value"))  # compilation mode
     assert not is_device_branch(cand("if", "jit_enabled"))
+    assert not is_device_branch(cand("if", "backend.is_keras_tensor(x)"))  # Keras's backend module
+    assert is_device_branch(cand("if", "torch.cuda.is_available()")) and is_device_branch(cand("if", "x.device.type"))
     # a try whose device word is only the exception it catches decides nothing about the device
     assert not is_device_branch(cand("try", "try: out = f(x) … except stages.DeviceAssignmentMismatchError"))
     assert is_device_branch(cand("try", "try: import cupy … except ImportError"))
+
+
+def test_machine_code_is_read_from_each_paths_own_shared_objects():
+    """A GPU path recorded on another machine names its libc10.so there: this machine's
+    libc10.so must not be read for it, nor the CPU path's left unmeasured because of it."""
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Code:
+        sizes: dict = field(default_factory=dict)
+        missing: list = field(default_factory=list)
+        error: str = ""
+
+    def measure(path, size, names):
+        if path == "/env/lib/libc10.so":
+            return Code({n: 1024 for n in names})
+        return Code(error="not on this machine")
+
+    def native_trace(path, **meta):
+        tree = Node(Frame("root", "", "conv2d.forward"), 10, 0, [], [], [
+            Node(Frame("native", "", "at::native::conv", lib="libc10.so"), 10, 0, [], [], [])])
+        t = Trace({**META, **meta, "native": {"lib_paths": {"libc10.so": {"path": path, "bytes": 5}}}},
+                  [Run("forward", "warm", {"native": tree})], {})
+        return t
+
+    cpu = native_trace("/env/lib/libc10.so")
+    gpu = native_trace("/gpu-host/env/lib/libc10.so", device="gpu")
+    rep = framework_report("torch", [cpu, gpu], [])
+    (row,) = scorecard([rep], [cpu, gpu], measure)
+    fig = row.figures["bytes"]
+    assert fig.value == "1 KiB" and not fig.thin, (fig.value, fig.thin, fig.details)
+    assert any(d.startswith("gpu: not measured (libc10.so: not on this machine") for d in fig.details), fig.details
+    # the CPU path's own file unreadable: no figure at all, never a partial one
+    (row,) = scorecard([rep], [native_trace("/elsewhere/libc10.so"), gpu], measure)
+    assert row.figures["bytes"].value == "—" and "not measured" in row.figures["bytes"].thin

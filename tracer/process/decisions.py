@@ -17,6 +17,7 @@ own site (tracer.process.dispatch.decision_site). Pure.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
@@ -81,8 +82,16 @@ def is_device_branch(c: Candidate) -> bool:
     backend (not only jit or eager: compilation mode), and for a ``try``, in what it tries,
     not only in the exception types it catches (``except DeviceAssignmentMismatchError``)."""
     condition = c.condition.split(" except ")[0] if c.kind == "try" else c.condition
-    words = {m.group(0).lower() for m in DEVICE_CONDITION.finditer(condition)}
+    words = {m.group(0).lower() for m in DEVICE_CONDITION.finditer(condition) if not _module_root(condition, m)}
     return bool(words - _COMPILATION_WORDS)
+
+
+def _module_root(text: str, m: re.Match[str]) -> bool:
+    """A word that is only the root of a dotted name (``backend.is_keras_tensor``: Keras's
+    backend module), not an attribute (``x.device.type``) or a value: it names a module, not a device."""
+    before = text[m.start() - 1] if m.start() else " "
+    after = text[m.end()] if m.end() < len(text) else " "
+    return after == "." and not (before.isalnum() or before in "._")
 
 
 def device_branches(rep: FrameworkReport) -> list[Candidate]:

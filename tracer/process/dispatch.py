@@ -134,6 +134,16 @@ def decision_site(layer: str, split: Split) -> tuple[str, str]:
     return "op registry", "registry"
 
 
+def library_site(split: Split) -> str:
+    """The site of a decision inside vendor libraries: one per kind and libraries, however
+    many calls it chose for (oneDNN's ISA dispatch is one site for every primitive)."""
+    a = sorted({b.library for b in split.only_a if b.library})
+    b = sorted({x.library for x in split.only_b if x.library})
+    if split.classification == "ISA-specific code":
+        return f"ISA dispatch inside {', '.join(sorted({*a, *b})) or 'a library'}"
+    return f"library choice: {', '.join(a) or '—'} / {', '.join(b) or '—'}"
+
+
 def _library_frame(split: Split) -> str:
     kinds = sorted({b.label.split(" ", 1)[0] for b in split.only_a + split.only_b})
     return f"library: {', '.join(kinds)}"
@@ -148,7 +158,7 @@ class DispatchTable:
     def _row(self, layer: str, frame: str, split: Split, primitive: str, pair: str) -> DispatchPoint:
         row = self.rows.get((layer, frame))
         if row is None:
-            site, kind = decision_site(layer, split) if layer in NAMING else (frame, "library")
+            site, kind = decision_site(layer, split) if layer in NAMING else (library_site(split), "library")
             row = self.rows[(layer, frame)] = DispatchPoint(
                 frame, display(frame), layer, split.classification, split.file, split.line, [], [], [], [],
                 site=site, site_kind=kind)

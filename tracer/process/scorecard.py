@@ -329,34 +329,51 @@ def _jit_bytes(traces: list[Trace]) -> dict[str, int]:
     return {side: sum(r[1] for r in rows) for side, rows in seen.items()}
 
 
+def _side_paths(traces: list[Trace]) -> dict[str, dict[str, Any]]:
+    """path label -> shared object basename -> where its traces mapped it: per path, since
+    one basename (libc10.so) is another file on the machine a GPU path was recorded on."""
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for t in traces:
+        out[side_label(t)].update(t.info.native.lib_paths if t.info.native is not None else {})
+    return out
+
+
 def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -> Figure:
+    """The machine code of each path, read from that path's own shared objects (their
+    size at capture checked); a path with any of its objects unreadable here (a GPU path
+    recorded on another machine) is not measured, and the figure is the largest of the
+    measured CPU paths', or none: a sum over whichever files happen to be on this
+    machine would measure the machine, not the framework."""
     link = _page(rep, "audit-table")
     names = _native_names(traces)
-    paths: dict[str, Any] = {}
-    for t in traces:
-        paths.update(t.info.native.lib_paths if t.info.native is not None else {})
-    fig = Figure("—", "the largest path's", link)
+    paths = _side_paths(traces)
+    fig = Figure("—", "the largest measured path's", link, unit="KiB")
     if not names:
         fig.thin = "no native layer sampled: not measured"
         return fig
-    if measure is None or not paths:
+    if measure is None or not any(paths.values()):
         fig.thin = "the traces name no shared-object paths (captured before they were recorded): not measured"
         return fig
     jit = _jit_bytes(traces)
-    wanted: dict[str, set[str]] = defaultdict(set)  # every path's names, so each file is read once
-    for by_lib in names.values():
-        for lib, syms in by_lib.items():
-            info = paths.get(lib)
-            if library_of(_frame(lib, "")) not in SYSTEM_LIBS and isinstance(info, dict) and info.get("path"):
-                wanted[lib] |= syms
-    measured = {lib: measure(str(paths[lib]["path"]), paths[lib].get("bytes"), syms) for lib, syms in wanted.items()}
-    best = 0
+    cache: dict[tuple[str, Any], LibraryCodeLike] = {}
+    best, measured_sides = 0, []
     for side, by_lib in names.items():
         per_tag: dict[str, int] = defaultdict(int)
         found = asked = 0
+        problems: list[str] = []
         for lib, syms in by_lib.items():
-            code = measured.get(lib)
-            if code is None:
+            if library_of(_frame(lib, "")) in SYSTEM_LIBS:
+                continue
+            info = paths.get(side, {}).get(lib)
+            if not isinstance(info, dict) or not info.get("path"):
+                problems.append(f"{lib}: no path recorded")
+                continue
+            key = (str(info["path"]), info.get("bytes"))
+            if key not in cache:  # every path's names at once would be smaller; one file is read per path
+                cache[key] = measure(key[0], key[1], {n for by in names.values() for n in by.get(lib, ())})
+            code = cache[key]
+            if code.error:
+                problems.append(f"{lib}: {code.error}")
                 continue
             asked += len(syms)
             for name in syms & set(code.sizes):
@@ -364,21 +381,20 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
                 per_tag[library_of(_frame(lib, name))] += code.sizes[name]
         per_tag = {k: v for k, v in per_tag.items() if k not in SYSTEM_LIBS}
         total = sum(per_tag.values())
-        best = max(best, total)
-        libs = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(per_tag.items(), key=lambda kv: -kv[1]))
         # JIT code is what a library generated for this CPU's ISA: shown, never counted
         generated = f"; + {jit[side] / 1024:.1f} KiB JIT code generated for this CPU, not counted" \
             if jit.get(side) else ""
+        if problems:
+            fig.details.append(f"{side}: not measured ({'; '.join(problems)[:200]})")
+            continue
+        measured_sides.append(side)
+        if _path_kind(side) in ("cpu", ""):
+            best = max(best, total)
+        libs = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(per_tag.items(), key=lambda kv: -kv[1]))
         fig.details.append(f"{side}: {total / 1024:.1f} KiB ({libs or 'none'}); {found} of {asked} symbols sized"
                            f"{generated}")
-    errors = sorted({f"{lib}: {c.error}" for lib, c in measured.items() if c.error})
-    unread = sorted(lib for lib in {lib for by_lib in names.values() for lib in by_lib}
-                    if lib not in wanted and library_of(_frame(lib, "")) not in SYSTEM_LIBS)
-    fig.details += errors + ([f"no path recorded for: {', '.join(unread)}"] if unread else [])
-    if errors or unread:
-        # a sum over whichever files happen to be on this machine measures the machine, not the framework
-        fig.thin = ("not measured: the framework's own shared objects could not all be read (" +
-                    "; ".join(errors + unread)[:160] + ")")
+    if not any(_path_kind(side) == "cpu" for side in measured_sides):
+        fig.thin = "not measured: the default CPU path's own shared objects could not all be read"
         return fig
     fig.value = f"{best / 1024:.0f} KiB"
     return fig
