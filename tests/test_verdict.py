@@ -222,3 +222,34 @@ def test_machine_code_is_read_from_each_paths_own_shared_objects():
     # the CPU path's own file unreadable: no figure at all, never a partial one
     (row,) = scorecard([rep], [native_trace("/elsewhere/libc10.so"), gpu], measure)
     assert row.figures["bytes"].value == "—" and "not measured" in row.figures["bytes"].thin
+
+
+def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like_with_like(tmp_path):
+    """Neoverse-N1 runs conv2d forward on the Arm Compute Library and backward on oneDNN's
+    reference code; the ARM wheel is another torch version, so the index counts no split."""
+    def lib_layer(*calls):
+        return Node(Frame("root", "", "conv2d"), 1, 0, [], [], [Node(Frame("library", "", c, lib="oneDNN"), 1)
+                                                                 for c in calls])
+
+    def cpu_trace(version, machine, fwd, bwd, **meta):
+        t = trace({"forward": {"library": lib_layer(*fwd)}, "backward": {"library": lib_layer(*bwd)}},
+                  framework_version=version, machine=machine, **meta)
+        return t
+
+    x86 = cpu_trace("2.13.0", {"arch": "x86_64", "cpu": "here"}, ["convolution brgconv:avx512_core"],
+                    ["convolution brgconv_bwd_d:avx512_core"])
+    n1 = cpu_trace("2.9.1", {"arch": "aarch64", "cpu": "Arm Neoverse-N1 (NEON only) (emulated)"}, ["convolution indirect_gemm:acl"],
+                   ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
+    rep = framework_report("torch", [x86, n1], [])
+    from tracer.process.verdict import arm_verdicts
+    found = {(a.pass_, a.verdict, a.name) for a in arm_verdicts(rep)}
+    assert found == {("forward", "ACL", "convolution indirect_gemm:acl"),
+                     ("backward", "reference fallback", "convolution gemm:ref (backward_data)")}
+    write_report([rep], tmp_path, cards=scorecard([rep], [x86, n1]))
+    page = (tmp_path / "index.html").read_text()
+    cell = page[page.index('class="small arm-cross"'):]
+    cell = cell[: cell.index("</td>")]
+    assert "reference fallback" in cell and "gemm:ref (backward_data)" in cell and "ACL" in cell
+    assert "versions differ (x86 2.13.0, ARM 2.9.1)" in cell and not re.search(r"\d+ splits", cell)
+    verdict = page[page.index('id="verdict-table"'):page.index("</table>", page.index('id="verdict-table"'))]
+    assert "reference: conv2d backward on neoverse-n1: convolution gemm:ref (backward_data)" in verdict

@@ -33,6 +33,10 @@ RULE: Final = ("Cheapest first: the fewest entries a new backend must implement 
 _CHECKED = ("ops that reached", "op kernels registered", "compiled", "lowered", "registered", "source")
 
 
+#: An ARM cell where no vendor library reported a call: the framework's own kernels (or Eigen's, which report none).
+NO_CALL: Final = "no vendor-library call"
+
+
 @dataclass
 class ArmVerdict:
     """What one primitive's pass runs on one aarch64 CPU, in one word and its name."""
@@ -40,7 +44,7 @@ class ArmVerdict:
     primitive: str
     pass_: str
     cpu: str
-    verdict: str  # "ISA kernel", "ACL", "reference fallback", "compiled", "BLAS", "failed", "no library report"
+    verdict: str  # "ISA kernel", "ACL", "reference fallback", "compiled", "BLAS", "failed", NO_CALL
     name: str  # the implementation (brgconv:sve_512, gemm:ref), or why it failed
 
 
@@ -93,7 +97,7 @@ def _arm_verdict(cell: ArmCell, pass_: str) -> tuple[str, str]:
         return "BLAS", cell.blas
     if cell.capability:
         return "ISA kernel", f"the framework's own kernels, {cell.capability}"
-    return "no library report", ""
+    return NO_CALL, ""
 
 
 def arm_verdicts(rep: FrameworkReport) -> list[ArmVerdict]:
@@ -114,13 +118,17 @@ def arm_verdicts(rep: FrameworkReport) -> list[ArmVerdict]:
 
 
 def _arm_summary(arm: list[ArmVerdict]) -> str:
+    """Counts per verdict over primitive x pass x CPU cells, the reference fallbacks named
+    (the finding a porter needs first), two at most."""
     if not arm:
         return "no ARM trace"
     counts = Counter(a.verdict for a in arm)
-    refs = sorted({f"{a.primitive} {a.pass_} on {a.cpu.split(' (')[0]}: {a.name}" for a in arm
-                   if a.verdict == "reference fallback"})
+    refs = list(dict.fromkeys(f"{a.primitive} {a.pass_} on {a.cpu.split(' (')[0]}: {a.name}" for a in arm
+                              if a.verdict == "reference fallback"))
     text = ", ".join(f"{n} {v}" for v, n in counts.most_common())
-    return text + (f" (reference: {'; '.join(refs[:3])}{' …' if len(refs) > 3 else ''})" if refs else "")
+    if refs:
+        text += f" — reference: {'; '.join(refs[:2])}{f' (+{len(refs) - 2} more)' if len(refs) > 2 else ''}"
+    return text
 
 
 def _evidence(rep: FrameworkReport) -> str:

@@ -275,7 +275,7 @@ def _plots(ranked: list[Any]) -> list[Markup]:
     entries per framework, in the verdict's order."""
     if not ranked:
         return []
-    sites = [(v.framework, v.decision_sites, f"({v.outside_registry} outside the registry)") for v in ranked]
+    sites = [(v.framework, v.decision_sites, f"({v.outside_registry} in its own code)") for v in ranked]
     must = [(v.framework, int(v.implement) if v.implement.isdigit() else None,
              v.unit if v.implement.isdigit() else "no list") for v in ranked]
     return [bars_svg("decision sites", sites, "plot-decisions"),
@@ -311,7 +311,7 @@ def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]
     so and shows no split count, never as a finding."""
     table: dict[str, list[dict[str, Any]]] = {}
     for rep in reports:
-        verdicts = {(a.primitive, a.cpu.split(" (")[0], a.pass_): a for a in arm_verdicts(rep)}
+        verdicts = arm_verdicts(rep)
         for case in rep.cases:
             if case.api != "functional":
                 continue
@@ -327,7 +327,8 @@ def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]
                     "framework": rep.name, "cpu": cpus[0], "first": pr.first_layer, "splits": pr.splits,
                     "versions": ([str(versions[1]), str(versions[0])] if arm_is_a else [str(v) for v in versions])
                     if versions else None,
-                    "verdicts": [v for p in ("forward", "backward", "both")
-                                 if (v := verdicts.get((case.primitive, cpus[0], p)))],
+                    # the audit names a CPU by its model (neoverse-n1), the pair by its description
+                    "verdicts": [v for v in verdicts if v.primitive == case.primitive
+                                 and v.cpu.split(" (")[0].lower() in cpus[0].lower()],
                     "libs": pr.libraries["A" if arm_is_a else "B"]})
     return table
