@@ -119,7 +119,7 @@ def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):
     assert {(j.cpu, j.variant) for j in jobs} == {(c, "default") for c in jax.aarch64.cpus}
     assert all({c.primitive for c in j.cases} == {"conv2d", "dense"} for j in jobs)
     every = [j for j in sv.plan([jax], arm=True, arm_all=True) if j.cpu]
-    assert {(j.cpu, j.variant) for j in every} == {(c, v) for c in jax.aarch64.cpus for v in ("default", "nojit")}
+    assert {(j.cpu, j.variant) for j in every} == {(c, v) for c in jax.aarch64.cpus for v in ("default", *jax.variants)}
     assert all(len(j.cases) == 9 for j in every)
 
 

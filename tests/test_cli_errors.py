@@ -28,7 +28,7 @@ from tracer.contract import Exit
         (["diff"], "Missing argument 'A.json'. (see: dltrace diff --help)"),
         (["diff-nothing"], "No such command 'diff-nothing'."),
         (["probe", "jax", "conv2d", "--variant", "onednn-off"],
-         "unknown variant for jax 'onednn-off' (choose from: default, nojit)"),
+         "unknown variant for jax 'onednn-off' (choose from: default, nojit, bf16)"),
         (["probe", "jax", "conv2d", "--api", "layer"], "unknown API level for jax 'layer' (choose from: functional)"),
         (["probe", "torch", "conv2d", "--shape", "8xbig"], "shape '8xbig' is not of the form"),
     ],

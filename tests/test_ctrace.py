@@ -1,12 +1,16 @@
-"""The C core of the Python collector (tracer/collect/_ctrace.c) against the
+"""The C core of the Python collector (tracer/collect/ctrace/) against the
 pure-Python PythonTracer: the same tree, node by node (frames, counts, calling
-lines, lines run; never times), on the small call patterns of tests/samplefw and
-on real frameworks' steps; and the fallback: where the core cannot be built, the
-Python collector runs and the trace says why."""
+lines, lines run; never times), on the small call patterns of tests/samplefw (on
+3.11 in this process, on a 3.12+ interpreter through tests/collector_twins.py) and
+on real frameworks' steps; how it lives beside other tools (a recording inside a
+recording, another tool's profile and trace functions, code objects released); its
+stub against the built module; and the fallback: where the core cannot be built,
+the Python collector runs and the trace says why."""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import importlib.metadata
 import json
@@ -18,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import samplefw
+from tests import collector_twins, samplefw
 from tests.sample_patterns import PATTERNS
 from tracer import envs, runner
 from tracer.collect import cbuild
@@ -129,36 +133,125 @@ def test_an_error_in_the_classification_propagates(core):
     assert sys.gettrace() is None and sys.getprofile() is None
 
 
-# ----------------------------------------------------------------------------- 3.12+: sys.monitoring
+# ----------------------------------------------------------------------------- the tools beside it
+# (the same checks run under 3.12+ in test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer)
 
-def _monitoring_python() -> str | None:
-    """A CPython 3.12 or newer on this machine (on PATH, or one of pyenv's), whose C
-    core takes its events from sys.monitoring instead of profile and trace functions."""
-    found = [shutil.which(f"python3.{minor}") for minor in (12, 13, 14)]
+def check_nested(report: dict) -> None:
+    """Another core's recording inside a recording, then the same core's: refused with
+    a clear error, and the outer tree has the framework call made after them."""
+    assert report["errors"][0].startswith("another C collector is recording in this"), report
+    assert report["errors"][1] == "record() is already running", report
+    assert report["forward_calls"] == 2, report
+    assert not report["hooks_left"] and report["after"] == [], report
+
+
+def check_other_tools(report: dict) -> None:
+    assert report["kept"] and report["kept_after_error"], report
+    assert report["events_after"] > 0 and report["tree"] == [], report
+
+
+def check_inside(report: dict, version: tuple[int, ...]) -> None:
+    for name, case in report.items():
+        assert case["left"], (name, case)
+        if version < (3, 12):
+            assert case["error"] and f"(sys.{name})" in case["error"], (name, case)
+        else:
+            assert case["error"] is None and case["forward_calls"] == 4, (name, case)
+
+
+def check_release(report: dict) -> None:
+    """Every code object and class the recordings made died with its step, the core's
+    caches shrank back after each recording, and CTracer kept nothing per code object
+    or C function."""
+    assert report["made"] == [3 * collector_twins._MADE] * 2 and report["alive"] == [0, 0], report
+    # code: the step's own and its comprehensions' (alive with it); C functions: the builtins it calls
+    # (exec, type...); the same after each recording, not 300 more of each a step
+    assert report["cached_after"][0] == report["cached_after"][-1], report
+    assert max(report["cached_after"][0]) < 10, report
+    assert report["python_side"] == [0, 0, 0, 0], report
+    assert report["nodes"] == collector_twins._MADE + 2 and report["diffs"] == [], report  # root, <module>, f0...
+
+
+def test_a_recording_inside_a_recording_is_refused(core):
+    check_nested(collector_twins.nested_recording(core))
+
+
+def test_another_tools_profile_and_trace_functions_are_restored(core):
+    before = sys.gettrace(), sys.getprofile()
+    check_other_tools(collector_twins.other_tools_hooks(core))
+    assert (sys.gettrace(), sys.getprofile()) == before
+
+
+def test_a_step_that_sets_its_own_hooks_gets_an_error_not_a_crash(core):
+    check_inside(collector_twins.hooks_set_inside(core), sys.version_info[:2])
+    assert sys.gettrace() is None and sys.getprofile() is None
+
+
+def test_code_objects_and_classes_are_released_when_their_recordings_end(core):
+    check_release(collector_twins.code_release(core))
+
+
+# ----------------------------------------------------------------------------- 3.12+: sys.monitoring
+# Runs wherever the tests run: the CPython 3.12+ it needs is found on PATH or among
+# pyenv's versions; where there is none, the test fails naming what is missing.
+
+#: The newer CPythons looked for by name on PATH (the 3.12+ core's interpreters).
+MONITORING_NAMES = ("python3.12", "python3.13", "python3.14")
+
+
+def _pyenv_versions() -> list[Path]:
+    """pyenv's installed versions, whether or not pyenv itself is on PATH (a shell that
+    did not run ``pyenv init``): its root as pyenv says, else $PYENV_ROOT, else ~/.pyenv."""
+    roots = []
     pyenv = shutil.which("pyenv")
     if pyenv:
-        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
-        found += sorted(glob.glob(f"{root}/versions/3.1[2-9]*/bin/python3")) if root else []
+        proc = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=30)
+        roots.append(proc.stdout.strip())
+    roots += [os.environ.get("PYENV_ROOT", ""), str(Path.home() / ".pyenv")]
+    return [Path(root) / "versions" for root in dict.fromkeys(filter(None, roots))]
+
+
+def _monitoring_python() -> tuple[str | None, list[str]]:
+    """A CPython 3.12 or newer on this machine, whose C core takes its events from
+    sys.monitoring instead of profile and trace functions; and where it was looked for."""
+    places = [f"{', '.join(MONITORING_NAMES)} on PATH"]
+    found = [shutil.which(name) for name in MONITORING_NAMES]
+    for versions in _pyenv_versions():
+        places.append(f"pyenv's {versions}/3.1[2-9]*")
+        found += sorted(glob.glob(f"{versions}/3.1[2-9]*/bin/python3"))
     check = "import sys; assert sys.implementation.name == 'cpython' and sys.version_info >= (3, 12)"
     for python in filter(None, found):
-        if subprocess.run([python, "-c", check], capture_output=True).returncode == 0:
-            return python
-    return None
+        if subprocess.run([python, "-c", check], capture_output=True, timeout=60).returncode == 0:
+            return python, places
+    return None, places
 
 
 @pytest.fixture(scope="module")
 def monitoring_venv(tmp_path_factory) -> Path:
     """A virtual environment of a 3.12+ interpreter with what the sample framework
-    imports besides the standard library (markupsafe, at this environment's version)."""
-    python = _monitoring_python()
+    imports besides the standard library (markupsafe, at this environment's version).
+    Without such an interpreter the test fails, saying what is missing: the 3.12+
+    front-end is half of the core, and a skip would hide that it went unchecked."""
+    python, places = _monitoring_python()
     if python is None:
-        pytest.skip("no CPython 3.12 or newer on this machine: its sys.monitoring core is checked where there is one")
+        pytest.fail(f"no CPython 3.12 or newer found (looked for {'; '.join(places)}): the C core's sys.monitoring "
+                    "front-end cannot be checked; install one (e.g. `pyenv install 3.12`) or put python3.12 on PATH")
     venv = tmp_path_factory.mktemp("py312") / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
     pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                           f"markupsafe=={importlib.metadata.version('markupsafe')}"], capture_output=True, text=True)
-    assert pip.returncode == 0, pip.stderr[-2000:]
+    assert pip.returncode == 0, f"{python}: cannot install markupsafe for the sample framework: {pip.stderr[-2000:]}"
     return venv
+
+
+def test_a_missing_newer_python_is_named(monkeypatch, tmp_path):
+    """Where no 3.12+ is found, the places looked in are said (the fixture fails with them)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    python, places = _monitoring_python()
+    assert python is None
+    assert places[0].startswith("python3.12, python3.13") and any(str(tmp_path / "pyenv") in p for p in places)
 
 
 def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(monitoring_venv, home, tmp_path):
@@ -180,8 +273,25 @@ def test_the_monitoring_core_records_the_same_tree_on_python_3_12_and_newer(moni
     assert report["same_sources"]
     assert report["error"] == "boom" and not report["hooks_left"] and report["after_error"] == []
     assert report["classification_error"] == "classification failed"
+    check_nested(report["nested"])
+    check_other_tools(report["other_tools"])
+    check_inside(report["inside"], tuple(map(int, report["python"].split(".")[:2])))
+    check_release(report["release"])
     assert any(p.name.endswith(".so") and "-py3.1" in p.name and "-py3.11" not in p.name
                for p in (home / "ext").iterdir())  # built for that interpreter
+
+
+# ----------------------------------------------------------------------------- the stub
+
+def test_the_stub_matches_the_built_module(core, monkeypatch, capsys):
+    """tracer/collect/_ctrace.pyi, which mypy reads for ctracer.py, against the module
+    itself (mypy's stubtest: names, classes, methods and their parameters)."""
+    from mypy import stubtest
+
+    monkeypatch.setitem(sys.modules, cbuild.MODULE, core)  # the build lives outside the package
+    monkeypatch.chdir(ROOT)
+    code = stubtest.test_stubs(stubtest.parse_options([cbuild.MODULE]))
+    assert code == 0, capsys.readouterr().out[-3000:]
 
 
 # ----------------------------------------------------------------------------- choice and fallback
@@ -207,13 +317,50 @@ def test_no_compiler_falls_back_to_the_python_tracer_and_says_why(tmp_path, monk
 
 
 def test_a_source_that_does_not_compile_falls_back(tmp_path, monkeypatch):
-    bad = tmp_path / "_ctrace.c"
-    bad.write_text("#include <Python.h>\nthis is not C;\n")
+    bad = tmp_path / "ctrace"
+    shutil.copytree(cbuild.SOURCES, bad)
+    (bad / "record.c").write_text('#include "ctrace.h"\nthis is not C;\n')
     monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
-    monkeypatch.setattr(cbuild, "SOURCE", bad)
-    with pytest.raises(cbuild.Unavailable, match="compiling _ctrace.c failed: .*error"):
+    monkeypatch.setattr(cbuild, "SOURCES", bad)
+    with pytest.raises(cbuild.Unavailable, match=r"compiling ctrace/ failed \(into .*\): .*record.c.*error"):
         cbuild.load()
     assert not list((tmp_path / "ext").glob("*.so")) and not list((tmp_path / "ext").glob(".ctrace-*"))
+
+
+def test_a_full_disk_falls_back_naming_the_folder(tmp_path, monkeypatch):
+    """The build cannot be put in place (ENOSPC) and its temporary file cannot be
+    removed either: one reason naming the file, nothing left half-written, and the
+    probe records with the Python collector."""
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
+    monkeypatch.delenv(ENV, raising=False)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cbuild.os, "replace", full)
+    unlink = os.unlink
+    monkeypatch.setattr(cbuild.os, "unlink", full)
+    with pytest.raises(cbuild.Unavailable, match=f"cannot write {tmp_path}/ext/_ctrace-.*: No space left on device"):
+        cbuild.build()
+    monkeypatch.setattr(cbuild.os, "unlink", unlink)
+    tracer = python_tracer(ROOTS)
+    assert type(tracer) is PythonTracer and "No space left on device" in tracer.collector["why"]
+    assert not list((tmp_path / "ext").glob("_ctrace-*"))
+
+
+def test_the_build_is_named_by_every_source_file(tmp_path, monkeypatch):
+    """A changed header, or a file added, names another build: none is loaded for
+    sources it was not compiled from."""
+    copy = tmp_path / "ctrace"
+    shutil.copytree(cbuild.SOURCES, copy)
+    monkeypatch.setattr(cbuild, "SOURCES", copy)
+    names = {cbuild.target().name}
+    with (copy / "ctrace.h").open("a") as fh:
+        fh.write("/* changed */\n")
+    names.add(cbuild.target().name)
+    (copy / "extra.c").write_text("/* added */\n")
+    names.add(cbuild.target().name)
+    assert len(names) == 3
 
 
 def test_collector_variable(monkeypatch):

@@ -143,12 +143,12 @@ def test_ptrace_opt_in_and_hint():
 
 def test_own_code_is_never_a_sampled_frame_in_the_package_or_through_its_link(tmp_path):
     # the probe process imports the package through the link the runner makes
-    # (runner.code_path): a frame of its probes (tracer/probes) is dltrace's own
+    # (tracer.paths.code_path): a frame of its probes (tracer/probes) is dltrace's own
     # code whether py-spy names it by the link or by the real file
     import subprocess
     import sys
 
-    from tracer.runner import PACKAGE, code_path
+    from tracer.paths import PACKAGE, code_path
 
     code = code_path(tmp_path)
     script = (

@@ -64,7 +64,7 @@ def test_a_cut_cuda_log_costs_nothing_but_its_own_lines():
 def recorded() -> dict[str, list[Path]]:
     """framework -> its recorded GPU folders (frameworks.yaml), each with the GPU
     machine's own CPU path beside it (cpu-default)."""
-    return {name: [p for gpu in fw.recorded for p in (gpu, gpu.parent / "cpu-default")]
+    return {name: list(dict.fromkeys(p for gpu in fw.recorded for p in (gpu, gpu.parent / "cpu-default")))
             for name, fw in registry.load().items() if fw.recorded}
 
 

@@ -126,8 +126,10 @@ def test_survey_json_and_the_verdict_count_decisions_only(survey_report):
     """The real survey: survey.json beside the index holds every headline figure with its
     definition, unit and list; no decision site of JAX comes from jit against eager;
     TensorFlow's kernel registry is one site however many ops it chooses for."""
-    doc = json.loads((survey_report.parent / "survey.json").read_text())
-    assert doc["schema_version"] == 1 and set(doc["frameworks"]) == set(FRAMEWORKS)
+    whole = json.loads((survey_report.parent / "survey.json").read_text())
+    doc = whole["report"]
+    assert whole["format"] == "dltrace-survey-record" and doc["schema_version"] == 1
+    assert set(doc["frameworks"]) == set(FRAMEWORKS)
     assert sorted(doc["order"]["frameworks"]) == sorted(FRAMEWORKS) and "Cheapest first" in doc["order"]["rule"]
     for name, fw in doc["frameworks"].items():
         assert set(fw["figures"]) == set(COLUMNS), name

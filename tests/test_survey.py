@@ -169,3 +169,24 @@ def test_audit_names_what_a_tensorflow_pluggable_device_must_register(cpu_traces
     assert ("ShapeN", "a kernel for any device (DEFAULT)") in conv.needs.free
     # the thread pool's region markers are no op a port provides
     assert not any("ThreadpoolListener" in p for p in conv.provide)
+
+
+@pytest.mark.slow
+def test_a_survey_records_itself_in_survey_json(fake_frameworks, tmp_path):
+    """survey.json: what ran, on what machine, what was lost, and each stage's seconds,
+    the figures the docs may quote (tests/test_docs.py checks them against results.json)."""
+    import json
+
+    proc = dltrace("survey", "crashy", "--primitives", "dense,maxpool2d", "--no-native", "-o", str(tmp_path),
+                   env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads((tmp_path / sv.RECORD).read_text())
+    assert rec["format"] == sv.RECORD_FORMAT and rec["version"] == 1
+    assert rec["frameworks"] == ["crashy"] and rec["cases"] >= 2 and rec["jobs"] >= 1
+    _, gaps, _ = sv.collect([tmp_path / "traces"])
+    assert rec["gaps"] == len(gaps) >= 1, gaps  # crashy's maxpool2d writes an unreadable trace
+    assert rec["command"].startswith("dltrace survey crashy") and rec["machine"]["cores"] >= 1
+    # the report's figures beside the record, kept when the record was written after them
+    assert rec["report"]["schema_version"] == 1 and set(rec["report"]["frameworks"]) == {"crashy"}
+    seconds = rec["seconds"]
+    assert set(seconds) >= {"probing", "report", "total"} and seconds["total"] >= seconds["probing"] > 0

@@ -142,3 +142,25 @@ def test_lone_surrogates_become_replacement_characters(tmp_path):
     t = load(p)
     assert t.layer("forward").children[0].frame.name == "f\ufffdx" and t.meta["framework_version"] == "1.\ufffd"
     "".join([t.layer("forward").children[0].frame.name]).encode("utf-8")  # encodable now
+
+
+def test_version_history_and_old_traces(tmp_path):
+    """The writer says the last version of HISTORY; version-1 traces (the reference
+    traces of tracer/reference, written before versions were declared, carrying fields of
+    later versions) still load, unchanged on disk."""
+    from pathlib import Path
+
+    from tracer.trace import HISTORY
+
+    assert [v for v, _, _ in HISTORY] == list(range(1, VERSION + 1)) and VERSION >= 6
+    out = tmp_path / "t.json"
+    save(_trace(), out)
+    assert json.loads(out.read_text())["version"] == VERSION
+    root = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "recorded"
+    old = sorted(root.glob("torch/h100/gpu-default/conv2d-*.json.gz"))
+    assert old
+    for path in old:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        assert doc["version"] == 1 and "collector" in doc["meta"]  # a field of version 6, written as 1
+        trace = load(path)
+        assert trace.info.collector is not None and trace.runs

@@ -125,7 +125,7 @@ def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_pa
     assert len(links) == 18
     ids = set(re.findall(r'id="([^"]+)"', torch_page))
     assert "conv2d-functional-0-forward" in links and all(a in ids for a in links), set(links) - ids
-    doc = json.loads((tmp_path / "survey.json").read_text())
+    doc = json.loads((tmp_path / "survey.json").read_text())["report"]
     assert doc["schema_version"] == 1 and doc["order"]["frameworks"] == ["torch"] and doc["order"]["rule"]
     figures = doc["frameworks"]["torch"]["figures"]
     assert set(figures) == set(COLUMNS)

@@ -41,6 +41,17 @@ STANDIN_LIB = "standin backend"
 #: Strongest first: a cell shows the strongest it has and lists the rest.
 EVIDENCE = ("recorded", "imported", "compiled", "lowered", "registered", "source")
 DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
+#: The element types a probe computes in, float32 first (the default), and the variable
+#: a variant sets to ask for another (frameworks.yaml: torch's and JAX's bf16 variants).
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_ENV = "DLTRACE_DTYPE"
+#: The frame module of an option a run-time library choice did not take for the
+#: evidence's target (derived GPU evidence lists them beside the one taken): never a
+#: kernel, never a path that ran.
+CANDIDATE_MODULE = "candidate"
+#: The frame module of a lowering rule (JAX's cuda/rocm rules): how an op reaches the
+#: compiler, never a kernel.
+LOWERING_MODULE_PREFIX = "jax.lowering."
 #: What recorded a trace's Python layer (its meta ``collector.python``): the C core
 #: (tracer/collect/_ctrace.c) or the pure-Python tracer it falls back to, with the
 #: same tree. ``DLTRACE_COLLECTOR`` in a probe's environment picks one (default: C

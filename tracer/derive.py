@@ -9,16 +9,14 @@ it runs in that build's environment, NAME-gpu-build.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from tracer import envs
 from tracer.contract import PASSES, PRIMITIVES
-from tracer.errors import EnvNotReady
+from tracer.errors import DltraceError, EnvNotReady
 from tracer.registry import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
-
-if TYPE_CHECKING:  # the annotations only (survey_evidence imports tracer.survey when called)
-    from tracer.survey import Gap
+from tracer.survey import GAP_SUFFIX, Gap, write_gap
 
 
 def environment(fw: Framework) -> Framework:
@@ -51,9 +49,6 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
     """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
     gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
     build not set up, a case that failed), never a stop."""
-    from tracer.errors import DltraceError
-    from tracer.survey import GAP_SUFFIX, Gap, _write_gap
-
     gaps: list[Gap] = []
     for fw in frameworks:
         if not fw.gpu_evidence:
@@ -70,14 +65,14 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
             results = derive(fw, list(primitives or []), folder, timeout=timeout, command="dltrace survey")
         except DltraceError as exc:
             gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
-            _write_gap(folder / f"derive{GAP_SUFFIX}", gap)
+            write_gap(folder / "derive.json", gap)
             gaps.append(gap)
             on_done(name, 0, str(exc))
             continue
         for r in results:
             if r.error:
                 gap = Gap(fw.name, "gpu", fw.gpu_evidence, r.spec.primitive, r.spec.api, r.error, "derive")
-                _write_gap(folder / f"{r.spec.slug()}{GAP_SUFFIX}", gap)
+                write_gap(folder / f"{r.spec.slug()}.json", gap)
                 gaps.append(gap)
         on_done(name, sum(1 for r in results if not r.error), "")
     return gaps

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Callable
 
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.files import write_text
+from tracer.paths import code_path
 from tracer.registry import Framework
 
 MARKER = "dltrace-env.json"
@@ -184,10 +186,6 @@ def build_collector(fw: Framework, python: Path, log: Callable[[str], None] = la
     cache under home()/ext; nothing to do where it is built. Not an error when it
     cannot be built: the probes run the pure-Python collector then, and their traces
     say so (meta.collector). The install steps, and so the spec hash, are untouched."""
-    import tempfile
-
-    from tracer.runner import code_path
-
     try:
         # the package alone on the path, as a probe gets it (never an installed wheel's site-packages)
         with tempfile.TemporaryDirectory(prefix="dltrace-cbuild-") as tmp:

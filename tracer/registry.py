@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, PROFILE_FORMATS, NativeRequest
+from tracer.paths import PACKAGE
 
 if TYPE_CHECKING:
     # importlib.resources.abc is new in 3.11; 3.10 has Traversable in importlib.abc
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
 
 #: the folder the package is in: in a clone, the project
 ROOT = Path(__file__).resolve().parent.parent
-#: the package itself, whose reference/ the registry's relative ``imported`` paths name
-#: (the real GPU profiles ship with the package, so an installed wheel's survey has them)
-PACKAGE = Path(__file__).resolve().parent
 
 
 def registry_path() -> Traversable:

@@ -12,25 +12,21 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 from pathlib import Path
 
-from tracer import envs
+from tracer import emulation, envs
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, PRIMITIVES, CaseError, CaseRequest,
                              EmulatedCpu, Exit, ProbeRequest)
+from tracer.emulation.guest import Bind
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
+from tracer.paths import code_path, package_bind
 from tracer.registry import Framework
 from tracer.trace import Trace, TraceFormatError, load, save
 
-if TYPE_CHECKING:
-    from tracer.emulation.guest import Bind
-
 DEFAULT_TIMEOUT = 600.0
-
-#: the tracer package: the probe process runs its harness and probes
-PACKAGE = Path(__file__).resolve().parent
 
 #: Probe processes running now, so that an interrupted dltrace stops them: they run
 #: in their own process group (a probe's children, py-spy among them, go with it).
@@ -44,30 +40,6 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def code_path(folder: Path, link: bool = True) -> Path:
-    """A new folder in ``folder`` that holds the tracer package alone (a link to
-    it): what the probe process gets on its PYTHONPATH. The folder the package is
-    in may be a site-packages (an installed wheel) whose other packages (numpy,
-    typing_extensions, ...) must not shadow the framework environment's own.
-
-    ``link=False`` leaves an empty ``tracer`` folder instead, for an emulated guest
-    that gets the package bound there (:func:`package_bind`): a guest resolving a
-    host symlink through proot once failed to find a package folder the host saw."""
-    code = folder / "dltrace-code"  # no module name: the probe runs in ``folder``
-    code.mkdir()
-    if link:
-        (code / "tracer").symlink_to(PACKAGE, target_is_directory=True)
-    else:
-        (code / "tracer").mkdir()
-    return code
-
-
-def package_bind(code: Path) -> tuple[Path, Path]:
-    """The (host, guest) bind that puts the tracer package into ``code`` (made by
-    ``code_path(folder, link=False)``) for an emulated guest."""
-    return PACKAGE, code / "tracer"
 
 
 def stop_all() -> None:
@@ -154,8 +126,6 @@ def _tail(path: Path, lines: int = 3) -> str:
 def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], dict[str, str]]:
     """The command and environment that run ``fw``'s emulated aarch64 python as ``cpu``,
     and what the trace is to say of it (contract.EMULATED_ENV, read by the harness)."""
-    from tracer import emulation
-
     if fw.aarch64 is None:
         raise UsageError(f"{fw.name} has no aarch64 entry in the registry: it cannot run on an emulated CPU")
     model = emulation.model(cpu)  # an unknown model is a UsageError naming the choices

@@ -22,17 +22,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from tracer import envs
+from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
 from tracer.contract import LAYERS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import write_text
+from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
+from tracer.importers.source import short_name
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
 from tracer.trace import Trace, TraceFormatError, load, save
 from tracer.trace_meta import native_not_finished
 
 GAP_SUFFIX = ".gap.json"
+#: The survey's own record of itself, beside its traces: what it ran, on what, and how
+#: long each stage took, so that the figures the docs quote come from a file, not memory.
+RECORD = "survey.json"
+RECORD_FORMAT = "dltrace-survey-record"
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,10 @@ def gap_json(gap: Gap) -> str:
     return json.dumps({k: v for k, v in gap.__dict__.items() if k != "arch" or v})
 
 
-def _write_gap(path: Path, gap: Gap) -> None:
+def write_gap(path: Path, gap: Gap) -> None:
+    """Write ``gap`` as the record of the case whose trace would be ``path`` (``X.json``
+    becomes ``X.gap.json``), atomically: every stage that loses a case records it this one
+    way, so that collect() and a re-run find it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(gap))
 
@@ -195,7 +204,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
 
     def gap(spec: CaseSpec, error: str, kind: str = "failed") -> None:
         g = Gap(fw.name, job.device, job.variant, spec.primitive, spec.api, error, kind, job.cpu, job.arch)
-        _write_gap(case_path(root, job, spec), g)
+        write_gap(case_path(root, job, spec), g)
         event.gaps.append(g)
 
     for spec in blocked:
@@ -284,9 +293,6 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
     GPU traces recorded elsewhere) into ``traces/<framework>/gpu-<source>/``, once:
     a folder that has its traces is reused unless ``fresh``. A file that cannot be
     imported is a gap; the survey goes on."""
-    from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
-    from tracer.importers.source import short_name
-
     gaps: list[Gap] = []
     for fw in frameworks:
         for path in fw.imported:
@@ -300,7 +306,7 @@ def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool =
                 imported = import_file(path, fw.name, command="dltrace survey")
             except ImportFailed as exc:
                 gap = Gap(fw.name, "gpu", folder.name[4:], "", "imported", str(exc), "import")
-                _write_gap(folder / "import.json", gap)
+                write_gap(folder / "import.json", gap)
                 gaps.append(gap)
                 on_file(name, 0, str(exc))
                 continue
@@ -402,3 +408,51 @@ def _content_digest(path: Path) -> str:
         return digest.hexdigest()
     except OSError:
         return str(path.resolve())
+
+
+@dataclass
+class SurveyRecord:
+    """What ``survey.json`` holds beside the report's figures (its ``report`` key): the
+    command, the machine, what was planned and lost, and the seconds of each stage
+    (probing, importing the reference profiles, deriving the GPU evidence, rendering the
+    report) and of the whole command."""
+
+    command: str
+    started: str  # UTC, ISO 8601
+    machine: dict[str, object]
+    frameworks: list[str]
+    jobs: int
+    cases: int
+    gaps: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": RECORD_FORMAT, "version": 1, "tool_version": __version__, **self.__dict__},
+                          indent=1)
+
+
+def write_record(root: Path, record: SurveyRecord) -> Path:
+    """``root/survey.json``, written atomically (a survey interrupted before it leaves the
+    previous record, never half of one)."""
+    path = root / RECORD
+    doc = json.loads(record.to_json())
+    report = read_survey_json(path).get(REPORT_KEY)
+    if report is not None:  # the report's figures, written beside the record when the report was rendered
+        doc[REPORT_KEY] = report
+    write_text(path, json.dumps(doc, indent=1))
+    return path
+
+
+#: The key of ``survey.json`` that holds the report's headline figures (tracer.render.survey_json).
+REPORT_KEY = "report"
+
+
+def read_survey_json(path: Path) -> dict[str, Any]:
+    """What a ``survey.json`` holds, {} where there is none or it is not a JSON object
+    (a survey interrupted before its record was written)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+

@@ -24,7 +24,23 @@ from tracer.files import write_bytes
 from tracer.trace_meta import RunStats, TraceMeta, parse_meta, parse_stats
 
 FORMAT = "dltrace-trace"
-VERSION = 1
+
+#: The format's versions: (version, date, what it added). A field added by version N is
+#: absent from every trace of an earlier version, and optional in later ones where it
+#: does not apply (only sampled layers have replicas, only GPU traces an evidence
+#: class...). Traces written before version 2 existed all say 1, whichever of these
+#: fields they carry: the fields were added under "older traces have none" rules, which
+#: the loader keeps, so every version-1 trace still loads. docs/trace-format.md lists
+#: this history (tests/test_docs.py checks that it does).
+HISTORY: tuple[tuple[int, str, str], ...] = (
+    (1, "2026-11-21", "the format: meta, frames, runs with one tree per layer, sources"),
+    (2, "2026-11-22", "runs[].replicas: a sampled layer's independent samplings"),
+    (3, "2026-11-24", "meta.evidence: the evidence class of a GPU trace"),
+    (4, "2026-11-24", "meta.standin: what reached torch's stand-in device"),
+    (5, "2026-11-24", "meta.recorded_by: the fleet worker that recorded the trace"),
+    (6, "2026-11-24", "meta.collector: which Python-level collector recorded the python layer"),
+)
+VERSION = HISTORY[-1][0]
 
 #: Frame kinds. "root" is the synthetic node a tree hangs from (the probe step);
 #: "python" is framework Python code; "c" a builtin/extension/ctypes function it

@@ -21,18 +21,18 @@ import click
 from click.shell_completion import CompletionItem
 
 from tracer import registry
+from tracer import survey as sv
 from tracer.contract import APIS, DEVICES, LAYERS, PRIMITIVES, Exit
+from tracer.emulation.cpus import MODELS
 from tracer.errors import DltraceError, UsageError
 from tracer.files import describe
 from tracer.registry import RegistryError
 from tracer.render.terminal import STDOUT, message, safe_console, tolerant_streams
 from tracer.runner import stop_all
-from tracer.trace import TraceFormatError
+from tracer.survey import Gap
+from tracer.trace import Trace, TraceFormatError
 
 if TYPE_CHECKING:
-    from tracer.survey import Gap
-    from tracer.trace import Trace
-
     # click types ParamType by the value it converts to since 8.4; setup.cfg accepts
     # click 8.1, whose ParamType is no generic: the subscripts are for mypy only.
     _NamesType = click.ParamType[str | tuple[str, ...]]
@@ -159,8 +159,6 @@ DEVICE_LIST = Names("device", lambda: DEVICES, csv=True)
 
 
 def _cpu_models() -> list[str]:
-    from tracer.emulation.cpus import MODELS
-
     return list(MODELS)
 
 
@@ -224,9 +222,13 @@ def command_line() -> str:
 
 def collect(folders: list[Path]) -> tuple[list[Trace], list[Gap]]:
     """The traces and gaps under ``folders``; each unreadable file is one line, skipped."""
-    from tracer import survey as sv
-
     traces, gaps, problems = sv.collect(folders)
     for p in problems:
         err.print(message("!", "yellow", f"skipped {p}"), highlight=False, soft_wrap=True)
     return traces, gaps
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dltrace")
+def main() -> None:
+    """Trace where deep-learning frameworks choose their CPU or GPU code."""

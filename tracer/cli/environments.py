@@ -7,9 +7,8 @@ from typing import Callable
 import click
 from rich.markup import escape
 
-from tracer import envs, registry
-from tracer.cli import main
-from tracer.cli.common import err, frameworks, out
+from tracer import emulation, envs, registry
+from tracer.cli.common import err, frameworks, main, out
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.errors import DltraceError
 from tracer.render.terminal import message, table_or_records
@@ -84,7 +83,6 @@ def _setup_emulated(fw: registry.Framework, arch: str, force: bool, named: bool,
                 raise DltraceError(f"{name} has no aarch64 build: {spec.unavailable}")
             out.print(message("–", "yellow", f"{name}: no aarch64 environment ({spec.unavailable})"), highlight=False)
             return True
-        from tracer import emulation
 
         with err.status(f"setting up {name} (aarch64, emulated)…"):
             emulation.setup(name, list(spec.requirements), log=log, force=force, sdists=list(spec.sdists),

@@ -5,21 +5,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from tracer.cli import main
-from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, Seconds, collect, command_line,
-                               err, flat, frameworks, out)
+from tracer import fleet
+from tracer import survey as sv
+from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, Seconds, collect, command_line, err,
+                               flat, frameworks, main, out)
+from tracer.derive import survey_evidence
+from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir, write_text
+from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
+from tracer.importers.source import short_name
+from tracer.machine import describe as describe_machine
+from tracer.process.portability import framework_report, survey_reports
+from tracer.process.scorecard import scorecard
+from tracer.render.audit_console import print_audit, print_pass_needs
+from tracer.render.html import write_report
 from tracer.render.terminal import message
 from tracer.runner import DEFAULT_TIMEOUT
-
-if TYPE_CHECKING:  # the annotations only (the commands import tracer.survey when run)
-    from tracer.survey import SurveyEvent
-
+from tracer.survey import SurveyEvent
+from tracer.trace import save
 
 # --------------------------------------------------------------------------- survey / report
 @main.command()
@@ -61,13 +68,14 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
            arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
-    variant, diff the pairs, and write the HTML report to OUTPUT."""
+    variant, diff the pairs, and write the HTML report to OUTPUT; OUTPUT/survey.json
+    records what ran and how long each stage took."""
+    import datetime
     import time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tracer import survey as sv
-
+    start = time.monotonic()
     fws = frameworks()
     prims = list(flat(primitives)) or None
     devs = list(flat(devices))
@@ -80,6 +88,10 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
                   highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
                         arm_all=arm_all)
+    host = describe_machine()
+    record = sv.SurveyRecord(command_line(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                             {k: host[k] for k in ("cpu", "arch", "cores", "python")}, [fw.name for fw in chosen],
+                             len(jobs_list), sum(len(j.cases) for j in jobs_list))
     t0 = time.monotonic()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err) as progress:
@@ -92,17 +104,19 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
             progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
 
         if scheduler:
-            from tracer import fleet
             gaps = fleet.run(jobs_list, output, scheduler, fresh=fresh, timeout=timeout, on_event=on_event)
         else:
             gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
-    out.print(f"probed in {time.monotonic() - t0:.0f} s; {len(gaps)} gaps")
+    record.seconds["probing"] = round(time.monotonic() - t0, 1)
+    out.print(f"probed in {record.seconds['probing']:.0f} s; {len(gaps)} gaps")
+    t1 = time.monotonic()
     if imports:
         def on_file(folder: str, n: int, error: str) -> None:
             text = f"  {folder}: {error}" if error else f"  {folder}: {n} primitives imported"
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
+        record.seconds["imports"] = round(time.monotonic() - t1, 1)
     # each recorded GPU folder with the GPU machine's own CPU path beside it (cpu-default), the
     # baseline its GPU path is set against: the same version on the same machine
     recorded = [(fw.name, f) for fw in chosen for folder in fw.recorded
@@ -112,15 +126,14 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
         err.print(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
                   style="dim", highlight=False, markup=False)
     if derived:
-        from tracer.derive import survey_evidence
-
         def on_done(folder: str, n: int, error: str) -> None:
             text = f"  {folder}: {error}" if error else f"  {folder}: {n} cases' GPU evidence derived"
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         t1 = time.monotonic()
         gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
-        out.print(f"GPU evidence derived in {time.monotonic() - t1:.0f} s")
+        record.seconds["derive"] = round(time.monotonic() - t1, 1)
+        out.print(f"GPU evidence derived in {record.seconds['derive']:.0f} s")
     # what the report reads from outside the survey's folder is kept in it, and named in
     # inputs.json: `dltrace report OUTPUT/traces` then renders the same report
     outside = [(f"{name}-recorded-{folder.parent.name}-{folder.name}", folder) for name, folder in recorded]
@@ -129,7 +142,12 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
                 if not Path(f).resolve().is_relative_to(inside)]
     kept = sv.keep_inputs(outside, output)
     write_text(output / "inputs.json", json.dumps({"kept_in": f"traces/{sv.INPUTS}", "inputs": kept}, indent=1) + "\n")
+    t1 = time.monotonic()
     _render([output / "traces"], output)
+    record.seconds["report"] = round(time.monotonic() - t1, 1)
+    record.seconds["total"] = round(time.monotonic() - start, 1)
+    record.gaps = len(gaps)
+    sv.write_record(output, record)
 
 
 @main.command()
@@ -142,11 +160,6 @@ def report(traces: tuple[Path, ...], output: Path) -> None:
 
 
 def _render(folders: list[Path], output: Path) -> None:
-    from tracer.elf_code import ElfCode
-    from tracer.process.portability import survey_reports
-    from tracer.process.scorecard import scorecard
-    from tracer.render.html import write_report
-
     traces, gaps = collect(folders)
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
@@ -163,9 +176,6 @@ def _render(folders: list[Path], output: Path) -> None:
 def audit(framework: str, folders: tuple[Path, ...]) -> None:
     """The porting audit of FRAMEWORK from its traces: the dispatch points a new
     backend must hook into, and what each primitive needs from it."""
-    from tracer.process.portability import framework_report
-    from tracer.render.audit_console import print_audit, print_pass_needs
-
     traces, gaps = collect(list(folders))
     mine = [t for t in traces if t.info.framework == framework]
     if not mine:
@@ -188,10 +198,6 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
     """Turn GPU profiler files recorded elsewhere into dltrace traces: one trace per
     primitive found, <primitive>-imported.json, its op layer shaped like the CPU probe's
     and the GPU kernels under the ops that launched them."""
-    from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
-    from tracer.importers.source import short_name
-    from tracer.trace import save
-
     fw = importable(framework)  # a framework with no formats is a usage error before anything is written
     names = [short_name(f.name, file_suffixes(fw)) for f in files]
     if len(set(names)) != len(names):
@@ -235,8 +241,6 @@ def worker(address: str, nthreads: int, name: str | None, only: tuple[tuple[str,
     """Serve the Dask scheduler at ADDRESS (tcp://HOST:PORT) as a survey worker, declaring
     this machine's architecture, GPUs, ready framework environments and emulated CPUs;
     the options narrow that, so that two workers on one machine can differ."""
-    from tracer import fleet
-
     fws = frameworks()
     names = flat(only)
     fleet.start_worker(address, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,

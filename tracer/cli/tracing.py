@@ -6,16 +6,23 @@ from pathlib import Path
 
 import click
 
-from tracer.cli import main
 from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, Seconds, Shape,
-                               command_line, err, flat, frameworks, layers_in_order, out)
+                               command_line, err, flat, frameworks, layers_in_order, main, out)
 from tracer.contract import LAYERS, PASSES, PHASES
+from tracer.derive import derive as run_derive
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
+from tracer.process.candidates import find_candidates
+from tracer.process.diff import DiffError, describe, diff_traces
+from tracer.process.ran_kernels import split_kernels
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.render import EXPORTS
-from tracer.render.terminal import STDOUT, TerminalSafe
+from tracer.render.console import print_trace
+from tracer.render.diff_console import print_candidates, print_diff
+from tracer.render.export import select_trees
+from tracer.render.terminal import STDOUT, TerminalSafe, safe
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
+from tracer.trace import load, save
 
 
 # --------------------------------------------------------------------------- probe
@@ -68,8 +75,6 @@ def probe(framework: str, primitive: str, device: str, variant: str, pass_: str,
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
         trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu or "")
-    from tracer.render.console import print_trace
-    from tracer.trace import save
 
     print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes)
     if output:
@@ -95,11 +100,6 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
     branches on the device or backend that could split it (candidate split points)."""
     import json
 
-    from tracer.process.candidates import find_candidates
-    from tracer.process.diff import DiffError, diff_traces
-    from tracer.render.diff_console import print_candidates, print_diff
-    from tracer.trace import load
-
     a = load(trace_a)
     wanted = layers_in_order(layers)
     if trace_b is None:
@@ -113,13 +113,10 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
             STDOUT.write(json.dumps({"mode": "candidates", "trace": trace_a, "pass": pass_, "phase": phase,
                                      "candidates": [c.to_json() for c in candidates]}, indent=2) + "\n")
         else:
-            from tracer.process.diff import describe
-
             print_candidates(candidates, out, describe(a), pass_, phase)
         return
     b = load(trace_b)
     result = diff_traces(a, b, pass_, phase, wanted, threshold, force)
-    from tracer.process.ran_kernels import split_kernels
 
     ran = split_kernels(a, b, pass_)  # the framework's own kernels only one side ran
     if as_json:
@@ -128,8 +125,6 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
     else:
         print_diff(result, out, (trace_a, trace_b))
         if ran[0] or ran[1]:
-            from tracer.render.terminal import safe
-
             out.print(safe(f"what the framework ran: A {', '.join(ran[0]) or '—'} · B {', '.join(ran[1]) or '—'}"),
                       markup=False, highlight=False)
 
@@ -148,9 +143,6 @@ def export(trace_file: str, fmt: str, output: Path | None, layers: tuple[tuple[s
            phase: str) -> None:
     """Write TRACE's call trees in a format other tools read: native layers as samples,
     python and op layers weighted by time (nanoseconds) or, without times, by calls."""
-    from tracer.render.export import select_trees
-    from tracer.trace import load
-
     trace = load(trace_file)
     wanted = flat(layers) or LAYERS
     trees = select_trees(trace, wanted, PASSES if pass_ == "both" else (pass_,), phase)
@@ -183,8 +175,6 @@ def derive(framework: str, primitives: tuple[str, ...], api: str | None, out_dir
     build's kernel registry (tensorflow, torch: registered), JAX's lowering for cuda and
     rocm (lowered), Chainer's forward_gpu source (source). Each trace says device gpu,
     its evidence class and what was read."""
-    from tracer.derive import derive as run_derive
-
     fws = frameworks()
     fw = check(fws, framework, None, "cpu", None, api)
     if not fw.gpu_evidence:

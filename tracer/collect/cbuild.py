@@ -1,4 +1,6 @@
-"""Builds and loads the C core of the Python-level collector (``_ctrace.c``).
+"""Builds and loads the C core of the Python-level collector (the C sources in
+``tracer/collect/ctrace/``, one extension module ``_ctrace``; ``ctrace.h`` there says
+which file does what, ``_ctrace.pyi`` beside this module types it).
 
 The core must be compiled for each interpreter that runs a probe: the framework
 environments' (all CPython 3.11 here, possibly from different builds) or one given
@@ -6,8 +8,9 @@ with ``dltrace env use`` (a GPU machine's CPython 3.12, say: from 3.12 on, the c
 takes its events from sys.monitoring). So it is built with that interpreter's own compiler
 settings and headers (sysconfig), standard library only, into a cache shared by
 every environment: ``$DLTRACE_HOME/ext/_ctrace-SOURCEHASH-VERSION.EXT_SUFFIX``. The
-name changes with the source, the exact Python version and the ABI (EXT_SUFFIX
-names the platform), so an interpreter never loads a build made for another one.
+name changes with any source file (the hash covers every file of the folder, names
+and contents), the exact Python version and the ABI (EXT_SUFFIX names the platform),
+so an interpreter never loads a build made for another one or for older sources.
 
 ``dltrace env setup`` builds it for each environment (``python -m
 tracer.collect.cbuild``); a probe builds it on first use where it is missing. Where
@@ -18,6 +21,7 @@ it cannot be built (no compiler, no headers, an emulated aarch64 guest) or loade
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -33,7 +37,10 @@ from types import ModuleType
 
 from tracer.contract import Exit
 
-SOURCE = Path(__file__).with_name("_ctrace.c")
+#: The C core's sources: every ``*.c`` there is compiled, with the headers beside them.
+SOURCES = Path(__file__).with_name("ctrace")
+#: The module's name: the stub ``_ctrace.pyi`` beside this file types it as such.
+MODULE = "tracer.collect._ctrace"
 #: The compiler's diagnostics kept in a failure's reason, at most.
 _REASON_CHARS = 300
 _BUILD_TIMEOUT_S = 180
@@ -51,10 +58,26 @@ def home() -> Path:
 
 def target() -> Path:
     """Where this interpreter's build of the current source lives."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = _digest()
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     version = ".".join(map(str, sys.version_info[:3]))
     return home() / "ext" / f"_ctrace-{digest}-py{version}{suffix}"
+
+
+def _files() -> list[Path]:
+    """The source folder's files (not its subfolders), in a fixed order."""
+    try:
+        return sorted(p for p in SOURCES.iterdir() if p.is_file())
+    except OSError as exc:
+        raise Unavailable(f"cannot read the C sources in {SOURCES}: {exc.strerror or exc}") from None
+
+
+def _digest() -> str:
+    """A hash of every source file's name and contents: a changed header rebuilds too."""
+    h = hashlib.sha256()
+    for path in _files():
+        h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:12]
 
 
 def _supported() -> None:
@@ -83,26 +106,43 @@ def build(force: bool = False) -> Path:
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").exists():
         raise Unavailable(f"no Python headers (Python.h) in {include}")
+    sources = [str(p) for p in _files() if p.suffix == ".c"]
+    if not sources:
+        raise Unavailable(f"no C sources in {SOURCES}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".ctrace-", suffix=".so", dir=out.parent)
         os.close(fd)
     except OSError as exc:
         raise Unavailable(f"cannot write to {out.parent}: {exc.strerror or exc}") from None
-    cmd = [*cc, "-shared", "-fPIC", "-O2", "-fno-strict-aliasing", "-fwrapv", "-I", include,
-           str(SOURCE), "-o", tmp]
+    # only PyInit__ctrace is exported (PyMODINIT_FUNC): the files' shared functions stay inside
+    cmd = [*cc, "-shared", "-fPIC", "-O2", "-fno-strict-aliasing", "-fwrapv", "-fvisibility=hidden", "-I", include,
+           "-I", str(SOURCES), *sources, "-o", tmp]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=_BUILD_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        os.unlink(tmp)
+        _discard(tmp)
         raise Unavailable(f"the C compiler did not run: {exc}") from None
     if proc.returncode != 0:
-        os.unlink(tmp)
+        _discard(tmp)
         errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.strip().splitlines()[-1:]
-        raise Unavailable(f"compiling {SOURCE.name} failed: {' | '.join(errors)[:_REASON_CHARS]}")
-    os.replace(tmp, out)
+        raise Unavailable(f"compiling {SOURCES.name}/ failed (into {out.parent}): "
+                          f"{' | '.join(errors)[:_REASON_CHARS]}")
+    try:
+        os.replace(tmp, out)
+    except OSError as exc:
+        _discard(tmp)
+        raise Unavailable(f"cannot write {out}: {exc.strerror or exc}") from None
     return out
+
+
+def _discard(tmp: str) -> None:
+    """A failed build's temporary file, removed if it can be: a full disk or a folder
+    gone read-only must still end in :class:`Unavailable` (the probe falls back to the
+    Python collector), not in an OSError of the clean-up."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
 
 
 def load(build_missing: bool = True) -> ModuleType:
@@ -114,8 +154,8 @@ def load(build_missing: bool = True) -> ModuleType:
         if not build_missing:
             raise Unavailable(f"not built for this interpreter ({path.name}); dltrace env setup builds it")
         path = build()
-    loader = importlib.machinery.ExtensionFileLoader("_ctrace", str(path))
-    spec = importlib.util.spec_from_file_location("_ctrace", str(path), loader=loader)
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
     if spec is None:
         raise Unavailable(f"cannot load {path}")
     try:

@@ -1,4 +1,4 @@
-"""The Python-level collector with its per-event work in C (``_ctrace.c``).
+"""The Python-level collector with its per-event work in C (tracer/collect/ctrace/).
 
 A :class:`CTracer` is a :class:`~tracer.collect.pytrace.PythonTracer` whose
 ``record`` runs the C core: the decisions stay PythonTracer's (which code is the
@@ -11,17 +11,27 @@ trace's ``meta.collector``. One difference in where a line comes from: a framewo
 function passed itself as ``fn`` is called by the collector's own code, so its
 calling line is a line of pytrace.py there and of this module here (the harness
 passes the probe's steps, never framework functions).
+
+Beside other tools: one recording at a time, per thread on 3.11 (profile functions
+are per thread), per process on 3.12+ (sys.monitoring's events are the process's);
+a recording started inside another is refused with a RuntimeError, not allowed to
+cut the outer tree short. Another tool's profile and trace functions (coverage.py,
+a debugger) miss the recording's events and are there again after it. Code objects
+and the classes of C methods are not kept: the core's cache entry of one leaves with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-from types import ModuleType
-from typing import Any, Callable, Iterable
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from tracer.collect.pytrace import PythonTracer
+from tracer.collect.pytrace import PythonTracer, _Kind
 from tracer.trace import Frame, Node
+
+if TYPE_CHECKING:  # the module itself is built and loaded at run time (tracer/collect/cbuild.py)
+    from tracer.collect._ctrace import Core, _How
 
 
 class CTracer(PythonTracer):
@@ -31,8 +41,9 @@ class CTracer(PythonTracer):
     def __init__(self, module: ModuleType, roots: Iterable[str], root_name: str = "probe"):
         super().__init__(roots, root_name)
         self.collector = {"python": "c"}
-        self._core = module.Core(Node, _node_fields())
-        self._roots: dict[str | None, Any] = {}  # label -> the root's kind (a Frame costs µs to make)
+        core_type: type[Core[Node]] = module.Core
+        self._core = core_type(Node, _node_fields())
+        self._roots: dict[str | None, _Kind] = {}  # label -> the root's kind (a Frame costs µs to make)
 
     def record(self, fn: Callable[[], Any], label: str | None = None) -> tuple[Node, Any]:
         """Call ``fn()`` under the C hooks; return (call tree, fn's result). The
@@ -44,12 +55,33 @@ class CTracer(PythonTracer):
         gc.disable()
         try:  # not a generator-based context manager: its exit allocates after gc.enable(),
             # starting a collection while the new tree is alive (60 µs a step on chainer's relu)
-            # the C core is untyped: its result is (the call tree, fn's result)
-            result: tuple[Node, Any] = self._core.record(fn, root, self._classify_code, self._classify_c, self._ctypes)
-            return result
+            return self._core.record(fn, root, self._classify_new_code, self._classify_new_c)
         finally:
             if gc_was_enabled:
                 gc.enable()
+
+
+    def _classify_new_code(self, frame: FrameType) -> tuple[_Kind, _How] | None:
+        """PythonTracer's classification of a code object the core has not seen, as the
+        core caches it: where the code calls ctypes, the calls themselves. The core keeps
+        its answer for as long as the code object lives; PythonTracer's own caches by
+        id(code), and the code objects it keeps alive for them, would only grow."""
+        hit = self._classify_code(frame)
+        key = id(frame.f_code)
+        self._code.pop(key, None)
+        self._alive.clear()
+        calls = self._ctypes.pop(key, None)
+        if hit is not None and hit[1] == "ctypes" and calls is not None:
+            return hit[0], calls
+        return hit
+
+    def _classify_new_c(self, fn: Any) -> tuple[_Kind | None, _Kind | None]:
+        """PythonTracer's classification of a C function the core has not seen; the core
+        keeps its answer for as long as the function's owner (a class, a module) lives,
+        PythonTracer's own cache would keep every class whose methods ran."""
+        hit = self._classify_c(fn)
+        self._cfn.clear()
+        return hit
 
 
 #: Node's fields, in the order of its generated __init__, as the C core sets them.

@@ -28,6 +28,7 @@ from tracer import __version__, machine
 from tracer.collect import library, sampler
 from tracer.collect.attribution import merge_stats, merge_trees
 from tracer.collect.collector import CollectorError, python_tracer
+from tracer.collect.gpu_evidence import derive_case
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
@@ -374,8 +375,6 @@ def main(argv: list[str]) -> int:
 def _gpu_evidence(req: ProbeRequest, probe: Probe, version: str) -> int:
     """A ``gpu-evidence`` request: each case's derived GPU evidence (see
     tracer.collect.gpu_evidence), run on this machine's CPU."""
-    from tracer.collect.gpu_evidence import derive_case
-
     if not isinstance(probe, GpuEvidence):
         print(f"{req.probe} derives no GPU evidence: it lacks gpu_evidence() (tracer.contract.GpuEvidence)",
               file=sys.stderr)

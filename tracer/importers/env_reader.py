@@ -30,7 +30,7 @@ def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: f
     last stderr line. It gets the package alone on its path, as probes do, never this
     process's site-packages."""
     from tracer import envs, registry
-    from tracer.runner import code_path
+    from tracer.paths import code_path
 
     if not reader:
         raise ImportFailed(f"{path}: {what}: frameworks.yaml names none for {framework} (profile_vocab's reader)")

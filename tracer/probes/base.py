@@ -32,7 +32,7 @@ from tracer.trace import Frame, Node
 #: re-export an imported name otherwise).
 __all__ = [
     "BN_EPS", "BN_MOMENTUM", "CONV_K", "CONV_OUT", "DENSE_OUT", "POOL_K", "output_shape",
-    "Case", "ProbeError", "array", "conv_weight", "dense_weight", "bias", "nhwc", "check_shape",
+    "Case", "ProbeError", "array", "conv_weight", "dense_weight", "bias", "nhwc", "check_shape", "dtype",
     "OpEvent", "OpRecord", "op_node", "merge_siblings", "nest",
 ]
 
@@ -65,6 +65,19 @@ class Case:
 
 class ProbeError(Exception):
     """The probe cannot run this case (e.g. an API level the framework lacks)."""
+
+
+def dtype() -> str:
+    """The element type a probe computes in: float32, or the reduced precision a
+    variant asks for (``DLTRACE_DTYPE``: bfloat16, float16), so that the report shows
+    which kernels a reduced-precision path reaches. The data are the same float32 values,
+    rounded by the framework's own cast."""
+    import os
+
+    name = os.environ.get(contract.DTYPE_ENV, "float32")
+    if name not in contract.DTYPES:
+        raise ProbeError(f"{contract.DTYPE_ENV}={name!r} is not one of {', '.join(contract.DTYPES)}")
+    return name
 
 
 def array(shape: tuple[int, ...], seed: int = 0) -> "np.ndarray":

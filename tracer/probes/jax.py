@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import re
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 # The CUDA plugin (the GPU build's environment, jax-gpu-build) refuses to initialise
@@ -117,8 +118,9 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     except RuntimeError as exc:
         raise base.ProbeError(f"jax has no {device!r} device: {exc}") from exc
     f = jax.jit(_FUNCS[primitive])
-    args = [jax.device_put(a, dev) for a in (base.array(shape), *_params(primitive, shape))]
-    ones = jax.device_put(np.ones(base.output_shape(primitive, shape), np.float32), dev)
+    dtype = jnp.dtype(base.dtype())
+    args = [jax.device_put(jnp.asarray(a, dtype), dev) for a in (base.array(shape), *_params(primitive, shape))]
+    ones = jax.device_put(jnp.ones(base.output_shape(primitive, shape), dtype), dev)
     jax.block_until_ready((args, ones))
     last: list[jax.Array | None] = [None]  # what sync waits for: the latest output or gradients
 
@@ -137,7 +139,8 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         if last[0] is not None:
             jax.block_until_ready(last[0])
 
-    info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF"}
+    info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF",
+            "dtype": base.dtype()}
     private = {"f": f, "args": args, "ones": ones, "device": dev}
     return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
 
@@ -191,21 +194,44 @@ def _hlo_opcode(instr: str) -> tuple[str, str]:
     return opcode, calls
 
 
-def _hlo_nodes(text: str) -> list[Node]:
-    """The instructions XLA compiled, by opcode, fusions with what they fuse."""
+def _hlo_primitive(instr: str) -> str:
+    """The jaxpr primitive an HLO instruction came from, by the op_name XLA keeps in its
+    metadata ("jit(f)/transpose(jvp(conv_general_dilated))" -> conv_general_dilated); ""
+    where it has none."""
+    m = re.search(r'op_name="([^"]*)"', instr)
+    if not m:
+        return ""
+    last = m.group(1).rsplit("/", 1)[-1]
+    while "(" in last and last.endswith(")"):  # transpose(jvp(...)): the primitive inside
+        last = last[last.index("(") + 1 : -1]
+    return last
+
+
+def _hlo_nodes(text: str, primitives: frozenset[str] | None = None) -> list[Node]:
+    """The instructions XLA compiled, by opcode, fusions with what they fuse; given the
+    jaxpr's ``primitives``, each under an op node of the primitive it came from (an
+    instruction XLA made for an argument, a layout change of the cotangent, under
+    "(the program's arguments)")."""
     comps, entry = _hlo_computations(text)
 
-    def nodes(comp: str, depth: int) -> list[Node]:
+    def nodes(comp: str, depth: int) -> list[tuple[str, Node]]:
         out = []
         for instr in comps.get(comp, []):
             opcode, calls = _hlo_opcode(instr)
             if opcode in _HLO_STRUCTURAL:
                 continue
-            kids = nodes(calls, depth + 1) if calls and depth < 4 else []
-            out.append(base.op_node(opcode, "xla", "XLA", children=kids))
+            kids = [n for _, n in nodes(calls, depth + 1)] if calls and depth < 4 else []
+            # an instruction of the entry computation is a kernel, in the library it calls
+            # (cuDNN for __cudnn$convForward); what a fusion fused is no kernel of its own
+            out.append((_hlo_primitive(instr),
+                        base.op_node(opcode, "xla", _hlo_lib(opcode) if depth == 0 else "", children=kids)))
         return out
 
-    return base.merge_siblings(nodes(entry, 0))
+    top = nodes(entry, 0)
+    if primitives is None:
+        return base.merge_siblings([n for _, n in top])
+    return base.merge_siblings([base.op_node(prim if prim in primitives else "(the program's arguments)", "jax",
+                                             children=[n]) for prim, n in top])
 
 
 def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
@@ -223,22 +249,42 @@ def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
     return base.merge_siblings(out)
 
 
-def _pass_function(case: base.Case, pass_: str) -> tuple[Callable[..., Any], Sequence[jax.Array]]:
-    """(function, arguments) of a pass as JAX traces it: the jitted primitive forward,
-    the pullback of ``jax.vjp`` backward."""
+def _pass_function(case: base.Case, pass_: str) -> tuple[Callable[..., Any], Sequence[Any]]:
+    """(function, arguments) of the program a pass runs: forward is ``jax.vjp``'s forward
+    (the primal and the residuals the pullback keeps), backward the pullback with those
+    residuals as parameters. Jitting the pullback itself would close over the residuals
+    as constants, and XLA would fold them: for conv2d it compiles a forward convolution
+    where the step runs cuDNN's backward-data and backward-filter calls."""
     p = case.private
+    f, args = p["f"], p["args"]
     if pass_ == "forward":
-        return p["f"], p["args"]
-    _, pullback = jax.vjp(p["f"], *p["args"])
-    return pullback, (p["ones"],)
+        def vjp_forward(*a: jax.Array) -> tuple[jax.Array, list[jax.Array]]:
+            y, pullback = jax.vjp(f, *a)
+            # an input or output the pullback keeps as it is (conv2d's x and w, tanh's y) is
+            # forwarded around the program, not through it: returning it again would add a
+            # copy the step never runs
+            kept = [*a, *jax.tree_util.tree_leaves(y)]
+            res: list[jax.Array] = []
+            for r in jax.tree_util.tree_leaves(pullback):
+                if not any(r is k for k in kept):
+                    kept.append(r)
+                    res.append(r)
+            return y, res
+        return vjp_forward, tuple(args)
+    _, pullback = jax.vjp(f, *args)
+    residuals, tree = jax.tree_util.tree_flatten(pullback)
+
+    def vjp_backward(res: list[jax.Array], ct: jax.Array) -> Any:
+        return jax.tree_util.tree_unflatten(tree, res)(ct)
+    return vjp_backward, (residuals, p["ones"])
 
 
 def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """JAX's own view, which is static: the primitives of the step's jaxpr, then the
     platform it is lowered for and the HLO instructions XLA compiled (convolution,
-    fusion(kLoop) > transpose...). Forward is the jitted primitive, backward the
-    pullback of ``jax.vjp``, each jitted and compiled as a whole here (``run`` is not
-    needed: nothing is learnt from running it again)."""
+    fusion(kLoop) > transpose...), each with how often the program runs it. The
+    program is the one the pass runs (:func:`_pass_function`), compiled here as a whole
+    (``run`` is not needed: nothing is learnt from running it again)."""
     target, targs = _pass_function(case, pass_)
     closed = jax.make_jaxpr(target)(*targs)
     ops = _jaxpr_nodes(closed.jaxpr)
@@ -293,7 +339,6 @@ def _rules(prim: Primitive) -> dict[str, str]:
 def _stablehlo_ops(eqn: JaxprEqn, platform: str) -> list[str]:
     """The StableHLO (and CHLO) ops one equation lowers to for ``platform``, in order,
     custom calls with their target: the equation alone, lowered on this machine."""
-    import re
 
     avals = [v.aval for v in eqn.invars]
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
@@ -328,37 +373,40 @@ device_description_str: "NVIDIA H100 80GB HBM3"
 
 
 def _hlo_lib(opcode: str) -> str:
-    """The library a compiled GPU HLO instruction runs in."""
+    """The library a compiled HLO instruction runs in: a custom call names the library
+    XLA hands it to, anything else is XLA's own code."""
     if "cudnn" in opcode:
         return "cuDNN"
     if "cublas" in opcode:
         return "cuBLAS"
     if "triton" in opcode:
         return "Triton"
+    if "onednn" in opcode:
+        return "oneDNN"
     return "XLA"
 
 
 def _as_doc(node: Node) -> dict[str, Any]:
-    return {"name": node.frame.name, "module": "xla.cuda", "lib": _hlo_lib(node.frame.name),
+    """A compiled program's node as the derived trace's plain dict: a jaxpr primitive
+    (module jax) with the instructions it became (module xla.cuda), with their counts."""
+    module = node.frame.module if node.frame.module == "jax" else "xla.cuda"
+    return {"name": node.frame.name, "module": module, "lib": node.frame.lib, "count": node.count,
             "children": [_as_doc(c) for c in node.children]}
 
 
 def _compiled_for_cuda(case: base.Case, pass_: str) -> list[dict[str, Any]]:
-    """The step compiled by XLA's CUDA compiler here, deviceless, for the H100 target
-    (the CUDA plugin's topology description): its top-level HLO instructions."""
+    """The program the pass runs (:func:`_pass_function`) compiled by XLA's CUDA compiler
+    here, deviceless, for the H100 target (the CUDA plugin's topology description): its
+    top-level HLO instructions, each with how often the program runs it."""
     from jax.experimental import topologies
 
     topo = topologies.get_topology_desc("dltrace", "cuda", target_config=_H100_TARGET, topology="1x1x1")
     sharding = jax.sharding.SingleDeviceSharding(topo.devices[0])
-    p = case.private
-    f, args, ones = p["f"], p["args"], p["ones"]
-    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in (*args, ones)]
-    if pass_ == "forward":
-        fn, targs = f, structs[:-1]
-    else:
-        fn, targs = (lambda *a: jax.vjp(f, *a[:-1])[1](a[-1])), structs
-    text = jax.jit(fn).trace(*targs).lower().compile().as_text()
-    return [_as_doc(n) for n in _hlo_nodes(text)]
+    target, targs = _pass_function(case, pass_)
+    structs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), targs)
+    text = jax.jit(target).trace(*structs).lower().compile().as_text()
+    prims = frozenset(e.primitive.name for e in _leaf_eqns(jax.make_jaxpr(target)(*targs).jaxpr))
+    return [_as_doc(n) for n in _hlo_nodes(text, prims)]
 
 
 def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
@@ -394,10 +442,12 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
     if importlib.util.find_spec("jax_plugins") and importlib.util.find_spec("jax_plugins.xla_cuda12"):
         try:
             cuda_hlo = _compiled_for_cuda(case, pass_)
-            ops.append({"name": "XLA:cuda (compiled deviceless, H100 target)", "module": "xla", "lib": "XLA",
+            # the program: no library of its own (each instruction under its primitive is a kernel)
+            ops.append({"name": "XLA:cuda (compiled deviceless, H100 target)", "module": "xla",
                         "children": cuda_hlo})
+            chose = [h["name"] for p in cuda_hlo for h in p["children"]]
             needs["XLA:cuda (compiled deviceless, H100 target)"] = {
-                "must": False, "free": "what XLA's CUDA compiler chose: " + ", ".join(h["name"] for h in cuda_hlo)}
+                "must": False, "free": "what XLA's CUDA compiler chose: " + ", ".join(dict.fromkeys(chose))}
             evidence = "compiled"
         except Exception as exc:  # noqa: BLE001 - the lowering stands without it; the trace says why
             info[f"compile_error_{pass_}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tracer.contract import CANDIDATE_MODULE
 from tracer.probes import base
+
+if TYPE_CHECKING:
+    from tracer.trace import Node
 
 
 def gpu_available() -> bool:
@@ -31,7 +35,8 @@ def device_info(device: str) -> dict[str, str]:
 def _functional(primitive: str, x: torch.Tensor,
                 dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
     c = x.shape[1] if x.dim() > 1 else 1
-    param: Callable[[Any], torch.Tensor] = lambda a: torch.tensor(a, device=dev, requires_grad=True)  # noqa: E731
+    param: Callable[[Any], torch.Tensor] = lambda a: torch.tensor(  # noqa: E731
+        a, device=dev, dtype=x.dtype, requires_grad=True)
     if primitive == "dense":
         w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
         return (lambda: F.linear(x, w, b)), [w, b]
@@ -52,7 +57,7 @@ def _functional(primitive: str, x: torch.Tensor,
         return (lambda: F.avg_pool2d(x, base.POOL_K)), []
     if primitive == "batchnorm":
         g, b = param(base.array((c,), 3) * 0.1 + 1), param(base.bias(c))
-        mean, var = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+        mean, var = torch.zeros(c, device=dev, dtype=x.dtype), torch.ones(c, device=dev, dtype=x.dtype)
         return (lambda: F.batch_norm(x, mean, var, g, b, training=True)), [g, b]
     raise base.ProbeError(f"unknown primitive {primitive}")
 
@@ -82,7 +87,7 @@ def _layer(primitive: str, x: torch.Tensor,
     with torch.no_grad():
         for name, value in weights.items():
             getattr(m, name).copy_(torch.from_numpy(value))
-    m = m.to(dev).train()
+    m = m.to(dev, x.dtype).train()
     return (lambda: m(x)), list(m.parameters())
 
 
@@ -111,9 +116,10 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         from tracer.probes import torch_standin
 
         torch_standin.RECORDER.start()
-    x = torch.tensor(base.array(shape), device=dev, requires_grad=True)
+    dtype = getattr(torch, base.dtype())
+    x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
     run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
-    grad = torch.ones(base.output_shape(primitive, shape), device=dev)
+    grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
     leaves = [x, *params]
     setup = torch_standin.RECORDER.stop() if device == STANDIN else []
 
@@ -123,7 +129,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         y.backward(grad)
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else base._noop
-    info = {"device_type": dev.type, "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
+    info = {"device_type": dev.type, "dtype": base.dtype(), "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
             "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
             # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
@@ -204,7 +210,9 @@ def _native_functions() -> dict[str, dict[str, Any]]:
             for key in str(keys).split(","):
                 dispatch[key.strip()] = str(kernel)
         out[name] = {"dispatch": dispatch,
-                     **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {})}
+                     **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {}),
+                     # no device guard: the op only changes a tensor's metadata (a view), no kernel runs
+                     **({"metadata_only": True} if e.get("device_guard") is False else {})}
     return out
 
 
@@ -224,7 +232,8 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
         except RuntimeError:  # a name the profiler records that is no operator
             continue
         entry = declared.get(op[len("aten::"):], {})
-        row = {"kernels": kernels, "new_backend": new_backend, "declared": entry.get("dispatch", {})}
+        row = {"kernels": kernels, "new_backend": new_backend, "declared": entry.get("dispatch", {}),
+               **({"metadata_only": True} if entry.get("metadata_only") else {})}
         if "delegate" in entry:
             row["delegate"] = entry["delegate"]
             row["delegate_declared"] = declared.get(entry["delegate"], {}).get("dispatch", {})
@@ -235,6 +244,11 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- GPU evidence: registered
 
+#: torch's own CUDA kernels' library tag (frameworks.yaml: torch's gpu_kernels tag), the
+#: same in the registered reading as in a recorded or imported run
+_OWN_CUDA = "PyTorch CUDA kernels"
+
+
 #: at::native::_convolution's run-time choice (ConvBackend, from _select_conv_backend in
 #: ATen's Convolution.cpp) -> the op it calls; convolution_backward switches on the same
 #: enum. None of it is in native_functions.yaml: _convolution is a composite kernel.
@@ -243,9 +257,9 @@ _CONV_BACKENDS = {
     "Miopen": ("aten::miopen_convolution", "MIOpen"),
     "MiopenDepthwise": ("aten::miopen_depthwise_convolution", "MIOpen"),
     "MiopenTranspose": ("aten::miopen_convolution_transpose", "MIOpen"),
-    "CudaDepthwise2d": ("aten::_conv_depthwise2d", "ATen CUDA"),
-    "SlowDilated2d": ("aten::slow_conv_dilated2d", "ATen CUDA"),
-    "Slow2d": ("aten::thnn_conv2d", "ATen CUDA"), "Overrideable": ("aten::convolution_overrideable", "new backend"),
+    "CudaDepthwise2d": ("aten::_conv_depthwise2d", _OWN_CUDA),
+    "SlowDilated2d": ("aten::slow_conv_dilated2d", _OWN_CUDA),
+    "Slow2d": ("aten::thnn_conv2d", _OWN_CUDA), "Overrideable": ("aten::convolution_overrideable", "new backend"),
 }
 
 
@@ -263,7 +277,7 @@ def _cuda_lib(kernel: str) -> str:
         return "MIOpen"
     if any(k in low for k in ("addmm", "mm_out", "bmm", "gemm")):
         return "cuBLAS"
-    return "ATen CUDA"
+    return _OWN_CUDA
 
 
 #: convolution_backward's call for each ConvBackend (its *_backward_stub or op).
@@ -294,35 +308,127 @@ def _conv_choice(op: str) -> list[dict[str, str]]:
     return kids
 
 
+#: The run-time library choices torch makes inside a composite kernel, which no dispatch
+#: table holds, as it resolves them by default on an NVIDIA GPU (cuDNN built in and
+#: ``torch.backends.cudnn.enabled``, the default): CPU op reached -> (what runs instead,
+#: its library, the rule, the other candidates with where each is taken). From ATen's
+#: Convolution.cpp (_select_conv_backend) and Normalization.cpp (_batch_norm_impl_index:
+#: 1 cuDNN, 2 MIOpen, 0 native); the probe's convolution is 2-d, groups 1, not transposed,
+#: float32, and its batch norm has weight, bias and a batch under cuDNN's limits.
+_CUDNN_RULE_CONV = ("_select_conv_backend on a CUDA tensor with cuDNN enabled (the default), groups 1, "
+                    "not transposed: ConvBackend.Cudnn")
+_CUDNN_RULE_BN = ("_batch_norm_impl_index on a CUDA tensor with cuDNN enabled (the default), float32, "
+                  "weight and bias given, eps >= cuDNN's minimum: impl index 1, cuDNN")
+
+
+def _conv_candidates(op: str) -> list[dict[str, str]]:
+    """The ConvBackends _select_conv_backend did not take on an NVIDIA GPU, each with the op it calls."""
+    return [{"name": c["name"], "module": CANDIDATE_MODULE} for c in _conv_choice(op)
+            if not c["name"].startswith("ConvBackend.Cudnn ")]
+
+
+def _runtime_choice(op: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """A CPU op at which torch chooses a library at run time, as the CUDA build runs it on
+    an NVIDIA GPU: (the op, its children: the op the choice takes with its CUDA kernel
+    tagged with the library, what the choice adds, then the candidates not taken,
+    untagged: never a kernel); None for any other op."""
+    declared = _native_functions()
+
+    def cuda(name: str) -> str:
+        entry = declared.get(name, {})
+        if "delegate" in entry:
+            entry = declared.get(entry["delegate"], {})
+        # an op whose CUDA code torchgen generates from a ufunc inner loop declares no kernel name
+        return str(entry.get("dispatch", {}).get("CUDA", "ATen's generated ufunc kernel"))
+
+    def kernel(name: str, lib: str, why: str) -> dict[str, Any]:
+        return {"name": f"CUDA: {cuda(name)}", "module": why, "lib": lib}
+
+    def others(kids: list[dict[str, str]]) -> dict[str, Any]:
+        return {"name": "other candidates", "module": CANDIDATE_MODULE + "s", "children": kids}
+
+    conv = "at::native::_select_conv_backend"
+    if op == "aten::_convolution":
+        return op, [{"name": "aten::cudnn_convolution", "module": "aten",
+                     "children": [kernel("cudnn_convolution", "cuDNN", conv)]},
+                    {"name": "aten::add_", "module": "aten",  # the bias: cuDNN's convolution takes none
+                     "children": [kernel("add_.Tensor", _OWN_CUDA, "at::native::_convolution")]},
+                    others(_conv_candidates(op))]
+    if op == "aten::convolution_backward":
+        return op, [{"name": "ConvBackend.Cudnn -> cudnn_convolution_backward_stub (grad input, grad weight)",
+                     "module": conv, "lib": "cuDNN"},
+                    {"name": "aten::sum", "module": "aten",  # grad bias, computed outside cuDNN
+                     "children": [kernel("sum.IntList_out", _OWN_CUDA, "at::native::convolution_backward")]},
+                    others(_conv_candidates(op))]
+    bn = "at::native::_batch_norm_impl_index"
+    if op == "aten::_batch_norm_impl_index":
+        return op, [{"name": "aten::cudnn_batch_norm", "module": "aten",
+                     "children": [kernel("cudnn_batch_norm", "cuDNN", bn)]},
+                    others([{"name": f"impl index 0 -> aten::native_batch_norm (CUDA: {cuda('native_batch_norm')}; "
+                                     "where cuDNN's conditions fail)", "module": CANDIDATE_MODULE},
+                            {"name": f"impl index 2 -> aten::miopen_batch_norm (CUDA: {cuda('miopen_batch_norm')}; "
+                                     "on ROCm)", "module": CANDIDATE_MODULE}])]
+    if op == "aten::native_batch_norm_backward":  # the backward of the op the forward chose
+        return "aten::cudnn_batch_norm_backward", [
+            kernel("cudnn_batch_norm_backward", "cuDNN", bn),
+            others([{"name": f"impl index 0 -> aten::native_batch_norm_backward "
+                             f"(CUDA: {cuda('native_batch_norm_backward')}; where cuDNN's conditions fail)",
+                     "module": CANDIDATE_MODULE},
+                    {"name": f"impl index 2 -> aten::miopen_batch_norm_backward "
+                             f"(CUDA: {cuda('miopen_batch_norm_backward')}; on ROCm)", "module": CANDIDATE_MODULE}])]
+    return None
+
+
+def _registered_tree(node: Node, table: dict[str, Any]) -> dict[str, Any] | None:
+    """One CPU op of the step as the CUDA build would run it: a run-time library choice
+    resolved for an NVIDIA GPU, an op with a CUDA kernel of its own (what the CPU kernel
+    called beneath it is not reached), a composite op with the ops it runs beneath it
+    (as on the CPU, so that the paths part only where the device decides)."""
+    op = node.frame.name
+    row = table.get(op)
+    if row is None:  # the autograd engine's and Python's records around the ops: kept, so the trees align
+        kids = [k for c in node.children if (k := _registered_tree(c, table)) is not None]
+        return {"name": op, "module": node.frame.module, "children": kids} if kids else None
+    choice = _runtime_choice(op)
+    if choice is not None:
+        return {"name": choice[0], "module": "aten", "children": choice[1]}
+    declared = row.get("delegate_declared") if row.get("delegate") else row.get("declared")
+    cuda = (declared or {}).get("CUDA")
+    composite = [k for k in ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
+                 if k in (declared or {}) or k in row["kernels"]]
+    if "mkldnn" in op:
+        kids = [{"name": "not reached on CUDA: the CPU path's choice (ConvBackend.Mkldnn / oneDNN)",
+                 "module": "at::native::_select_conv_backend"}]
+    elif cuda and row.get("metadata_only"):
+        kids = [{"name": f"CUDA: {cuda} (metadata only: no kernel runs)", "module": "native_functions.yaml"}]
+    elif cuda:
+        via = f"{row['delegate']}: " if row.get("delegate") else ""
+        kids = [{"name": f"CUDA: {via}{cuda}", "module": "native_functions.yaml", "lib": _cuda_lib(cuda)}]
+    elif composite and node.children:
+        kids = [k for c in node.children if (k := _registered_tree(c, table)) is not None]
+    elif composite:
+        kids = [{"name": f"{composite[0]}: no CUDA kernel of its own (runs other ops)",
+                 "module": "native_functions.yaml"}]
+    else:
+        kids = [{"name": "no CUDA kernel declared (a CPU-only choice of the CPU path)",
+                 "module": "native_functions.yaml"}]
+    return {"name": op, "module": "aten", "children": kids}
+
+
 def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
-    """What torch's packaged native_functions.yaml declares for CUDA for every aten op
-    the step reached (on this CPU, torch.profiler), and, for _convolution and
-    convolution_backward, the run-time choice among cuDNN, MIOpen and ATen's own
-    kernels, which no table holds."""
+    """What torch's CUDA build would run for the aten ops the step reached (on this CPU,
+    torch.profiler), in the step's own op hierarchy: the CUDA kernel native_functions.yaml
+    declares, and where torch chooses a library at run time (convolution's backend,
+    batch norm's implementation index), that choice resolved as torch resolves it by
+    default on an NVIDIA GPU, the other candidates listed."""
     rec = record_ops(case, pass_, run)
     reached = [n.frame.name for top in rec.ops for _, n in top.walk() if n.frame.kind == "op"]
     table = dispatch_table(reached)["ops"]
-    ops, needs = [], {}
+    ops = [d for top in rec.ops if (d := _registered_tree(top, table)) is not None]
+    needs: dict[str, Any] = {}
     for op, row in table.items():
         declared = row.get("delegate_declared") if row.get("delegate") else row.get("declared")
         cuda = (declared or {}).get("CUDA")
-        composite = [k for k in ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
-                     if k in (declared or {}) or k in row["kernels"]]
-        if op in ("aten::_convolution", "aten::convolution_backward"):
-            kids = _conv_choice(op)
-        elif "mkldnn" in op:
-            kids = [{"name": "not reached on CUDA: the CPU path's choice (ConvBackend.Mkldnn / oneDNN)",
-                     "module": "at::native::_select_conv_backend"}]
-        elif cuda:
-            via = f"{row['delegate']}: " if row.get("delegate") else ""
-            kids = [{"name": f"CUDA: {via}{cuda}", "module": "native_functions.yaml", "lib": _cuda_lib(cuda)}]
-        elif composite:
-            kids = [{"name": f"{composite[0]}: no CUDA kernel of its own (runs other ops)",
-                     "module": "native_functions.yaml"}]
-        else:
-            kids = [{"name": "no CUDA kernel declared (a CPU-only choice of the CPU path)",
-                     "module": "native_functions.yaml"}]
-        ops.append({"name": op, "module": "aten", "children": kids})
         if op in _OVERRIDEABLE:  # the composite picks ConvBackend.Overrideable for a new backend
             needs[op] = {"must": True, "implement": [_OVERRIDEABLE[op]],
                          "others": {"CUDA": "cuDNN / MIOpen / ATen (ConvBackend)"}}
@@ -333,7 +439,10 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
             needs[op] = {"dispatch_row": row, "others": {"CUDA": cuda} if cuda else {}}
     return {"evidence": "registered", "ops": ops,
             "provenance": {"read": f"torch {torch.__version__} torchgen/packaged/ATen/native/native_functions.yaml "
-                                   "(dispatch: CUDA entries) and torch._C._ConvBackend",
+                                   "(dispatch: CUDA entries), torch._C._ConvBackend, and the run-time choices of "
+                                   "ATen's Convolution.cpp and Normalization.cpp resolved for an NVIDIA GPU with "
+                                   "cuDNN enabled",
                            "reached": f"aten ops of the step on this CPU ({rec.source})"},
             "backend": {"key": "PrivateUse1", "ops": needs},
-            "info": {"cudnn_in_build": bool(torch.backends.cudnn.is_available())}}
+            "info": {"cudnn_in_build": bool(torch.backends.cudnn.is_available()),
+                     "runtime_choices": {"convolution": _CUDNN_RULE_CONV, "batch norm": _CUDNN_RULE_BN}}}

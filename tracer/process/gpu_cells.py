@@ -18,22 +18,27 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tracer.contract import PASSES, PRIMITIVES
+from tracer.contract import CANDIDATE_MODULE, LOWERING_MODULE_PREFIX, PASSES, PRIMITIVES
 from tracer.knowledge import knowledge
 from tracer.process.diff.context import names_gpu_code, op_names
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
-from tracer.process.tags import AMD, CUDART, HIP_RUNTIME, NVIDIA, kernel_lib, library_of, module_of
+from tracer.process.tags import AMD, CUDART, HIP_RUNTIME, NVIDIA, XLA, kernel_lib, library_of, module_of
 from tracer.trace import Frame, Node, Trace
 
 #: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
 _RUNTIMES = frozenset({CUDART, HIP_RUNTIME})
 #: Kernels that convert a layout around the one that computes (cuDNN's nchwToNhwc,
 #: MIOpen's batched_transpose, XLA's bitcast): named after it.
-_LAYOUT = re.compile(r"transpose|nchwtonhwc|nhwctonchw|computeoffsets|reorder|^bitcast$")
+_LAYOUT = re.compile(r"transpose|nchwtonhwc|nhwctonchw|computeoffsets|reorder|^bitcast$|^copy$")
+#: Instructions a layout fusion may hold beside its transposes (they move no data).
+_LAYOUT_FREE = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "broadcast", "reshape"})
 #: Kernels a cell names (the rest are counted).
 MOST_KERNELS = 4
+CANDIDATE = CANDIDATE_MODULE
+#: The frame module of the group that holds a choice's candidates.
+CANDIDATES = CANDIDATE_MODULE + "s"
 
 
 @dataclass
@@ -62,6 +67,18 @@ class GpuEvidence:
     #: what the GPU libraries logged they ran (a recorded run's library layer: the cuDNN
     #: engine, the cuBLASLt algorithm), in order, as (library, call)
     reported: list[tuple[str, str]] = field(default_factory=list)
+    #: what a run-time library choice did not take for this target (registered evidence:
+    #: convolution's other ConvBackends, batch norm's other implementation indices)
+    candidates: list[str] = field(default_factory=list)
+    #: the framework's own ops the evidence names for the pass (what agreement measures)
+    ops: list[str] = field(default_factory=list)
+
+    @property
+    def same_claim(self) -> tuple[object, ...]:
+        """What two pieces of evidence must share to be one entry of a cell (the
+        functional and layer API's registered reading of one op, say)."""
+        return (self.evidence, self.source, self.version, self.op, tuple(self.kernels), self.library,
+                tuple(self.reported), tuple(self.candidates))
 
     @property
     def kernel(self) -> str:
@@ -106,6 +123,12 @@ def kernel_tag(f: Frame) -> str:
     with the standard library alone) the tag the importer would have given it; "" for
     anything that is no kernel."""
     vendor = _KERNEL_MODULES.get(f.module)
+    if f.module.startswith(LOWERING_MODULE_PREFIX):
+        return ""  # a lowering rule: how an op reaches the compiler, not what runs
+    if f.lib and f.module.startswith("xla"):
+        # an XLA instruction: a custom call into a library is that library's (recordings
+        # made before the probe tagged them say "XLA" for __cudnn$convForward too)
+        return library_of(f) or f.lib
     if f.lib or vendor is None:
         return f.lib
     return kernel_lib(f.name, vendor, "memcpy" if _COPIES.match(f.name) else "kernel") or f"{vendor} GPU kernel"
@@ -126,27 +149,83 @@ def _kernels(op_root: Node, cpu_op: str = "",
     counts: Counter[str] = Counter()
     libs: dict[str, str] = {}
     owner: dict[str, str] = {}
+    layout: dict[str, bool] = {}
     stack: list[tuple[Node, str, bool]] = [(c, "", False) for c in op_root.children]
     while stack:
         node, above, inside = stack.pop()
         f = node.frame
+        if f.module in (CANDIDATE, CANDIDATES) or f.module.startswith(LOWERING_MODULE_PREFIX):
+            continue  # what a choice did not take, how an op is lowered: never a kernel
         lib = kernel_tag(f)
         if lib and lib not in _RUNTIMES:
             inner = [c for c in node.children if kernel_tag(c.frame)] if not inside else []
-            if inner:  # a compiled program (XLA:gpu) and what it ran: each instruction is a kernel
+            if inner and not f.name.startswith("fusion"):
+                # a compiled program (XLA:gpu) and what it ran: each instruction is a kernel
                 stack.extend((c, above, True) for c in inner)  # (a fusion is one, whatever it fused)
                 continue
             counts[f.name] += node.count
             libs.setdefault(f.name, lib)
             owner.setdefault(f.name, above)
+            layout[f.name] = _converts_layout(node)
             continue
         mine = above if (f.lib or facts.is_utility_op(f.name) or facts.is_noise(f.name)) else f.name
         stack.extend((c, mine, False) for c in node.children)
-    ranked = sorted(counts, key=lambda k: (owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
-                                           bool(_LAYOUT.search(k.lower())), -counts[k], k))
-    if not ranked:
+    if not counts:
         return _deepest_op(op_root), [], "", 0
-    return owner[ranked[0]], ranked[:MOST_KERNELS], libs[ranked[0]], max(0, len(ranked) - MOST_KERNELS)
+    # a vendor library the framework hands the work to (cuDNN's convolution) before the
+    # framework's or XLA's own kernels around it (a bias gradient's reduce), however many
+    own = {XLA, *facts.gpu_kernel_tags}
+    ranked = sorted(counts, key=lambda k: (owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
+                                           layout[k], libs[k] in own, -counts[k], k))
+    op = owner[ranked[0]]
+    if not op:
+        # a compiled program's instructions hang under no op (JAX: the jaxpr's ops are its
+        # siblings): the op the first kernel is named after (conv_general_dilated for
+        # __cudnn$convBackwardInput), else the CPU path's where the step has it, else the first
+        ops = _framework_ops(op_root)
+        words = set(_words(ranked[0]))
+        op = next((o for o in ops if words & set(_words(o))), cpu_op if cpu_op in ops else next(iter(ops), ""))
+    return op, ranked[:MOST_KERNELS], libs[ranked[0]], max(0, len(ranked) - MOST_KERNELS)
+
+
+#: Words that name no computation (an HLO instruction's kind, a custom call's prefix).
+_NO_WORDS = frozenset({"custom", "call", "fusion", "kloop", "kinput", "kcustom", "koutput", "cudnn", "cublas", "lt",
+                       "general", "forward", "backward"})
+
+
+def _words(name: str) -> list[str]:
+    """The lower-case words of an op or kernel name (camel case split), those that name no
+    computation left out: convBackwardInput -> conv, input."""
+    parts = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)
+    return [w.lower() for w in parts if w.lower() not in _NO_WORDS and len(w) > 2]
+
+
+def _converts_layout(node: Node) -> bool:
+    """A kernel that converts a layout around the one that computes: named so, or a
+    fusion of nothing but layout instructions (XLA's fusion(kLoop) of a transpose)."""
+    if _LAYOUT.search(node.frame.name.lower()):
+        return True
+    fused = [c.frame.name for c in node.children]
+    return bool(fused) and all(_LAYOUT.search(n.lower()) or n in _LAYOUT_FREE for n in fused)
+
+
+#: A call around ops, not an op (JAX's jit:NAME / pjit:NAME equation around a jaxpr).
+_CALL_WRAPPER = re.compile(r"^p?jit(?::|$)")
+
+
+def _framework_ops(root: Node) -> list[str]:
+    """The framework's own ops of an op layer, in order (torch's aten ops, JAX's jaxpr
+    primitives; not kernels, XLA's instructions, lowering rules, candidates, utility ops)."""
+    facts = knowledge()
+    out: list[str] = []
+    for _, node in root.walk():
+        f = node.frame
+        if (f.kind != "op" or kernel_tag(f) or f.module in _KERNEL_MODULES or f.module in (CANDIDATE, CANDIDATES)
+                or f.module.startswith(("xla", "stablehlo", "native_functions", "at::", LOWERING_MODULE_PREFIX))
+                or facts.is_utility_op(f.name) or facts.is_noise(f.name) or _CALL_WRAPPER.match(f.name)):
+            continue
+        out.append(f.name)
+    return list(dict.fromkeys(out))
 
 
 def _deepest_op(root: Node) -> str:
@@ -182,8 +261,23 @@ def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
     version = trace.info.framework_version or "unknown"
     reported = [(library_of(n.frame), n.frame.name) for n in run.layers["library"].children] \
         if "library" in run.layers else []
+    candidates = [n.frame.name for _, n in run.layers["op"].walk() if n.frame.module == CANDIDATE]
     return GpuEvidence(cls, side_label(trace), source, gpu, version, op, kernels, lib, more,
-                       list(dict.fromkeys(reported))[:MOST_KERNELS])
+                       list(dict.fromkeys(reported))[:MOST_KERNELS], list(dict.fromkeys(candidates)),
+                       _framework_ops(run.layers["op"]))
+
+
+def _one_per_claim(found: list[GpuEvidence]) -> list[GpuEvidence]:
+    """Evidence that says the same thing once, its labels joined: the registered readings
+    of the functional and the layer API are one reading when they agree."""
+    out: dict[tuple[object, ...], GpuEvidence] = {}
+    for e in found:
+        have = out.get(e.same_claim)
+        if have is None:
+            out[e.same_claim] = e
+        elif e.label not in have.label.split(", "):
+            have.label = f"{have.label}, {e.label}"
+    return list(out.values())
 
 
 def cpu_side(trace: Trace, pass_: str) -> CpuSide | None:
@@ -224,7 +318,7 @@ def gpu_cells(traces: list[Trace]) -> list[GpuCell]:
             mine = cpu_side(cpu, pass_) if cpu else None
             found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops) for t in gpus) if e]
             found.sort(key=lambda e: (EVIDENCE_ORDER.index(e.evidence), e.label))
-            cells.append(GpuCell(prim, pass_, mine, found))
+            cells.append(GpuCell(prim, pass_, mine, _one_per_claim(found)))
     return cells
 
 

@@ -19,6 +19,7 @@ from tracer.process.candidates import Candidate, find_candidates
 from tracer.process.diff import DiffError, diff_traces
 from tracer.process.diff.result import Branch, DiffResult, walk_splits
 from tracer.process.dispatch import DispatchPoint, DispatchTable
+from tracer.process.agreement import Agreement, agreement
 from tracer.process.gpu_cells import GpuCell, GpuCoverage, coverage, gpu_cells
 from tracer.process.pairs import (Pair, case_key, is_default_cpu, machine_of, pairs, recorded_by, reference_cpus,
                                   side_label)
@@ -188,6 +189,11 @@ class FrameworkReport:
         """The distinct device branches that pick an implementation, over every case's
         single-trace candidates (one branch is met by many primitives)."""
         return list({(c.file, c.line): c for case in self.cases for c in case.candidates if c.dispatches}.values())
+
+    @property
+    def evidence_agreement(self) -> list[Agreement]:
+        """Each weaker GPU evidence class measured against the recorded runs of the same cells."""
+        return agreement(self.gpu_cells)
 
     def gpu_cells_of(self, primitive: str) -> list[GpuCell]:
         return [c for c in self.gpu_cells if c.primitive == primitive]

@@ -134,6 +134,8 @@ OP_LIBS = _t(
      r"|(?:^|[\s:])(?:wgrad_alg\d_engine|dgrad_engine|dgrad_alg\d|fft2d_(?:r2c|c2r)_)", CUDNN),
     (r"(?i)(?:^|[^a-z])cutlass(?:::|_)", "CUTLASS"),
     (r"(?:^|[\s:])gemv\w*kernel|(?:^|[\s:])gemmSN_|(?:^|[\s:])gemmk1_kernel", CUBLAS),
+    # cuBLASLt's own generated Hopper kernels (the library log names the cublasLt call)
+    (r"^nvjet_sm\d+_", CUBLAS),
     (r"(?:^|[\s:])triton_", "Triton"),
     (r"^nccl|[\s:]nccl(?:Dev)?Kernel", "NCCL"),
     (r"^__amd_rocclr_", "HIP runtime"),

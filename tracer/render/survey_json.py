@@ -1,4 +1,4 @@
-"""``survey.json`` beside the index: every headline figure with its definition, unit
+"""``survey.json`` beside the index (its ``report`` key): every headline figure with its definition, unit
 and the list behind it, the decision sites, the must-implement entries, the ARM
 verdicts, the kernel each CPU/GPU cell names, and the ordering with its rule, so
 that a team can diff two surveys or gate CI on one. Plain JSON, versioned."""
@@ -16,6 +16,7 @@ from tracer.process.decisions import decisions
 from tracer.process.portability import FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
 from tracer.process.verdict import RULE, FrameworkVerdict, GridCell
+from tracer.survey import RECORD, REPORT_KEY, read_survey_json
 
 #: Bumped when a field changes meaning or is removed (adding one is compatible).
 SCHEMA_VERSION = 1
@@ -57,6 +58,10 @@ def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts:
 
 
 def write_survey_json(out: Path, doc: dict[str, Any]) -> Path:
-    path = out / "survey.json"
-    write_text(path, json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False) + "\n")
+    """``out/survey.json`` with ``doc`` under its ``report`` key; what else it holds (the
+    survey's own record: tracer.survey.SurveyRecord) is kept."""
+    path = out / RECORD
+    whole = read_survey_json(path)
+    whole[REPORT_KEY] = doc
+    write_text(path, json.dumps(whole, indent=1, ensure_ascii=False) + "\n")
     return path

@@ -28,3 +28,19 @@ for fw in "$@"; do
 done
 "$py" -m tracer survey "$@" --devices cpu,gpu --no-arm --no-imports --no-derive --no-variants --fresh \
     --jobs "${JOBS:-8}" -o "$out/survey"
+# The reduced-precision pass (each framework's bf16 variant) of the primitives with GPU
+# library kernels for it, on the GPU: traces/FRAMEWORK/gpu-bf16/PRIMITIVE-functional.json
+for fw in "$@"; do
+    mkdir -p "$out/survey/traces/$fw/gpu-bf16"
+    for prim in ${BF16_PRIMITIVES:-dense conv2d batchnorm}; do
+        "$py" -m tracer probe "$fw" "$prim" --device gpu --variant bf16 --max-nodes 1 \
+            -o "$out/survey/traces/$fw/gpu-bf16/$prim-functional.json" >/dev/null \
+            || echo "record.sh: $fw $prim bf16 on the GPU failed" >&2
+    done
+done
+# JAX's op layer against XLA's own dump of the programs the step ran on the GPU
+# (tests/jax_step_programs.py): OUT/jax_step_programs.json, "ran" and "recorded" per case
+case " $* " in *" jax "*)
+    "$py" tests/jax_step_programs.py "$out/xla-dump" gpu dense conv2d relu sigmoid tanh softmax maxpool2d avgpool2d \
+        batchnorm >"$out/jax_step_programs.json" || echo "record.sh: the JAX step-program check failed" >&2 ;;
+esac
