@@ -35,7 +35,7 @@ from tracer.contract import PASSES
 from tracer.process.arm_audit import on_arm
 from tracer.process.backend_needs import is_cpu_library_op
 from tracer.process.decisions import decisions, device_branches, is_device_branch
-from tracer.process.pairs import side_label
+from tracer.process.pairs import reference_cpus, side_label
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
 from tracer.process.standin_needs import StandinNeeds
@@ -68,6 +68,13 @@ class Figure:
     thin: str = ""  # why the evidence is thinner here: shown instead of a score
     unit: str = ""  # what one counted thing is, where the column's definition leaves it to the framework
     items: list[str] = field(default_factory=list)  # the whole list behind the figure (survey.json)
+    evidence: str = ""  # what the figure rests on, where its sources differ in strength (LIST_EVIDENCE)
+
+
+#: What a must-implement list rests on, strongest first: a run on a stand-in backend, the
+#: framework's own kernel registry or dispatch tables, its compiler (compiled, lowered for a
+#: GPU), its GPU source read, the operators its CPU path ran.
+LIST_EVIDENCE = ("run", "registry", "compiled", "lowered", "registered", "source", "recorded")
 
 
 @dataclass
@@ -116,7 +123,7 @@ HEADLINE = ("decisions", "implement", "free", "vendor", "bytes", "lines")
 #: What is never an entry of a backend interface: compiler artefacts (fusion kinds, bitcast,
 #: the IR's calls and tuples), a traced program's wrappers, and an engine's own records.
 NOT_ENTRIES = re.compile(r"^(?:fusion|bitcast|tuple|get-tuple-element|parameter|constant|copy-start|copy-done|"
-                         r"custom_jvp_call|custom_vjp_call\w*|pjit|closed_call|remat\w*|"
+                         r"custom_jvp_call|custom_vjp_call\w*|pjit|closed_call|remat\w*|stop_gradient|"
                          r"DeleteVariable|WaitForVar|ImperativeBulk)(?:$|[.(\s:])|\(k(?:Loop|Input|Output)\)")
 
 
@@ -197,7 +204,8 @@ def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds]) -> tuple[Figure, F
     entries = interface_entries(must)
     implement = Figure(str(len(entries)), f"run on the {ran[0].device} device: {len(ran)} primitive(s), "
                        "setup (copies to the device) included", link, entries[:10],
-                       unit=f"ops that reached the {ran[0].device} backend's dispatch key", items=entries)
+                       unit=f"ops that reached the {ran[0].device} backend's dispatch key", items=entries,
+                       evidence="run")
     gets = Figure(str(len(free)), f"ops the run called that never reached the backend ({rep.name} computed them)",
                   link, list(free)[:10])
     if len(ran) < len(rep.primitives):
@@ -220,7 +228,7 @@ def _table_needs(rep: FrameworkReport, with_table: list[str]) -> tuple[Figure, F
     implement = Figure(str(len(entries)), f"under {', '.join(sorted(keys)) or 'its key'}, "
                        f"{len(with_table)} primitive(s) with a dispatch table",
                        link, entries[:10], unit=f"op kernels registered under {', '.join(sorted(keys)) or 'its key'}",
-                       items=entries)
+                       items=entries, evidence="registry")
     gets = Figure(str(len(free)), "ops that decompose or have a kernel for any device",
                   link, [f"{op}: {why}" for op, why in list(free.items())[:10]])
     if len(with_table) < len(rep.primitives):
@@ -252,7 +260,9 @@ def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
     where = f"{len(prims)} primitive(s), from {', '.join(classes) or 'no'} evidence"
     entries = interface_entries(must)
     implement = Figure(str(len(entries)), f"{where} ({'; '.join(keys) or 'its key'})", link, entries[:10],
-                       unit="; ".join(keys) or "ops", items=entries)
+                       unit="; ".join(keys) or "ops", items=entries,
+                       evidence=min(classes, key=lambda c: LIST_EVIDENCE.index(c) if c in LIST_EVIDENCE else 99,
+                                    default=""))
     gets = Figure(str(len(free)), "ops that decompose or have a kernel for any device",
                   link, [f"{op}: {why}" for op, why in list(free.items())[:10]])
     if not prims:
@@ -457,8 +467,9 @@ def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Meas
     for t in traces:
         by_fw[t.info.framework].append(t)
     rows = []
+    refs = {id(t) for t in reference_cpus(traces)}  # a GPU machine's CPU path: its GPU path's baseline only
     for rep in reports:
-        mine = by_fw.get(rep.name, [])
+        mine = [t for t in by_fw.get(rep.name, []) if id(t) not in refs]
         sites, apart = _decision_figures(rep)
         implement, free = _needs(rep)
         rows.append(ScoreRow(rep.name, {

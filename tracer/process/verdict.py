@@ -21,16 +21,18 @@ from tracer.process.arm_audit import ArmCell
 from tracer.process.decisions import DECISIONS, decisions, device_branches, is_compilation_pair, is_device_branch
 from tracer.process.evidence_class import EVIDENCE_ORDER
 from tracer.process.portability import FrameworkReport
-from tracer.process.scorecard import ScoreRow
+from tracer.process.scorecard import LIST_EVIDENCE, ScoreRow
 
 #: How the frameworks are ordered, written beside the ordering.
-RULE: Final = ("Cheapest first: the fewest entries a new backend must implement at the framework's backend "
-               "interface; a list not checked against a device (read off the CPU path, or none) ranks after "
-               "every checked one whatever its count; ties go to fewer decision sites outside the kernel "
-               "registry (each is code a port edits), then to stronger GPU evidence.")
+RULE: Final = ("Cheapest first, as far as the evidence proves it: the must-implement lists are in each "
+               "framework's own unit, so a count is compared only with counts resting on evidence as strong; "
+               "frameworks are ordered by what their list rests on (a run on a stand-in backend, then the "
+               "framework's kernel registry, then its GPU compiler, then its GPU source read, then the operators "
+               "its CPU path ran), then by the fewest entries, then by the fewest decision sites in the "
+               "framework's own code (each is code a port edits), then by stronger GPU evidence.")
 
-#: How checked a must-implement list is: what it was read from, strongest first.
-_CHECKED = ("ops that reached", "op kernels registered", "compiled", "lowered", "registered", "source")
+#: Lists whose entries were checked against a device's interface (run, registered, compiled for one).
+_CHECKED = frozenset({"run", "registry", "compiled", "lowered", "registered"})
 
 
 #: An ARM cell where no vendor library reported a call: the framework's own kernels (or Eigen's, which report none).
@@ -55,6 +57,7 @@ class FrameworkVerdict:
     sites: list[str]  # "kind: site (file:line)"
     implement: str  # the count
     unit: str
+    list_evidence: str  # what the list rests on (scorecard.LIST_EVIDENCE)
     checked: bool  # the list was checked against a device's interface (a run, a registry, a compiler)
     replaces: list[str]  # "GPU path replaces ... with ..."
     arm: list[ArmVerdict]
@@ -154,21 +157,22 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
     sites += [f"python: {c.function.rsplit('.', 1)[-1]} ({c.file}:{c.line}, single trace)"
               for c in device_branches(rep) if f"{c.file}:{c.line}" not in {s.site for s in found.sites}]
     must = figs["implement"]
-    checked = must.value not in ("—", "") and not must.thin and any(w in must.unit or w in must.explain
-                                                                   for w in _CHECKED)
+    checked = must.value not in ("—", "") and not must.thin and must.evidence in _CHECKED
     arm = arm_verdicts(rep)
     return FrameworkVerdict(
-        rep.name, rep.name, sites, must.value, must.unit or "entries", checked, figs["vendor"].details[1:],
+        rep.name, rep.name, sites, must.value, must.unit or "entries", must.evidence, checked,
+        figs["vendor"].details[1:],
         arm, _arm_summary(arm), _evidence(rep), len(sites),
         len([s for s in sites if not s.startswith(("kernel registry", "library"))]),
         thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin])
 
 
 def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, int]:
+    tier = LIST_EVIDENCE.index(v.list_evidence) if v.list_evidence in LIST_EVIDENCE else len(LIST_EVIDENCE)
     count = int(v.implement) if v.implement.isdigit() else 10**9
     ev = v.evidence.split(" ")[0]
     strength = EVIDENCE_ORDER.index(ev) if ev in EVIDENCE_ORDER else len(EVIDENCE_ORDER)
-    return (0 if v.checked else 1, count, v.outside_registry, strength)
+    return (tier if v.implement.isdigit() else len(LIST_EVIDENCE) + 1, count, v.outside_registry, strength)
 
 
 def verdicts(reports: list[FrameworkReport], cards: list[ScoreRow]) -> list[FrameworkVerdict]:
