@@ -104,7 +104,8 @@ def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
 
 
 def test_must_implement_entries_leave_out_compiler_artefacts_and_cpu_library_ops():
-    ops = ["stablehlo.convolution", "fusion(kLoop)", "bitcast", "custom_jvp_call", "stop_gradient", "aten::mkldnn_convolution",
+    ops = ["stablehlo.convolution", "fusion(kLoop)", "bitcast", "custom_jvp_call", "stop_gradient",
+           "aten::mkldnn_convolution",
            "DeleteVariable", "Convolution (forward)", "aten::convolution_overrideable"]
     assert interface_entries(ops) == ["stablehlo.convolution", "Convolution (forward)",
                                       "aten::convolution_overrideable"]
