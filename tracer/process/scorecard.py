@@ -302,9 +302,10 @@ def _vendor(rep: FrameworkReport) -> Figure:
             continue
         gone = cpu - libs[kind]
         replaced |= gone
-        instead = libs[kind] - cpu
+        instead = sorted(libs[kind] - cpu, key=library_order)
+        shown = ", ".join(instead[:4]) + (f" +{len(instead) - 4} more" if len(instead) > 4 else "")
         details.append(f"{name} path replaces {', '.join(sorted(gone, key=library_order)) or 'nothing'}"
-                       f" with {', '.join(sorted(instead, key=library_order)) or 'nothing new'}")
+                       f" with {shown or 'nothing new'}")
     fig = Figure(str(len(replaced)), ", ".join(sorted(replaced, key=library_order)) or "none",
                  _page(rep, "audit-table"), details, unit="libraries", items=sorted(replaced, key=library_order))
     if "gpu" not in libs and "arm" not in libs:

@@ -24,12 +24,10 @@ from tracer.process.portability import FrameworkReport
 from tracer.process.scorecard import LIST_EVIDENCE, ScoreRow
 
 #: How the frameworks are ordered, written beside the ordering.
-RULE: Final = ("Cheapest first, as far as the evidence proves it: the must-implement lists are in each "
-               "framework's own unit, so a count is compared only with counts resting on evidence as strong; "
-               "frameworks are ordered by what their list rests on (a run on a stand-in backend, then the "
-               "framework's kernel registry, then its GPU compiler, then its GPU source read, then the operators "
-               "its CPU path ran), then by the fewest entries, then by the fewest decision sites in the "
-               "framework's own code (each is code a port edits), then by stronger GPU evidence.")
+RULE: Final = ("Rule: must-implement counts are in each framework's own unit, so they are compared only at "
+               "equal evidence: ordered by what the list rests on (a stand-in backend's run > the kernel registry "
+               "> the GPU compiler > the GPU source > the CPU path's operators), then the fewest entries, then "
+               "the fewest decision sites in the framework's own code, then the stronger GPU evidence.")
 
 #: Lists whose entries were checked against a device's interface (run, registered, compiled for one).
 _CHECKED = frozenset({"run", "registry", "compiled", "lowered", "registered"})
@@ -130,7 +128,7 @@ def _arm_summary(arm: list[ArmVerdict]) -> str:
                               if a.verdict == "reference fallback"))
     text = ", ".join(f"{n} {v}" for v, n in counts.most_common())
     if refs:
-        text += f" — reference: {'; '.join(refs[:2])}{f' (+{len(refs) - 2} more)' if len(refs) > 2 else ''}"
+        text += f" — reference: {refs[0]}{f' (+{len(refs) - 1} more)' if len(refs) > 1 else ''}"
     return text
 
 
