@@ -86,9 +86,15 @@ def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
     for name in ("c10::intrusive_ptr<c10::TensorImpl>::retain_", "c10::TensorOptions::device", "torch::getTHPDtype",
                  "mkl_serv_dsecnd", "nanobind::detail::getattr_or_raise", "jax::PyTreeDef::FlattenImpl",
                  "jax::Traceback::Get", "std::vector<long>::_M_realloc_insert", "dispatcher_vectorcall",
-                 "pybind11::cpp_function::dispatcher", "absl::Mutex::Lock"):
+                 "pybind11::cpp_function::dispatcher", "absl::Mutex::Lock", "c10::ListType::~ListType",
+                 "c10::SymBool::expect_true", "at::TensorBase::const_data_ptr<float>",
+                 "jax::ArgumentSignature::operator==",
+                 "absl::container_internal::raw_hash_set<P>::find<K>", "tsl::detail_robin_hash::robin_hash<K>::find",
+                 "google::protobuf::internal::TcParser::MpVarint<false>", "tensorflow::swig::IsObjectProxy",
+                 "mxnet::common::CastNonDefaultStorage"):
         assert not_a_kernel(name), name
     for name in ("at::native::cpu_kernel_vec", "sgemm_kernel_SKYLAKEX", "Eigen::internal::gebp_kernel",
+                 "tensorflow::Conv2DOp<Eigen::ThreadPoolDevice, float>::Compute", "mxnet::op::UnaryOp::Compute<cpu>",
                  "dnnl::impl::cpu::x64::jit_uni_eltwise_fwd_t::execute", "__xla_cpu_runtime_EigenMatMulF32"):
         assert not not_a_kernel(name) and not implausible(name), name
     assert "complex" in implausible("ztrtri_LN_single") and implausible("dgemm_kernel")

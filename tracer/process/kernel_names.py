@@ -33,6 +33,9 @@ _NOT_KERNEL = re.compile("|".join((
     r"^(?:std|__gnu_cxx|__cxxabiv1)::",  # the C++ runtime's containers and strings
     r"[Mm]utex|[Ss]pin_?[Ll]ock|(?:^|::)(?:lock|unlock|try_lock)$|futex|^pthread_|^sem_",  # locks
     r"^(?:memcpy|memmove|memset)",
+    r"::~\w+$|(?:^|::)(\w+)::\1$",  # destructors, constructors
+    r"^absl::|robin_hash|raw_hash_set|[Hh]ash_?[Mm]ap|^google::protobuf::",  # containers, hashing, protobuf
+    r"::operator(?:==|!=|<|=)$",  # comparisons (a cache key's)
 )))
 
 #: A typed BLAS/LAPACK routine: its first letter is its precision (s float32, d float64,
