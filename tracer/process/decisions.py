@@ -115,6 +115,25 @@ def _split_kind(classification: str, compilation: bool) -> str:
     return classification if classification in DECISIONS else UNCLASSIFIED
 
 
+def pair_splits(framework: str, pr: PairReport) -> tuple[int, Counter[str]]:
+    """(split points of the decision classes, the rest by kind) of one comparison."""
+    comp = is_compilation_pair(framework, pr)
+    apart: Counter[str] = Counter()
+    decided = 0
+    for result in pr.diffs.values():
+        versions = "framework_version" in result.differs
+        for layer in result.layers:
+            for s in walk_splits(layer.splits):
+                kind = _split_kind(s.classification, comp)
+                if versions and layer.layer == "python" and kind in DECISIONS:
+                    kind = "version difference"  # dispatch.py never makes these rows either
+                if kind in DECISIONS:
+                    decided += 1
+                else:
+                    apart[kind] += 1
+    return decided, apart
+
+
 def decisions(rep: FrameworkReport) -> Decisions:
     """The decision sites of ``rep``'s dispatch table whose rows are of a decision class and
     come from a pair that is not jit against eager, and every split counted by kind."""
@@ -123,18 +142,9 @@ def decisions(rep: FrameworkReport) -> Decisions:
     decided = 0
     for case in rep.cases:
         for pr in case.pairs:
-            comp = pr.title in compilation
-            for result in pr.diffs.values():
-                versions = "framework_version" in result.differs
-                for layer in result.layers:
-                    for s in walk_splits(layer.splits):
-                        kind = _split_kind(s.classification, comp)
-                        if versions and layer.layer == "python" and kind in DECISIONS:
-                            kind = "version difference"  # dispatch.py never makes these rows either
-                        if kind in DECISIONS:
-                            decided += 1
-                        else:
-                            apart[kind] += 1
+            n, other = pair_splits(rep.name, pr)
+            decided += n
+            apart.update(other)
     sites: dict[str, DecisionSite] = {}
     for row in rep.dispatch_points:
         if row.classification not in DECISIONS or not [p for p in row.pairs if p not in compilation]:

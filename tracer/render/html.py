@@ -22,7 +22,7 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
-from tracer.process.decisions import decisions
+from tracer.process.decisions import decisions, pair_splits
 from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
@@ -295,7 +295,9 @@ def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str,
                 cell.append({"title": "one path", "kind": "candidates", "first": None, "splits": 0, "b_libs": [],
                              "a_libs": [], "api": case.api, "candidates": len(case.candidates)})
             for pr in case.pairs:
-                cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer, "splits": pr.splits,
+                decided, apart = pair_splits(rep.name, pr)
+                cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer if decided else None,
+                             "splits": decided, "apart": ", ".join(f"{n} {k}" for k, n in apart.items()),
                              "b_libs": pr.libraries["B"], "a_libs": pr.libraries["A"], "api": case.api})
     return table
 
