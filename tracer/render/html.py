@@ -293,7 +293,7 @@ def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str,
             cell.clear()
             if not case.pairs and case.candidates:
                 cell.append({"title": "one path", "kind": "candidates", "first": None, "splits": 0, "b_libs": [],
-                             "a_libs": [], "api": case.api, "candidates": len(case.candidates)})
+                             "a_libs": [], "api": case.api, "candidates": len(case.candidates), "apart": ""})
             for pr in case.pairs:
                 decided, apart = pair_splits(rep.name, pr)
                 cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer if decided else None,
