@@ -63,6 +63,7 @@ class FrameworkVerdict:
     evidence: str  # the strongest GPU evidence class, and coverage
     decision_sites: int
     outside_registry: int
+    by_kind: str = ""  # "3 op code; 1 registry (23 ops); 5 library"
     rank: int = 0
     thin: list[str] = field(default_factory=list)
 
@@ -162,7 +163,7 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
         figs["vendor"].details[1:],
         arm, _arm_summary(arm), _evidence(rep), len(sites),
         len([s for s in sites if not s.startswith(("kernel registry", "library"))]),
-        thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin])
+        by_kind=figs["decisions"].explain, thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin])
 
 
 def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, int]:
