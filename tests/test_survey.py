@@ -190,3 +190,32 @@ def test_a_survey_records_itself_in_survey_json(fake_frameworks, tmp_path):
     assert rec["report"]["schema_version"] == 1 and set(rec["report"]["frameworks"]) == {"crashy"}
     seconds = rec["seconds"]
     assert set(seconds) >= {"probing", "report", "total"} and seconds["total"] >= seconds["probing"] > 0
+
+
+@pytest.mark.slow
+def test_a_surveys_report_is_reproducible_from_its_folder(fake_frameworks, tmp_path):
+    """Traces the survey read from elsewhere (--with-traces) are kept in its folder and
+    named in inputs.json: `dltrace report OUTPUT/traces` renders the report it wrote."""
+    import json
+
+    from tests.test_verdict import torch_pair
+    from tracer.trace import save
+
+    elsewhere = tmp_path / "gpu-machine"
+    elsewhere.mkdir()
+    for i, t in enumerate(torch_pair()):
+        save(t, elsewhere / f"conv2d-{i}.json")
+    out = tmp_path / "s"
+    proc = dltrace("survey", "crashy", "--primitives", "dense", "--no-native", "--with-traces", str(elsewhere),
+                   "-o", str(out), env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    inputs = json.loads((out / "inputs.json").read_text())["inputs"]
+    assert [(i["source"], i["files"]) for i in inputs] == [(str(elsewhere), 2)]
+    proc = dltrace("report", str(out / "traces"), "-o", str(tmp_path / "again"), env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+
+    def page(folder, name):  # the rendering time is the only line that may differ
+        return re.sub(r"generated [0-9: -]+", "", (folder / name).read_text())
+
+    assert {p.name for p in out.glob("*.html")} == {p.name for p in (tmp_path / "again").glob("*.html")}
+    assert all(page(out, p.name) == page(tmp_path / "again", p.name) for p in out.glob("*.html"))
