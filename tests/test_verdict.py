@@ -168,13 +168,18 @@ def test_a_recorded_gpu_path_is_set_against_its_own_machines_cpu_path():
     survey_cpu = trace({"forward": {"op": cpu.runs[0].layers["op"]}}, **here)
     own_cpu = trace({"forward": {"op": cpu.runs[0].layers["op"]}}, **there)
     gpu_path = trace({"forward": {"op": gpu.runs[0].layers["op"]}}, device="gpu", **there)
-    rep = framework_report("torch", [survey_cpu, own_cpu, gpu_path], [])
+    # GPU evidence derived on this machine (read, not run) is set against this machine's CPU path
+    derived = trace({"forward": {"op": gpu.runs[0].layers["op"]}}, device="gpu", variant="registered",
+                    evidence="registered", **here)
+    rep = framework_report("torch", [survey_cpu, own_cpu, gpu_path, derived], [])
     (case,) = rep.cases
-    assert [pr.kind for pr in case.pairs] == ["device"]  # no machine pair with the GPU host's CPU path
-    (pr,) = case.pairs
+    assert [pr.kind for pr in case.pairs] == ["device", "device"]  # no machine pair with the GPU host's CPU path
+    pr, other = case.pairs
+    assert other.title == "cpu vs gpu registered" and other.a_label == "cpu"
     assert pr.title == "cpu (the GPU machine's own CPU, 2.11.0) vs gpu"
     assert all("framework_version" not in d.differs for d in pr.diffs.values())
-    assert list(case.sides) == ["cpu", "gpu"] and rep.machines == ["x86_64 GPU host", "x86_64 this machine"]
+    assert all("framework_version" not in d.differs for d in other.diffs.values())
+    assert list(case.sides) == ["cpu", "gpu", "gpu registered"] and rep.machines == ["x86_64 GPU host", "x86_64 this machine"]
     assert rep.versions == ["2.11.0", "2.13.0"]
 
 

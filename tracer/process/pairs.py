@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
+from tracer.process.evidence_class import evidence_class
 from tracer.trace import Trace
 
 #: Pair kinds, in the order a report shows them.
@@ -75,7 +76,9 @@ def reference_cpus(traces: Iterable[Trace]) -> list[Trace]:
     the baseline of its machine's GPU path only, never one of the survey's CPU paths:
     the GPU path is then set against its own version on its own machine, like with like."""
     traces = list(traces)
-    gpu = {(case_key(t), machine_of(t), _version(t)) for t in traces if t.info.device != "cpu" and not t.info.imported}
+    # paths a device ran (derived evidence is read on this machine, not recorded on a GPU's)
+    gpu = {(case_key(t), machine_of(t), _version(t)) for t in traces
+           if t.info.device != "cpu" and evidence_class(t.info) == "recorded"}
     cpu: dict[tuple[str, str, str, tuple[int, ...]], list[Trace]] = defaultdict(list)
     for t in traces:
         if is_default_cpu(t) and not t.info.imported:
@@ -123,7 +126,7 @@ def pairs(traces: Iterable[Trace]) -> list[Pair]:
             if t in base or id(t) in refs:
                 continue
             own = [r for r in ref if machine_of(r) == machine_of(t) and _version(r) == _version(t)]
-            if own and t.info.device != "cpu":
+            if own and t.info.device != "cpu" and evidence_class(t.info) == "recorded":
                 out.append(Pair("device", own[0], t, reference=True))
                 continue
             a = _baseline(base or (_stand_in(traces, t) if t.info.imported else []), machine_of(t))
