@@ -179,7 +179,8 @@ def test_a_recorded_gpu_path_is_set_against_its_own_machines_cpu_path():
     assert pr.title == "cpu (the GPU machine's own CPU, 2.11.0) vs gpu"
     assert all("framework_version" not in d.differs for d in pr.diffs.values())
     assert all("framework_version" not in d.differs for d in other.diffs.values())
-    assert list(case.sides) == ["cpu", "gpu", "gpu registered"] and rep.machines == ["x86_64 GPU host", "x86_64 this machine"]
+    assert list(case.sides) == ["cpu", "gpu", "gpu registered"]
+    assert rep.machines == ["x86_64 GPU host", "x86_64 this machine"]
     assert rep.versions == ["2.11.0", "2.13.0"]
 
 
