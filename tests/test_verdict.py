@@ -267,3 +267,14 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     assert "versions differ (x86 2.13.0, ARM 2.9.1)" in cell and not re.search(r"\d+ splits", cell)
     verdict = page[page.index('id="verdict-table"'):page.index("</table>", page.index('id="verdict-table"'))]
     assert "reference: conv2d backward on neoverse-n1: convolution gemm:ref (backward_data)" in verdict
+
+
+def test_a_call_graph_is_drawn_once_a_page(tmp_path):
+    cpu, gpu = torch_pair()
+    both = [trace({p: {"op": t.runs[0].layers["op"]} for p in ("forward", "backward")}, **(
+        {"device": "gpu"} if t is gpu else {})) for t in (cpu, gpu)]
+    rep = framework_report("torch", both, [])
+    write_report([rep], tmp_path, cards=scorecard([rep], both))
+    page = (tmp_path / "torch.html").read_text()
+    assert page.count('<div class="graph"><svg') == 1
+    assert 'the same call graph as <a href="#conv2d-functional-0-forward">' in page

@@ -182,6 +182,7 @@ class Drawing:
     nodes: int = 0
     shown: int = 0
     error: str = ""
+    same_as: str = ""  # the page's section that already shows this very graph (drawn once per page)
 
 
 class _Graphs:
@@ -239,6 +240,7 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
     env.filters["page"] = pages.__getitem__
     for rep in reports:
         graphs_for = {}
+        drawn: dict[str, str] = {}  # inline SVG -> the section that shows it
         for case in rep.cases:
             for i, pr in enumerate(case.pairs):
                 for pass_, result in pr.diffs.items():
@@ -246,10 +248,15 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
                         name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-"
                                          f"{layer.layer}", 80)
                         decides = any(s.classification not in NOT_DECISIONS for s in layer.splits)
-                        graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
+                        drawing = graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
                             name, layer,
                             f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer",
                             inline=decides)
+                        if drawing is not None and drawing.svg is not None:  # the same graph is drawn once a page
+                            anchor = slug(f"{case.primitive}-{case.api}-{i}-{pass_}")
+                            first = drawn.setdefault(str(drawing.svg), anchor)
+                            if first != anchor:
+                                drawing.svg, drawing.same_as = None, first
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for,
                                                          graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
