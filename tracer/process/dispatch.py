@@ -66,10 +66,10 @@ class DispatchPoint:
 
 #: Where a decision is made, as the headline counts it (tracer.process.decisions).
 SITE_KINDS = {
-    "python": "a device branch in the framework's Python",
-    "op code": "an op whose own C++ code calls a different op on each side (aten::_convolution)",
     "registry": "the kernel registry / dispatcher: the same op, a kernel registered per device",
     "backend": "the step handed to another backend or compiler target (XLA:cpu / XLA:gpu)",
+    "op code": "an op whose own C++ code calls a different op on each side (aten::_convolution)",
+    "python": "a device branch in the framework's Python",
     "native": "a native function that calls different code on each side",
     "library": "inside a vendor library (its ISA or implementation dispatch)",
 }
