@@ -252,7 +252,7 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     x86 = cpu_trace("2.13.0", {"arch": "x86_64", "cpu": "here"}, ["convolution brgconv:avx512_core"],
                     ["convolution brgconv_bwd_d:avx512_core"])
     n1_cpu = {"arch": "aarch64", "cpu": "Arm Neoverse-N1 (NEON only) (emulated)"}
-    n1 = cpu_trace("2.9.1", n1_cpu, ["convolution indirect_gemm:acl"],
+    n1 = cpu_trace("2.9.1", n1_cpu, ["reorder jit:uni", "convolution indirect_gemm:acl"],
                    ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
     rep = framework_report("torch", [x86, n1], [])
     from tracer.process.verdict import arm_verdicts

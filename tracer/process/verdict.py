@@ -47,6 +47,11 @@ class ArmVerdict:
     verdict: str  # "ISA kernel", "ACL", "reference fallback", "compiled", "BLAS", "failed", NO_CALL
     name: str  # the implementation (brgconv:sve_512, gemm:ref), or why it failed
 
+    @property
+    def variant(self) -> str:
+        """The variant of the audit's column ("onednn-on"), "" for the default path."""
+        return self.cpu.split(", ", 1)[1] if ", " in self.cpu else ""
+
 
 @dataclass
 class FrameworkVerdict:
@@ -84,7 +89,9 @@ class GridCell:
 def _arm_verdict(cell: ArmCell, pass_: str) -> tuple[str, str]:
     if cell.failed:
         return "failed", cell.failed.split(". ")[0][:160]
-    calls = cell.calls.get(pass_, [])
+    # a data-layout conversion (oneDNN's reorder) is no compute: the primitive's own call is named first
+    every = cell.calls.get(pass_, [])
+    calls = [c for c in every if not c.startswith("reorder")] + [c for c in every if c.startswith("reorder")]
     ref = [c for c in calls if c in cell.reference]
     if ref:
         return "reference fallback", ref[0]
