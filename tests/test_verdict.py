@@ -91,7 +91,8 @@ def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
                  "jax::ArgumentSignature::operator==",
                  "absl::container_internal::raw_hash_set<P>::find<K>", "tsl::detail_robin_hash::robin_hash<K>::find",
                  "google::protobuf::internal::TcParser::MpVarint<false>", "tensorflow::swig::IsObjectProxy",
-                 "mxnet::common::CastNonDefaultStorage"):
+                 "mxnet::common::CastNonDefaultStorage", "tensorflow::EagerContext::GetCachedKernel",
+                 "MakeTensorIDList"):
         assert not_a_kernel(name), name
     for name in ("at::native::cpu_kernel_vec", "sgemm_kernel_SKYLAKEX", "Eigen::internal::gebp_kernel",
                  "tensorflow::Conv2DOp<Eigen::ThreadPoolDevice, float>::Compute", "mxnet::op::UnaryOp::Compute<cpu>",
