@@ -118,8 +118,8 @@ def decision_site(layer: str, split: Split) -> tuple[str, str]:
     whose sides differ only by the kernel under it was chosen for by the kernel registry
     (one site for every such op: TensorFlow's registry, torch's dispatch keys); a split at
     the step whose sides are two compiler targets is one backend selection."""
-    if layer == "python":
-        return f"{split.file}:{split.line}" if split.file else split.frame, "python"
+    if layer == "python":  # the deciding function (a single trace's device branch in it is the same site)
+        return split.frame, "python"
     if layer == "native":
         return split.frame, "native"
     if split.kind == "root":

@@ -156,7 +156,7 @@ def _decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
     found = decisions(rep)
     sites = {s.site: s.kind for s in found.sites}
     for c in device_branches(rep):
-        sites.setdefault(f"{c.file}:{c.line}", "python")
+        sites.setdefault(c.function, "python")  # the deciding function: one site with a split in it
     by_kind: dict[str, int] = defaultdict(int)
     for kind in sites.values():
         by_kind[kind] += 1
@@ -167,7 +167,7 @@ def _decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
                                          if len(s.entries) > 1 or s.entries[:1] != [s.site] else "")
                for s in found.sites]
     details += [f"python (single trace): {c.function} ({c.file}:{c.line}): {c.condition}"
-                for c in device_branches(rep) if f"{c.file}:{c.line}" not in {s.site for s in found.sites}][:8]
+                for c in device_branches(rep) if c.function not in {s.site for s in found.sites}][:8]
     fig = Figure(str(len(sites)), "; ".join(parts) or "none found", _page(rep, "dispatch-table"), details[:14],
                  unit="decision sites", items=list(sites))
     if not any(c.pairs for c in rep.cases) and not device_branches(rep):

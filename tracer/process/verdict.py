@@ -161,7 +161,7 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
     figs = card.figures
     sites = [_site_line(s.kind, s.site, s.file, s.line, len(s.entries)) for s in found.sites]
     sites += [f"python: {c.function.rsplit('.', 1)[-1]} ({c.file}:{c.line}, single trace)"
-              for c in device_branches(rep) if f"{c.file}:{c.line}" not in {s.site for s in found.sites}]
+              for c in device_branches(rep) if c.function not in {s.site for s in found.sites}]
     must = figs["implement"]
     checked = must.value not in ("—", "") and not must.thin and must.evidence in _CHECKED
     arm = arm_verdicts(rep)
