@@ -25,7 +25,7 @@ SCHEMA_VERSION = 1
 def _framework(rep: FrameworkReport, card: ScoreRow, verdict: FrameworkVerdict | None) -> dict[str, Any]:
     found = decisions(rep)
     figures = {key: {"header": COLUMNS[key], "definition": EXPLAIN[key], "headline": key in HEADLINE,
-                     "value": f.value, "unit": f.unit, "explain": f.explain, "thin": f.thin,
+                     "value": f.value, "unit": f.unit, "explain": f.explain, "thin": f.thin, "evidence": f.evidence,
                      "items": f.items or f.details} for key, f in card.figures.items()}
     cells = [{"primitive": c.primitive, "pass": c.pass_,
               "cpu": {"op": c.cpu.op, "kernel": c.cpu.kernel, "library": c.cpu.library} if c.cpu else None,
