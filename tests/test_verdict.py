@@ -279,3 +279,13 @@ def test_a_call_graph_is_drawn_once_a_page(tmp_path):
     page = (tmp_path / "torch.html").read_text()
     assert page.count('<div class="graph"><svg') == 1
     assert 'the same call graph as <a href="#conv2d-functional-0-forward">' in page
+
+
+def test_primitives_not_planned_on_arm_are_said_to_be_that_not_a_gap():
+    cpu, _ = torch_pair()
+    layers = {"forward": {"op": cpu.runs[0].layers["op"]}}
+    n1 = {"machine": {"arch": "aarch64", "cpu": "Neoverse-N1 (emulated)"}, "emulated": {"cpu": "neoverse-n1"}}
+    traces = [trace(layers), trace(layers, primitive="relu"), trace(layers, **n1)]
+    rep = framework_report("torch", traces, [])
+    (row,) = scorecard([rep], traces)
+    assert "ARM: 1 of 2 primitives traced, 1 not planned there" in row.figures["coverage"].thin

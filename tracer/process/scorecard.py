@@ -455,6 +455,13 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
         thin.append("no GPU evidence")
     if not arm:
         thin.append("no ARM trace")
+    else:
+        on_arm_prims = set().union(*arm.values())
+        failed = {g.primitive for g in rep.gaps if getattr(g, "cpu", "") or getattr(g, "arch", "")}
+        unplanned = len(rep.primitives) - len(on_arm_prims | failed)
+        if unplanned > 0:  # neither traced nor a gap: the survey did not plan them there
+            thin.append(f"ARM: {len(on_arm_prims)} of {len(rep.primitives)} primitives traced, {unplanned} not "
+                        "planned there (frameworks.yaml aarch64.primitives; dltrace survey --arm-all runs them)")
     value = (f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(strongest_first) or '—'} · "
              f"ARM {len(arm.get('forward', ()))}/{n}")
     return Figure(value, "forward; per pass in details",
