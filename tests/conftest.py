@@ -184,3 +184,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "frameworks" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.frameworks)
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """End a test's helper processes (a fleet's scheduler and workers), last started first:
+    asked to stop, then killed after 20 s."""
+    for p in reversed(procs):
+        p.terminate()
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -27,7 +27,6 @@ RESULTS = json.loads((ROOT / "benchmarks" / "results.json").read_text())
 #: then. Once the file exists, the test below fails until the entry is removed here.
 PENDING = {
     "docs/img/report.png": "the lead's screenshot of a survey's index (README's TODO)",
-    "docs/fleet.md": "written on the fleet branch",
 }
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

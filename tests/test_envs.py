@@ -53,7 +53,8 @@ def test_failed_install_step_says_what_went_wrong(tmp_path):
     reg = tmp_path / "frameworks.yaml"
     reg.write_text(REGISTRY.format(pkg=pkg))
     home = tmp_path / "home"
-    proc = dltrace("env", "setup", "failing", env={"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg)})
+    proc = dltrace("--trust-registry", "env", "setup", "failing",  # a local path and --no-index: trusted
+                   env={"DLTRACE_HOME": str(home), "DLTRACE_REGISTRY": str(reg)})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if "install step" in ln)
     # the framework, the step and its pip command, pip's real reason, and the full log

@@ -14,6 +14,7 @@ from pathlib import Path
 import distributed
 import pytest
 
+from tests.conftest import stop_processes
 from tracer import fleet, envs
 from tracer import survey as sv
 from tracer.trace import Frame, Node, Run, Trace, load
@@ -191,14 +192,7 @@ class Processes:
         return self.start([str(BIN / "dltrace"), "worker", self.address, *options])
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            p.terminate()
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 #: Two workers on this machine that differ: one offers torch and no emulation, one

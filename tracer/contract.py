@@ -53,7 +53,7 @@ CANDIDATE_MODULE = "candidate"
 #: compiler, never a kernel.
 LOWERING_MODULE_PREFIX = "jax.lowering."
 #: What recorded a trace's Python layer (its meta ``collector.python``): the C core
-#: (tracer/collect/_ctrace.c) or the pure-Python tracer it falls back to, with the
+#: (tracer/collect/ctrace/) or the pure-Python tracer it falls back to, with the
 #: same tree. ``DLTRACE_COLLECTOR`` in a probe's environment picks one (default: C
 #: where it can be built); see tracer/collect/collector.py.
 COLLECTORS = ("c", "python")

@@ -15,12 +15,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tracer import tempdirs
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.files import write_text
 from tracer.paths import code_path
@@ -30,7 +30,9 @@ MARKER = "dltrace-env.json"
 
 
 def home() -> Path:
-    return Path(os.environ.get("DLTRACE_HOME") or Path.home() / ".cache" / "dltrace")
+    """$DLTRACE_HOME (default ~/.cache/dltrace), made absolute: a relative one would
+    name another folder in a probe, which runs in a folder of its own."""
+    return Path(os.environ.get("DLTRACE_HOME") or Path.home() / ".cache" / "dltrace").absolute()
 
 
 def env_dir(fw: Framework) -> Path:
@@ -111,7 +113,7 @@ def status(fw: Framework, sizes: bool = False) -> EnvStatus:
 
 def _external_version(fw: Framework, python: str) -> str:
     try:
-        return _import_version(fw, Path(python))
+        return _import_version(fw, Path(python), VERSION_TIMEOUT_S)
     except DltraceError:
         return "?"
 
@@ -124,21 +126,75 @@ def python_for(fw: Framework) -> Path:
     return st.python
 
 
-def _import_version(fw: Framework, python: Path) -> str:
+#: Seconds an interpreter has to import its framework when one is set up or chosen
+#: (`env use`: a first import compiles caches), and when only its version is shown
+#: (`dltrace list`, a worker's resources): one that hangs costs that, not 300 s each.
+IMPORT_TIMEOUT_S = 300
+VERSION_TIMEOUT_S = 15
+#: The most output kept of such an interpreter: one that never stops writing is
+#: stopped there, instead of filling memory.
+MAX_OUTPUT = 1 << 20
+
+
+def _run_bounded(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``argv``; TimeoutError after ``timeout``
+    seconds, OverflowError once it wrote more than MAX_OUTPUT bytes (killed either way)."""
+    import selectors
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    streams = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    out_fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as sel:
+            for f in (proc.stdout, proc.stderr):
+                sel.register(f, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                for key, _ in sel.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    streams[key.fd] += chunk
+                    if sum(map(len, streams.values())) > MAX_OUTPUT:
+                        raise OverflowError
+        rc = proc.wait(max(deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise TimeoutError from None
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    text = {fd: bytes(data).decode(errors="replace") for fd, data in streams.items()}
+    return rc, text.pop(out_fd), next(iter(text.values()))
+
+
+def _import_version(fw: Framework, python: Path, timeout: float = IMPORT_TIMEOUT_S) -> str:
     env = {**os.environ, **fw.env}
     code = f"import {fw.import_name} as m; print(getattr(m, '__version__', 'unknown'))"
     try:
-        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                              stdin=subprocess.DEVNULL, errors="replace")
-    except subprocess.TimeoutExpired:
-        raise DltraceError(f"{fw.name}: '{python}' did not import {fw.import_name} within 300 s") from None
+        rc, stdout, stderr = _run_bounded([str(python), "-c", code], env, timeout)
+    except TimeoutError:
+        raise DltraceError(f"{fw.name}: '{python}' did not import {fw.import_name} within {timeout:g} s") from None
+    except OverflowError:
+        raise DltraceError(f"{fw.name}: '{python}' wrote more than {MAX_OUTPUT >> 20} MiB while importing "
+                           f"{fw.import_name}; stopped") from None
     except OSError as exc:
         raise DltraceError(f"{fw.name}: cannot run '{python}': {exc.strerror or exc}") from None
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise DltraceError(f"{fw.name}: '{python}' cannot import {fw.import_name}: {tail}")
-    return lines[-1]
+    lines = stdout.strip().splitlines()
+    if rc != 0 or not lines:
+        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise DltraceError(f"{fw.name}: '{python}' cannot import {fw.import_name}: {tail[:300]}")
+    return lines[-1][:200]
 
 
 def log_dir() -> Path:
@@ -188,7 +244,7 @@ def build_collector(fw: Framework, python: Path, log: Callable[[str], None] = la
     say so (meta.collector). The install steps, and so the spec hash, are untouched."""
     try:
         # the package alone on the path, as a probe gets it (never an installed wheel's site-packages)
-        with tempfile.TemporaryDirectory(prefix="dltrace-cbuild-") as tmp:
+        with tempdirs.owned("dltrace-cbuild-") as tmp:
             path = os.pathsep.join([str(code_path(Path(tmp))), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
             proc = subprocess.run([str(python), "-m", "tracer.collect.cbuild"], capture_output=True, text=True,
                                   env={**os.environ, "PYTHONPATH": path}, timeout=300, stdin=subprocess.DEVNULL,

@@ -20,8 +20,10 @@ class OutputError(DltraceError):
 
 
 def describe(exc: OSError, path: str | os.PathLike[str]) -> str:
-    """``cannot write PATH: No space left on device``: one line for an OSError."""
-    return f"cannot write {exc.filename or path}: {exc.strerror or exc}"
+    """``cannot write PATH: No space left on device``: one line for an OSError (a
+    write to an open file has no file name: then the path, else no name at all)."""
+    name = os.fspath(exc.filename or path)
+    return f"cannot write{' ' + name if name else ''}: {exc.strerror or exc}"
 
 
 @contextlib.contextmanager
@@ -35,11 +37,13 @@ def replacing(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as fh:
             yield fh
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and not exc.filename:  # a write that failed (ENOSPC): say which file
+            exc.filename = path
         raise
 
 

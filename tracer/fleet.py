@@ -13,16 +13,21 @@ emulated CPU only where it has none.
 
 from __future__ import annotations
 
+from tracer import tempdirs
+import asyncio
+import concurrent.futures
+import ipaddress
+import logging
 import platform
 import shutil
 import subprocess
-import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+from urllib.parse import urlsplit
 
 from tracer import envs
-from tracer.errors import DltraceError
+from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, write_bytes
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT
@@ -31,12 +36,124 @@ from tracer.trace import TraceFormatError, load, save
 
 if TYPE_CHECKING:  # the annotations only: distributed is imported where a fleet is used
     from distributed import Client, Future
+    from distributed.security import Security
 
     #: what run_remote sends back: (the worker, the files it wrote by their relative path)
     _Sent = Future[tuple[dict[str, str], dict[str, bytes]]]
 
 #: Concurrent jobs a worker accepts per resource it declares.
 SLOTS = 2
+#: Seconds a scheduler has to answer (connect, handshake, identify itself): a closed
+#: port, an HTTP server or a listener that never speaks is one line after this.
+CONNECT_S = 10.0
+#: Seconds of a lost scheduler before the jobs still in flight become gaps.
+LOST_S = 30.0
+#: What talking to a scheduler that went away raises (Dask's CommClosedError is an
+#: OSError; a future the closing client cancelled, a CancelledError); anything else is a bug.
+_LOST: tuple[type[BaseException], ...] = (OSError, TimeoutError, concurrent.futures.CancelledError)
+#: Where the secure set-up is explained (in the project's docs).
+HOW = ("docs/fleet.md: a scheduler, workers and survey each with a certificate of one CA, "
+       "tls://HOST:PORT and --tls-ca-file/--tls-cert/--tls-key")
+
+
+# ----------------------------------------------------------------------------- addresses and security
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A scheduler's address as the fleet accepts it, with the TLS files of this
+    side of the connection (None on loopback without TLS)."""
+
+    address: str
+    host: str
+    loopback: bool
+    security: Security | None
+
+
+def _loopback(host: str) -> bool:
+    """Only this machine can reach the address (a literal loopback address, or localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def scheduler(address: str, role: str, ca: str | None = None, cert: str | None = None,
+              key: str | None = None) -> Scheduler:
+    """``address`` checked before anything connects: ``tcp://HOST:PORT`` or
+    ``tls://HOST:PORT`` (UsageError otherwise). Any client that reaches a Dask scheduler
+    runs code in every worker, so one that is not on a loopback address is used only
+    over TLS with certificates (Dask's security: mutual TLS, each side's certificate
+    signed by the CA the other trusts); without them a UsageError says how.
+    ``role``: "client" (a survey) or "worker". The TLS files are the options' or
+    Dask's own settings (distributed.comm.tls.*)."""
+    usage = f"scheduler address {address[:80]!r} is not tcp://HOST:PORT or tls://HOST:PORT"
+    try:
+        parts = urlsplit(address.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(f"{usage} ({exc})") from None
+    host = parts.hostname or ""
+    if parts.scheme not in ("tcp", "tls") or not host or not port or parts.path not in ("", "/") \
+            or parts.query or parts.fragment or parts.username or parts.password:
+        raise UsageError(usage)
+    loopback = _loopback(host)
+    if parts.scheme == "tcp":
+        if not loopback:
+            raise UsageError(f"scheduler {address}: not on this machine, and a fleet across machines runs only over "
+                             f"TLS with certificates (whoever reaches an open scheduler runs code in every worker): "
+                             f"use tls://{parts.netloc} with certificates ({HOW})")
+        return Scheduler(address.strip(), host, True, None)
+    from distributed.security import Security
+
+    given = {"tls_ca_file": ca, f"tls_{role}_cert": cert, f"tls_{role}_key": key}
+    sec = Security(require_encryption=True, **{k: v for k, v in given.items() if v})
+    missing = [opt for opt, attr in (("--tls-ca-file", "tls_ca_file"), ("--tls-cert", f"tls_{role}_cert"))
+               if not getattr(sec, attr)]
+    if missing:
+        raise UsageError(f"scheduler {address}: TLS needs {' and '.join(missing)} (or Dask's distributed.comm.tls "
+                         f"settings); {HOW}")
+    for attr in ("tls_ca_file", f"tls_{role}_cert", f"tls_{role}_key"):
+        path = getattr(sec, attr)
+        if path and not Path(path).is_file():
+            raise UsageError(f"scheduler {address}: TLS file {path} not found")
+    return Scheduler(address.strip(), host, loopback, sec)
+
+
+def _connection_args(sched: Scheduler, role: str) -> dict[str, Any]:
+    return sched.security.get_connection_args(role) if sched.security is not None else {}
+
+
+def check_reachable(sched: Scheduler, role: str, wait: float = CONNECT_S) -> None:
+    """That a Dask scheduler answers at the address within ``wait`` seconds (connected,
+    handshake done, it says it is a scheduler), else one DltraceError line: a closed
+    port, an HTTP server or a silent listener would otherwise be waited on for ever."""
+    from distributed.comm.core import connect
+
+    async def identify() -> Any:
+        comm = await connect(sched.address, timeout=wait, **_connection_args(sched, role))
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        reply = asyncio.run(asyncio.wait_for(identify(), wait))
+    except Exception as exc:  # whatever a wrong peer makes the handshake raise: one line
+        why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise DltraceError(f"scheduler {sched.address} unreachable: no Dask scheduler answered within "
+                           f"{wait:g} s ({why})") from None
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        raise DltraceError(f"scheduler {sched.address} unreachable: what answered is not a Dask scheduler")
+    said = str(reply.get("address", ""))
+    if sched.security is None and not _loopback(urlsplit(said).hostname or ""):
+        # reached on loopback, but listening beyond it (dask scheduler --host 0.0.0.0): open to other machines
+        raise UsageError(f"scheduler {sched.address} also listens on {said[:80]}, beyond this machine, without TLS "
+                         f"(whoever reaches it runs code in every worker): start it with --host 127.0.0.1, or use "
+                         f"TLS with certificates ({HOW})")
 
 
 def gpu_count() -> int:
@@ -142,8 +259,8 @@ def run_remote(job: Job, fresh: bool, timeout: float) -> tuple[dict[str, str], d
     who = _worker()
     if job.arch and job.arch != who["arch"]:
         raise DltraceError(f"worker {who['worker']} is {who['arch']}, the job needs {job.arch}")
-    with tempfile.TemporaryDirectory(prefix="dltrace-fleet-") as tmp:
-        root = Path(tmp)
+
+    with tempdirs.owned("dltrace-fleet-") as root:
         run_job(job, root, fresh=True, timeout=timeout)
         files = {str(p.relative_to(root)): p.read_bytes() for p in (root / "traces").rglob("*") if p.is_file()}
     return who, files
@@ -167,7 +284,10 @@ def _todo(job: Job, root: Path, fresh: bool) -> bool:
 
 
 def _resources(client: Client) -> list[dict[str, float]]:
-    return [dict(w.get("resources") or {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    info = client.scheduler_info(n_workers=-1)
+    if "workers" not in info:  # what a client that lost its scheduler answers
+        raise ConnectionError("the connection to the scheduler closed")
+    return [dict(w.get("resources") or {}) for w in info["workers"].values()]
 
 
 def _stamp(path: Path, who: dict[str, str]) -> None:
@@ -200,69 +320,118 @@ def _receive(fut: _Sent, job: Job, root: Path) -> SurveyEvent:
     return event
 
 
-def run(jobs: list[Job], root: Path, address: str, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
-        on_event: Callable[[SurveyEvent], None] = lambda e: None) -> list[Gap]:
-    """Submit the jobs to the scheduler at ``address``; write the traces as each job ends."""
+def _lost(job: Job, root: Path, why: str) -> SurveyEvent:
+    return _gap_all(job, root, f"scheduler lost mid-survey ({why}); run the survey again for this job")
+
+
+def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
+        on_event: Callable[[SurveyEvent], None] = lambda e: None, lost_after: float = LOST_S) -> list[Gap]:
+    """Submit the jobs to the scheduler at ``address``; write the traces as each job ends.
+    A scheduler that cannot be reached is one DltraceError line before anything runs; one
+    that goes away mid-survey (unreachable for ``lost_after`` seconds, or its client
+    gave up reconnecting) costs only the jobs not back yet, each a gap, and the survey
+    goes on to its report: every job ends in traces or gaps."""
+    import time
+
     from distributed import Client, wait
 
+    sched = address if isinstance(address, Scheduler) else scheduler(address, "client")
+    check_reachable(sched, "client")
+    # a lost scheduler is said once, as the gaps of the jobs it cost, not as Dask's own log lines
+    logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
     try:
-        client = Client(address, timeout=15)
-    except (OSError, TimeoutError) as exc:
-        raise DltraceError(f"scheduler {address} unreachable: {exc}") from None
+        client = Client(sched.address, timeout=CONNECT_S, security=sched.security)  # the default: wait() uses it
+    except Exception as exc:
+        raise DltraceError(f"scheduler {sched.address} unreachable: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:160] if str(exc) else ''}") from None
     gaps: list[Gap] = []
+    ended: set[int] = set()  # the jobs (by id) that ended in an event
+
+    def emit(event: SurveyEvent) -> None:
+        ended.add(id(event.job))
+        gaps.extend(event.gaps)
+        on_event(event)
+
+    routed = list(jobs)
+    futures: dict[_Sent, Job] = {}
     try:
         workers = _resources(client)
-        futures: dict[_Sent, Job] = {}
-        for job in route(jobs, workers):
+        routed = route(jobs, workers)
+        for job in routed:
             if not _todo(job, root, fresh):
-                event = SurveyEvent(job, len(job.cases), reused=len(job.cases))
-                on_event(event)
+                emit(SurveyEvent(job, len(job.cases), reused=len(job.cases)))
                 continue
             req = needs(job)
             if not _runnable(req, workers):
-                event = _gap_all(job, root, f"no worker of the scheduler has {', '.join(sorted(req))}")
-                gaps.extend(event.gaps)
-                on_event(event)
+                emit(_gap_all(job, root, f"no worker of the scheduler has {', '.join(sorted(req))}"))
                 continue
-            fut = client.submit(run_remote, job, fresh, timeout, resources=req, pure=False)
-            futures[fut] = job
+            futures[client.submit(run_remote, job, fresh, timeout, resources=req, pure=False)] = job
         pending = set(futures)
+        silent_since: float | None = None
         while pending:
             try:
-                done, pending = wait(list(pending), timeout=5, return_when="FIRST_COMPLETED")
+                done, not_done = wait(list(pending), timeout=5, return_when="FIRST_COMPLETED")
             except TimeoutError:  # distributed.wait raises when nothing ended in time
-                done = set()
-            pending = set(pending) - set(done)
+                done, not_done = set(), pending
+            except _LOST:  # the scheduler went away under the wait: the check below says for how long
+                done, not_done = set(), pending
+                time.sleep(1)  # never a busy loop while it is away
+            pending = set(not_done) - set(done)
             for fut in done:
-                event = _receive(fut, futures[fut], root)
-                gaps.extend(event.gaps)
-                on_event(event)
+                emit(_receive(fut, futures[fut], root))
             if pending and not done:  # a worker may have died: never wait on jobs no worker left can run
-                workers = _resources(client)
+                try:
+                    if client.status not in ("running", "connecting"):  # it gave up reconnecting
+                        raise ConnectionError(f"the connection to the scheduler closed (client {client.status})")
+                    workers = _resources(client)
+                    silent_since = None
+                except _LOST:
+                    silent_since = silent_since or time.monotonic()
+                    if client.status in ("running", "connecting") and time.monotonic() - silent_since < lost_after:
+                        continue
+                    raise
                 for fut in [f for f in pending if not _runnable(needs(futures[f]), workers)]:
                     fut.cancel()
                     pending.discard(fut)
-                    event = _gap_all(futures[fut], root, "worker lost mid-job and no worker left has "
-                                     + ", ".join(sorted(needs(futures[fut]))))
-                    gaps.extend(event.gaps)
-                    on_event(event)
+                    emit(_gap_all(futures[fut], root, "worker lost mid-job and no worker left has "
+                                  + ", ".join(sorted(needs(futures[fut])))))
+    except _LOST as exc:  # the scheduler is gone: what came back is kept, every other job is a gap
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        for job in routed:
+            if id(job) not in ended:
+                emit(_lost(job, root, why))
     finally:
-        client.close()
+        try:
+            client.close(timeout=CONNECT_S)
+        except Exception:  # closing a client whose scheduler has gone: nothing left to close
+            pass
     return gaps
 
 
-def start_worker(address: str, frameworks: Iterable[Framework], nthreads: int = 2, name: str | None = None,
-                 emulation: bool = True, gpu: bool = True) -> None:
+def start_worker(address: str | Scheduler, frameworks: Iterable[Framework], nthreads: int = 2,
+                 name: str | None = None, emulation: bool = True, gpu: bool = True) -> None:
     """Run a Dask worker in this process until interrupted, declaring this machine's
-    resources (of ``frameworks``; ``emulation``/``gpu`` False leave those out)."""
-    import asyncio
-
+    resources (of ``frameworks``; ``emulation``/``gpu`` False leave those out). The
+    scheduler is checked first (one line if it does not answer); on a loopback
+    scheduler the worker listens on loopback too, never on every interface."""
     from distributed import Worker
 
+    sched = address if isinstance(address, Scheduler) else scheduler(address, "worker")
+    check_reachable(sched, "worker")
     res = resources_here(frameworks, emulation=emulation, gpu=gpu)
+    host = ("::1" if ":" in sched.host else "127.0.0.1") if sched.loopback else None
 
     async def main() -> None:
-        async with Worker(address, nthreads=nthreads, resources=res, name=name) as w:
+        local = "[::1]" if host == "::1" else "127.0.0.1"
+        w = Worker(sched.address, nthreads=nthreads, resources=res, name=name, security=sched.security, host=host,
+                   dashboard=False, dashboard_address=f"{local}:0")  # its HTTP endpoints: this machine only
+        try:
+            await asyncio.wait_for(w, CONNECT_S * 3)
+        except Exception as exc:
+            await w.close()
+            raise DltraceError(f"worker could not join the scheduler at {sched.address}: "
+                               f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None
+        async with w:
             await w.finished()
 
     asyncio.run(main())

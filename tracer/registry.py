@@ -3,7 +3,9 @@ validated, so that a malformed entry is reported by entry and field."""
 
 from __future__ import annotations
 
+from tracer.bounded import NotRegular, TooLarge, read_regular
 import functools
+import math
 import os
 import re
 import sys
@@ -26,6 +28,23 @@ if TYPE_CHECKING:
 
 #: the folder the package is in: in a clone, the project
 ROOT = Path(__file__).resolve().parent.parent
+
+
+#: Set (to 1) by `dltrace --trust-registry`: the registry's install steps may then
+#: hold what pip takes besides requirement specifiers (options, paths, URLs).
+TRUST_ENV = "DLTRACE_TRUST_REGISTRY"
+#: The largest registry file read (the package's is 26 KB), and the most YAML nodes
+#: it may expand to, aliases followed (the package's has 900): an alias bomb of a
+#: few hundred bytes expands to billions when printed or copied.
+MAX_BYTES = 1 << 20
+MAX_NODES = 100_000
+#: pip options an install step may carry without --trust-registry: none of them
+#: names another index, a path or code of its own.
+SAFE_OPTIONS = frozenset({"--no-deps", "--no-build-isolation", "--pre", "--prefer-binary", "--upgrade"})
+
+
+def trusted() -> bool:
+    return os.environ.get(TRUST_ENV) == "1"
 
 
 def registry_path() -> Traversable:
@@ -244,8 +263,8 @@ class Framework:
     gpu_evidence_needs_build: bool = False
 
 
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", re.ASCII)
 
 
 class _Entry:
@@ -336,7 +355,7 @@ class _Entry:
         cpus = self.strings("aarch64.cpus", sub.get("cpus", list, []))
         if unavailable:
             return Aarch64Spec((), cpus, unavailable=unavailable)
-        requirements = self.strings("aarch64.requirements", sub.get("requirements", list))
+        requirements = _requirements(self, "aarch64.requirements", sub.get("requirements", list))
         if not requirements:
             raise self.error("aarch64.requirements", "must be a non-empty list")
         variants = self.strings("aarch64.variants", sub.get("variants", list, []))
@@ -348,18 +367,18 @@ class _Entry:
         if unknown:
             raise self.error("aarch64.primitives", f"names no primitive: {', '.join(unknown)}")
         return Aarch64Spec(requirements, cpus, variants, primitives=primitives,
-                           sdists=self.strings("aarch64.sdists", sub.get("sdists", list, [])),
-                           build=self.strings("aarch64.build", sub.get("build", list, [])))
+                           sdists=_requirements(self, "aarch64.sdists", sub.get("sdists", list, [])),
+                           build=_requirements(self, "aarch64.build", sub.get("build", list, [])))
 
     def dotted(self, key: str) -> str:
         value: str = self.get(key, str)
-        if not _DOTTED.match(value):
+        if not _DOTTED.fullmatch(value):
             raise self.error(key, f"must be a dotted module name, not {value[:60]!r}")
         return value
 
 
 def _framework(source: str, name: str, data: Any) -> Framework:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):  # fullmatch: "evil\n" is no name ($ matches before a final newline)
         raise RegistryError(f"{source}: framework name {name[:60]!r} must be a short name of letters, digits, - and _")
     e = _Entry(source, name, data)
     steps = []
@@ -367,8 +386,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         where = f"install[{i}]"
         if not isinstance(step, dict) or not isinstance(step.get("requirements"), list) or not step["requirements"]:
             raise e.error(f"{where}.requirements", "must be a non-empty list")
-        steps.append(InstallStep(e.strings(f"{where}.requirements", step["requirements"]),
-                                 e.strings(f"{where}.options", step.get("options") or [])))
+        steps.append(_pip_step(e, where, step))
     devices = e.str_map("devices", e.get("devices", dict))
     for dev in devices:
         if dev not in DEVICES:
@@ -380,7 +398,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         if not isinstance(v, dict) or not (v.get("env") or v.get("set")):
             raise e.error(f"variants.{vname}", "needs 'env' or 'set'")
         sets = v.get("set") or {}
-        if not isinstance(sets, dict) or not all(isinstance(k, str) and _DOTTED.match(k) for k in sets):
+        if not isinstance(sets, dict) or not all(isinstance(k, str) and _DOTTED.fullmatch(k) for k in sets):
             raise e.error(f"variants.{vname}.set", "must map dotted attribute names to values")
         switches = str(v.get("switches", "library"))
         if switches not in VARIANT_SWITCHES:
@@ -394,10 +412,13 @@ def _framework(source: str, name: str, data: Any) -> Framework:
     nat = e.get("native", dict, {})
     defaults = NativeSpec()
     try:
-        rate, seconds = int(nat.get("rate", defaults.rate)), float(nat.get("seconds", defaults.seconds))
-    except (TypeError, ValueError):
-        raise e.error("native", "needs a numeric rate and seconds") from None
-    if not (rate > 0 and 0 < seconds < 3600):
+        raw_rate = nat.get("rate", defaults.rate)
+        if isinstance(raw_rate, float) and not math.isfinite(raw_rate):
+            raise ValueError(raw_rate)
+        rate, seconds = int(raw_rate), float(nat.get("seconds", defaults.seconds))
+    except (TypeError, ValueError, OverflowError):
+        raise e.error("native", "needs a numeric rate and seconds, finite") from None
+    if not (0 < rate <= 100_000 and 0 < seconds < 3600):
         raise e.error("native", "needs a positive rate and seconds")
     native = NativeSpec(rate, seconds, bool(nat.get("idle", defaults.idle)),
                         e.str_map("native.env", nat.get("env") or {}), bool(nat.get("prime", defaults.prime)))
@@ -466,7 +487,7 @@ def _profile_vocab(e: _Entry, formats: tuple[str, ...]) -> dict[str, ProfileVoca
             raise e.error(where, f"has unknown field '{unknown[0]}' (choose from: {', '.join(known)})")
         text = {k: str(sub.get(k, (str, int, float), "")) for k in _VOCAB_TEXT}
         reader = sub.get("reader", str, "")
-        if reader and not _DOTTED.match(reader):
+        if reader and not _DOTTED.fullmatch(reader):
             raise e.error(f"{where}.reader", f"must be a dotted module name, not {reader[:60]!r}")
         out[str(fmt)] = ProfileVocab(
             **{**text, "version": text["version"] or "unknown"}, reader=reader,
@@ -533,9 +554,47 @@ def _steps(e: _Entry, key: str, steps: list[Any]) -> tuple[InstallStep, ...]:
         where = f"{key}[{i}]"
         if not isinstance(step, dict) or not isinstance(step.get("requirements"), list) or not step["requirements"]:
             raise e.error(f"{where}.requirements", "must be a non-empty list")
-        out.append(InstallStep(e.strings(f"{where}.requirements", step["requirements"]),
-                               e.strings(f"{where}.options", step.get("options") or [])))
+        out.append(_pip_step(e, where, step))
     return tuple(out)
+
+
+def _pip_step(e: _Entry, where: str, step: dict[str, Any]) -> InstallStep:
+    return InstallStep(_requirements(e, f"{where}.requirements", step["requirements"]),
+                       _options(e, f"{where}.options", step.get("options") or []))
+
+
+def _requirements(e: _Entry, where: str, value: Any) -> tuple[str, ...]:
+    """Requirement specifiers only (a name, extras, versions, markers): a pip option
+    (``--index-url``, ``-e DIR``), a path or a URL in a registry would make
+    `dltrace env setup` run code from wherever it points. `dltrace --trust-registry`
+    allows them, for a registry the user wrote."""
+    items = e.strings(where, value)
+    if trusted():
+        return items
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for item in items:
+        try:
+            url = Requirement(item).url
+        except InvalidRequirement:
+            url = None
+            why = "is not a requirement specifier"
+        else:
+            why = "" if url is None else "names a URL"
+        if why:
+            raise e.error(where, f"item {item[:60]!r} {why}: only package names with versions are installed "
+                                 "(pip options, paths and URLs run code from elsewhere; "
+                                 "`dltrace --trust-registry` allows them)")
+    return items
+
+
+def _options(e: _Entry, where: str, value: Any) -> tuple[str, ...]:
+    items = e.strings(where, value)
+    unsafe = [o for o in items if o not in SAFE_OPTIONS]
+    if unsafe and not trusted():
+        raise e.error(where, f"has pip option {unsafe[0][:60]!r}, not one of {', '.join(sorted(SAFE_OPTIONS))} "
+                             "(`dltrace --trust-registry` allows any)")
+    return items
 
 
 
@@ -556,21 +615,57 @@ def load(path: str | os.PathLike[str] | Traversable | None = None) -> dict[str, 
     """The registry at ``path`` (default: ``DLTRACE_REGISTRY``, else the package's).
     The file is read on every call, so a changed file is seen; what one text parses to
     is kept, since several stages of one command ask for it (50 ms a parse)."""
+
     path = registry_path() if path is None else Path(path) if isinstance(path, (str, os.PathLike)) else path
     try:
-        text = path.read_text()
+        # a file named by the user (DLTRACE_REGISTRY) is read as traces are: only a regular
+        # file (a named pipe would block, /dev/zero never end), at most MAX_BYTES of it
+        text = (read_regular(path, MAX_BYTES) if isinstance(path, Path) else path.read_bytes()).decode()
     except OSError as exc:
         raise RegistryError(f"cannot read {path}: {exc.strerror}") from None
+    except (NotRegular, TooLarge) as exc:
+        raise RegistryError(f"cannot read {path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise RegistryError(f"{path.name} is not valid YAML: {exc}".splitlines()[0]) from None
-    return dict(_parse(path.name, text))
+    return dict(_parse(path.name, text, trusted()))
+
+
+def _expanded_nodes(text: str) -> int:
+    """How many YAML nodes ``text`` holds once every alias is followed (each node
+    counted once per place it appears), without expanding anything."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is None:
+        return 0
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if not done:
+            if id(node) in visiting:  # an alias inside its own anchor: endless once expanded
+                return MAX_NODES + 1
+            visiting.add(id(node))
+        kids: list[yaml.Node] = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                                 else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            sizes[id(node)] = min(1 + sum(sizes.get(id(k), 0) for k in kids), MAX_NODES + 1)
+        else:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sizes[id(root)]
 
 
 @functools.lru_cache(maxsize=8)
-def _parse(file_name: str, text: str) -> dict[str, Framework]:
+def _parse(file_name: str, text: str, trust: bool = False) -> dict[str, Framework]:
     """``text`` (the registry file ``file_name``) as Framework entries; the caller copies
-    the dict it returns, and the entries are frozen."""
+    the dict it returns, and the entries are frozen. ``trust``: what --trust-registry
+    allows is part of what a text parses to, so it is part of the cache's key."""
     try:
+        if _expanded_nodes(text) > MAX_NODES:
+            raise RegistryError(f"{file_name}: expands to more than {MAX_NODES:,} YAML nodes once its aliases are "
+                                "followed (an alias bomb?)")
         doc = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError) as exc:
         raise RegistryError(f"{file_name} is not valid YAML: {exc}".splitlines()[0]) from None
@@ -584,7 +679,13 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in text.lower().replace(",", "x").split("x"))
     except ValueError:
-        raise ValueError(f"shape '{text}' is not of the form 8x64x112x112") from None
+        raise ValueError(f"shape '{text[:60]}' is not of the form 8x64x112x112") from None
     if not shape or any(d <= 0 for d in shape):
-        raise ValueError(f"shape '{text}' must have positive sizes")
+        raise ValueError(f"shape '{text[:60]}' must have positive sizes")
+    if len(shape) > MAX_RANK:
+        raise ValueError(f"shape has {len(shape)} dimensions; at most {MAX_RANK}")
     return shape
+
+
+#: The most dimensions an input shape may have (the primitives take 2 or 4; activations any, up to this).
+MAX_RANK = 8

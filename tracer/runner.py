@@ -9,13 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Iterable
 from pathlib import Path
 
-from tracer import emulation, envs
+from tracer import emulation, envs, tempdirs
+from tracer.emulation.layout import bindable, emulated_home
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, PRIMITIVES, CaseError, CaseRequest,
@@ -131,6 +131,8 @@ def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], di
     model = emulation.model(cpu)  # an unknown model is a UsageError naming the choices
     if fw.aarch64.unavailable:
         raise DltraceError(f"{fw.name} has no aarch64 build: {fw.aarch64.unavailable}")
+
+    bindable(emulated_home())  # a ':' in DLTRACE_HOME: said first, not "not set up" nor "No module named"
     if emulation.status(fw.name) is None:
         raise EnvNotReady(f"{fw.name}: emulated aarch64 environment not set up; run: dltrace env setup {fw.name} "
                           f"--arch aarch64")
@@ -172,8 +174,7 @@ def run_probe(
     out_dir = Path(out_dir).resolve()  # the probe runs in a temporary working directory
     out_dir.mkdir(parents=True, exist_ok=True)
     var = fw.variants.get(variant)
-    with tempfile.TemporaryDirectory(prefix="dltrace-") as tmp:
-        tmpdir = Path(tmp)
+    with tempdirs.owned("dltrace-") as tmpdir:
         outs = [out_dir / f"{c.slug()}{'-gpu-evidence' if kind == 'gpu-evidence' else ''}.json" for c in cases]
         for p in outs:
             for stale in (p, Path(f"{p}{ERROR_SUFFIX}")):
@@ -199,11 +200,14 @@ def run_probe(
         code = code_path(tmpdir, link=not cpu)
         env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
+        env["DLTRACE_HOME"] = str(envs.home())  # absolute: the probe runs in another folder
         # what the framework leaves in the temp folder (MXNet's profiler output) goes with this one
         (tmpdir / "tmp").mkdir()
         env["TMPDIR"] = str(tmpdir / "tmp")
         # the probe kills itself if this process dies (even by SIGKILL): see harness.die_with_parent
         env["DLTRACE_PARENT_PID"] = str(os.getpid())
+        if own_perfmap:  # the probe lists its own perf map too (under emulation it is not proc.pid)
+            env["DLTRACE_PERFMAP_LIST"] = str(tmpdir / tempdirs.PERFMAPS)
         if cpu:
             python, extra = _emulated(fw, cpu, [tmpdir, out_dir, package_bind(code)])
             env.update(extra)
@@ -217,6 +221,8 @@ def run_probe(
             )
             with _live_lock:
                 _live.add(proc)
+            if own_perfmap:  # removed below; by the next dltrace's sweep if this one is killed first
+                tempdirs.note_perfmap(tmpdir, perfmap_path(proc.pid))
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -272,8 +278,8 @@ def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str =
               timeout: float = DEFAULT_TIMEOUT, out: Path | None = None, command: str = "",
               pyspy: str | None = None, cpu: str = "") -> Trace:
     """Trace a single case; its failure is a ProbeFailed."""
-    with tempfile.TemporaryDirectory(prefix="dltrace-out-") as tmp:
-        (res,) = run_probe(fw, [spec], Path(tmp), device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu)
+    with tempdirs.owned("dltrace-out-") as tmp:
+        (res,) = run_probe(fw, [spec], tmp, device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu)
         if res.error:
             raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}")
         try:

@@ -82,7 +82,7 @@ class Frame:
 class Node:
     """One frame in one calling context, merged over repeated calls. Slotted: a
     survey makes millions of them, and the C collector stores a new node's fields
-    straight into its slots (tracer/collect/_ctrace.c)."""
+    straight into its slots (tracer/collect/ctrace/)."""
 
     frame: Frame
     count: int = 0

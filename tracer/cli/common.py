@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import click
 from click.shell_completion import CompletionItem
 
-from tracer import registry
+from tracer import registry, tempdirs
 from tracer import survey as sv
 from tracer.contract import APIS, DEVICES, LAYERS, PRIMITIVES, Exit
 from tracer.emulation.cpus import MODELS
@@ -196,6 +196,16 @@ class Shape(_ShapeType):
             self.fail(str(exc), param, ctx)
 
 
+class OutPath(click.Path):
+    """An output path (``-o``): an empty one names no place (Path('') is the working
+    folder), so it is refused as a usage error, not written into the working folder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; name a folder or file (-o . for the working folder)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class Seconds(_SecondsType):
     """A positive, finite number of seconds: 0 or a negative timeout would stop every
     probe at once, and nan would compare false with everything, i.e. never time out."""
@@ -230,5 +240,13 @@ def collect(folders: list[Path]) -> tuple[list[Trace], list[Gap]]:
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dltrace")
-def main() -> None:
+@click.option("--trust-registry", is_flag=True,
+              help="Let the registry's install steps (DLTRACE_REGISTRY) hold pip options, paths and URLs: they "
+                   "run code from wherever they point, so only for a registry you wrote.")
+def main(trust_registry: bool) -> None:
     """Trace where deep-learning frameworks choose their CPU or GPU code."""
+    tempdirs.sweep()  # what a killed dltrace left in the temporary folder (its lock is free)
+    if os.environ.get("DLTRACE_HOME"):  # absolute for every process this one starts, whatever its folder
+        os.environ["DLTRACE_HOME"] = os.path.abspath(os.environ["DLTRACE_HOME"])
+    if trust_registry:
+        os.environ[registry.TRUST_ENV] = "1"  # for this process and what it starts

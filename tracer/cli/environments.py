@@ -16,12 +16,22 @@ from tracer.runner import check
 
 
 # --------------------------------------------------------------------------- list
+def _statuses(fws: list[registry.Framework], sizes: bool = False) -> list[envs.EnvStatus]:
+    """Each framework's environment status, asked at once: an external interpreter
+    that hangs costs its version look-up's bound (envs.VERSION_TIMEOUT_S) once, not
+    once per framework."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(8, len(fws)))) as pool:
+        return list(pool.map(lambda fw: envs.status(fw, sizes=sizes), fws))
+
+
 @main.command("list")
 def list_cmd() -> None:
     """Frameworks, primitives, devices, variants, and which environments are ready."""
     rows = []
-    for fw in frameworks().values():
-        st = envs.status(fw)
+    fws = list(frameworks().values())
+    for fw, st in zip(fws, _statuses(fws)):
         env = f"[green]ready[/] {escape(st.version)}" if st.ready else f"[yellow]{escape(st.note)}[/]"
         rows.append([escape(fw.name), escape(fw.version), escape(", ".join(fw.devices)),
                      escape(", ".join(["default", *fw.variants])), escape(", ".join(fw.apis)), env])
@@ -100,8 +110,8 @@ def _setup_emulated(fw: registry.Framework, arch: str, force: bool, named: bool,
 def env_list() -> None:
     """Which environments are ready, their versions and sizes."""
     rows = []
-    for fw in frameworks().values():
-        st = envs.status(fw, sizes=True)
+    fws = list(frameworks().values())
+    for fw, st in zip(fws, _statuses(fws, sizes=True)):
         state = "[green]ready[/]" if st.ready else f"[yellow]{escape(st.note)}[/]"
         if st.ready and st.note:
             state += f" ({escape(st.note)})"

@@ -4,14 +4,15 @@ audit (from traces alone), import (traces recorded elsewhere, by other tools).""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from tracer import fleet
 from tracer import survey as sv
-from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, Seconds, collect, command_line, err,
-                               flat, frameworks, main, out)
+from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, OutPath, Seconds, collect,
+                               command_line, err, flat, frameworks, main, out)
 from tracer.derive import survey_evidence
 from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
@@ -28,6 +29,19 @@ from tracer.runner import DEFAULT_TIMEOUT
 from tracer.survey import SurveyEvent
 from tracer.trace import save
 
+def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The TLS files of a fleet's ``role`` (client: a survey; worker), Dask's own names
+    for them; without them Dask's settings (distributed.comm.tls.*) are read."""
+    def add(f: Callable[..., None]) -> Callable[..., None]:
+        for opt, what in (("--tls-key", f"this {role}'s private key"),
+                          ("--tls-cert", f"this {role}'s certificate, signed by the CA"),
+                          ("--tls-ca-file", "the CA certificate every side of the fleet trusts")):
+            f = click.option(opt, type=click.Path(exists=True, dir_okay=False), default=None,
+                             help=f"TLS: {what} (for a tls:// scheduler).")(f)
+        return f
+    return add
+
+
 # --------------------------------------------------------------------------- survey / report
 @main.command()
 @click.argument("names", type=FRAMEWORK, nargs=-1)
@@ -36,7 +50,7 @@ from tracer.trace import save
 @click.option("--devices", type=DEVICE_LIST, multiple=True, default=("cpu,standin",), show_default=True,
               help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
                    "stand-in backend).")
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/survey"),
+@click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path), default=Path("reports/survey"),
               show_default=True)
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Probe subprocesses at a time.")
 @click.option("--with-traces", "with_traces", multiple=True, type=click.Path(exists=True, path_type=Path),
@@ -62,11 +76,14 @@ from tracer.trace import save
                    "beside the traces.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds per probe subprocess.")
-@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-              help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here.")
+@click.option("--scheduler", default=None, metavar="tls://HOST:PORT",
+              help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here: "
+                   "tls:// with certificates, or tcp:// on this machine only (docs/fleet.md).")
+@tls_options("client")
 def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devices: tuple[tuple[str, ...], ...],
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
-           arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None) -> None:
+           arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None,
+           tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT; OUTPUT/survey.json
     records what ran and how long each stage took."""
@@ -76,6 +93,10 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     start = time.monotonic()
+    fleet_at = None
+    if scheduler is not None:  # checked before any work; '' is a bad address, never "run here"
+        fleet_at = fleet.scheduler(scheduler, "client", tls_ca_file, tls_cert, tls_key)
+        fleet.check_reachable(fleet_at, "client")
     fws = frameworks()
     prims = list(flat(primitives)) or None
     devs = list(flat(devices))
@@ -103,8 +124,8 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
             reused = f", {e.reused} reused" if e.reused else ""
             progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
 
-        if scheduler:
-            gaps = fleet.run(jobs_list, output, scheduler, fresh=fresh, timeout=timeout, on_event=on_event)
+        if fleet_at is not None:
+            gaps = fleet.run(jobs_list, output, fleet_at, fresh=fresh, timeout=timeout, on_event=on_event)
         else:
             gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
     record.seconds["probing"] = round(time.monotonic() - t0, 1)
@@ -152,7 +173,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path), required=True)
 def report(traces: tuple[Path, ...], output: Path) -> None:
     """Render the HTML report from TRACES folders alone (no framework needed)."""
     ensure_dir(output)
@@ -191,7 +212,7 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
 @click.option("--framework", type=FRAMEWORK, required=True,
               help="The framework that recorded the files; they are read as the profiler formats "
                    "its frameworks.yaml entry declares (profiles: torch's Kineto JSON, JAX's XPlane...).")
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
+@click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path),
               help="Folder for the traces (default: ./imported/<source name>/; "
                    "with several files, one subfolder each).")
 def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> None:
@@ -228,6 +249,7 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 
 @main.command()
 @click.argument("address")
+@tls_options("worker")
 @click.option("--nthreads", type=click.IntRange(min=1), default=2, show_default=True, help="Jobs at a time.")
 @click.option("--name", default=None, help="The name traces record this worker by (meta recorded_by; "
                                            "default: Dask's, the worker's address).")
@@ -236,12 +258,17 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 @click.option("--emulation/--no-emulation", default=True, show_default=True,
               help="Offer the emulated aarch64 CPUs (the ARM-audit jobs) where their environments are built.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Offer the GPUs nvidia-smi lists.")
-def worker(address: str, nthreads: int, name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool,
-           gpu: bool) -> None:
-    """Serve the Dask scheduler at ADDRESS (tcp://HOST:PORT) as a survey worker, declaring
+def worker(address: str, tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, nthreads: int,
+           name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool, gpu: bool) -> None:
+    """Serve the Dask scheduler at ADDRESS (tls://HOST:PORT with certificates, or
+    tcp://127.0.0.1:PORT on this machine; docs/fleet.md) as a survey worker, declaring
     this machine's architecture, GPUs, ready framework environments and emulated CPUs;
     the options narrow that, so that two workers on one machine can differ."""
+    sched = fleet.scheduler(address, "worker", tls_ca_file, tls_cert, tls_key)  # a bad address: usage, before all
     fws = frameworks()
     names = flat(only)
-    fleet.start_worker(address, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
+    fleet.start_worker(sched, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
                        emulation=emulation, gpu=gpu)
+
+
+

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, Seconds, Shape,
-                               command_line, err, flat, frameworks, layers_in_order, main, out)
+from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, OutPath, Seconds,
+                               Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
 from tracer.contract import LAYERS, PASSES, PHASES
+from tracer.contract import check_shape
 from tracer.derive import derive as run_derive
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
@@ -39,7 +40,7 @@ from tracer.trace import load, save
               help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
 @click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True,
               help="Which call to print.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", type=OutPath(dir_okay=False, path_type=Path),
               help="Write the trace (JSON; .gz compresses).")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the probe is stopped.")
@@ -57,6 +58,11 @@ def probe(framework: str, primitive: str, device: str, variant: str, pass_: str,
           max_nodes: int, layers: tuple[tuple[str, ...], ...], cpu: str | None) -> None:
     """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
     fw = check(frameworks(), framework, primitive, device, variant, api)
+    if shape:  # the rank before anything: a wrong one must not first meet the file system (the trace's name)
+
+        wrong = check_shape(primitive, shape)
+        if wrong:
+            raise UsageError(wrong)
     chosen = layers_in_order(layers)
     if cpu and "native" in chosen:
         if layers:
@@ -134,7 +140,7 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
 @click.argument("trace_file", metavar="TRACE")
 @click.option("--format", "fmt", type=click.Choice(list(EXPORTS)), required=True,
               help="; ".join(f"{name}: {what}" for name, (_, what) in EXPORTS.items()) + ".")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
+@click.option("-o", "--output", type=OutPath(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
 @click.option("--layers", "--layer", "layers", type=LAYER_LIST, multiple=True,
               help=f"Layers to write (default: all in the trace): {LAYERS_HELP}.")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
@@ -166,7 +172,7 @@ def export(trace_file: str, fmt: str, output: Path | None, layers: tuple[tuple[s
 @click.argument("framework", type=FRAMEWORK)
 @click.argument("primitives", type=PRIMITIVE, nargs=-1)
 @click.option("--api", type=API, default=None, help="The API level (default: every API level the framework has).")
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("-o", "--output", "out_dir", type=OutPath(file_okay=False, path_type=Path), required=True,
               help="Folder for the traces (SLUG-gpu-evidence.json).")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the probe is stopped.")

@@ -313,8 +313,21 @@ def _import_probe(name: str) -> object:
         return importlib.import_module(name)
 
 
+def _list_own_perfmap() -> None:
+    """Add this process's perf map to the list dltrace removes (its runner's folder,
+    DLTRACE_PERFMAP_LIST): under emulation this process is not the one dltrace started."""
+    listing = os.environ.get("DLTRACE_PERFMAP_LIST")
+    if listing:
+        try:
+            with open(listing, "a", encoding="utf-8") as fh:
+                fh.write(f"/tmp/perf-{os.getpid()}.map\n")
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> int:
     die_with_parent()
+    _list_own_perfmap()
     with open(argv[0]) as fh:
         req = ProbeRequest.from_json(fh.read())
     try:

@@ -109,7 +109,10 @@ Bind = Path | tuple[Path, Path]
 
 def proot_argv(root: Path, site: Path, cpu_dir: Path, qemu_spec: str, binds: list[Bind],
                qemu_path: str = "qemu-aarch64-static", proot_path: str = "proot") -> list[str]:
-    """proot's command line up to the guest's python3 (pure: the tests check it)."""
+    """proot's command line up to the guest's python3 (pure: the tests check it).
+    A path holding ':' is a DltraceError (see _bindable)."""
+    for path in (root, site, cpu_dir):
+        layout.bindable(path)
     argv = [proot_path, "-q", f"{qemu_path} -cpu {qemu_spec}", "-r", str(root),
             "-b", "/proc", "-b", "/dev", "-b", "/tmp",
             "-b", f"{cpu_dir / 'cpuinfo'}:/proc/cpuinfo", "-b", f"{cpu_dir / 'sys'}:/sys",
@@ -117,9 +120,9 @@ def proot_argv(root: Path, site: Path, cpu_dir: Path, qemu_spec: str, binds: lis
     for bind in binds:
         if isinstance(bind, tuple):
             host, guest = bind
-            argv += ["-b", f"{Path(host).resolve()}:{Path(guest).resolve()}"]
+            argv += ["-b", f"{layout.bindable(Path(host).resolve())}:{layout.bindable(Path(guest).resolve())}"]
         else:
-            argv += ["-b", str(Path(bind).resolve())]
+            argv += ["-b", layout.bindable(Path(bind).resolve())]
     return [*argv, "/usr/bin/python3"]
 
 

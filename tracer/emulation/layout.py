@@ -46,6 +46,21 @@ def emulated_home() -> Path:
     return envs.home() / "emulated"
 
 
+def bindable(path: Path | str) -> str:
+    """``path`` as proot's ``-b HOST:GUEST`` can name it: a ``:`` in it would be read as
+    the separator and bind another folder (the guest then misses its packages, and
+    says "No module named ..."), so it is refused, naming the setting that put it there."""
+    text = str(path)
+    if ":" not in text:
+        return text
+    import tempfile
+
+    where = ("DLTRACE_HOME" if Path(text).is_relative_to(envs.home()) else
+             "TMPDIR" if Path(text).is_relative_to(tempfile.gettempdir()) else "the folder")
+    raise DltraceError(f"the emulated aarch64 path cannot see {text}: proot binds folders as HOST:GUEST, so a ':' "
+                       f"in a path breaks it; set {where} to a path without ':'")
+
+
 def base_dir() -> Path:
     return emulated_home() / "_base"
 

@@ -30,6 +30,8 @@ from typing import Any
 from tracer import envs
 from tracer.emulation.debian import base_ready, ensure_base
 from tracer.emulation.layout import (
+    bindable,
+    emulated_home,
     GUEST_PYTHON,
     MARKER,
     PYTHON_FULL,
@@ -139,6 +141,7 @@ def setup(name: str, requirements: list[str], log: Log = lambda s: None, force: 
     wheel) are first built on the host with ``build`` (:func:`build_pure_wheels`).
     A failure is one DltraceError line naming the step and pip's or debootstrap's
     reason, with the full log under $DLTRACE_HOME/logs."""
+    bindable(emulated_home())  # before a long build: a ':' there would break every probe
     requirements = [str(r) for r in requirements]
     sdists, build = [str(r) for r in sdists or []], [str(r) for r in build or []]
     if not requirements:

@@ -23,6 +23,7 @@ that framework's environment as a subprocess: dltrace's process imports no frame
 
 from __future__ import annotations
 
+from tracer.importers.checks import unreadable_tree
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,7 +125,13 @@ def import_file(path: str | Path, framework: str, command: str = "") -> list[Imp
     reader = READERS[name]
     read: Callable[[Path, str, tuple[OpRule, ...], ProfileVocab, str], list[Imported]] = \
         getattr(importlib.import_module(reader.module), reader.function)
-    return read(path, framework, fw.profile_ops.get(name, ()), fw.profile_vocab.get(name, ProfileVocab()), command)
+    results = read(path, framework, fw.profile_ops.get(name, ()), fw.profile_vocab.get(name, ProfileVocab()), command)
+
+    for r in results:  # never a trace that every later command would refuse
+        wrong = unreadable_tree(r.trace)
+        if wrong:
+            raise ImportFailed(f"{path}: its {r.primitive} would be a trace no command reads ({wrong}); not imported")
+    return results
 
 
 def file_suffixes(fw: Framework) -> tuple[str, ...]:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from tracer import tempdirs
 from tracer.contract import Exit
 from tracer.errors import DltraceError
 from tracer.importers import ImportFailed
-from tracer.importers.source import MAX_BYTES, clip
+from tracer.importers.source import MAX_BYTES, MAX_OBJECTS, clip
 
 
 def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: float) -> Any:
@@ -39,8 +39,8 @@ def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: f
         python = envs.python_for(registry.load()[framework])
     except (DltraceError, KeyError) as exc:
         raise ImportFailed(f"{path}: {what} runs in dltrace's {framework} environment: {exc}") from None
-    with tempfile.TemporaryDirectory(prefix="dltrace-reader-") as tmp:
-        out = Path(tmp) / "read.json"
+    with tempdirs.owned("dltrace-reader-") as tmp:
+        out = tmp / "read.json"
         try:
             proc = subprocess.run([str(python), "-m", reader, str(path.resolve()), str(out)], capture_output=True,
                                   text=True, errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL, cwd=tmp,
@@ -57,7 +57,10 @@ def read_in_env(path: Path, framework: str, reader: str, what: str, timeout_s: f
         try:
             if out.stat().st_size > MAX_BYTES:
                 raise ImportFailed(f"{path}: {what} wrote more than {MAX_BYTES >> 20} MiB; not imported")
-            with open(out, encoding="utf-8") as fh:
-                return json.load(fh)
+            data = out.read_bytes()
+            if data.count(b"{") > MAX_OBJECTS:  # the bound a JSON profile has, for what a reader wrote of one
+                raise ImportFailed(f"{path}: {what} wrote more than the {MAX_OBJECTS:,} records an import reads; "
+                                   "not imported")
+            return json.loads(data)
         except (OSError, ValueError, RecursionError) as exc:
             raise ImportFailed(f"{path}: {what} wrote no readable result ({type(exc).__name__})") from None

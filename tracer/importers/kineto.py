@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.importers import ImportFailed
+from tracer.importers.checks import MAX_US
 from tracer.importers.source import Source, load_json
 
 #: Event categories (lower-cased), current and old schema.
@@ -112,11 +113,13 @@ class KinetoProfile:
     events: int  # events in the file
     skipped: int  # events left out as malformed
     schema: str  # "cpu_op" (current) or "Operator" (torch 1.8-era)
+    first_skipped: int | None = None  # the index of the first malformed event, for the provenance
 
 
 def _num(value: Any) -> float | None:
-    """A finite int or float (not a bool, not NaN), else None."""
-    if value.__class__ in (int, float) and math.isfinite(value):
+    """A finite int or float (not a bool, not NaN) within any real clock's range
+    (:data:`MAX_US`: its nanoseconds, and a start plus a duration, stay finite), else None."""
+    if value.__class__ in (int, float) and math.isfinite(value) and abs(value) <= MAX_US:
         return float(value)
     return None
 
@@ -163,10 +166,12 @@ def parse(src: Source) -> KinetoProfile:
     flows: list[FlowPoint] = []
     steps: list[Step] = []
     skipped = 0
+    first_skipped: int | None = None
     old_schema = 0
     for index, e in enumerate(events):
         if e.__class__ is not dict:
             skipped += 1
+            first_skipped = index if first_skipped is None else first_skipped
             continue
         ph, cat = e.get("ph"), e.get("cat")
         cat = cat.lower() if cat.__class__ is str else ""
@@ -177,6 +182,7 @@ def parse(src: Source) -> KinetoProfile:
             name, ts, dur, thread = e.get("name"), _num(e.get("ts")), _num(e.get("dur")), _thread(e)
             if name.__class__ is not str or not name or ts is None or dur is None or dur < 0 or thread is None:
                 skipped += 1
+                first_skipped = index if first_skipped is None else first_skipped
                 continue
             args = e.get("args")
             args = args if args.__class__ is dict else {}
@@ -199,6 +205,7 @@ def parse(src: Source) -> KinetoProfile:
             ts, thread, fid = _num(e.get("ts")), _thread(e), e.get("id")
             if ts is None or thread is None or fid.__class__ not in (int, str):
                 skipped += 1
+                first_skipped = index if first_skipped is None else first_skipped
                 continue
             flows.append(FlowPoint(fid, ph, thread, ts))
     if not ops:
@@ -206,4 +213,4 @@ def parse(src: Source) -> KinetoProfile:
         kinds = "no events" if not events else f"{len(events)} events{bad}, no host op (cat cpu_op or Operator)"
         raise ImportFailed(f"{src.path}: not a Kineto trace ({kinds})")
     return KinetoProfile(src, header, ops, launches, device, flows, steps, len(events), skipped,
-                         "Operator" if old_schema > len(ops) // 2 else "cpu_op")
+                         "Operator" if old_schema > len(ops) // 2 else "cpu_op", first_skipped)

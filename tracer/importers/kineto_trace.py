@@ -43,6 +43,8 @@ def import_kineto(path: Path, framework: str, rules: tuple[OpRule, ...], vocab: 
     origin = provenance(src.name, src.sha256, "Kineto chrome-trace JSON" + (" (gzip)" if src.compressed else ""))
     origin.update({"events": profile.events, "events_skipped_malformed": profile.skipped, "schema": profile.schema,
                    "gpu_activities_attached": hier.attached, "gpu_activities_unattached": hier.unattached})
+    if profile.first_skipped is not None:  # which record was wrong (a NaN or overflowing time, a missing name...)
+        origin["first_malformed_event"] = profile.first_skipped
     common: dict[str, Any] = {
         "version": m.framework_version(profile.header, vocab.env_header),
         "variant": short_name(src.name, vocab.suffixes),

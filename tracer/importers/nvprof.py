@@ -24,7 +24,7 @@ from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
 from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.provenance import provenance
-from tracer.importers.source import clip, read_source, short_name
+from tracer.importers.source import MAX_OBJECTS, clip, read_source, short_name
 from tracer.registry import OpRule, ProfileVocab
 from tracer.trace import Frame, Node, Run, Trace
 
@@ -38,21 +38,49 @@ KERNELS = {
                   "backward": re.compile(r"pooling_bw_kernel_max")},
 }
 _TABLES = ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_KERNEL")
+#: The latest end a kernel may have, in nanoseconds (2**62: a sum of a few stays in 64 bits).
+MAX_NS = 2**62
 
 
-def _kernels(path: Path) -> tuple[Counter[str], dict[str, int], str]:
-    """(kernel name -> launches, name -> total ns, the GPU's name)."""
+def _open(path: Path, data: bytes) -> sqlite3.Connection:
+    """The database in ``data`` (the very bytes whose hash the provenance records),
+    in memory: no path or URI is handed to SQLite, so a name holding ``#``, ``?`` or
+    ``%2f`` can neither open another file nor create one, and nothing is ever written."""
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise ImportFailed(f"{path}: not a readable nvprof database ({exc})") from None
+        db = sqlite3.connect(":memory:")
+        db.deserialize(data)
+        db.execute("pragma query_only = on")
+        return db
+    except (sqlite3.Error, OverflowError, MemoryError) as exc:
+        raise ImportFailed(f"{path}: not a readable nvprof database ({clip(str(exc), 120)})") from None
+
+
+def _kernels(path: Path, db: sqlite3.Connection) -> tuple[Counter[str], dict[str, int], str]:
+    """(kernel name -> launches, name -> total ns, the GPU's name). The kernels are
+    counted first, bounded as a JSON profile's objects are, and every kernel's times
+    must be integers with its end not before its start: else an ImportFailed naming it."""
     try:
         tables = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
         if "StringTable" not in tables or not tables & set(_TABLES):
             raise ImportFailed(f"{path}: an SQLite database, but not nvprof's (no StringTable or kernel table)")
+        kernel_tables = [t for t in _TABLES if t in tables]
+        rows = sum(db.execute(f"select count(*) from {t}").fetchone()[0] for t in kernel_tables)
+        if rows > MAX_OBJECTS:
+            raise ImportFailed(f"{path}: holds {rows:,} kernel records, more than the {MAX_OBJECTS:,} an import "
+                               "reads; profile fewer iterations")
+        for table in kernel_tables:
+            bad = db.execute(f"select k.rowid, s.value, k.start, k.end from {table} k left join StringTable s "
+                             "on s._id_ = k.name where typeof(k.start) != 'integer' or typeof(k.end) != 'integer' "
+                             f"or k.start < 0 or k.end < k.start or k.end > {MAX_NS} limit 1").fetchone()
+            if bad is not None:
+                rowid, name, start, end = bad
+                why = (f"ends at {end} before it starts at {start}" if isinstance(start, int) and isinstance(end, int)
+                       and end < start else f"start {clip(repr(start), 30)} and end {clip(repr(end), 30)} are not "
+                       "times in nanoseconds")
+                raise ImportFailed(f"{path}: {table} row {rowid} ({clip(str(name), 60)}): {why}; not imported")
         launches: Counter[str] = Counter()
         times: dict[str, int] = {}
-        for table in (t for t in _TABLES if t in tables):
+        for table in kernel_tables:
             for name, n, ns in db.execute(f"select s.value, count(*), sum(k.end - k.start) from {table} k "
                                           "join StringTable s on s._id_ = k.name group by s.value"):
                 if isinstance(name, str):
@@ -74,10 +102,13 @@ def import_nvprof(path: Path, framework: str, rules: tuple[OpRule, ...] = (), vo
                   command: str = "") -> list[Imported]:
     """``rules`` go unused: nvprof records kernels, not operators (see KERNELS)."""
     src = read_source(path)  # the checks every import gets (a regular file, bounded), and the hash
-    launches, times, gpu = _kernels(path)
+    name, digest = src.name, src.sha256
+    db = _open(path, src.data)
+    del src  # SQLite holds its own copy: the file's bytes are not kept twice
+    launches, times, gpu = _kernels(path, db)
     if not launches:
         raise ImportFailed(f"{path}: an nvprof database with no kernel launches")
-    origin = provenance(src.name, src.sha256, "nvprof SQLite database")
+    origin = provenance(name, digest, "nvprof SQLite database")
     claimed = {k for k in launches for passes in KERNELS.values() for rx in passes.values() if rx.search(k)}
     origin.update({"kernels": len(launches), "launches": sum(launches.values()),
                    "kernels_of_no_primitive": len(launches) - len(claimed),
@@ -97,7 +128,7 @@ def import_nvprof(path: Path, framework: str, rules: tuple[OpRule, ...] = (), vo
             continue
         order = [p for p in PASSES if p in trees]
         meta = m.build_meta(framework=framework, version=vocab.version, primitive=primitive,
-                            variant=short_name(src.name, vocab.suffixes),
+                            variant=short_name(name, vocab.suffixes),
                             passes=order, shape=[], dtype=None,
                             machine_info={"arch": "unknown", "cpu": "", "gpu": gpu, "vendor": "NVIDIA"},
                             software={}, provenance=origin, command=command)

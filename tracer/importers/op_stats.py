@@ -20,6 +20,7 @@ from typing import Any
 from tracer.contract import PASSES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
+from tracer.importers.checks import bad_time
 from tracer.importers.provenance import provenance
 from tracer.importers.env_reader import read_in_env
 from tracer.importers.source import clip, read_source, short_name
@@ -27,6 +28,8 @@ from tracer.registry import OpRule, ProfileVocab
 from tracer.trace import Frame, Node, Run, Trace
 
 TIMEOUT_S = 120
+#: The most occurrences one record may claim (a 64-bit counter's).
+MAX_COUNT = 2**63 - 1
 
 
 def _dump(path: Path, framework: str, vocab: ProfileVocab) -> dict[str, Any]:
@@ -41,6 +44,21 @@ def _records(vocab: ProfileVocab) -> str:
     """What the file's records are called: the framework's name for them, else the
     protobuf message's."""
     return vocab.records or "TfStatsDatabase"
+
+
+def _check(path: Path, records: list[dict[str, Any]], vocab: ProfileVocab) -> None:
+    """Each record's occurrences a count and its self time a finite, non-negative time,
+    else an ImportFailed naming the record: a trace of it would hold what no command reads."""
+    for i, r in enumerate(records):
+        n, us = r.get("occurrences") or 0, r.get("total_self_time_in_us") or 0
+        wrong = ("" if n.__class__ is int and 0 <= n <= MAX_COUNT
+                 else f"occurrences {clip(repr(n), 30)}, not a count")
+        if not wrong:
+            why = bad_time(us) or ("" if us >= 0 else f"is {us:g}, negative")
+            wrong = f"total_self_time_in_us {why}" if why else ""
+        if wrong:
+            raise ImportFailed(f"{path}: {_records(vocab)} record {i} ({clip(str(r.get('op_type')), 40)}): "
+                               f"{wrong}; not imported")
 
 
 def _tree(records: list[dict[str, Any]], primitive: str, pass_: str, types: tuple[str, ...], device: str,
@@ -65,6 +83,7 @@ def import_op_stats(path: Path, framework: str, rules: tuple[OpRule, ...], vocab
                            f"(it is {'gzip' if src.compressed else 'JSON'})")
     dump = _dump(path, framework, vocab)
     records = [r for r in dump.get("records", []) if isinstance(r, dict)]
+    _check(path, records, vocab)
     producer = f"{vocab.producer} " if vocab.producer else ""
     origin = provenance(src.name, src.sha256, f"{producer}{_records(vocab)} (protobuf, aggregates)")
     origin.update({"records": len(records), "device_type": clip(str(dump.get("device_type", "")), 40),

@@ -30,6 +30,7 @@ from typing import Any
 from tracer.contract import PASSES
 from tracer.importers import Imported, ImportFailed
 from tracer.importers import meta as m
+from tracer.importers.checks import bad_span, bad_time
 from tracer.importers.provenance import provenance
 from tracer.importers.source import Source, clip, load_json, read_source, short_name
 from tracer.registry import OpRule, ProfileVocab, TimelineDialect
@@ -110,32 +111,43 @@ def _devices(events: list[dict[str, Any]], dialect: TimelineDialect) -> dict[Any
     return out
 
 
-def _ops(events: list[dict[str, Any]], dialect: TimelineDialect, tl: Timeline) -> None:
+def _ops(events: list[dict[str, Any]], dialect: TimelineDialect, tl: Timeline, path: Path) -> None:
     """The dialect's op events as OpEvents: begin/end pairs matched per op, process
-    and thread, or complete events with their duration."""
+    and thread, or complete events with their duration. A time that is not finite,
+    or an op that ends before it begins, is an ImportFailed naming the event: a
+    trace of it would hold a time no command reads."""
     devices = _devices(events, dialect)
     backward = re.compile(dialect.backward)
     paired = dialect.phases != ("X",)
-    opened: dict[tuple[Any, ...], float] = {}
-    for ev in events:
+    opened: dict[tuple[Any, ...], tuple[int, float]] = {}
+    for index, ev in enumerate(events):
         if not isinstance(ev, dict) or ev.get("cat") != dialect.category or ev.get("ph") not in dialect.phases:
             continue
         name = _field(ev, dialect.op_arg)
         node = _field(ev, dialect.node_arg) if dialect.node_arg else name
-        when = ev.get("ts") if paired else ev.get("dur")
+        key_ = "ts" if paired else "dur"
+        when = ev.get(key_)
         if not isinstance(name, str) or not isinstance(node, str) or not isinstance(when, (int, float)) \
-                or ev.get("pid") not in devices:
+                or isinstance(when, bool) or ev.get("pid") not in devices:
             tl.skipped += 1
             continue
+        wrong = bad_time(when) or ("" if paired or when >= 0 else f"is {when:g}, a negative duration")
+        if wrong:
+            raise ImportFailed(f"{path}: event {index} ({clip(name, 40)}): {key_} {wrong}; not imported")
         device, lane = devices[ev["pid"]]
         if not paired:
-            tl.ops.append(OpEvent(name, device, lane, bool(backward.search(node)), when))
+            tl.ops.append(OpEvent(name, device, lane, bool(backward.search(node)), float(when)))
             continue
         key = (name, ev["pid"], ev.get("tid"))
         if ev["ph"] == dialect.phases[0]:
-            opened[key] = when
+            opened[key] = (index, float(when))
         elif key in opened:
-            tl.ops.append(OpEvent(name, device, lane, bool(backward.search(node)), when - opened.pop(key)))
+            begun, start = opened.pop(key)
+            wrong = bad_span(start, when)
+            if wrong:
+                raise ImportFailed(f"{path}: event {index} ({clip(name, 40)}, the end of event {begun}): "
+                                   f"{wrong}; not imported")
+            tl.ops.append(OpEvent(name, device, lane, bool(backward.search(node)), when - start))
 
 
 def _field(ev: dict[str, Any], arg: str) -> Any:
@@ -158,7 +170,7 @@ def parse(src: Source, framework: str, vocab: ProfileVocab) -> Timeline:
         raise ImportFailed(f"{src.path}: not a {framework} operator timeline ({said})")
     events = doc["traceEvents"]
     tl = Timeline(vocab.producer or framework, framework, events=len(events))
-    _ops(events, vocab.timeline, tl)
+    _ops(events, vocab.timeline, tl, src.path)
     return tl
 
 

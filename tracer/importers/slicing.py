@@ -97,8 +97,38 @@ def find_instances(hier: Hierarchy, rule: OpRule) -> Instances:
                 if id(top) not in seen:
                     seen.add(id(top))
                     backward.append((top, None))
+    backward = _outermost(backward)
     backward.sort(key=lambda pair: (pair[0].start, pair[0].index))
     return Instances(rule, forward, backward, linked_by if backward else "", recomputed)
+
+
+def _outermost(backward: list[tuple[HostOp, HostOp | None]]) -> list[tuple[HostOp, HostOp | None]]:
+    """The backward nodes that lie inside no other one: a node nested in another
+    (reentrant autograd, or a hostile file nesting thousands) is already in the outer
+    one's tree, and slicing it again would count it twice and walk the nest once per
+    node (quadratic). One walk up per node, each ancestor's answer remembered, so the
+    whole check is linear in the ops."""
+    tops = {id(op) for op, _ in backward}
+    above: dict[int, bool] = {}  # op -> whether it or an op above it is one of the tops
+    out = []
+    for op, origin in backward:
+        path: list[HostOp] = []
+        node = op.parent
+        found = False
+        while node is not None:
+            if id(node) in above:
+                found = above[id(node)]
+                break
+            if id(node) in tops:
+                found = True
+                break
+            path.append(node)
+            node = node.parent
+        for p in path:
+            above[id(p)] = found
+        if not found:
+            out.append((op, origin))
+    return out
 
 
 def _rank_ok(rule: OpRule, op: HostOp) -> bool:

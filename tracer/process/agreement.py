@@ -52,8 +52,9 @@ def op_key(op: str) -> str:
 def kernel_family(kernel: str) -> str:
     """A kernel's family: its first word once the prefixes that name no code are gone
     ("custom-call:__cudnn$convForward" -> cudnn, "CUDA: cudnn_convolution" -> cudnn,
-    "void at::native::vectorized_elementwise_kernel<...>" -> at)."""
+    "sm80_xmma_fprop_..." -> xmma, "void at::native::vectorized_elementwise_kernel<...>" -> at)."""
     name = re.sub(r"^(?:custom-call:|CUDA:\s*|void\s+)", "", kernel.strip())
+    name = re.sub(r"(?i)^(?:sm\d+|volta|turing|ampere|hopper)_", "", name)  # the GPU generation names no family
     m = re.search(r"[A-Za-z][A-Za-z0-9]*", name)
     return m.group(0).lower() if m else ""
 
@@ -75,18 +76,31 @@ def _compare(into: Agreement, cell: GpuCell, rec: GpuEvidence, weak: GpuEvidence
                               f"{weak.evidence} {weak.op or '—'} ({weak.library or 'no library'})"))
 
 
+def gpu_vendor(gpu: str) -> str:
+    """NVIDIA or AMD from a GPU's name as profilers report it, "" where it names neither."""
+    if re.search(r"(?i)\bAMD\b|Instinct|Radeon", gpu):
+        return "AMD"
+    if re.search(r"(?i)NVIDIA|Tesla|GeForce|Quadro|\b[AHBL]\d{2,3}\b|\bV100\b", gpu):
+        return "NVIDIA"
+    return ""
+
+
 def agreement(cells: list[GpuCell]) -> list[Agreement]:
-    """Each weaker class's agreement with the recorded evidence of the same cells (the
-    first entry of each class in a cell), strongest class first; empty where nothing was
-    recorded."""
+    """Each weaker class's agreement with the recorded evidence of the same cells,
+    strongest class first; empty where nothing was recorded. Every entry of a class
+    counts (each imported profile of a cell is one comparison), but only against a
+    recording on the same GPU vendor: an AMD profile's MIOpen is no disagreement with an
+    NVIDIA recording's cuDNN. Evidence that names no GPU (registered, compiled) is
+    compared with the recording of its own target (an NVIDIA GPU here)."""
     out: dict[str, Agreement] = {}
     for cell in cells:
-        rec = next((e for e in cell.gpu if e.evidence == RECORDED), None)
+        rec = next((e for e in cell.gpu if e.evidence == RECORDED and e.label.split(", ")[0] == "gpu"),
+                   next((e for e in cell.gpu if e.evidence == RECORDED), None))
         if rec is None:
             continue
-        for cls in cell.classes:
-            if cls == RECORDED:
+        vendor = gpu_vendor(rec.gpu)
+        for weak in cell.gpu:
+            if weak.evidence == RECORDED or (weak.gpu and gpu_vendor(weak.gpu) != vendor):
                 continue
-            weak = next(e for e in cell.gpu if e.evidence == cls)
-            _compare(out.setdefault(cls, Agreement(cls)), cell, rec, weak)
+            _compare(out.setdefault(weak.evidence, Agreement(weak.evidence)), cell, rec, weak)
     return [out[c] for c in EVIDENCE_ORDER if c in out]

@@ -168,14 +168,21 @@ def _kernels(op_root: Node, cpu_op: str = "",
             owner.setdefault(f.name, above)
             layout[f.name] = _converts_layout(node)
             continue
-        mine = above if (f.lib or facts.is_utility_op(f.name) or facts.is_noise(f.name)) else f.name
+        # a compiled program (module xla) is no op of the framework's: its kernels' op is below or none
+        own_op = not (f.lib or f.module == "xla" or facts.is_utility_op(f.name) or facts.is_noise(f.name))
+        mine = f.name if own_op else above
         stack.extend((c, mine, False) for c in node.children)
     if not counts:
         return _deepest_op(op_root), [], "", 0
     # a vendor library the framework hands the work to (cuDNN's convolution) before the
     # framework's or XLA's own kernels around it (a bias gradient's reduce), however many
     own = {XLA, *facts.gpu_kernel_tags}
-    ranked = sorted(counts, key=lambda k: (owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
+    # in a compiled program (XLA's instructions) the op a kernel hangs under is the
+    # compiler's attribution, not the framework's choice: the library it handed work to
+    # ranks first there, whatever op the CPU path's cell names
+    compiled = all(libs[k] == XLA or k.startswith("custom-call:") for k in counts)
+    ranked = sorted(counts, key=lambda k: (compiled and libs[k] in own,
+                                           owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
                                            layout[k], libs[k] in own, -counts[k], k))
     op = owner[ranked[0]]
     if not op:

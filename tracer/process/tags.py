@@ -132,6 +132,9 @@ OP_LIBS = _t(
     (r"(?i)rocblas|^Cijk_", "rocBLAS"),  # other Tensile kernels are rocBLAS's (MIOpen's GEMM convolutions too)
     (r"(?:^|[\s:(<])(?:sm\d+_)?xmma_(?:fprop|dgrad|wgrad)|(?:implicit|explicit|precomputed)_convolve_sgemm"
      r"|(?:^|[\s:])(?:wgrad_alg\d_engine|dgrad_engine|dgrad_alg\d|fft2d_(?:r2c|c2r)_)", CUDNN),
+    # a CUTLASS GEMM under a matmul is cuBLASLt's choice (its log names the cublasLt call):
+    # cuBLAS's, CUTLASS its kernel family; other CUTLASS kernels (flash attention...) are CUTLASS's
+    (r"(?i)(?:^|[^a-z])cutlass_\d+_\w*gemm", CUBLAS),
     (r"(?i)(?:^|[^a-z])cutlass(?:::|_)", "CUTLASS"),
     (r"(?:^|[\s:])gemv\w*kernel|(?:^|[\s:])gemmSN_|(?:^|[\s:])gemmk1_kernel", CUBLAS),
     # cuBLASLt's own generated Hopper kernels (the library log names the cublasLt call)
