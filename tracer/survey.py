@@ -26,7 +26,7 @@ from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
 from tracer.contract import LAYERS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
-from tracer.files import write_text
+from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
 from tracer.importers.source import short_name
 from tracer.registry import Framework
@@ -37,7 +37,7 @@ from tracer.trace_meta import native_not_finished
 GAP_SUFFIX = ".gap.json"
 #: The survey's own record of itself, beside its traces: what it ran, on what, and how
 #: long each stage took, so that the figures the docs quote come from a file, not memory.
-RECORD = "survey.json"
+RECORD = SURVEY_JSON
 RECORD_FORMAT = "dltrace-survey-record"
 
 
@@ -436,23 +436,12 @@ def write_record(root: Path, record: SurveyRecord) -> Path:
     previous record, never half of one)."""
     path = root / RECORD
     doc = json.loads(record.to_json())
-    report = read_survey_json(path).get(REPORT_KEY)
+    report = read_json_object(path).get(REPORT_KEY)
     if report is not None:  # the report's figures, written beside the record when the report was rendered
         doc[REPORT_KEY] = report
     write_text(path, json.dumps(doc, indent=1))
     return path
 
 
-#: The key of ``survey.json`` that holds the report's headline figures (tracer.render.survey_json).
-REPORT_KEY = "report"
 
-
-def read_survey_json(path: Path) -> dict[str, Any]:
-    """What a ``survey.json`` holds, {} where there is none or it is not a JSON object
-    (a survey interrupted before its record was written)."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 

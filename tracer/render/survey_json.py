@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from tracer import __version__
-from tracer.files import write_text
+from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.process.decisions import decisions
 from tracer.process.portability import FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
 from tracer.process.verdict import RULE, FrameworkVerdict, GridCell
-from tracer.survey import RECORD, REPORT_KEY, read_survey_json
 
 #: Bumped when a field changes meaning or is removed (adding one is compatible).
 SCHEMA_VERSION = 1
@@ -59,9 +58,9 @@ def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts:
 
 def write_survey_json(out: Path, doc: dict[str, Any]) -> Path:
     """``out/survey.json`` with ``doc`` under its ``report`` key; what else it holds (the
-    survey's own record: tracer.survey.SurveyRecord) is kept."""
-    path = out / RECORD
-    whole = read_survey_json(path)
+    survey's own record, tracer.survey) is kept."""
+    path = out / SURVEY_JSON
+    whole = read_json_object(path)
     whole[REPORT_KEY] = doc
     write_text(path, json.dumps(whole, indent=1, ensure_ascii=False) + "\n")
     return path
