@@ -138,6 +138,7 @@ def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_pa
     figures = doc["frameworks"]["torch"]["figures"]
     assert set(figures) == set(COLUMNS)
     assert all(figures[k]["definition"] and figures[k]["headline"] for k in HEADLINE)
+    assert "<b>2</b> site(s)" in page  # the verdict counts what the scorecard counts
     assert figures["decisions"]["value"] == "2" and sorted(figures["decisions"]["items"]) == [
         "aten::_convolution", "op registry"]
     assert [s["site"] for s in doc["frameworks"]["torch"]["decision_sites"]] == ["op registry", "aten::_convolution"]
