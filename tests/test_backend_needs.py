@@ -43,3 +43,16 @@ def test_rows_the_probe_judged_are_read_as_written():
 
 def test_no_table_no_needs():
     assert backend_needs([_trace("fw", {"error": "RuntimeError: no registry"})]) is None
+
+
+def test_a_cpu_librarys_op_is_neither_free_nor_to_implement_and_must_wins_over_free():
+    forward = _trace("torch", {"new_backend_key": "PrivateUse1", "ops": {
+        "aten::mkldnn_convolution": {"kernels": ["CompositeExplicitAutograd"], "new_backend": True},
+        "aten::mm": {"kernels": ["CompositeExplicitAutograd"], "new_backend": True},
+    }})
+    backward = _trace("torch", {"new_backend_key": "PrivateUse1", "ops": {
+        "aten::mm": {"kernels": ["CPU", "CUDA"]},
+    }})
+    needs = backend_needs([forward, backward])
+    assert needs is not None and needs.cpu_library == ["aten::mkldnn_convolution"]
+    assert needs.must_implement == ["aten::mm"] and needs.free == []

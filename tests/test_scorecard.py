@@ -102,8 +102,9 @@ def test_scorecard_measures_and_says_where_evidence_is_thin(native_traces, cpu_t
     assert int(torch["implement"].value) > 0 and int(torch["free"].value) > 0
     assert torch["bytes"].value.endswith("KiB") and int(torch["bytes"].value.split()[0]) > 0
     assert any("torch core" in d for d in torch["bytes"].details)
-    # chainer decides in Python: its device branches count there, and its lines are measured
-    assert int(chainer["python"].value) > 0 and int(chainer["lines"].value) > 0
+    # chainer decides in Python: its device branches are its decision sites, and their lines are measured
+    assert int(chainer["decisions"].value) > 0 and int(chainer["lines"].value) > 0
+    assert all(site.startswith("chainer.") for site in chainer["decisions"].items), chainer["decisions"].items
     # no dispatch table and no GPU evidence here: the operators its CPU path ran, said to
     # be that (not checked against a device build), never scored as simpler
     assert "recorded evidence" in chainer["implement"].explain
@@ -119,3 +120,26 @@ def test_index_opens_with_the_scorecard_for_every_framework(survey_report):
     assert set(re.findall(r'data-framework="(\w+)"', table)) == set(FRAMEWORKS)
     assert table.count('class="score"') == len(FRAMEWORKS) * len(COLUMNS)
     assert re.search(r"tensorflow.*?data-key=\"bytes\"><a [^>]*><b>[1-9]\d* KiB</b>", table, re.S)
+
+
+def test_survey_json_and_the_verdict_count_decisions_only(survey_report):
+    """The real survey: survey.json beside the index holds every headline figure with its
+    definition, unit and list; no decision site of JAX comes from jit against eager;
+    TensorFlow's kernel registry is one site however many ops it chooses for."""
+    whole = json.loads((survey_report.parent / "survey.json").read_text())
+    doc = whole["report"]
+    assert whole["format"] == "dltrace-survey-record" and doc["schema_version"] == 1
+    assert set(doc["frameworks"]) == set(FRAMEWORKS)
+    assert sorted(doc["order"]["frameworks"]) == sorted(FRAMEWORKS)
+    assert "compared only at equal evidence" in doc["order"]["rule"]
+    for name, fw in doc["frameworks"].items():
+        assert set(fw["figures"]) == set(COLUMNS), name
+        assert all(f["definition"] for f in fw["figures"].values()), name
+        sites = fw["decision_sites"]
+        assert len([s for s in sites if s["kind"] == "registry"]) <= 1, (name, sites)
+        assert all(set(s["classes"]) <= {"device dispatch", "library choice", "ISA-specific code"} for s in sites)
+    assert "compilation mode (jit vs eager)" in doc["frameworks"]["jax"]["splits_apart"]
+    page = survey_report.read_text()
+    assert page.index('id="verdict-table"') < page.index('id="verdict-grid"') < page.index('id="scorecard-table"')
+    assert len(page.encode()) < 300_000
+    assert all(p.stat().st_size < 3_000_000 for p in survey_report.parent.glob("*.html"))

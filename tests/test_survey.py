@@ -3,6 +3,7 @@ traces from elsewhere, and a report rendered from traces alone."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -63,7 +64,10 @@ def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_framew
     assert all(k == "import" for (f, _), (k, _) in why.items() if f == "broken")
     assert all(k == "env" and "dltrace env setup absent" in e for (f, _), (k, e) in why.items() if f == "absent")
     index = (out / "index.html").read_text()
-    assert index.count('class="gap-row"') == len(gaps) == 11
+    # one row per framework and reason (a repeated failure is one sentence), its cases counted
+    rows = re.findall(r'<tr class="gap-row"><td>\w+</td><td class="small">.*?</td><td class="num">(\d+)</td>', index)
+    assert sum(int(n) for n in rows) == len(gaps) == 11
+    assert len(rows) == len({(g.framework, g.error) for g in gaps})
     # a resumed run keeps the trace it has and retries the gaps
     proc = dltrace("survey", "crashy", "--primitives", "dense,conv2d", "--no-native", "--timeout", "5",
                    "-o", "reports/s", env=fake_frameworks, cwd=tmp_path)
@@ -182,5 +186,36 @@ def test_a_survey_records_itself_in_survey_json(fake_frameworks, tmp_path):
     _, gaps, _ = sv.collect([tmp_path / "traces"])
     assert rec["gaps"] == len(gaps) >= 1, gaps  # crashy's maxpool2d writes an unreadable trace
     assert rec["command"].startswith("dltrace survey crashy") and rec["machine"]["cores"] >= 1
+    # the report's figures beside the record, kept when the record was written after them
+    assert rec["report"]["schema_version"] == 1 and set(rec["report"]["frameworks"]) == {"crashy"}
     seconds = rec["seconds"]
     assert set(seconds) >= {"probing", "report", "total"} and seconds["total"] >= seconds["probing"] > 0
+
+
+@pytest.mark.slow
+def test_a_surveys_report_is_reproducible_from_its_folder(fake_frameworks, tmp_path):
+    """Traces the survey read from elsewhere (--with-traces) are kept in its folder and
+    named in inputs.json: `dltrace report OUTPUT/traces` renders the report it wrote."""
+    import json
+
+    from tests.test_verdict import torch_pair
+    from tracer.trace import save
+
+    elsewhere = tmp_path / "gpu-machine"
+    elsewhere.mkdir()
+    for i, t in enumerate(torch_pair()):
+        save(t, elsewhere / f"conv2d-{i}.json")
+    out = tmp_path / "s"
+    proc = dltrace("survey", "crashy", "--primitives", "dense", "--no-native", "--with-traces", str(elsewhere),
+                   "-o", str(out), env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    inputs = json.loads((out / "inputs.json").read_text())["inputs"]
+    assert [(i["source"], i["files"]) for i in inputs] == [(str(elsewhere), 2)]
+    proc = dltrace("report", str(out / "traces"), "-o", str(tmp_path / "again"), env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+
+    def page(folder, name):  # the rendering time is the only line that may differ
+        return re.sub(r"generated [0-9: -]+", "", (folder / name).read_text())
+
+    assert {p.name for p in out.glob("*.html")} == {p.name for p in (tmp_path / "again").glob("*.html")}
+    assert all(page(out, p.name) == page(tmp_path / "again", p.name) for p in out.glob("*.html"))

@@ -7,6 +7,7 @@ Stdlib only: the probe harness writes its traces with it too.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -77,3 +78,20 @@ def ensure_file_parent(path: str | os.PathLike[str]) -> Path:
         raise OutputError(f"cannot write {path}: it is a folder")
     ensure_dir(path.parent if str(path.parent) else Path("."))
     return path
+
+
+#: The file beside a survey's report that both the survey's record (tracer.survey) and
+#: the report's figures (tracer.render.survey_json, under :data:`REPORT_KEY`) are kept in.
+SURVEY_JSON = "survey.json"
+REPORT_KEY = "report"
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """What a JSON file holds when it is an object, {} where there is none or it is not
+    one (a survey interrupted before its record was written): each writer of a shared
+    file keeps the other's part."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

@@ -70,7 +70,14 @@ class Variant:
     description: str = ""
     env: dict[str, str] = field(default_factory=dict)
     set: dict[str, Any] = field(default_factory=dict)
+    #: what the switch changes: "library" (a CPU library on or off: a decision a port
+    #: meets) or "compilation" (jit against eager: the same device's code compiled or not,
+    #: never a device decision; a report shows its splits apart)
+    switches: str = "library"
 
+
+#: The kinds of thing a variant switches (frameworks.yaml ``variants.NAME.switches``).
+VARIANT_SWITCHES = ("library", "compilation")
 
 _NATIVE = NativeRequest()  # the defaults of native capture, in one place
 
@@ -106,6 +113,7 @@ class FrameworkKnowledge:
     generated: tuple[str, ...] = ()  # prefixes of function names it numbers per process
     noise: tuple[str, ...] = ()  # frames that run wherever they are triggered
     incidental: tuple[str, ...] = ()  # its native frames that say where a thread was, not what ran
+    not_kernels: tuple[str, ...] = ()  # its native helpers that are never a kernel (refcounts, accessors)
     same_op: tuple[str, ...] = ()  # op-name variants of one op, e.g. in-place: group 1 is the op
     kernels: tuple[str, ...] = ()  # its native frames that are one op's kernel (tensorflow::MklConvOp::Compute)
     compiling: tuple[str, ...] = ()  # words in its frames that mean compiling the model (dynamo, tf_function)
@@ -327,7 +335,7 @@ class _Entry:
             core_modules=text("core_modules"),
             utility_ops=patterns("utility_ops"), generated=patterns("generated"), noise=patterns("noise"),
             incidental=patterns("incidental"), same_op=patterns("same_op"), kernels=patterns("kernels"),
-            compiling=patterns("compiling"), gpu_kernels=self.gpu_kernels(sub))
+            compiling=patterns("compiling"), gpu_kernels=self.gpu_kernels(sub), not_kernels=patterns("not_kernels"))
 
     def gpu_kernels(self, k: _Entry) -> GpuKernels | None:
         spec = k.get("gpu_kernels", dict, None)
@@ -392,8 +400,11 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         sets = v.get("set") or {}
         if not isinstance(sets, dict) or not all(isinstance(k, str) and _DOTTED.fullmatch(k) for k in sets):
             raise e.error(f"variants.{vname}.set", "must map dotted attribute names to values")
+        switches = str(v.get("switches", "library"))
+        if switches not in VARIANT_SWITCHES:
+            raise e.error(f"variants.{vname}.switches", f"must be one of {', '.join(VARIANT_SWITCHES)}")
         variants[str(vname)] = Variant(str(vname), str(v.get("description", "")),
-                                       e.str_map(f"variants.{vname}.env", v.get("env") or {}), dict(sets))
+                                       e.str_map(f"variants.{vname}.env", v.get("env") or {}), dict(sets), switches)
     apis = e.strings("apis", e.get("apis", list))
     for api in apis:
         if api not in APIS:

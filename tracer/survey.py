@@ -16,16 +16,17 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
 from tracer.contract import LAYERS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
-from tracer.files import write_text
+from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
 from tracer.importers.source import short_name
 from tracer.registry import Framework
@@ -36,7 +37,7 @@ from tracer.trace_meta import native_not_finished
 GAP_SUFFIX = ".gap.json"
 #: The survey's own record of itself, beside its traces: what it ran, on what, and how
 #: long each stage took, so that the figures the docs quote come from a file, not memory.
-RECORD = "survey.json"
+RECORD = SURVEY_JSON
 RECORD_FORMAT = "dltrace-survey-record"
 
 
@@ -339,6 +340,31 @@ def trace_files(folders: Iterable[Path]) -> Iterator[Path]:
                     yield Path(dirpath, name)
 
 
+#: Where a survey keeps the traces it read from outside its folder (the package's recorded
+#: GPU traces, --with-traces), so that its report is rendered from its folder alone.
+INPUTS = "inputs"
+
+
+def keep_inputs(folders: Iterable[tuple[str, Path]], root: Path) -> list[dict[str, Any]]:
+    """Copy each (name, folder)'s traces and gap records, bytes unchanged, into
+    ``root/traces/inputs/NAME/``, and return what was kept: the same ``dltrace report
+    root/traces`` then gives the report the survey wrote. A file already there with the
+    same bytes is not copied again."""
+    kept = []
+    for name, folder in folders:
+        dest = root / "traces" / INPUTS / name
+        n = 0
+        files = [*trace_files([folder]), *(sorted(folder.rglob(f"*{GAP_SUFFIX}")) if folder.is_dir() else [])]
+        for path in files:
+            target = dest / (path.relative_to(folder) if folder.is_dir() else path.name)
+            if not (target.exists() and target.read_bytes() == path.read_bytes()):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+            n += 1
+        kept.append({"name": name, "source": str(folder), "files": n})
+    return kept
+
+
 def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
     """Every trace and gap under ``folders``; unreadable files are reported, not fatal.
     A trace or gap met twice (a folder given twice, ``--with-traces`` at the survey's
@@ -386,9 +412,10 @@ def _content_digest(path: Path) -> str:
 
 @dataclass
 class SurveyRecord:
-    """What ``survey.json`` holds: the command, the machine, what was planned and lost, and
-    the seconds of each stage (probing, importing the reference profiles, deriving the GPU
-    evidence, rendering the report) and of the whole command."""
+    """What ``survey.json`` holds beside the report's figures (its ``report`` key): the
+    command, the machine, what was planned and lost, and the seconds of each stage
+    (probing, importing the reference profiles, deriving the GPU evidence, rendering the
+    report) and of the whole command."""
 
     command: str
     started: str  # UTC, ISO 8601
@@ -408,6 +435,13 @@ def write_record(root: Path, record: SurveyRecord) -> Path:
     """``root/survey.json``, written atomically (a survey interrupted before it leaves the
     previous record, never half of one)."""
     path = root / RECORD
-    write_text(path, record.to_json())
+    doc = json.loads(record.to_json())
+    report = read_json_object(path).get(REPORT_KEY)
+    if report is not None:  # the report's figures, written beside the record when the report was rendered
+        doc[REPORT_KEY] = report
+    write_text(path, json.dumps(doc, indent=1))
     return path
+
+
+
 

@@ -3,6 +3,7 @@ audit (from traces alone), import (traces recorded elsewhere, by other tools).""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIS
 from tracer.derive import survey_evidence
 from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
-from tracer.files import ensure_dir
+from tracer.files import ensure_dir, write_text
 from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
 from tracer.importers.source import short_name
 from tracer.machine import describe as describe_machine
@@ -137,7 +138,10 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
 
         gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
         record.seconds["imports"] = round(time.monotonic() - t1, 1)
-    recorded = [(fw.name, folder) for fw in chosen for folder in fw.recorded] if imports else []
+    # each recorded GPU folder with the GPU machine's own CPU path beside it (cpu-default), the
+    # baseline its GPU path is set against: the same version on the same machine
+    recorded = [(fw.name, f) for fw in chosen for folder in fw.recorded
+                for f in (folder, folder.parent / "cpu-default") if f.is_dir()] if imports else []
     for name, folder in recorded:
         n = sum(1 for _ in sv.trace_files([folder]))
         err.print(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
@@ -151,8 +155,16 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
         gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
         record.seconds["derive"] = round(time.monotonic() - t1, 1)
         out.print(f"GPU evidence derived in {record.seconds['derive']:.0f} s")
+    # what the report reads from outside the survey's folder is kept in it, and named in
+    # inputs.json: `dltrace report OUTPUT/traces` then renders the same report
+    outside = [(f"{name}-recorded-{folder.parent.name}-{folder.name}", folder) for name, folder in recorded]
+    inside = (output / "traces").resolve()
+    outside += [(f"with-{i}-{Path(f).name}", Path(f)) for i, f in enumerate(with_traces)
+                if not Path(f).resolve().is_relative_to(inside)]
+    kept = sv.keep_inputs(outside, output)
+    write_text(output / "inputs.json", json.dumps({"kept_in": f"traces/{sv.INPUTS}", "inputs": kept}, indent=1) + "\n")
     t1 = time.monotonic()
-    _render([output / "traces", *(folder for _, folder in recorded), *with_traces], output)
+    _render([output / "traces"], output)
     record.seconds["report"] = round(time.monotonic() - t1, 1)
     record.seconds["total"] = round(time.monotonic() - start, 1)
     record.gaps = len(gaps)

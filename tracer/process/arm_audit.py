@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import PASSES, PRIMITIVES
+from tracer.knowledge import knowledge
 from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
@@ -98,8 +99,16 @@ def _compiled(trace: Trace, pass_: str) -> list[str]:
                               for k in n.children))
 
 
+def _numpy_blas_computes(trace: Trace) -> bool:
+    """NumPy's OpenBLAS is the framework's BLAS only where the framework has no native
+    core of its own (Chainer: its kernels are NumPy's); elsewhere (torch's oneDNN and
+    MKL, TensorFlow's Eigen, XLA) the OpenBLAS numpy loaded computes none of the primitive,
+    and its per-CPU kernel family would read as a finding on every primitive."""
+    return trace.info.framework in knowledge().pure_python
+
+
 def _cell(trace: Trace) -> ArmCell:
-    core = trace.info.openblas_core
+    core = trace.info.openblas_core if _numpy_blas_computes(trace) else ""
     cell = ArmCell(capability=trace.info.cpu_capability, blas=f"OpenBLAS, {core} kernels" if core else "")
     for pass_ in PASSES:
         layer = trace.layer(pass_, "library")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.knowledge import knowledge
-from tracer.trace import Node, Trace, op_namespace
+from tracer.process.tags import library_of
+from tracer.trace import Frame, Node, Trace, op_namespace
 
 #: The backends whose declared kernels are shown beside a new backend's needs.
 OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU", "GPU", "oneDNN")
@@ -30,6 +31,18 @@ class BackendNeeds:
     must_implement: list[str] = field(default_factory=list)  # kernel ops first, then allocation and view ops
     free: list[tuple[str, str]] = field(default_factory=list)  # (op, why: decomposes / backend-agnostic kernel)
     others: dict[str, dict[str, str]] = field(default_factory=dict)  # op -> backend -> its kernel
+    #: ops of a CPU library (torch's mkldnn_convolution: oneDNN CPU code) the CPU path reached: neither
+    #: implemented by a new backend nor free to it, since its path never reaches them
+    cpu_library: list[str] = field(default_factory=list)
+
+
+#: Libraries that compute on the CPU: an op named for one is that library's CPU code.
+CPU_LIBRARY_TAGS = frozenset({"oneDNN", "MKL", "OpenBLAS", "Eigen", "XNNPACK", "x64"})
+
+
+def is_cpu_library_op(op: str) -> bool:
+    """An op named for a CPU library (``aten::mkldnn_convolution``, ``_MklNativeConv2D``)."""
+    return library_of(Frame("op", "", op)) in CPU_LIBRARY_TAGS
 
 
 def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
@@ -68,6 +81,10 @@ def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
         for op, row in (table.ops or {}).items():
             if not isinstance(row, dict):
                 continue
+            if is_cpu_library_op(op):
+                if op not in out.cpu_library:
+                    out.cpu_library.append(op)
+                continue
             need, why = _row_needs(op, row)
             if need is None:
                 if (op, why) not in out.free:
@@ -84,6 +101,9 @@ def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
             if others:
                 out.others[need] = others
     out.must_implement += [u for u in utility if u not in out.must_implement]
+    # one table's free op is another's must (a delegate computed in one pass, called in the
+    # other): a backend that must write it does not also get it free
+    out.free = [(op, why) for op, why in out.free if op not in out.must_implement]
     return out
 
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tracer.knowledge import knowledge
 from tracer.process.diff.context import ARTEFACTS
-from tracer.process.diff.result import Classification, DiffResult, LayerDiff, Split, walk_splits
+from tracer.process.diff.result import Branch, Classification, DiffResult, LayerDiff, Split, walk_splits
 from tracer.process.symbols import display
 
 #: What a row shows of each side, over all its comparisons (cudnn_convolution, miopen_convolution...).
@@ -57,6 +58,23 @@ class DispatchPoint:
     a_kernels: list[str] = field(default_factory=list)  # the framework's own kernels only A ran (ran_kernels)
     b_kernels: list[str] = field(default_factory=list)
     consequences: int = 0  # splits further down that follow from it
+    #: the decision site this row is an entry of (:func:`decision_site`): the frame itself where its
+    #: own code chooses, else the registry or backend selection that chose for it
+    site: str = ""
+    site_kind: str = ""  # one of SITE_KINDS
+
+
+#: Where a decision is made, as the headline counts it (tracer.process.decisions).
+SITE_KINDS = {
+    "registry": "the kernel registry / dispatcher: the same op, a kernel registered per device",
+    "backend": "the step handed to another backend or compiler target (XLA:cpu / XLA:gpu)",
+    "op code": "an op whose own C++ code calls a different op on each side (aten::_convolution)",
+    "python": "a device branch in the framework's Python",
+    "native": "a native function that calls different code on each side",
+    "library": "inside a vendor library (its ISA or implementation dispatch)",
+}
+#: An op name: an identifier, namespaced (aten::mm) or not (Conv2D), no template or arguments.
+_OP_NAME = re.compile(r"^(?:\w+::)*\w+$")
 
 
 def _names(split: Split, side: str) -> list[str]:
@@ -86,6 +104,46 @@ def _evidence(layer: LayerDiff, split: Split, pass_: str) -> str:
     return text
 
 
+def _calls_op(branches: list[Branch]) -> bool:
+    """A one-sided branch that is another op the frame's code called (not a kernel
+    launched for it, not an op that only allocates, views or copies)."""
+    return any(b.kind == "op" and _OP_NAME.match(b.label) and not knowledge().is_utility_op(b.label)
+               and not b.label.startswith("XLA:") for b in branches)
+
+
+def decision_site(layer: str, split: Split) -> tuple[str, str]:
+    """(site, kind): the code that made the decision a split shows, counted once
+    however many ops it chose for. An op whose sides call two different ops
+    (``aten::_convolution``: mkldnn_convolution / cudnn_convolution) chose itself; an op
+    whose sides differ only by the kernel under it was chosen for by the kernel registry
+    (one site for every such op: TensorFlow's registry, torch's dispatch keys); a split at
+    the step whose sides are two compiler targets is one backend selection."""
+    if layer == "python":  # the deciding function (a single trace's device branch in it is the same site)
+        return split.frame, "python"
+    if layer == "native":
+        return split.frame, "native"
+    if split.kind == "root":
+        names = sorted({b.label for b in split.only_a}), sorted({b.label for b in split.only_b})
+        if all(n.startswith("XLA:") for side in names for n in side) and names[0] and names[1]:
+            return f"{', '.join(names[0])} / {', '.join(names[1])}", "backend"
+        if _calls_op(split.only_a) and _calls_op(split.only_b):
+            return f"step: {', '.join(names[0])} / {', '.join(names[1])}", "op code"
+        return "op registry", "registry"
+    if _calls_op(split.only_a) and _calls_op(split.only_b):
+        return split.frame, "op code"
+    return "op registry", "registry"
+
+
+def library_site(split: Split) -> str:
+    """The site of a decision inside vendor libraries: one per kind and libraries, however
+    many calls it chose for (oneDNN's ISA dispatch is one site for every primitive)."""
+    a = sorted({b.library for b in split.only_a if b.library})
+    b = sorted({x.library for x in split.only_b if x.library})
+    if split.classification == "ISA-specific code":
+        return f"ISA dispatch inside {', '.join(sorted({*a, *b})) or 'a library'}"
+    return f"library choice: {', '.join(a) or '—'} / {', '.join(b) or '—'}"
+
+
 def _library_frame(split: Split) -> str:
     kinds = sorted({b.label.split(" ", 1)[0] for b in split.only_a + split.only_b})
     return f"library: {', '.join(kinds)}"
@@ -100,8 +158,10 @@ class DispatchTable:
     def _row(self, layer: str, frame: str, split: Split, primitive: str, pair: str) -> DispatchPoint:
         row = self.rows.get((layer, frame))
         if row is None:
+            site, kind = decision_site(layer, split) if layer in NAMING else (library_site(split), "library")
             row = self.rows[(layer, frame)] = DispatchPoint(
-                frame, display(frame), layer, split.classification, split.file, split.line, [], [], [], [])
+                frame, display(frame), layer, split.classification, split.file, split.line, [], [], [], [],
+                site=site, site_kind=kind)
         if primitive not in row.primitives:
             row.primitives.append(primitive)
         if pair not in row.pairs:

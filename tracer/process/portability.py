@@ -21,7 +21,8 @@ from tracer.process.diff.result import Branch, DiffResult, walk_splits
 from tracer.process.dispatch import DispatchPoint, DispatchTable
 from tracer.process.agreement import Agreement, agreement
 from tracer.process.gpu_cells import GpuCell, GpuCoverage, coverage, gpu_cells
-from tracer.process.pairs import Pair, case_key, is_default_cpu, machine_of, pairs, recorded_by, side_label
+from tracer.process.pairs import (Pair, case_key, is_default_cpu, machine_of, pairs, recorded_by, reference_cpus,
+                                  side_label)
 from tracer.process.ran_kernels import split_kernels
 from tracer.process.reach import Reach, reach
 from tracer.process.sampling import DEFAULT_THRESHOLD
@@ -217,10 +218,14 @@ def _api_level(cases: list[CaseReport], by_case: dict[tuple[str, str], CaseRepor
 
 def framework_report(name: str, traces: list[Trace], gaps: list[Any],
                      threshold: float = DEFAULT_THRESHOLD) -> FrameworkReport:
+    # a GPU machine's own CPU path is its GPU path's baseline only (pairs.reference_cpus):
+    # every other analysis is of this survey's own paths
+    all_pairs = pairs(traces)
+    refs = {id(t) for t in reference_cpus(traces)}
+    every, traces = traces, [t for t in traces if id(t) not in refs]
     by_key: dict[tuple[str, str, str, tuple[int, ...]], list[Trace]] = defaultdict(list)
     for t in traces:
         by_key[case_key(t)].append(t)
-    all_pairs = pairs(traces)
     cases: list[CaseReport] = []
     by_case: dict[tuple[str, str], CaseReport] = {}
     points = DispatchTable()
@@ -278,7 +283,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
         row.pass_needs = pass_needs(of_prim) or op_layer_needs(of_prim)
     return FrameworkReport(
         name=name,
-        versions=sorted({"?" if t.info.framework_version is None else t.info.framework_version for t in traces}),
+        versions=sorted({"?" if t.info.framework_version is None else t.info.framework_version for t in every}),
         primitives=list(dict.fromkeys(c.primitive for c in cases)),
         apis=sorted({c.api for c in cases}),
         sides=sorted({path_of(t) for t in traces}),

@@ -12,9 +12,10 @@ from tracer.knowledge import knowledge
 from tracer.process.evidence_class import evidence_class
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
-from tracer.process.tags import SYSTEM_LIBS, is_unnamed, isa_of, library_of, library_order
+from tracer.process.kernel_names import implausible, not_a_kernel
+from tracer.process.tags import SYSTEM_LIBS, is_incidental, is_unnamed, isa_of, library_of, library_order
 from tracer.process.tree import total_samples
-from tracer.trace import Node, Trace
+from tracer.trace import Frame, Node, Trace
 
 
 @dataclass
@@ -63,22 +64,47 @@ def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter[str]:
 
 
 def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int = 5) -> list[tuple[str, int]]:
-    """The leaf symbols that compute, in at least ``threshold`` of the samples: a vendor
+    """The frames that compute, in at least ``threshold`` of the samples: a vendor
     library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
-    first; system code (malloc, libpython) and unnamed addresses are not kernels."""
+    first. A leaf that computes nothing (system code, an unnamed address, a binding,
+    reference count, accessor, allocator, timer or lock: tracer.process.kernel_names)
+    is no kernel, and its samples are not given to the frame above it (that is where
+    the kernel was called from, not the kernel); an impossible name (a complex LAPACK
+    routine under a float32 probe) is no kernel either (:func:`suspect_kernels`)."""
     total = total_samples(native) or 1
     leaves: dict[str, list[int]] = {}  # label -> [library rank, samples]
-    for _, node in native.walk():
-        f = node.frame
-        if f.kind != "native" or any(c.frame.kind == "native" for c in node.children) or is_unnamed(f):
+    for node, _ in _leaf_paths(native):
+        found = node.frame
+        if not _computes(found):
             continue
-        lib = library_of(f)
-        if lib in SYSTEM_LIBS:
-            continue
-        entry = leaves.setdefault(f.label, [library_order(lib)[0], 0])
+        entry = leaves.setdefault(found.label, [library_order(library_of(found))[0], 0])
         entry[1] += node.count
     ranked = sorted((rank, -n, label) for label, (rank, n) in leaves.items() if n / total >= threshold)
     return [(label, -neg) for _, neg, label in ranked[:most]]
+
+
+def suspect_kernels(native: Node) -> list[str]:
+    """Why each sampled leaf whose name cannot be what ran is not named (kernel_names.implausible)."""
+    return list(dict.fromkeys(why for node, _ in _leaf_paths(native) if (why := implausible(node.frame.name))))
+
+
+def _computes(f: Frame) -> bool:
+    return (f.kind == "native" and not is_unnamed(f) and library_of(f) not in SYSTEM_LIBS
+            and not is_incidental(f) and not not_a_kernel(f.name) and not implausible(f.name))
+
+
+def _leaf_paths(native: Node) -> list[tuple[Node, list[Frame]]]:
+    """Each native leaf (no native child) with the native frames from the root down to it."""
+    out: list[tuple[Node, list[Frame]]] = []
+    stack: list[tuple[Node, list[Frame]]] = [(native, [])]
+    while stack:
+        node, chain = stack.pop()
+        here = chain + [node.frame] if node.frame.kind == "native" else chain
+        kids = node.children
+        if node.frame.kind == "native" and not any(c.frame.kind == "native" for c in kids):
+            out.append((node, here))
+        stack.extend((c, here) for c in kids)
+    return out
 
 
 def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:

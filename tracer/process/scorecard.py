@@ -6,15 +6,16 @@ The survey dltrace grew from ended on "TensorFlow is modular, Chainer has no
 separation of concerns, MKL-DNN's ~81k lines are a proxy of one backend's effort".
 Here each of those is a count over the traces:
 
-* where the device and backend decisions are made: device branches in Python (the
-  single-trace candidates that pick an implementation, and python-layer dispatch
-  points) against decisions in the C++ dispatcher or kernel registry (op- and
-  native-layer dispatch points) and in the library itself (oneDNN's ISA dispatch);
+* where the device and backend decisions are made: decision sites, the code that
+  chooses, each counted once however many ops it chooses for (tracer.process.decisions:
+  TensorFlow's kernel registry is one site); splits that are no decision (two
+  versions' own code, jit against eager, a model's context...) shown apart, never
+  in a headline figure;
 * what a new backend must implement and gets free, from tracer.process.backend_needs;
 * the vendor libraries each path reaches;
 * the machine code each path reaches, per library, in bytes (symbol sizes read from
-  the shared objects by a caller-supplied measure, tracer.elf_code; JIT code
-  from oneDNN's perf map as the capture recorded it), and the Python lines in
+  the shared objects by a caller-supplied measure, tracer.elf_code; the JIT code
+  oneDNN generated for this CPU shown beside it, never counted), and the Python lines in
   device-specific branches;
 * coverage per primitive and pass: CPU x86, GPU by evidence class, ARM (emulated or native).
 
@@ -25,17 +26,19 @@ Pure: the shared objects are read by the function passed in.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from tracer.contract import PASSES
 from tracer.process.arm_audit import on_arm
-from tracer.process.pairs import side_label
+from tracer.process.backend_needs import is_cpu_library_op
+from tracer.process.decisions import decisions, device_branches, is_device_branch
+from tracer.process.pairs import reference_cpus, side_label
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
 from tracer.process.standin_needs import StandinNeeds
-from tracer.process.ran_kernels import REWRITE
 from tracer.process.tags import JIT, SYSTEM_LIBS, is_gpu_lib, is_vendor_lib, library_of, library_order
 from tracer.trace import Frame, Trace
 
@@ -63,6 +66,15 @@ class Figure:
     link: str
     details: list[str] = field(default_factory=list)
     thin: str = ""  # why the evidence is thinner here: shown instead of a score
+    unit: str = ""  # what one counted thing is, where the column's definition leaves it to the framework
+    items: list[str] = field(default_factory=list)  # the whole list behind the figure (survey.json)
+    evidence: str = ""  # what the figure rests on, where its sources differ in strength (LIST_EVIDENCE)
+
+
+#: What a must-implement list rests on, strongest first: a run on a stand-in backend, the
+#: framework's own kernel registry or dispatch tables, its compiler (compiled, lowered for a
+#: GPU), its GPU source read, the operators its CPU path ran.
+LIST_EVIDENCE = ("run", "registry", "compiled", "lowered", "registered", "source", "recorded")
 
 
 @dataclass
@@ -71,35 +83,60 @@ class ScoreRow:
     figures: dict[str, Figure]  # column -> cell, in COLUMNS order
 
 
-#: Column key -> what its figure counts, said once under the header.
+#: Column key -> what its figure counts, said once under the header. Every headline
+#: figure counts one kind of thing, in one unit for every framework.
 EXPLAIN = {
-    "python": "device branches in the framework's Python that pick an implementation (single trace: the arm not "
-              "taken calls other code) + python-layer split points between traced paths",
-    "registry": "op- and native-layer split points (dispatch keys, the kernel registry), and library-layer ones "
-                "the framework's op rewrite made; decisions inside a vendor library (its ISA dispatch) counted apart",
-    "implement": "distinct ops/kernels a new backend registers for the nine primitives, forward and backward: "
-                 "run on a stand-in device where the framework has one, else its dispatch tables, else the "
-                 "audit's per-pass lists (derived GPU evidence, or the CPU path's operators)",
+    "decisions": "decision sites: the code that chooses a device's, a library's or an ISA's code (a Python "
+                 "device branch, an op whose C++ calls another op per device, the kernel registry, a backend "
+                 "selection, a vendor library's ISA dispatch), counted once however many ops it chooses for",
+    "apart": "split points that are no decision, shown apart and never counted above: two framework versions' "
+             "own code, jit against eager, the model around an imported slice, derived evidence's shape, "
+             "the stand-in's own code, splits no rule could class",
+    "implement": "entries a new backend registers at the framework's backend interface (unit named per "
+                 "framework) for the nine primitives, forward and backward; compiler artefacts, engine "
+                 "bookkeeping and CPU-library ops are not entries",
     "free": "ops it gets without writing a kernel: they decompose, or have a backend-agnostic kernel",
-    "vendor": "vendor and GPU libraries and JIT code any traced path reaches, per path in details",
-    "bytes": "machine code (ELF symbol sizes) of the native functions a path was sampled in, vendor and framework "
-             "libraries (system ones left out), + oneDNN JIT kernels (perf map); per path and library in details",
+    "vendor": "vendor libraries the default x86 CPU path reaches that the GPU path, or an ARM CPU's path, "
+              "does not: what a port replaces",
+    "bytes": "machine code (ELF symbol sizes) of the native functions the paths were sampled in, read from "
+             "the framework's own shared objects in its environment; left out where any could not be read",
     "lines": "source lines in the arms (taken and not) of the device/backend branches the default CPU path evaluated",
     "coverage": "primitives traced on this x86 CPU, on a GPU by evidence class (recorded, imported, registered, "
-                "lowered, compiled, source), on emulated aarch64 CPUs",
+                "lowered, compiled, source), on aarch64 CPUs",
 }
 
 #: Column key -> header.
 COLUMNS = {
-    "python": "deciding points in Python",
-    "registry": "deciding points in the C++ dispatcher / kernel registry",
+    "decisions": "decision sites",
+    "apart": "splits that are no decision",
     "implement": "a new backend must implement",
     "free": "it gets free",
-    "vendor": "vendor libraries to replace or provide",
+    "vendor": "libraries a port replaces",
     "bytes": "backend-specific machine code reached",
     "lines": "Python lines in device branches",
     "coverage": "coverage",
 }
+
+#: Columns whose value is a headline figure (the rest say what is shown apart, or coverage).
+HEADLINE = ("decisions", "implement", "free", "vendor", "bytes", "lines")
+
+#: What is never an entry of a backend interface: compiler artefacts (fusion kinds, bitcast,
+#: the IR's calls and tuples), a traced program's wrappers, and an engine's own records.
+NOT_ENTRIES = re.compile(r"^(?:fusion|bitcast|tuple|get-tuple-element|parameter|constant|copy-start|copy-done|"
+                         r"custom_jvp_call|custom_vjp_call\w*|pjit|closed_call|remat\w*|stop_gradient|"
+                         r"DeleteVariable|WaitForVar|ImperativeBulk)(?:$|[.(\s:])|\(k(?:Loop|Input|Output)\)")
+
+
+def interface_entries(ops: Iterable[str]) -> list[str]:
+    """The ops that are entries of a backend interface: not :data:`NOT_ENTRIES`, and
+    not a CPU library's own op (``mkldnn_convolution`` is oneDNN CPU code)."""
+    out = []
+    for op in ops:
+        name = op.split(" (")[0]
+        if NOT_ENTRIES.search(name) or is_cpu_library_op(name):
+            continue
+        out.append(op)
+    return list(dict.fromkeys(out))
 
 
 def evidence_of(trace: Trace) -> str:
@@ -113,31 +150,32 @@ def _page(rep: FrameworkReport, anchor: str) -> str:
     return anchor
 
 
-def _deciding(rep: FrameworkReport) -> tuple[Figure, Figure]:
-    branches = {(c.file, c.line): c for c in rep.device_branches}
-    py_points = [p for p in rep.dispatch_points if p.layer == "python"]
-    # a library-layer row whose sides ran the framework's op rewrite was decided by the
-    # framework's C++ (TensorFlow's _MklNative rewrite), not by the library
-    rewritten = [p for p in rep.dispatch_points if p.layer == "library"
-                 and any(REWRITE in k for k in p.a_kernels + p.b_kernels)]
-    reg_points = [p for p in rep.dispatch_points if p.layer in ("op", "native")] + rewritten
-    lib_points = [p for p in rep.dispatch_points if p.layer == "library" and p not in rewritten]
-    python = Figure(
-        str(len(branches) + len(py_points)),
-        f"{len(branches)} device branch(es) + {len(py_points)} split(s)",
-        _page(rep, "dispatch-table"),
-        [f"{c.function} ({c.file}:{c.line}): {c.condition}" for c in list(branches.values())[:6]]
-        + [f"split at {p.display}" for p in py_points[:4]])
-    registry = Figure(
-        str(len(reg_points)),
-        f"+ {len(lib_points)} inside a vendor library",
-        _page(rep, "dispatch-table"),
-        [f"{'' if p.display.startswith(p.layer) else p.layer + ': '}{p.display} ({', '.join(p.primitives[:4])})"
-         + (f": {', '.join(k for k in p.a_kernels + p.b_kernels if REWRITE in k)}" if p in rewritten else "")
-         for p in reg_points[:6]])
-    if not any(c.pairs for c in rep.cases):
-        registry.thin = "no second path traced (no variant or GPU pair): no split could show"
-    return python, registry
+def _decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
+    """Decision sites (the Python device branches a single trace shows are sites too,
+    merged with a split at the same line), and the splits that are none, by kind."""
+    found = decisions(rep)
+    sites = {s.site: s.kind for s in found.sites}
+    for c in device_branches(rep):
+        sites.setdefault(c.function, "python")  # the deciding function: one site with a split in it
+    by_kind: dict[str, int] = defaultdict(int)
+    for kind in sites.values():
+        by_kind[kind] += 1
+    registry = next((s for s in found.sites if s.kind == "registry"), None)
+    parts = [f"{n} {kind}" + (f" ({len(registry.entries)} ops)" if kind == "registry" and registry else "")
+             for kind, n in by_kind.items()]
+    details = [f"{s.kind}: {s.site}" + (f" — chooses for {len(s.entries)}: {', '.join(s.entries[:6])}"
+                                         if len(s.entries) > 1 or s.entries[:1] != [s.site] else "")
+               for s in found.sites]
+    details += [f"python (single trace): {c.function} ({c.file}:{c.line}): {c.condition}"
+                for c in device_branches(rep) if c.function not in {s.site for s in found.sites}][:8]
+    fig = Figure(str(len(sites)), "; ".join(parts) or "none found", _page(rep, "dispatch-table"), details[:14],
+                 unit="decision sites", items=list(sites))
+    if not any(c.pairs for c in rep.cases) and not device_branches(rep):
+        fig.thin = "no second path traced (no variant or GPU pair): no split could show"
+    apart = Figure(" · ".join(f"{n} {kind}" for kind, n in found.apart.items()) or "none",
+                   f"{found.decision_splits} split point(s) of the decision classes, nested ones included",
+                   _page(rep, "dispatch-table"), unit="split points")
+    return fig, apart
 
 
 def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
@@ -163,8 +201,11 @@ def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds]) -> tuple[Figure, F
         must.update(dict.fromkeys(run.must_implement))
         free.update(dict.fromkeys(run.free))
     link = _page(rep, "audit-table")
-    implement = Figure(str(len(must)), f"run on the {ran[0].device} device: {len(ran)} primitive(s), "
-                       "setup (copies to the device) included", link, list(must)[:10])
+    entries = interface_entries(must)
+    implement = Figure(str(len(entries)), f"run on the {ran[0].device} device: {len(ran)} primitive(s), "
+                       "setup (copies to the device) included", link, entries[:10],
+                       unit=f"ops that reached the {ran[0].device} backend's dispatch key", items=entries,
+                       evidence="run")
     gets = Figure(str(len(free)), f"ops the run called that never reached the backend ({rep.name} computed them)",
                   link, list(free)[:10])
     if len(ran) < len(rep.primitives):
@@ -183,9 +224,11 @@ def _table_needs(rep: FrameworkReport, with_table: list[str]) -> tuple[Figure, F
             free.setdefault(op, why)
     link = _page(rep, "audit-table")
     keys = {r.needs.key for r in rep.audit if r.needs is not None and r.needs.key}
-    implement = Figure(str(len(must)), f"under {', '.join(sorted(keys)) or 'its key'}, "
+    entries = interface_entries(must)
+    implement = Figure(str(len(entries)), f"under {', '.join(sorted(keys)) or 'its key'}, "
                        f"{len(with_table)} primitive(s) with a dispatch table",
-                       link, list(must)[:10])
+                       link, entries[:10], unit=f"op kernels registered under {', '.join(sorted(keys)) or 'its key'}",
+                       items=entries, evidence="registry")
     gets = Figure(str(len(free)), "ops that decompose or have a kernel for any device",
                   link, [f"{op}: {why}" for op, why in list(free.items())[:10]])
     if len(with_table) < len(rep.primitives):
@@ -215,7 +258,11 @@ def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
                 keys[pn.key] = None
     link = _page(rep, "audit-table")
     where = f"{len(prims)} primitive(s), from {', '.join(classes) or 'no'} evidence"
-    implement = Figure(str(len(must)), f"{where} ({'; '.join(keys) or 'its key'})", link, list(must)[:10])
+    entries = interface_entries(must)
+    implement = Figure(str(len(entries)), f"{where} ({'; '.join(keys) or 'its key'})", link, entries[:10],
+                       unit="; ".join(keys) or "ops", items=entries,
+                       evidence=min(classes, key=lambda c: LIST_EVIDENCE.index(c) if c in LIST_EVIDENCE else 99,
+                                    default=""))
     gets = Figure(str(len(free)), "ops that decompose or have a kernel for any device",
                   link, [f"{op}: {why}" for op, why in list(free.items())[:10]])
     if not prims:
@@ -228,13 +275,43 @@ def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
     return implement, gets
 
 
+def _path_kind(side: str) -> str:
+    """"gpu", "arm", "cpu" (the default x86 path) or "" (a variant) of a path label."""
+    if side.startswith("gpu"):
+        return "gpu"
+    if side.startswith("cpu"):
+        if any(a in side for a in ("aarch64", "arm64")):
+            return "arm"
+        return "cpu" if side == "cpu" or side.startswith("cpu (") else ""
+    return ""
+
+
 def _vendor(rep: FrameworkReport) -> Figure:
-    per_path = {side: [lib for lib in libs if is_vendor_lib(lib) or is_gpu_lib(lib) or lib == JIT]
-                for side, libs in rep.libraries.items()}
-    every = sorted({lib for libs in per_path.values() for lib in libs}, key=library_order)
-    return Figure(str(len(every)), f"over {len(per_path)} path(s)",
-                  _page(rep, "audit-table"),
-                  [f"{side}: {', '.join(libs) or 'none'}" for side, libs in per_path.items()])
+    """The vendor libraries of the default x86 CPU path that the GPU path, or an ARM
+    CPU's, does not reach (what a port replaces), and what those paths reach instead."""
+    libs: dict[str, set[str]] = defaultdict(set)
+    for side, found in rep.libraries.items():
+        kind = _path_kind(side)
+        if kind:
+            libs[kind].update(lib for lib in found if is_vendor_lib(lib) or is_gpu_lib(lib) or lib == JIT)
+    cpu = libs.get("cpu", set())
+    details, replaced = [f"x86 CPU: {', '.join(sorted(cpu, key=library_order)) or 'none'}"], set()
+    for kind, name in (("gpu", "GPU"), ("arm", "ARM")):
+        if kind not in libs:
+            details.append(f"{name}: no path traced")
+            continue
+        gone = cpu - libs[kind]
+        replaced |= gone
+        instead = sorted(libs[kind] - cpu, key=library_order)
+        shown = ", ".join(instead[:4]) + (f" +{len(instead) - 4} more" if len(instead) > 4 else "")
+        details.append(f"{name} path replaces {', '.join(sorted(gone, key=library_order)) or 'nothing'}"
+                       f" with {shown or 'nothing new'}")
+    fig = Figure(str(len(replaced)), ", ".join(sorted(replaced, key=library_order)) or "none",
+                 _page(rep, "audit-table"), details, unit="libraries", items=sorted(replaced, key=library_order))
+    if "gpu" not in libs and "arm" not in libs:
+        fig.thin = "no GPU or ARM path traced: nothing to compare with"
+        fig.value = "—"
+    return fig
 
 
 def _native_names(traces: list[Trace]) -> dict[str, dict[str, set[str]]]:
@@ -263,50 +340,72 @@ def _jit_bytes(traces: list[Trace]) -> dict[str, int]:
     return {side: sum(r[1] for r in rows) for side, rows in seen.items()}
 
 
+def _side_paths(traces: list[Trace]) -> dict[str, dict[str, Any]]:
+    """path label -> shared object basename -> where its traces mapped it: per path, since
+    one basename (libc10.so) is another file on the machine a GPU path was recorded on."""
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for t in traces:
+        out[side_label(t)].update(t.info.native.lib_paths if t.info.native is not None else {})
+    return out
+
+
 def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -> Figure:
+    """The machine code of each path, read from that path's own shared objects (their
+    size at capture checked); a path with any of its objects unreadable here (a GPU path
+    recorded on another machine) is not measured, and the figure is the largest of the
+    measured CPU paths', or none: a sum over whichever files happen to be on this
+    machine would measure the machine, not the framework."""
     link = _page(rep, "audit-table")
     names = _native_names(traces)
-    paths: dict[str, Any] = {}
-    for t in traces:
-        paths.update(t.info.native.lib_paths if t.info.native is not None else {})
-    fig = Figure("—", "the largest path's", link)
+    paths = _side_paths(traces)
+    fig = Figure("—", "the largest measured path's", link, unit="KiB")
     if not names:
         fig.thin = "no native layer sampled: not measured"
         return fig
-    if measure is None or not paths:
+    if measure is None or not any(paths.values()):
         fig.thin = "the traces name no shared-object paths (captured before they were recorded): not measured"
         return fig
     jit = _jit_bytes(traces)
-    wanted: dict[str, set[str]] = defaultdict(set)  # every path's names, so each file is read once
-    for by_lib in names.values():
-        for lib, syms in by_lib.items():
-            info = paths.get(lib)
-            if library_of(_frame(lib, "")) not in SYSTEM_LIBS and isinstance(info, dict) and info.get("path"):
-                wanted[lib] |= syms
-    measured = {lib: measure(str(paths[lib]["path"]), paths[lib].get("bytes"), syms) for lib, syms in wanted.items()}
-    best = 0
+    cache: dict[tuple[str, Any], LibraryCodeLike] = {}
+    best, measured_sides = 0, []
     for side, by_lib in names.items():
         per_tag: dict[str, int] = defaultdict(int)
         found = asked = 0
+        problems: list[str] = []
         for lib, syms in by_lib.items():
-            code = measured.get(lib)
-            if code is None:
+            if library_of(_frame(lib, "")) in SYSTEM_LIBS:
+                continue
+            info = paths.get(side, {}).get(lib)
+            if not isinstance(info, dict) or not info.get("path"):
+                problems.append(f"{lib}: no path recorded")
+                continue
+            key = (str(info["path"]), info.get("bytes"))
+            if key not in cache:  # every path's names at once would be smaller; one file is read per path
+                cache[key] = measure(key[0], key[1], {n for by in names.values() for n in by.get(lib, ())})
+            code = cache[key]
+            if code.error:
+                problems.append(f"{lib}: {code.error}")
                 continue
             asked += len(syms)
             for name in syms & set(code.sizes):
                 found += 1
                 per_tag[library_of(_frame(lib, name))] += code.sizes[name]
         per_tag = {k: v for k, v in per_tag.items() if k not in SYSTEM_LIBS}
-        if jit.get(side):
-            per_tag[JIT] = per_tag.get(JIT, 0) + jit[side]
         total = sum(per_tag.values())
-        best = max(best, total)
+        # JIT code is what a library generated for this CPU's ISA: shown, never counted
+        generated = f"; + {jit[side] / 1024:.1f} KiB JIT code generated for this CPU, not counted" \
+            if jit.get(side) else ""
+        if problems:
+            fig.details.append(f"{side}: not measured ({'; '.join(problems)[:200]})")
+            continue
+        measured_sides.append(side)
+        if _path_kind(side) in ("cpu", ""):
+            best = max(best, total)
         libs = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sorted(per_tag.items(), key=lambda kv: -kv[1]))
-        fig.details.append(f"{side}: {total / 1024:.1f} KiB ({libs or 'none'}); {found} of {asked} symbols sized")
-    errors = sorted({f"{lib}: {c.error}" for lib, c in measured.items() if c.error})
-    fig.details += errors
-    if errors and not best:
-        fig.thin = "shared objects unreadable here: " + "; ".join(errors)[:200]
+        fig.details.append(f"{side}: {total / 1024:.1f} KiB ({libs or 'none'}); {found} of {asked} symbols sized"
+                           f"{generated}")
+    if not any(_path_kind(side) == "cpu" for side in measured_sides):
+        fig.thin = "not measured: the default CPU path's own shared objects could not all be read"
         return fig
     fig.value = f"{best / 1024:.0f} KiB"
     return fig
@@ -320,9 +419,10 @@ def _lines(rep: FrameworkReport) -> Figure:
     spans: dict[tuple[str, int], int] = {}
     for case in rep.cases:
         for c in case.candidates:
-            spans[(c.file, c.line)] = sum(a.last_line - a.first_line + 1 for a in c.arms if a.first_line)
-    fig = Figure(str(sum(spans.values())), f"in {len(spans)} branch(es)", _page(rep, "primitives"))
-    return fig
+            if is_device_branch(c):  # not jit against eager, not an exception type's name
+                spans[(c.file, c.line)] = sum(a.last_line - a.first_line + 1 for a in c.arms if a.first_line)
+    return Figure(str(sum(spans.values())), f"in {len(spans)} branch(es)", _page(rep, "primitives"), unit="lines",
+                  items=[f"{f}:{ln}" for f, ln in spans])
 
 
 def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
@@ -355,6 +455,13 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
         thin.append("no GPU evidence")
     if not arm:
         thin.append("no ARM trace")
+    else:
+        on_arm_prims = set().union(*arm.values())
+        failed = {g.primitive for g in rep.gaps if getattr(g, "cpu", "") or getattr(g, "arch", "")}
+        unplanned = len(rep.primitives) - len(on_arm_prims | failed)
+        if unplanned > 0:  # neither traced nor a gap: the survey did not plan them there
+            thin.append(f"ARM: {len(on_arm_prims)} of {len(rep.primitives)} primitives traced, {unplanned} not "
+                        "planned there (frameworks.yaml aarch64.primitives; dltrace survey --arm-all runs them)")
     value = (f"CPU {len(cpu.get('forward', ()))}/{n} · GPU {'/'.join(strongest_first) or '—'} · "
              f"ARM {len(arm.get('forward', ()))}/{n}")
     return Figure(value, "forward; per pass in details",
@@ -368,11 +475,12 @@ def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Meas
     for t in traces:
         by_fw[t.info.framework].append(t)
     rows = []
+    refs = {id(t) for t in reference_cpus(traces)}  # a GPU machine's CPU path: its GPU path's baseline only
     for rep in reports:
-        mine = by_fw.get(rep.name, [])
-        python, registry = _deciding(rep)
+        mine = [t for t in by_fw.get(rep.name, []) if id(t) not in refs]
+        sites, apart = _decision_figures(rep)
         implement, free = _needs(rep)
         rows.append(ScoreRow(rep.name, {
-            "python": python, "registry": registry, "implement": implement, "free": free, "vendor": _vendor(rep),
+            "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": _vendor(rep),
             "bytes": _bytes(rep, mine, measure), "lines": _lines(rep), "coverage": _coverage(rep, mine)}))
     return rows

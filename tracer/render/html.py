@@ -22,12 +22,17 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
+from tracer.process.decisions import decisions, pair_splits
+from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.pairs import KIND_NAMES
 from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
-from tracer.process.scorecard import COLUMNS, EXPLAIN, ScoreRow
+from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
+from tracer.process.verdict import RULE, arm_verdicts, grid, verdicts
+from tracer.render.grid_svg import PARTS, STROKE, bars_svg, grid_svg
+from tracer.render.survey_json import survey_json, write_survey_json
 from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.process.symbols import display
 from tracer.process.tags import SYSTEM_LIBS
@@ -56,6 +61,10 @@ def inert_text(value: Any) -> Any:
     return value
 
 
+#: Split classes that are no decision: one line each on a page, no inline graph.
+NOT_DECISIONS = ARTEFACTS | {"compilation"}
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("tracer"), autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, finalize=inert_text)
@@ -68,8 +77,32 @@ def _env() -> jinja2.Environment:
     env.globals["SYSTEM_LIBS"] = SYSTEM_LIBS
     env.globals["EVIDENCE"] = EVIDENCE_MEANING
     env.globals["KIND_NAMES"] = KIND_NAMES
+    # splits that are no decision: one line each on a page, their code left to `dltrace diff`
+    env.globals["NOT_DECISIONS"] = NOT_DECISIONS
     env.filters["side_code"] = side_code
+    env.filters["folded"] = folded
+    env.filters["gap_groups"] = gap_groups
+    env.filters["arm_failures"] = lambda arm: list(dict.fromkeys(
+        c.failed for cells in arm.rows.values() for c in cells.values() if c.failed))
     return env
+
+
+def folded(items: Any) -> list[str]:
+    """A list with each repeated entry shown once, its count after it: the same
+    observation of ten comparisons is one line, not ten."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[str(item)] = counts.get(str(item), 0) + 1
+    return [text if n == 1 else f"{text} (×{n})" for text, n in counts.items()]
+
+
+def gap_groups(gaps: Any) -> list[tuple[str, list[Any]]]:
+    """Gaps grouped by their reason, in first-seen order: one sentence per repeated
+    failure, the cases it stopped listed under it."""
+    groups: dict[str, list[Any]] = {}
+    for g in gaps:
+        groups.setdefault(str(g.error), []).append(g)
+    return list(groups.items())
 
 
 def side_code(code: Any) -> str:
@@ -149,6 +182,7 @@ class Drawing:
     nodes: int = 0
     shown: int = 0
     error: str = ""
+    same_as: str = ""  # the page's section that already shows this very graph (drawn once per page)
 
 
 class _Graphs:
@@ -160,7 +194,9 @@ class _Graphs:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.problem = ""
 
-    def draw(self, name: str, layer: LayerDiff, title: str) -> Drawing | None:
+    def draw(self, name: str, layer: LayerDiff, title: str, inline: bool = True) -> Drawing | None:
+        """``inline``: also the focused SVG the page embeds (not for a layer whose splits
+        are all no decision: its full graph is a link, so that a page stays small)."""
         if not layer.splits or self.problem:
             return None
         drawing = Drawing()
@@ -168,7 +204,7 @@ class _Graphs:
             walk = merged_walk(layer)
             focused = graphs.fold_chains(focused_graph(walk))
             drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
-            drawing.svg = Markup(graphs.svg(focused, ""))
+            drawing.svg = Markup(graphs.svg(focused, "")) if inline else None
             if len(walk) <= graphs.MAX_FULL:
                 write_text(self.dir / f"{name}.svg", graphs.svg(walk.whole(), title))
                 drawing.full = f"graphs/{name}.svg"
@@ -204,24 +240,53 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
     env.filters["page"] = pages.__getitem__
     for rep in reports:
         graphs_for = {}
+        drawn: dict[str, str] = {}  # inline SVG -> the section that shows it
         for case in rep.cases:
             for i, pr in enumerate(case.pairs):
                 for pass_, result in pr.diffs.items():
                     for layer in result.layers:
                         name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-"
                                          f"{layer.layer}", 80)
-                        graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
+                        decides = any(s.classification not in NOT_DECISIONS for s in layer.splits)
+                        drawing = graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
                             name, layer,
-                            f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer")
+                            f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer",
+                            inline=decides)
+                        if drawing is not None and drawing.svg is not None:  # the same graph is drawn once a page
+                            anchor = slug(f"{case.primitive}-{case.api}-{i}-{pass_}")
+                            first = drawn.setdefault(str(drawing.svg), anchor)
+                            if first != anchor:
+                                drawing.svg, drawing.same_as = None, first
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for,
                                                          graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
     index = out / "index.html"
+    cards = cards or []
+    ranked = verdicts(reports, cards)
+    cells = grid(reports)
     write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
                                                             arm_cross=_arm_cross(reports),
-                                                            graph_problem=drawer.problem, cards=cards or [],
-                                                            columns=COLUMNS, explain=EXPLAIN))
+                                                            graph_problem=drawer.problem, cards=cards,
+                                                            columns=COLUMNS, explain=EXPLAIN, headline=HEADLINE,
+                                                            verdicts=ranked, rule=RULE,
+                                                            grid=grid_svg(cells, pages.__getitem__) if cells else "",
+                                                            parts=PARTS, strokes=STROKE, plots=_plots(ranked),
+                                                            decided={r.name: decisions(r) for r in reports}))
+    if cards:
+        write_survey_json(out, survey_json(reports, cards, ranked, cells))
     return index
+
+
+def _plots(ranked: list[Any]) -> list[Markup]:
+    """What a reader would rather look at than read: decision sites and must-implement
+    entries per framework, in the verdict's order."""
+    if not ranked:
+        return []
+    sites = [(v.framework, v.decision_sites, f"({v.outside_registry} in its own code)") for v in ranked]
+    must = [(v.framework, int(v.implement) if v.implement.isdigit() else None,
+             v.unit if v.implement.isdigit() else "no list") for v in ranked]
+    return [bars_svg("decision sites", sites, "plot-decisions"),
+            bars_svg("a backend must implement (unit per framework)", must, "plot-implement")]
 
 
 def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -235,9 +300,11 @@ def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str,
             cell.clear()
             if not case.pairs and case.candidates:
                 cell.append({"title": "one path", "kind": "candidates", "first": None, "splits": 0, "b_libs": [],
-                             "a_libs": [], "api": case.api, "candidates": len(case.candidates)})
+                             "a_libs": [], "api": case.api, "candidates": len(case.candidates), "apart": ""})
             for pr in case.pairs:
-                cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer, "splits": pr.splits,
+                decided, apart = pair_splits(rep.name, pr)
+                cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer if decided else None,
+                             "splits": decided, "apart": ", ".join(f"{n} {k}" for k, n in apart.items()),
                              "b_libs": pr.libraries["B"], "a_libs": pr.libraries["A"], "api": case.api})
     return table
 
@@ -246,11 +313,14 @@ _EMULATED_CPU = re.compile(r"aarch64 (.*?) \(emulated\)")
 
 
 def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]]:
-    """primitive -> one entry per framework and emulated ARM CPU: the pair of this
-    machine's default path against the emulated CPU's (functional API), its first
-    decision's layer, split points and the libraries only one side reached."""
+    """primitive -> one entry per framework and emulated ARM CPU: the ARM verdict per
+    pass (ISA kernel, ACL or reference fallback, named) and the libraries only the ARM
+    side reached. Where the two sides are two versions of the framework (an aarch64
+    wheel of another version), the diff's splits are the versions' own: the entry says
+    so and shows no split count, never as a finding."""
     table: dict[str, list[dict[str, Any]]] = {}
     for rep in reports:
+        verdicts = arm_verdicts(rep)
         for case in rep.cases:
             if case.api != "functional":
                 continue
@@ -259,7 +329,15 @@ def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]
                 cpus = [c.split(" (")[0] for c in _EMULATED_CPU.findall(pr.title)]
                 if pr.kind != "machine" or len(cpus) != 1 or "x86_64" not in pr.title:
                     continue  # only x86 against ARM (two emulated CPUs are not this column)
+                result = next(iter(pr.diffs.values()), None)
+                arm_is_a = result is not None and str(result.a.get("arch", "")).startswith(("aarch64", "arm64"))
+                versions = result.differs.get("framework_version") if result is not None else None
                 table.setdefault(case.primitive, []).append({
                     "framework": rep.name, "cpu": cpus[0], "first": pr.first_layer, "splits": pr.splits,
-                    "libs": sorted({*pr.libraries["A"], *pr.libraries["B"]})})
+                    "versions": ([str(versions[1]), str(versions[0])] if arm_is_a else [str(v) for v in versions])
+                    if versions else None,
+                    # the audit names a CPU by its model (neoverse-n1), the pair by its description
+                    "verdicts": [v for v in verdicts if v.primitive == case.primitive
+                                 and v.cpu.split(" (")[0].lower() in cpus[0].lower()],
+                    "libs": pr.libraries["A" if arm_is_a else "B"]})
     return table

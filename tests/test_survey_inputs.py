@@ -1,0 +1,33 @@
+"""A survey keeps, in its own folder, every trace its report read from elsewhere (the
+package's recorded GPU traces, --with-traces), so its report is reproducible from it."""
+
+from __future__ import annotations
+
+from tests.test_verdict import torch_pair
+from tracer import survey as sv
+from tracer.trace import save
+
+
+def test_inputs_are_kept_in_the_survey_folder_byte_for_byte(tmp_path):
+    elsewhere = tmp_path / "gpu-machine" / "gpu-default"
+    cpu, gpu = torch_pair()
+    elsewhere.mkdir(parents=True)
+    (tmp_path / "survey" / "traces" / "torch" / "cpu-default").mkdir(parents=True)
+    save(gpu, elsewhere / "conv2d-functional.json")
+    (elsewhere / "relu-functional.gap.json").write_text(
+        '{"framework": "torch", "device": "gpu", "variant": "default", "primitive": "relu", "api": "functional", '
+        '"error": "no GPU"}')
+    root = tmp_path / "survey"
+    save(cpu, root / "traces" / "torch" / "cpu-default" / "conv2d-functional.json")
+    kept = sv.keep_inputs([("torch-recorded", elsewhere)], root)
+    assert kept == [{"name": "torch-recorded", "source": str(elsewhere), "files": 2}]
+    copy = root / "traces" / sv.INPUTS / "torch-recorded" / "conv2d-functional.json"
+    assert copy.read_bytes() == (elsewhere / "conv2d-functional.json").read_bytes()
+    # the survey's folder alone now holds what the survey plus the outside folder held
+    alone = sv.collect([root / "traces"])
+    both = sv.collect([root / "traces" / "torch", elsewhere])
+    assert sorted(t.meta["device"] for t in alone[0]) == sorted(t.meta["device"] for t in both[0]) == ["cpu", "gpu"]
+    assert [g.primitive for g in alone[1]] == [g.primitive for g in both[1]] == ["relu"]
+    # kept twice, it is one copy
+    sv.keep_inputs([("torch-recorded", elsewhere)], root)
+    assert len(list((root / "traces" / sv.INPUTS).rglob("*.json"))) == 2

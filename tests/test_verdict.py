@@ -1,0 +1,292 @@
+"""The headline figures and the verdict on synthetic traces (no framework needed):
+a decision site is counted once however many ops it chose for, what is no decision
+is shown apart, a kernel cell never names a binding or a reference count, and the
+index opens with the verdict, the grid and survey.json beside it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tracer.process.decisions import COMPILATION_MODE, decisions
+from tracer.process.kernel_names import implausible, not_a_kernel
+from tracer.process.portability import framework_report
+from tracer.process.reach import native_kernels, suspect_kernels
+from tracer.process.scorecard import COLUMNS, HEADLINE, interface_entries, scorecard
+from tracer.render.html import write_report
+from tracer.trace import Frame, Node, Run, Trace
+
+META = {"framework": "torch", "framework_version": "2.13.0", "primitive": "conv2d", "api": "functional",
+        "device": "cpu", "variant": "default", "shape": [2, 3, 8, 8], "machine": {"arch": "x86_64", "cpu": "test"}}
+
+
+def op(name, *children, module="aten"):
+    return Node(Frame("op", module, name), 1, 0, [], [], list(children))
+
+
+def py(name, *children, file="fw/api.py", line=1):
+    return Node(Frame("python", "torch.api", name, file, line), 1, 0, [], [line], list(children))
+
+
+def step(name, *children):
+    return Node(Frame("root", "", name), 1, 0, [], [], list(children))
+
+
+def trace(layers_by_pass, **meta):
+    runs = [Run(p, "warm", layers) for p, layers in layers_by_pass.items()]
+    return Trace({**META, **meta}, runs, {})
+
+
+def kernel(name):
+    return op(name, module="cuda")
+
+
+def torch_pair():
+    """A conv2d step whose CPU and GPU paths part three times: _convolution's own code
+    calls another op per device; tanh and add_ get another kernel from the registry."""
+    cpu = step("conv2d.forward", op("aten::_convolution", op("aten::mkldnn_convolution")),
+               op("aten::tanh"), op("aten::add_"))
+    gpu = step("conv2d.forward", op("aten::_convolution", op("aten::cudnn_convolution", kernel("sm80_xmma_fprop"))),
+               op("aten::tanh", kernel("tanh_kernel_cuda")), op("aten::add_", kernel("vectorized_elementwise_kernel")))
+    return trace({"forward": {"op": cpu}}), trace({"forward": {"op": gpu}}, device="gpu")
+
+
+def test_a_registry_choosing_kernels_for_many_ops_is_one_decision_site():
+    rep = framework_report("torch", list(torch_pair()), [])
+    assert len([p for p in rep.dispatch_points if p.layer == "op"]) == 3  # three rows in the page's table
+    found = decisions(rep)
+    sites = {s.site: s for s in found.sites}
+    assert set(sites) == {"aten::_convolution", "op registry"}, sites
+    assert sites["aten::_convolution"].kind == "op code"
+    assert sites["op registry"].kind == "registry" and sites["op registry"].entries == ["aten::add_", "aten::tanh"]
+    (row,) = scorecard([rep], list(torch_pair()))
+    assert row.figures["decisions"].value == "2" and "1 registry (2 ops)" in row.figures["decisions"].explain
+
+
+def test_jit_against_eager_and_version_differences_are_never_decisions():
+    jit = step("conv2d.forward", py("apply", py("jitted_call", file="jax/pjit.py", line=9), file="jax/api.py"))
+    eager = step("conv2d.forward", py("apply", py("eager_call", file="jax/core.py", line=3), file="jax/api.py"))
+    jmeta = {"framework": "jax", "framework_version": "0.10.2"}
+    variant = [trace({"forward": {"python": jit}}, **jmeta), trace({"forward": {"python": eager}}, **jmeta,
+                                                                   variant="nojit")]
+    rep = framework_report("jax", variant, [])
+    assert rep.splits > 0
+    found = decisions(rep)
+    assert found.sites == [] and found.apart == {COMPILATION_MODE: rep.splits}
+    # the same split between two versions of the framework is the versions' own code
+    old = step("conv2d.forward", py("apply", py("bind_old", file="jax/core.py", line=5), file="jax/api.py"))
+    new = step("conv2d.forward", py("apply", py("bind_new", file="jax/core.py", line=7), file="jax/api.py"))
+    versions = [trace({"forward": {"python": old}}, **jmeta),
+                trace({"forward": {"python": new}}, framework="jax", framework_version="0.11.2", device="gpu")]
+    found = decisions(framework_report("jax", versions, []))
+    assert found.sites == [] and set(found.apart) <= {"version difference", "unclassified"}, found.apart
+
+
+def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
+    for name in ("c10::intrusive_ptr<c10::TensorImpl>::retain_", "c10::TensorOptions::device", "torch::getTHPDtype",
+                 "mkl_serv_dsecnd", "nanobind::detail::getattr_or_raise", "jax::PyTreeDef::FlattenImpl",
+                 "jax::Traceback::Get", "std::vector<long>::_M_realloc_insert", "dispatcher_vectorcall",
+                 "pybind11::cpp_function::dispatcher", "absl::Mutex::Lock", "c10::ListType::~ListType",
+                 "c10::SymBool::expect_true", "at::TensorBase::const_data_ptr<float>",
+                 "jax::ArgumentSignature::operator==",
+                 "absl::container_internal::raw_hash_set<P>::find<K>", "tsl::detail_robin_hash::robin_hash<K>::find",
+                 "google::protobuf::internal::TcParser::MpVarint<false>", "tensorflow::swig::IsObjectProxy",
+                 "mxnet::common::CastNonDefaultStorage", "tensorflow::EagerContext::GetCachedKernel",
+                 "MakeTensorIDList"):
+        assert not_a_kernel(name), name
+    for name in ("at::native::cpu_kernel_vec", "sgemm_kernel_SKYLAKEX", "Eigen::internal::gebp_kernel",
+                 "tensorflow::Conv2DOp<Eigen::ThreadPoolDevice, float>::Compute", "mxnet::op::UnaryOp::Compute<cpu>",
+                 "dnnl::impl::cpu::x64::jit_uni_eltwise_fwd_t::execute", "__xla_cpu_runtime_EigenMatMulF32"):
+        assert not not_a_kernel(name) and not implausible(name), name
+    assert "complex" in implausible("ztrtri_LN_single") and implausible("dgemm_kernel")
+    def leaf(name, lib, count):
+        return Node(Frame("native", "", name, lib=lib), count, 0, [], [], [])
+
+    native = Node(Frame("root", "", "conv2d.forward"), 100, 0, [], [], [
+        Node(Frame("native", "", "at::native::conv", lib="libtorch_cpu.so"), 100, 0, [], [], [
+            leaf("c10::intrusive_ptr<c10::TensorImpl>::retain_", "libc10.so", 40),
+            leaf("ztrtri_LN_single", "libopenblas.so", 30), leaf("sgemm_kernel_SKYLAKEX", "libopenblas.so", 30)])])
+    assert native_kernels(native) == [("sgemm_kernel_SKYLAKEX", 30)]
+    assert [w.split(":")[0] for w in suspect_kernels(native)] == ["ztrtri_LN_single"]
+
+
+def test_must_implement_entries_leave_out_compiler_artefacts_and_cpu_library_ops():
+    ops = ["stablehlo.convolution", "fusion(kLoop)", "bitcast", "custom_jvp_call", "stop_gradient",
+           "aten::mkldnn_convolution",
+           "DeleteVariable", "Convolution (forward)", "aten::convolution_overrideable"]
+    assert interface_entries(ops) == ["stablehlo.convolution", "Convolution (forward)",
+                                      "aten::convolution_overrideable"]
+
+
+def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_path):
+    traces = list(torch_pair())
+    rep = framework_report("torch", traces, [])
+    cards = scorecard([rep], traces)
+    index = write_report([rep], tmp_path, cards=cards)
+    page = index.read_text()
+    assert page.index('id="verdict-table"') < page.index('id="scorecard-table"')
+    assert page.index('id="verdict-grid"') < page.index('id="scorecard-table"')
+    assert "Order, cheapest to port first" in page and "compared only at equal evidence" in page
+    # every grid cell links to a section its framework's page has
+    torch_page = (tmp_path / "torch.html").read_text()
+    links = re.findall(r'<a href="torch\.html#([^"]+)" class="grid-cell"', page)
+    assert len(links) == 18
+    ids = set(re.findall(r'id="([^"]+)"', torch_page))
+    assert "conv2d-functional-0-forward" in links and all(a in ids for a in links), set(links) - ids
+    doc = json.loads((tmp_path / "survey.json").read_text())["report"]
+    assert doc["schema_version"] == 1 and doc["order"]["frameworks"] == ["torch"] and doc["order"]["rule"]
+    figures = doc["frameworks"]["torch"]["figures"]
+    assert set(figures) == set(COLUMNS)
+    assert all(figures[k]["definition"] and figures[k]["headline"] for k in HEADLINE)
+    assert "<b>2</b> site(s)" in page  # the verdict counts what the scorecard counts
+    assert figures["decisions"]["value"] == "2" and sorted(figures["decisions"]["items"]) == [
+        "aten::_convolution", "op registry"]
+    assert [s["site"] for s in doc["frameworks"]["torch"]["decision_sites"]] == ["op registry", "aten::_convolution"]
+
+
+def test_a_repeated_failure_is_one_sentence(tmp_path):
+    from tracer.survey import Gap
+
+    why = "ImportError: libarmpl_lp64_mp.so: cannot open shared object file"
+    gaps = [Gap("torch", "cpu", "default", p, "functional", why, cpu=c) for p in ("relu", "tanh", "dense")
+            for c in ("a64fx", "neoverse-n1")]
+    gaps.append(Gap("torch", "gpu", "default", "relu", "functional", "no GPU on this machine"))
+    traces = list(torch_pair())
+    rep = framework_report("torch", traces, gaps)
+    write_report([rep], tmp_path, cards=scorecard([rep], traces))
+    for page in ("index.html", "torch.html"):
+        text = (tmp_path / page).read_text()
+        assert text.count(why) == 1 + (page == "torch.html"), page  # the gap table; the ARM audit's note
+        assert text.count('class="gap-row"') == 2, page
+
+
+def test_a_recorded_gpu_path_is_set_against_its_own_machines_cpu_path():
+    """The survey's CPU path is torch 2.13 here; the GPU machine recorded 2.11 on both its
+    CPU and GPU: the GPU path is set against that CPU path (like with like, named so), and
+    the GPU machine's CPU path enters no other analysis."""
+    here = {"machine": {"arch": "x86_64", "cpu": "this machine"}}
+    there = {"framework_version": "2.11.0", "machine": {"arch": "x86_64", "cpu": "GPU host"}}
+    cpu, gpu = torch_pair()
+    survey_cpu = trace({"forward": {"op": cpu.runs[0].layers["op"]}}, **here)
+    own_cpu = trace({"forward": {"op": cpu.runs[0].layers["op"]}}, **there)
+    gpu_path = trace({"forward": {"op": gpu.runs[0].layers["op"]}}, device="gpu", **there)
+    # GPU evidence derived on this machine (read, not run) is set against this machine's CPU path
+    derived = trace({"forward": {"op": gpu.runs[0].layers["op"]}}, device="gpu", variant="registered",
+                    evidence="registered", **here)
+    rep = framework_report("torch", [survey_cpu, own_cpu, gpu_path, derived], [])
+    (case,) = rep.cases
+    assert [pr.kind for pr in case.pairs] == ["device", "device"]  # no machine pair with the GPU host's CPU path
+    pr, other = case.pairs
+    assert other.title == "cpu vs gpu registered" and other.a_label == "cpu"
+    assert pr.title == "cpu (the GPU machine's own CPU, 2.11.0) vs gpu"
+    assert all("framework_version" not in d.differs for d in pr.diffs.values())
+    assert all("framework_version" not in d.differs for d in other.diffs.values())
+    assert list(case.sides) == ["cpu", "gpu", "gpu registered"]
+    assert rep.machines == ["x86_64 GPU host", "x86_64 this machine"]
+    assert rep.versions == ["2.11.0", "2.13.0"]
+
+
+def test_a_python_branch_is_a_device_decision_only_where_its_condition_names_a_device():
+    from tracer.process.candidates import Candidate
+    from tracer.process.decisions import is_device_branch
+
+    def cand(kind, condition):
+        return Candidate("f", "fw/x.py", 1, 2, kind, condition, [], [], 1)
+
+    assert is_device_branch(cand("if", "xp is cupy"))
+    assert is_device_branch(cand("if", "x.device.type == 'cuda'"))
+    assert not is_device_branch(cand("if", "config.eager_constant_folding.value"))  # compilation mode
+    assert not is_device_branch(cand("if", "jit_enabled"))
+    assert not is_device_branch(cand("if", "backend.is_keras_tensor(x)"))  # Keras's backend module
+    assert is_device_branch(cand("if", "torch.cuda.is_available()")) and is_device_branch(cand("if", "x.device.type"))
+    # a try whose device word is only the exception it catches decides nothing about the device
+    assert not is_device_branch(cand("try", "try: out = f(x) … except stages.DeviceAssignmentMismatchError"))
+    assert is_device_branch(cand("try", "try: import cupy … except ImportError"))
+
+
+def test_machine_code_is_read_from_each_paths_own_shared_objects():
+    """A GPU path recorded on another machine names its libc10.so there: this machine's
+    libc10.so must not be read for it, nor the CPU path's left unmeasured because of it."""
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Code:
+        sizes: dict = field(default_factory=dict)
+        missing: list = field(default_factory=list)
+        error: str = ""
+
+    def measure(path, size, names):
+        if path == "/env/lib/libc10.so":
+            return Code({n: 1024 for n in names})
+        return Code(error="not on this machine")
+
+    def native_trace(path, **meta):
+        tree = Node(Frame("root", "", "conv2d.forward"), 10, 0, [], [], [
+            Node(Frame("native", "", "at::native::conv", lib="libc10.so"), 10, 0, [], [], [])])
+        t = Trace({**META, **meta, "native": {"lib_paths": {"libc10.so": {"path": path, "bytes": 5}}}},
+                  [Run("forward", "warm", {"native": tree})], {})
+        return t
+
+    cpu = native_trace("/env/lib/libc10.so")
+    gpu = native_trace("/gpu-host/env/lib/libc10.so", device="gpu")
+    rep = framework_report("torch", [cpu, gpu], [])
+    (row,) = scorecard([rep], [cpu, gpu], measure)
+    fig = row.figures["bytes"]
+    assert fig.value == "1 KiB" and not fig.thin, (fig.value, fig.thin, fig.details)
+    assert any(d.startswith("gpu: not measured (libc10.so: not on this machine") for d in fig.details), fig.details
+    # the CPU path's own file unreadable: no figure at all, never a partial one
+    (row,) = scorecard([rep], [native_trace("/elsewhere/libc10.so"), gpu], measure)
+    assert row.figures["bytes"].value == "—" and "not measured" in row.figures["bytes"].thin
+
+
+def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like_with_like(tmp_path):
+    """Neoverse-N1 runs conv2d forward on the Arm Compute Library and backward on oneDNN's
+    reference code; the ARM wheel is another torch version, so the index counts no split."""
+    def lib_layer(*calls):
+        return Node(Frame("root", "", "conv2d"), 1, 0, [], [], [Node(Frame("library", "", c, lib="oneDNN"), 1)
+                                                                 for c in calls])
+
+    def cpu_trace(version, machine, fwd, bwd, **meta):
+        t = trace({"forward": {"library": lib_layer(*fwd)}, "backward": {"library": lib_layer(*bwd)}},
+                  framework_version=version, machine=machine, **meta)
+        return t
+
+    x86 = cpu_trace("2.13.0", {"arch": "x86_64", "cpu": "here"}, ["convolution brgconv:avx512_core"],
+                    ["convolution brgconv_bwd_d:avx512_core"])
+    n1_cpu = {"arch": "aarch64", "cpu": "Arm Neoverse-N1 (NEON only) (emulated)"}
+    n1 = cpu_trace("2.9.1", n1_cpu, ["reorder jit:uni", "convolution indirect_gemm:acl"],
+                   ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
+    rep = framework_report("torch", [x86, n1], [])
+    from tracer.process.verdict import arm_verdicts
+    found = {(a.pass_, a.verdict, a.name) for a in arm_verdicts(rep)}
+    assert found == {("forward", "ACL", "convolution indirect_gemm:acl"),
+                     ("backward", "reference fallback", "convolution gemm:ref (backward_data)")}
+    write_report([rep], tmp_path, cards=scorecard([rep], [x86, n1]))
+    page = (tmp_path / "index.html").read_text()
+    cell = page[page.index('class="small arm-cross"'):]
+    cell = cell[: cell.index("</td>")]
+    assert "reference fallback" in cell and "gemm:ref (backward_data)" in cell and "ACL" in cell
+    assert "versions differ (x86 2.13.0, ARM 2.9.1)" in cell and not re.search(r"\d+ splits", cell)
+    verdict = page[page.index('id="verdict-table"'):page.index("</table>", page.index('id="verdict-table"'))]
+    assert "reference: conv2d backward on neoverse-n1: convolution gemm:ref (backward_data)" in verdict
+
+
+def test_a_call_graph_is_drawn_once_a_page(tmp_path):
+    cpu, gpu = torch_pair()
+    both = [trace({p: {"op": t.runs[0].layers["op"]} for p in ("forward", "backward")}, **(
+        {"device": "gpu"} if t is gpu else {})) for t in (cpu, gpu)]
+    rep = framework_report("torch", both, [])
+    write_report([rep], tmp_path, cards=scorecard([rep], both))
+    page = (tmp_path / "torch.html").read_text()
+    assert page.count('<div class="graph"><svg') == 1
+    assert 'the same call graph as <a href="#conv2d-functional-0-forward">' in page
+
+
+def test_primitives_not_planned_on_arm_are_said_to_be_that_not_a_gap():
+    cpu, _ = torch_pair()
+    layers = {"forward": {"op": cpu.runs[0].layers["op"]}}
+    n1 = {"machine": {"arch": "aarch64", "cpu": "Neoverse-N1 (emulated)"}, "emulated": {"cpu": "neoverse-n1"}}
+    traces = [trace(layers), trace(layers, primitive="relu"), trace(layers, **n1)]
+    rep = framework_report("torch", traces, [])
+    (row,) = scorecard([rep], traces)
+    assert "ARM: 1 of 2 primitives traced, 1 not planned there" in row.figures["coverage"].thin

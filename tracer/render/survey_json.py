@@ -1,0 +1,66 @@
+"""``survey.json`` beside the index (its ``report`` key): every headline figure with its definition, unit
+and the list behind it, the decision sites, the must-implement entries, the ARM
+verdicts, the kernel each CPU/GPU cell names, and the ordering with its rule, so
+that a team can diff two surveys or gate CI on one. Plain JSON, versioned."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from tracer import __version__
+from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
+from tracer.process.decisions import decisions
+from tracer.process.portability import FrameworkReport
+from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
+from tracer.process.verdict import RULE, FrameworkVerdict, GridCell
+
+#: Bumped when a field changes meaning or is removed (adding one is compatible).
+SCHEMA_VERSION = 1
+
+
+def _framework(rep: FrameworkReport, card: ScoreRow, verdict: FrameworkVerdict | None) -> dict[str, Any]:
+    found = decisions(rep)
+    figures = {key: {"header": COLUMNS[key], "definition": EXPLAIN[key], "headline": key in HEADLINE,
+                     "value": f.value, "unit": f.unit, "explain": f.explain, "thin": f.thin, "evidence": f.evidence,
+                     "items": f.items or f.details} for key, f in card.figures.items()}
+    cells = [{"primitive": c.primitive, "pass": c.pass_,
+              "cpu": {"op": c.cpu.op, "kernel": c.cpu.kernel, "library": c.cpu.library} if c.cpu else None,
+              "gpu": ({"evidence": e.evidence, "op": e.op, "kernel": e.kernel, "library": e.library}
+                      if (e := c.strongest) else None)} for c in rep.gpu_cells]
+    return {
+        "versions": rep.versions,
+        "figures": figures,
+        "decision_sites": [dataclasses.asdict(s) for s in found.sites],
+        "splits_apart": found.apart,
+        "decision_splits": found.decision_splits,
+        "arm_verdicts": [dataclasses.asdict(a) for a in verdict.arm] if verdict else [],
+        "kernels": cells,
+        "rank": verdict.rank if verdict else None,
+    }
+
+
+def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts: list[FrameworkVerdict],
+                grid: list[GridCell]) -> dict[str, Any]:
+    by_card = {c.framework: c for c in cards}
+    by_verdict = {v.framework: v for v in verdicts}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "dltrace": __version__,
+        "order": {"rule": RULE, "frameworks": [v.framework for v in verdicts]},
+        "frameworks": {r.name: _framework(r, by_card[r.name], by_verdict.get(r.name))
+                       for r in reports if r.name in by_card},
+        "grid": [dataclasses.asdict(c) for c in grid],
+    }
+
+
+def write_survey_json(out: Path, doc: dict[str, Any]) -> Path:
+    """``out/survey.json`` with ``doc`` under its ``report`` key; what else it holds (the
+    survey's own record, tracer.survey) is kept."""
+    path = out / SURVEY_JSON
+    whole = read_json_object(path)
+    whole[REPORT_KEY] = doc
+    write_text(path, json.dumps(whole, indent=1, ensure_ascii=False) + "\n")
+    return path
