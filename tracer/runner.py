@@ -200,7 +200,8 @@ def run_probe(
         code = code_path(tmpdir, link=not cpu)
         env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env.setdefault("PYTHONHASHSEED", "0")
-        env["DLTRACE_HOME"] = str(envs.home())  # absolute: the probe runs in another folder
+        # absolute (the probe runs in another folder): the one the probe's environment names, else this one's
+        env["DLTRACE_HOME"] = str(Path(env["DLTRACE_HOME"]).absolute() if env.get("DLTRACE_HOME") else envs.home())
         # what the framework leaves in the temp folder (MXNet's profiler output) goes with this one
         (tmpdir / "tmp").mkdir()
         env["TMPDIR"] = str(tmpdir / "tmp")
