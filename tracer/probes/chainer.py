@@ -222,12 +222,20 @@ def _calls(func: ast.AST, gpu: bool = False) -> list[str]:
     return names
 
 
+def _is_decision(call: str) -> bool:
+    """A call that decides between a library and CuPy (``chainer.should_use_cudnn``): the
+    decision, listed with the calls, never a kernel of a library."""
+    return call.lower().endswith("should_use_cudnn")
+
+
+def _call(c: str) -> dict[str, str]:
+    return {"name": c, "module": "decision"} if _is_decision(c) else {"name": c, "module": "call", "lib": _lib(c)}
+
+
 def _lib(call: str) -> str:
     """The library a GPU method's call lands in."""
     low = call.lower()
-    if low.endswith("should_use_cudnn"):
-        return "chainer (cuDNN decision)"
-    if "cudnn" in low:
+    if "cudnn" in low and not _is_decision(call):
         return "cuDNN"
     if call.startswith(("cuda.", "cupy.", "xp.", "chainer.backends.cuda.")) or ".cupy." in call:
         return "CuPy"
@@ -310,7 +318,7 @@ def _function_doc(cls: type) -> tuple[dict[str, Any], dict[str, Any], list[str]]
         where = (f"{source_file.split('site-packages/')[-1]}:"
                  f"{func.lineno + inspect.getsourcelines(klass)[1] - 1}")
         kids.append({"name": f"{klass.__name__}.{name}", "module": klass.__module__, "lib": "chainer",
-                     "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
+                     "children": [_call(c) for c in calls if _lib(c) or _is_decision(c)]})
         implement.append(f"{klass.__name__}.{name} ({where})")
     for impl, called in _device_impls(cls, _path_methods(cls)).items():
         for name, (klass, func) in _methods(impl).items():
@@ -318,16 +326,16 @@ def _function_doc(cls: type) -> tuple[dict[str, Any], dict[str, Any], list[str]]
                 continue
             calls = [c for c in _calls(func, gpu=True) if not c.startswith("self.")]
             kids.append({"name": f"{impl.__name__}.{name}", "module": impl.__module__, "lib": "chainer",
-                         "children": [{"name": c, "module": "call", "lib": _lib(c)} for c in calls if _lib(c)]})
+                         "children": [_call(c) for c in calls if _lib(c) or _is_decision(c)]})
             implement.append(f"{impl.__name__}.{name}")
-    generic = "forward_gpu" not in methods and not any(c["lib"] for k in kids for c in k["children"])
+    generic = "forward_gpu" not in methods and not any(c.get("lib") for k in kids for c in k["children"])
     cpu = list(dict.fromkeys(c for m in _path_methods(cls, "cpu") for c in _calls(methods[m][1])
                              if c.startswith(("numpy.", "np.", "xp.", "intel64.", "conv.", "chainer.utils.conv."))))
     need: dict[str, Any] = {
         "must": not generic, "implement": implement[:1] if generic else
         [i for i in implement if "forward_gpu" in i or "Impl." in i] or implement[:1],
         "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"]
-                                              if c["lib"] == "cuDNN"})),
+                                              if c.get("lib") == "cuDNN"})),
                    "decision": "; ".join(dict.fromkeys(decisions))},
         "free": "array-module generic forward (runs on any NumPy-compatible xp)" if generic else ""}
     need["others"] = {k: v for k, v in need["others"].items() if v}

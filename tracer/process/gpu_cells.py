@@ -154,8 +154,10 @@ def _kernels(op_root: Node, cpu_op: str = "",
     while stack:
         node, above, inside = stack.pop()
         f = node.frame
-        if f.module in (CANDIDATE, CANDIDATES) or f.module.startswith(LOWERING_MODULE_PREFIX):
-            continue  # what a choice did not take, how an op is lowered: never a kernel
+        if f.module in (CANDIDATE, CANDIDATES, "decision") or f.module.startswith(LOWERING_MODULE_PREFIX):
+            continue  # what a choice did not take, the choice, how an op is lowered: never a kernel
+        if f.name == "bitcast" and f.module.startswith("xla"):
+            continue  # XLA's bitcast reinterprets a buffer: no kernel runs
         lib = kernel_tag(f)
         if lib and lib not in _RUNTIMES:
             inner = [c for c in node.children if kernel_tag(c.frame)] if not inside else []
