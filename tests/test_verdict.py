@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from tracer.process.decisions import COMPILATION_MODE, decisions
+from tracer.process.decisions import COMPILATION_MODE, PRECISION_MODE, decisions
 from tracer.process.kernel_names import implausible, not_a_kernel
 from tracer.process.portability import framework_report
 from tracer.process.reach import native_kernels, suspect_kernels
@@ -80,6 +80,22 @@ def test_jit_against_eager_and_version_differences_are_never_decisions():
                 trace({"forward": {"python": new}}, framework="jax", framework_version="0.11.2", device="gpu")]
     found = decisions(framework_report("jax", versions, []))
     assert found.sites == [] and set(found.apart) <= {"version difference", "unclassified"}, found.apart
+
+
+def test_float32_against_bfloat16_is_never_a_decision():
+    """torch's bf16 variant (frameworks.yaml switches: precision): the library picks other
+    kernels for another element type; shown apart, never a decision site."""
+    f32 = step("conv2d.forward", Node(Frame("op", "aten", "aten::_convolution"), 1, 0, children=[
+        Node(Frame("op", "aten", "aten::mkldnn_convolution", lib="oneDNN"), 1, 0)]))
+    bf16 = step("conv2d.forward", Node(Frame("op", "aten", "aten::_convolution"), 1, 0, children=[
+        Node(Frame("op", "aten", "aten::mkldnn_convolution_bf16", lib="oneDNN"), 1, 0,
+             children=[Node(Frame("op", "jit", "jit_bf16:avx512_core_bf16", lib="JIT code"), 1, 0)])]))
+    tmeta = {"framework": "torch", "framework_version": "2.13.0"}
+    rep = framework_report("torch", [trace({"forward": {"op": f32}}, **tmeta),
+                                     trace({"forward": {"op": bf16}}, **tmeta, variant="bf16")], [])
+    assert rep.splits > 0
+    found = decisions(rep)
+    assert found.sites == [] and found.apart == {PRECISION_MODE: rep.splits}, (found.sites, found.apart)
 
 
 def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():

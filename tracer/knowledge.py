@@ -37,6 +37,8 @@ class Knowledge:
     gpu_kernel_tags: frozenset[str] = frozenset()  # every tag they get: GPU code, as a vendor library's is
     #: "framework/variant" of the variants that switch compilation (jit against eager), not a library
     compilation_variants: frozenset[str] = frozenset()
+    #: "framework/variant" of the variants that switch the element type (bf16 against float32)
+    precision_variants: frozenset[str] = frozenset()
     #: native frames of a framework's own code that are never a kernel (its reference counts,
     #: tensor accessors, traceback and pytree helpers): a kernel cell skips them
     not_kernels: re.Pattern[str] | None = None
@@ -45,6 +47,9 @@ class Knowledge:
 
     def is_compilation_variant(self, framework: str, variant: str) -> bool:
         return f"{framework}/{variant}" in self.compilation_variants
+
+    def is_precision_variant(self, framework: str, variant: str) -> bool:
+        return f"{framework}/{variant}" in self.precision_variants
 
     def gpu_kernel_tag(self, name: str, vendor: str) -> str:
         """The tag of a GPU kernel that is a framework's own, on ``vendor``'s GPU; "" if none's."""
@@ -81,6 +86,8 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
         gpu_kernel_tags=frozenset(t for k in facts if (g := k.gpu_kernels) for t in (g.tag, *g.vendors.values())),
         compilation_variants=frozenset(f"{name}/{v.name}" for name, fw in frameworks.items()
                                        for v in fw.variants.values() if v.switches == "compilation"),
+        precision_variants=frozenset(f"{name}/{v.name}" for name, fw in frameworks.items()
+                                     for v in fw.variants.values() if v.switches == "precision"),
         not_kernels=_either([p for k in facts for p in k.not_kernels]),
         pure_python=frozenset(name for name, fw in frameworks.items()
                               if not fw.knowledge.core_symbols and not fw.knowledge.core_libraries),

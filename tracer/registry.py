@@ -72,12 +72,14 @@ class Variant:
     set: dict[str, Any] = field(default_factory=dict)
     #: what the switch changes: "library" (a CPU library on or off: a decision a port
     #: meets) or "compilation" (jit against eager: the same device's code compiled or not,
-    #: never a device decision; a report shows its splits apart)
+    #: never a device decision; a report shows its splits apart) or "precision" (the same
+    #: code in another element type: the kernels a reduced-precision path reaches, shown
+    #: apart, never a device decision either)
     switches: str = "library"
 
 
 #: The kinds of thing a variant switches (frameworks.yaml ``variants.NAME.switches``).
-VARIANT_SWITCHES = ("library", "compilation")
+VARIANT_SWITCHES = ("library", "compilation", "precision")
 
 _NATIVE = NativeRequest()  # the defaults of native capture, in one place
 

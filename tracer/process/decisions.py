@@ -35,10 +35,12 @@ from tracer.process.vocabulary import DEVICE_CONDITION
 DECISIONS: Final = ("device dispatch", "library choice", "ISA-specific code")
 #: What jit against eager is shown as (a variant frameworks.yaml marks ``switches: compilation``).
 COMPILATION_MODE: Final = "compilation mode (jit vs eager)"
+#: What float32 against a reduced precision is shown as (``switches: precision``).
+PRECISION_MODE: Final = "precision (float32 vs reduced)"
 #: What the diff could not class (no device, library or ISA word on either side).
 UNCLASSIFIED: Final = "unclassified"
 #: The kinds of split shown apart, in the order a page lists them.
-APART: Final = ("version difference", COMPILATION_MODE, "model context", "evidence shape",
+APART: Final = ("version difference", COMPILATION_MODE, PRECISION_MODE, "model context", "evidence shape",
                 "stand-in implementation", UNCLASSIFIED)
 
 
@@ -107,7 +109,17 @@ def is_compilation_pair(framework: str, pr: PairReport) -> bool:
     return any(facts.is_compilation_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
 
 
-def _split_kind(classification: str, compilation: bool) -> str:
+def is_precision_pair(framework: str, pr: PairReport) -> bool:
+    """A CPU variant pair whose variant switches the element type (torch's and JAX's bf16)."""
+    if pr.kind != "variant":
+        return False
+    facts = knowledge()
+    return any(facts.is_precision_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
+
+
+def _split_kind(classification: str, compilation: bool, precision: bool = False) -> str:
+    if precision:
+        return PRECISION_MODE
     if compilation or classification == "compilation":
         return COMPILATION_MODE
     if classification in ARTEFACTS:
@@ -118,13 +130,14 @@ def _split_kind(classification: str, compilation: bool) -> str:
 def pair_splits(framework: str, pr: PairReport) -> tuple[int, Counter[str]]:
     """(split points of the decision classes, the rest by kind) of one comparison."""
     comp = is_compilation_pair(framework, pr)
+    precision = is_precision_pair(framework, pr)
     apart: Counter[str] = Counter()
     decided = 0
     for result in pr.diffs.values():
         versions = "framework_version" in result.differs
         for layer in result.layers:
             for s in walk_splits(layer.splits):
-                kind = _split_kind(s.classification, comp)
+                kind = _split_kind(s.classification, comp, precision)
                 if versions and layer.layer == "python" and kind in DECISIONS:
                     kind = "version difference"  # dispatch.py never makes these rows either
                 if kind in DECISIONS:
@@ -137,7 +150,8 @@ def pair_splits(framework: str, pr: PairReport) -> tuple[int, Counter[str]]:
 def decisions(rep: FrameworkReport) -> Decisions:
     """The decision sites of ``rep``'s dispatch table whose rows are of a decision class and
     come from a pair that is not jit against eager, and every split counted by kind."""
-    compilation = {pr.title for case in rep.cases for pr in case.pairs if is_compilation_pair(rep.name, pr)}
+    compilation = {pr.title for case in rep.cases for pr in case.pairs
+                   if is_compilation_pair(rep.name, pr) or is_precision_pair(rep.name, pr)}
     apart: Counter[str] = Counter()
     decided = 0
     for case in rep.cases:
