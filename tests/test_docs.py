@@ -23,12 +23,6 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS]
 RESULTS = json.loads((ROOT / "benchmarks" / "results.json").read_text())
 
-#: Links to files that another hand provides, each with who: the link may be missing until
-#: then. Once the file exists, the test below fails until the entry is removed here.
-PENDING = {
-    "docs/img/report.png": "the lead's screenshot of a survey's index (README's TODO)",
-}
-
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
@@ -69,19 +63,11 @@ def test_relative_links_resolve(page: Path) -> None:
         target = (page.parent / path).resolve() if path else page
         rel = target.relative_to(ROOT).as_posix() if target.is_relative_to(ROOT) else str(target)
         if not target.exists():
-            if rel not in PENDING:
-                bad.append(f"{link}: no such file")
+            bad.append(f"{link}: no such file")
             continue
         if anchor and target.suffix == ".md" and anchor not in _anchors(target):
             bad.append(f"{link}: no heading #{anchor} in {rel}")
     assert not bad, f"{page.name}: " + "; ".join(bad)
-
-
-@pytest.mark.parametrize("rel", sorted(PENDING))
-def test_pending_links_are_still_pending(rel: str) -> None:
-    """A pending file that has arrived is checked like any other: remove it from PENDING."""
-    assert not (ROOT / rel).exists(), f"{rel} exists now ({PENDING[rel]}): remove it from PENDING"
-    assert any(rel in (ROOT / "README.md").read_text() or rel.split("/")[-1] in p.read_text() for p in PAGES)
 
 
 def test_readme_is_short_and_starts_with_one_framework() -> None:
@@ -89,7 +75,10 @@ def test_readme_is_short_and_starts_with_one_framework() -> None:
     assert len(text.splitlines()) <= 200
     quick = text.index("## Quick start")
     assert text.index("dltrace env setup torch") > quick and text.index("dltrace probe torch conv2d") > quick
-    assert "TODO(lead)" in text  # the screenshot is the lead's to make: the placeholder says so
+    # the picture of the report is a real screenshot (PNG), not a placeholder
+    shot = ROOT / "docs" / "img" / "report.png"
+    assert "(docs/img/report.png)" in text and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "TODO" not in text
 
 
 def test_readme_commands_exist() -> None:
