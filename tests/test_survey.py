@@ -134,8 +134,12 @@ def test_default_report_sets_torch_cpu_against_real_gpus(survey_report):
         n for d in rep.dispatch_points if d.frame == "aten::_convolution" for n in d.b_names}
     rows = {r.primitive: r for r in rep.audit}
     assert {"cuDNN", "MIOpen"} <= set(rows["conv2d"].gpu_libraries)
-    assert rows["sigmoid"].gpu_libraries == ["PyTorch CUDA kernels"]  # the recommender profiles (recsys-a100, -v100)
-    assert rows["avgpool2d"].gpu_libraries is None  # no profile a GPU ran has it: said so, not invented
+    # torch's own kernels (the recommender profiles, recsys-a100 and -v100, and the H100 recording)
+    assert "PyTorch CUDA kernels" in rows["sigmoid"].gpu_libraries and "cuDNN" not in rows["sigmoid"].gpu_libraries
+    # no imported profile has avgpool2d: its GPU libraries are the H100 recording's, which the
+    # survey keeps among its inputs (traces/inputs), never invented
+    assert rows["avgpool2d"].gpu_libraries and "PyTorch CUDA kernels" in rows["avgpool2d"].gpu_libraries
+    assert "recorded-h100-gpu-default" in (survey_report.parent / "inputs.json").read_text()
 
 
 def test_audit_names_what_a_new_torch_backend_must_implement(cpu_traces):

@@ -140,8 +140,9 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
         record.seconds["imports"] = round(time.monotonic() - t1, 1)
     # each recorded GPU folder with the GPU machine's own CPU path beside it (cpu-default), the
     # baseline its GPU path is set against: the same version on the same machine
-    recorded = [(fw.name, f) for fw in chosen for folder in fw.recorded
-                for f in (folder, folder.parent / "cpu-default") if f.is_dir()] if imports else []
+    # (once each: two GPU folders of one machine, float32 and bf16, share its CPU path)
+    recorded = list(dict.fromkeys((fw.name, f) for fw in chosen for folder in fw.recorded
+                                  for f in (folder, folder.parent / "cpu-default") if f.is_dir())) if imports else []
     for name, folder in recorded:
         n = sum(1 for _ in sv.trace_files([folder]))
         err.print(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
