@@ -24,7 +24,7 @@ from tracer.process.diff.context import names_gpu_code, op_names
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
-from tracer.process.tags import AMD, CUDART, HIP_RUNTIME, NVIDIA, XLA, kernel_lib, library_of, module_of
+from tracer.process.tags import CUDART, HIP_RUNTIME, KERNEL_MODULES, XLA, library_of, recorded_kernel_lib
 from tracer.trace import Frame, Node, Trace
 
 #: Runtimes around a kernel (memsets, copies): never the kernel a cell names.
@@ -112,9 +112,6 @@ class GpuCoverage:
 
 
 #: The device activities that are the runtime's copies and fills, not kernels.
-_COPIES = re.compile(r"^(?:Memset|Memcpy)\b")
-#: The frame module a GPU kernel is recorded under, and its vendor.
-_KERNEL_MODULES = {module_of(v): v for v in (NVIDIA, AMD)}
 
 
 def kernel_tag(f: Frame) -> str:
@@ -122,7 +119,7 @@ def kernel_tag(f: Frame) -> str:
     probe recorded on a GPU machine (module "cuda" or "hip", untagged: the probe runs
     with the standard library alone) the tag the importer would have given it; "" for
     anything that is no kernel."""
-    vendor = _KERNEL_MODULES.get(f.module)
+    vendor = KERNEL_MODULES.get(f.module)
     if f.module.startswith(LOWERING_MODULE_PREFIX):
         return ""  # a lowering rule: how an op reaches the compiler, not what runs
     if f.lib and f.module.startswith("xla"):
@@ -131,7 +128,7 @@ def kernel_tag(f: Frame) -> str:
         return library_of(f) or f.lib
     if f.lib or vendor is None:
         return f.lib
-    return kernel_lib(f.name, vendor, "memcpy" if _COPIES.match(f.name) else "kernel") or f"{vendor} GPU kernel"
+    return recorded_kernel_lib(f) or f"{vendor} GPU kernel"
 
 
 def _kernels(op_root: Node, cpu_op: str = "",
@@ -229,7 +226,7 @@ def _framework_ops(root: Node) -> list[str]:
     out: list[str] = []
     for _, node in root.walk():
         f = node.frame
-        if (f.kind != "op" or kernel_tag(f) or f.module in _KERNEL_MODULES or f.module in (CANDIDATE, CANDIDATES)
+        if (f.kind != "op" or kernel_tag(f) or f.module in KERNEL_MODULES or f.module in (CANDIDATE, CANDIDATES)
                 or f.module.startswith(("xla", "stablehlo", "native_functions", "at::", LOWERING_MODULE_PREFIX))
                 or facts.is_utility_op(f.name) or facts.is_noise(f.name) or _CALL_WRAPPER.match(f.name)):
             continue

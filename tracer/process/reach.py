@@ -13,8 +13,8 @@ from tracer.process.evidence_class import evidence_class
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
 from tracer.process.kernel_names import implausible, not_a_kernel
-from tracer.process.tags import (AMD, NVIDIA, SYSTEM_LIBS, is_incidental, is_unnamed, isa_of, kernel_lib, library_of,
-                                 library_order, module_of)
+from tracer.process.tags import (SYSTEM_LIBS, is_incidental, is_unnamed, isa_of, library_of, library_order,
+                                 recorded_kernel_lib)
 from tracer.process.tree import total_samples
 from tracer.trace import Frame, Node, Trace
 
@@ -108,20 +108,6 @@ def _leaf_paths(native: Node) -> list[tuple[Node, list[Frame]]]:
     return out
 
 
-#: The frame module of a GPU kernel dltrace's probe recorded (untagged), and its vendor.
-_KERNEL_VENDORS = {module_of(v): v for v in (NVIDIA, AMD)}
-
-
-def _op_lib(f: Frame) -> str:
-    """An op-layer frame's library; a GPU kernel dltrace's probe recorded untagged (module
-    cuda or hip) gets the tag its importer would give it, as in the GPU cells."""
-    lib = library_of(f)
-    vendor = _KERNEL_VENDORS.get(f.module)
-    if lib or f.lib or vendor is None:
-        return lib
-    return kernel_lib(f.name, vendor, "memcpy" if f.name.startswith(("Memcpy", "Memset")) else "kernel")
-
-
 def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
     libs: Counter[str] = Counter()
     isa: set[str] = set()
@@ -157,7 +143,8 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
         if op is not None:
             ops += [(pass_, name) for name in _leaves(op, ("op",))]
             for _, node in op.walk():
-                lib = _op_lib(node.frame) if node.frame.kind == "op" else ""
+                # a GPU kernel dltrace's probe recorded untagged: the tag its importer would give it
+                lib = (library_of(node.frame) or recorded_kernel_lib(node.frame)) if node.frame.kind == "op" else ""
                 if lib:
                     libs[lib] += 1
         lib_layer = run.layers.get("library")

@@ -349,3 +349,18 @@ def kernel_lib(name: str, vendor: str, kind: str = "kernel") -> str:
     if kind != "kernel":
         return HIP_RUNTIME if vendor == AMD else CUDART
     return library_of(Frame("op", module_of(vendor), name)) or knowledge().gpu_kernel_tag(name, vendor)
+
+
+#: The frame module a GPU kernel dltrace's probe recorded is kept under, and its vendor.
+KERNEL_MODULES = {module_of(v): v for v in (NVIDIA, AMD)}
+_COPIES = re.compile(r"^(?:Memset|Memcpy)\b")
+
+
+def recorded_kernel_lib(f: Frame) -> str:
+    """The tag the importer would give a GPU activity dltrace's probe recorded on a GPU
+    machine (module "cuda" or "hip", untagged: the probe runs with the standard library
+    alone); "" for any other frame, or one no table knows."""
+    vendor = KERNEL_MODULES.get(f.module)
+    if f.lib or vendor is None:
+        return ""
+    return kernel_lib(f.name, vendor, "memcpy" if _COPIES.match(f.name) else "kernel")
