@@ -125,7 +125,12 @@ BN_MOMENTUM = 0.9  # the running statistics keep 90% (torch's momentum=0.1)
 
 def check_shape(primitive: str, shape: tuple[int, ...]) -> str | None:
     """Why ``shape`` does not fit ``primitive`` (wrong rank), or None. Activations
-    take any rank."""
+    take any rank; a model takes its own input's rank."""
+    if primitive in MODELS:
+        want = len(MODELS[primitive].shape)
+        return None if len(shape) == want else (
+            f"{primitive} needs a {want}-d input like {'x'.join(map(str, MODELS[primitive].shape))}, "
+            f"got {'x'.join(map(str, shape))}")
     p = PRIMITIVES[primitive]
     if primitive in ACTIVATIONS or len(shape) == p.rank:
         return None
@@ -143,6 +148,56 @@ def output_shape(primitive: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     if primitive in ("maxpool2d", "avgpool2d"):  # window = stride, no padding
         return (shape[0], shape[1], shape[2] // POOL_K, shape[3] // POOL_K)
     return tuple(shape)
+
+
+# ----------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True)
+class Model:
+    """A network whose training step a probe runs as one case, beside the primitives:
+    a porting team brings up a workload, not a primitive. ``forward`` is the network
+    and its loss; ``backward`` is the gradients and the optimizer's update, so that the
+    two passes together are one training step. ``apis``: the levels it is written at
+    (``functional``: the framework's lowest usable level, its tensor ops;
+    ``layer``: its layer or Keras level). ``shape``: the input batch (logical NCHW
+    images, or batch x tokens of token ids), small: the dispatch is what is traced."""
+
+    name: str
+    title: str
+    shape: tuple[int, ...]
+    apis: tuple[str, ...]
+    loss: str
+    optimizer: str
+    layers: tuple[str, ...]
+
+
+#: Every probe builds the same networks from these numbers.
+CLASSES = 10
+LENET: dict[str, Any] = dict(conv1=6, conv2=16, k=5, fc1=120, fc2=84, lr=0.01)  # conv1 padded by 2 (28x28 input)
+CIFAR: dict[str, Any] = dict(conv1=50, conv2=100, k=3, fc=512, drop_conv=0.25, drop_fc=0.5, lr=0.01, momentum=0.9)
+TRANSFORMER: dict[str, Any] = dict(vocab=64, embed=32, heads=4, mlp=64, lr=1e-3)
+MODELS: dict[str, Model] = {m.name: m for m in (
+    Model("lenet", "LeNet-5", (8, 1, 28, 28), ("functional", "layer"), "softmax cross-entropy", "SGD",
+          ("conv2d 6@5x5 (padding 2)", "relu", "maxpool2d", "conv2d 16@5x5", "relu", "maxpool2d", "flatten",
+           "dense 120", "relu", "dense 84", "relu", "dense 10")),
+    Model("cifar", "CIFAR-10 Rosetta CNN", (4, 3, 32, 32), ("layer",), "softmax cross-entropy",
+          "SGD with momentum 0.9",
+          ("conv2d 50@3x3 same", "relu", "conv2d 50@3x3 same", "relu", "maxpool2d", "dropout 0.25",
+           "conv2d 100@3x3 same", "relu", "conv2d 100@3x3 same", "relu", "maxpool2d", "dropout 0.25", "flatten",
+           "dense 512", "relu", "dropout 0.5", "dense 10")),
+    Model("transformer", "Transformer encoder block", (2, 16), ("layer",), "softmax cross-entropy (next token)",
+          "Adam",
+          ("embedding 64x32 + learned positions", "layer norm", "multi-head attention (4 heads)", "residual",
+           "layer norm", "dense 64", "gelu", "dense 32", "residual", "layer norm", "dense 64 (vocabulary)")),
+)}
+#: What a case names: one of the primitives or one of the models.
+WORKLOADS = (*PRIMITIVES, *MODELS)
+
+
+def default_shape(workload: str) -> tuple[int, ...]:
+    """The input a case of ``workload`` (a primitive or a model) gets unless asked otherwise."""
+    return MODELS[workload].shape if workload in MODELS else PRIMITIVES[workload].shape
 
 
 # ----------------------------------------------------------------------------- the request
@@ -287,6 +342,19 @@ class Probe(Protocol):
     def gpu_available(self) -> bool: ...
 
     def make_case(self, primitive: str, api: str, device: str, shape: tuple[int, ...]) -> Any: ...
+
+
+@runtime_checkable
+class ModelProbe(Protocol):
+    """A probe module that also runs the models (:data:`MODELS`): ``make_model_case``
+    returns a tracer.probes.base.Case whose ``forward`` is the network and its loss and
+    whose ``backward`` is the gradients and the optimizer's update. Its ``info`` says
+    what the framework chose by default (``defaults``: layout, weight initialisation,
+    threads...) and what it lacks (``built_from_primitives``: a layer the framework has
+    no API for, built here from its primitives). A probe without it has no models: each
+    model case is a gap saying so."""
+
+    def make_model_case(self, model: str, api: str, device: str, shape: tuple[int, ...]) -> Any: ...
 
 
 @runtime_checkable

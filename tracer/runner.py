@@ -18,8 +18,8 @@ from tracer import emulation, envs, tempdirs
 from tracer.emulation.layout import bindable, emulated_home
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
-from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, PRIMITIVES, CaseError, CaseRequest,
-                             EmulatedCpu, Exit, ProbeRequest)
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, WORKLOADS, CaseError, CaseRequest,
+                             EmulatedCpu, Exit, ProbeRequest, default_shape)
 from tracer.emulation.guest import Bind
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.paths import code_path, package_bind
@@ -61,7 +61,7 @@ class CaseSpec:
     layers: tuple[str, ...] = EXACT_LAYERS
 
     def resolved_shape(self) -> tuple[int, ...]:
-        return self.shape or PRIMITIVES[self.primitive].shape
+        return self.shape or default_shape(self.primitive)
 
     def slug(self) -> str:
         shape = "" if not self.shape else "-" + "x".join(map(str, self.shape))
@@ -91,8 +91,8 @@ def check(frameworks: dict[str, Framework], framework: str, primitive: str | Non
     if framework not in frameworks:
         raise _choices("framework", framework, frameworks)
     fw = frameworks[framework]
-    if primitive is not None and primitive not in PRIMITIVES:
-        raise _choices("primitive", primitive, PRIMITIVES)
+    if primitive is not None and primitive not in WORKLOADS:
+        raise _choices("primitive or model", primitive, WORKLOADS)
     if device not in fw.devices:
         raise _choices(f"device for {framework}", device, fw.devices)
     if variant not in (None, "default") and variant not in fw.variants:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
-from tracer.contract import LAYERS, PRIMITIVES
+from tracer.contract import EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
@@ -115,7 +115,7 @@ class SurveyEvent:
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
-         arm: bool = False, arm_all: bool = False) -> list[Job]:
+         arm: bool = False, arm_all: bool = False, models: Iterable[str] = ()) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -130,7 +130,13 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     variant its ``aarch64.variants`` names (TensorFlow's oneDNN, off by default on ARM),
     or (``arm_all``) per variant it has; there, only the primitives its
     ``aarch64.primitives`` lists, if any (JAX: slow to compile under emulation),
-    unless ``arm_all``."""
+    unless ``arm_all``.
+
+    ``models`` adds each model's training step, at each API level it is written at
+    that the framework has, to the default variant of each device (a stand-in backend
+    included: what reaches it is what a port must implement for the network); not to
+    the CPU switches, the native layer or the emulated CPUs, which the primitives
+    cover at a fraction of the time."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -144,8 +150,10 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             # stacks) is its own CPU computation, not what a backend runs
             mine = tuple(replace(c, layers=("python", "op")) for c in cases if "native" not in c.layers) \
                 if device == "standin" else cases
+            nets = tuple(CaseSpec(m, api, layers=("python", "op") if device == "standin" else EXACT_LAYERS)
+                         for m in models for api in MODELS[m].apis if api in fw.apis)
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
-                jobs.append(Job(fw, device, variant, mine))
+                jobs.append(Job(fw, device, variant, mine + (nets if variant == "default" else ())))
         if arm and fw.aarch64 is not None:
             some = fw.aarch64.primitives if not arm_all else ()
             emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if not some or p in some)

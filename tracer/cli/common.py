@@ -22,8 +22,8 @@ from click.shell_completion import CompletionItem
 
 from tracer import registry, tempdirs
 from tracer import survey as sv
-from tracer.contract import APIS, DEVICES, LAYERS, PRIMITIVES, Exit
-from tracer.emulation.cpus import MODELS
+from tracer.contract import APIS, DEVICES, LAYERS, MODELS, PRIMITIVES, WORKLOADS, Exit
+from tracer.emulation.cpus import MODELS as CPU_MODELS
 from tracer.errors import DltraceError, UsageError
 from tracer.files import describe
 from tracer.registry import RegistryError
@@ -153,13 +153,16 @@ FRAMEWORK = Names("framework", _framework_names)
 FRAMEWORKS = Names("framework", _framework_names, csv=True)
 PRIMITIVE = Names("primitive", lambda: PRIMITIVES)
 PRIMITIVE_LIST = Names("primitive", lambda: PRIMITIVES, csv=True)
+#: What `dltrace probe` runs: a primitive, or a model's training step.
+WORKLOAD = Names("primitive or model", lambda: WORKLOADS)
+MODEL_LIST = Names("model", lambda: MODELS, csv=True)
 API = Names("API level", lambda: APIS)
 DEVICE = Names("device", lambda: DEVICES)
 DEVICE_LIST = Names("device", lambda: DEVICES, csv=True)
 
 
 def _cpu_models() -> list[str]:
-    return list(MODELS)
+    return list(CPU_MODELS)
 
 
 CPU_MODEL = Names("emulated CPU", _cpu_models)

@@ -11,8 +11,9 @@ import click
 
 from tracer import fleet
 from tracer import survey as sv
-from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, PRIMITIVE_LIST, OutPath, Seconds, collect,
-                               command_line, err, flat, frameworks, main, out)
+from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds,
+                               collect, command_line, err, flat, frameworks, main, out)
+from tracer.contract import MODELS
 from tracer.derive import survey_evidence
 from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
@@ -47,6 +48,9 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
 @click.argument("names", type=FRAMEWORK, nargs=-1)
 @click.option("--primitives", type=PRIMITIVE_LIST, multiple=True,
               help="Comma-separated primitives (default: all).")
+@click.option("--models", type=MODEL_LIST, multiple=True,
+              help="Comma-separated models whose training step is probed (default: all; see --no-models).")
+@click.option("--no-models", is_flag=True, help="No models: the primitives only.")
 @click.option("--devices", type=DEVICE_LIST, multiple=True, default=("cpu,standin",), show_default=True,
               help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
                    "stand-in backend).")
@@ -80,7 +84,8 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
               help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here: "
                    "tls:// with certificates, or tcp:// on this machine only (docs/fleet.md).")
 @tls_options("client")
-def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devices: tuple[tuple[str, ...], ...],
+def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], models: tuple[tuple[str, ...], ...],
+           no_models: bool, devices: tuple[tuple[str, ...], ...],
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
            arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None,
            tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None) -> None:
@@ -107,8 +112,9 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], devi
         err.print(message("!", "yellow",
                           f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
                   highlight=False, soft_wrap=True)
+    nets = [] if no_models else list(flat(models)) or list(MODELS)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
-                        arm_all=arm_all)
+                        arm_all=arm_all, models=nets)
     host = describe_machine()
     record = sv.SurveyRecord(command_line(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                              {k: host[k] for k in ("cpu", "arch", "cores", "python")}, [fw.name for fw in chosen],

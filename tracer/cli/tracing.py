@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, OutPath, Seconds,
-                               Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
-from tracer.contract import LAYERS, PASSES, PHASES
+from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, WORKLOAD, OutPath,
+                               Seconds, Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
+from tracer.contract import LAYERS, MODELS, PASSES, PHASES
 from tracer.contract import check_shape
 from tracer.derive import derive as run_derive
 from tracer.errors import DltraceError, UsageError
@@ -29,13 +29,14 @@ from tracer.trace import load, save
 # --------------------------------------------------------------------------- probe
 @main.command()
 @click.argument("framework", type=FRAMEWORK)
-@click.argument("primitive", type=PRIMITIVE)
+@click.argument("primitive", type=WORKLOAD)
 @click.option("--device", type=DEVICE, default="cpu", show_default=True,
               help="cpu, gpu, or standin (torch's stand-in backend); the framework must declare it.")
 @click.option("--variant", default="default", show_default=True,
               help="A variant from frameworks.yaml (see dltrace list).")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
-@click.option("--api", type=API, default="functional", show_default=True, help="The API level the probe calls.")
+@click.option("--api", type=API, default=None,
+              help="The API level the probe calls (default: functional, or a model's first level).")
 @click.option("--shape", type=Shape(), default=None,
               help="Input shape, e.g. 8x64x112x112 (NCHW; NxF for dense and activations).")
 @click.option("--phase", type=click.Choice(list(PHASES)), default="warm", show_default=True,
@@ -53,10 +54,14 @@ from tracer.trace import load, save
 @click.option("--cpu", type=CPU_MODEL, default=None,
               help="Run on this emulated aarch64 CPU (see dltrace list): the framework's aarch64 wheels under QEMU; "
                    "no native layer there.")
-def probe(framework: str, primitive: str, device: str, variant: str, pass_: str, api: str,
+def probe(framework: str, primitive: str, device: str, variant: str, pass_: str, api: str | None,
           shape: tuple[int, ...] | None, phase: str, output: Path | None, timeout: float, max_depth: int,
           max_nodes: int, layers: tuple[tuple[str, ...], ...], cpu: str | None) -> None:
-    """Trace PRIMITIVE under FRAMEWORK and print the call tree of its warm path."""
+    """Trace PRIMITIVE (or a model's training step: lenet, cifar, transformer) under
+    FRAMEWORK and print the call tree of its warm path."""
+    api = api or (MODELS[primitive].apis[0] if primitive in MODELS else "functional")
+    if primitive in MODELS and api not in MODELS[primitive].apis:
+        raise UsageError(f"{primitive} is written at the {' and '.join(MODELS[primitive].apis)} level only, not {api}")
     fw = check(frameworks(), framework, primitive, device, variant, api)
     if shape:  # the rank before anything: a wrong one must not first meet the file system (the trace's name)
 

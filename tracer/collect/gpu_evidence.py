@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
 from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest
+from tracer.collect.cases import make_case
 from tracer.trace import Frame, Node, Run, Trace
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def _step(case: Case, pass_: str) -> Callable[[], Any]:
 
 def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe, version: str) -> Trace:
     """The GPU evidence of one case, both passes, as a trace (device "gpu")."""
-    case = probe.make_case(case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape))
+    case = make_case(probe, case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape))
     case.backward(case.forward())  # warm: first-call work is not what the step reaches
     runs: list[Run] = []
     evidence: set[str] = set()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tracer import __version__, machine
 from tracer.collect import library, sampler
 from tracer.collect.attribution import merge_stats, merge_trees
+from tracer.collect.cases import make_case
 from tracer.collect.collector import CollectorError, python_tracer
 from tracer.collect.gpu_evidence import derive_case
 from tracer.collect.library import StdoutLog
@@ -156,7 +157,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     """``tracer`` is shared by the cases of one request, so that each function is
     classified once per process, not once per case."""
     shape = tuple(case_req.shape)
-    case = probe.make_case(case_req.primitive, case_req.api, req.device_select, shape)
+    case = make_case(probe, case_req.primitive, case_req.api, req.device_select, shape)
     passes = case_req.passes
     layers = case_req.layers
     runs: list[Run] = []

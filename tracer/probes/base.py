@@ -24,7 +24,8 @@ from tracer import contract
 
 # the primitives' parameters, defined once in the contract (mx.nd.BatchNorm's own epsilon
 # default is 1e-3: every probe passes BN_EPS, so all frameworks compute the same numbers)
-from tracer.contract import BN_EPS, BN_MOMENTUM, CONV_K, CONV_OUT, DENSE_OUT, POOL_K, output_shape
+from tracer.contract import (BN_EPS, BN_MOMENTUM, CIFAR, CLASSES, CONV_K, CONV_OUT, DENSE_OUT, LENET, MODELS, POOL_K,
+                             TRANSFORMER, output_shape)
 from tracer.trace import Frame, Node
 
 #: The probes' API: what a probe reads as ``base.X``. The contract's constants and
@@ -32,6 +33,7 @@ from tracer.trace import Frame, Node
 #: re-export an imported name otherwise).
 __all__ = [
     "BN_EPS", "BN_MOMENTUM", "CONV_K", "CONV_OUT", "DENSE_OUT", "POOL_K", "output_shape",
+    "CIFAR", "CLASSES", "LENET", "MODELS", "TRANSFORMER", "model_data", "model_info", "model_weight", "check_model",
     "Case", "ProbeError", "array", "conv_weight", "dense_weight", "bias", "nhwc", "check_shape", "dtype",
     "OpEvent", "OpRecord", "op_node", "merge_siblings", "nest",
 ]
@@ -109,6 +111,57 @@ def check_shape(primitive: str, shape: tuple[int, ...]) -> None:
     why = contract.check_shape(primitive, shape)
     if why:
         raise ProbeError(why)
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def check_model(model: str, api: str, shape: tuple[int, ...]) -> None:
+    """A model case's request, checked before the framework builds anything."""
+    m = MODELS.get(model)
+    if m is None:
+        raise ProbeError(f"unknown model {model}")
+    if api not in m.apis:
+        raise ProbeError(f"{model} is written at the {' and '.join(m.apis)} level only, not {api}")
+    why = contract.check_shape(model, shape)
+    if why:
+        raise ProbeError(why)
+
+
+def model_data(model: str, shape: tuple[int, ...]) -> tuple["np.ndarray", "np.ndarray"]:
+    """A synthetic batch, made here (nothing is downloaded), the same in every framework:
+    (images in [-1, 1) as float32 NCHW, int64 class labels), or for the transformer
+    (int64 token ids, int64 next-token targets: the ids shifted by one)."""
+    import numpy as np
+
+    if model == "transformer":
+        tokens = np.random.RandomState(4).randint(0, TRANSFORMER["vocab"], size=shape).astype(np.int64)
+        return tokens, np.roll(tokens, -1, axis=1)
+    labels = np.random.RandomState(5).randint(0, CLASSES, size=(shape[0],)).astype(np.int64)
+    return array(shape), labels
+
+
+def model_weight(shape: tuple[int, ...], seed: int) -> "np.ndarray":
+    """A parameter for a model written at the functional level, where the probe makes
+    its parameters itself: uniform in +-1/sqrt(fan_in), seeded (the layer level keeps
+    each framework's own initialisation, which its page records)."""
+    fan_in = 1
+    for d in shape[1:]:
+        fan_in *= d
+    return array(shape, seed) / float(max(fan_in, 1)) ** 0.5
+
+
+def model_info(model: str, api: str, defaults: dict[str, Any],
+               built_from_primitives: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a model case's trace says of itself (its meta ``model``): the network, the
+    passes' meaning, the framework's defaults as it applied them, and any layer the
+    framework has no API for, built here from its primitives (the page says so)."""
+    m = MODELS[model]
+    return {"model": {"name": model, "title": m.title, "api": api, "layers": list(m.layers), "loss": m.loss,
+                      "optimizer": m.optimizer,
+                      "passes": {"forward": "the network and its loss",
+                                 "backward": "the gradients and the optimizer's update"},
+                      "defaults": defaults, "built_from_primitives": built_from_primitives or {}}}
 
 
 # ----------------------------------------------------------------------------- op level

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tracer.contract import CANDIDATE_MODULE
-from tracer.probes import base
+from tracer.probes import base, torch_models
 
 if TYPE_CHECKING:
     from tracer.trace import Node
@@ -109,36 +109,55 @@ def _device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
-    base.check_shape(primitive, shape)
+def _made_on(device: str, build: Callable[[torch.device], base.Case]) -> base.Case:
+    """``build(dev)``'s case on ``device``, with the facts every torch case records and,
+    on the stand-in backend, the ops that putting its inputs and parameters there took."""
     dev = _device(device)
-    if device == STANDIN:  # what putting the inputs and parameters on the device takes
-        from tracer.probes import torch_standin
-
-        torch_standin.RECORDER.start()
-    dtype = getattr(torch, base.dtype())
-    x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
-    run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
-    grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
-    leaves = [x, *params]
-    setup = torch_standin.RECORDER.stop() if device == STANDIN else []
-
-    def backward(y: torch.Tensor) -> None:
-        for t in leaves:  # fresh gradients each run, as a training step would have
-            t.grad = None
-        y.backward(grad)
-
-    sync = torch.cuda.synchronize if dev.type == "cuda" else base._noop
-    info = {"device_type": dev.type, "dtype": base.dtype(), "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
-            "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
-            # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device == STANDIN:
         from tracer.probes import torch_standin
 
-        info["standin"] = torch_standin.describe()
-        info["standin"]["reached"]["setup"] = setup
-    return base.Case(forward=run, backward=backward, sync=sync, info=info)
+        torch_standin.RECORDER.start()
+    try:
+        case = build(dev)
+    finally:
+        setup = torch_standin.RECORDER.stop() if device == STANDIN else []
+    case.sync = torch.cuda.synchronize if dev.type == "cuda" else base._noop
+    case.info.update({"device_type": dev.type, "dtype": base.dtype(),
+                      "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
+                      "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
+                      # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
+                      "cpu_capability": torch.backends.cpu.get_cpu_capability()})
+    if device == STANDIN:
+        case.info["standin"] = torch_standin.describe()
+        case.info["standin"]["reached"]["setup"] = setup
+    return case
+
+
+def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    base.check_shape(primitive, shape)
+
+    def build(dev: torch.device) -> base.Case:
+        dtype = getattr(torch, base.dtype())
+        x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
+        run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
+        grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
+        leaves = [x, *params]
+
+        def backward(y: torch.Tensor) -> None:
+            for t in leaves:  # fresh gradients each run, as a training step would have
+                t.grad = None
+            y.backward(grad)
+
+        return base.Case(forward=run, backward=backward)
+
+    return _made_on(device, build)
+
+
+def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    """A model's training step (tracer.contract.ModelProbe): on the stand-in backend,
+    what reaches it is what a port must implement to train that network."""
+    base.check_model(model, api, shape)
+    return _made_on(device, lambda dev: torch_models.training_step(model, api, dev, shape))
 
 
 
