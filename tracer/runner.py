@@ -19,7 +19,7 @@ from tracer.emulation.layout import bindable, emulated_home
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, WORKLOADS, CaseError, CaseRequest,
-                             EmulatedCpu, Exit, ProbeRequest, default_shape)
+                             EmulatedCpu, Exit, MODELS, ProbeRequest, default_shape)
 from tracer.emulation.guest import Bind
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.paths import code_path, package_bind
@@ -97,7 +97,8 @@ def check(frameworks: dict[str, Framework], framework: str, primitive: str | Non
         raise _choices(f"device for {framework}", device, fw.devices)
     if variant not in (None, "default") and variant not in fw.variants:
         raise _choices(f"variant for {framework}", variant, ["default", *fw.variants])
-    if api is not None and api not in fw.apis:
+    if api is not None and api not in fw.apis and primitive not in MODELS:
+        # a model's levels are its own (tracer.contract.MODELS); a probe that lacks one says so
         raise _choices(f"API level for {framework}", api, fw.apis)
     return fw
 
