@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tracer import envs
 from tracer import scaffold as sc
 from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds, command_line, err, \
     frameworks, main, out
@@ -45,9 +46,16 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     if workloads:
         sc.check_name(name)
         specs = sc.plan(fw, workloads, api)
+        envs.python_for(fw)  # torch's environment first: nothing is made for a run that cannot start
+        made = not folder.exists()
         sc.prepare(folder, force)  # before the run: its result must not be lost to a bad folder
-        with err.status(f"running {', '.join(workloads)} on torch's stand-in device…"):
-            traces = sc.stand_in(fw, specs, timeout, command_line())
+        try:
+            with err.status(f"running {', '.join(workloads)} on torch's stand-in device…"):
+                traces = sc.stand_in(fw, specs, timeout, command_line())
+        except BaseException:
+            if made and not any(folder.iterdir()):
+                folder.rmdir()
+            raise
         ks = sc.write(folder, name, specs, traces, command_line())
         passes = {p: sum(p in k.passes for k in ks) for p in ("setup", "forward", "backward")}
         out.print(f"{folder}: {name}/kernels.py registers {len(ks)} ops "
