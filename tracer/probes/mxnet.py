@@ -179,6 +179,8 @@ def backward_bulk() -> str:
 
     if os.environ.get("MXNET_EXEC_BULK_EXEC_TRAIN", "1") == "0":
         return "off (MXNET_EXEC_BULK_EXEC_TRAIN=0): each backward operator is recorded"
+    if os.environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine":
+        return "off (MXNET_ENGINE_TYPE=NaiveEngine does not bulk): each backward operator is recorded"
     size = os.environ.get("MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN", "15")
     return (f"on (MXNET_EXEC_BULK_EXEC_TRAIN unset or 1, the default): segments of up to {size} backward "
             "operators run as one engine op, recorded as ImperativeBulk; MXNET_EXEC_BULK_EXEC_TRAIN=0 "
