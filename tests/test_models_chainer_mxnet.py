@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tracer.contract import MODELS
+from tracer.contract import MODELS, check_shape
 from tracer.runner import CaseSpec, run_probe
 from tracer.trace import Node, Trace
 
@@ -73,6 +73,16 @@ def model(trace: Trace) -> dict:
 
 
 # ----------------------------------------------------------------------------- both
+
+
+def test_a_cnn_takes_other_batches_but_only_its_own_images():
+    """Their dense layers are sized for their images: another size is refused in one line,
+    before a framework fails with its own multi-line shape error."""
+    assert check_shape("lenet", (2, 1, 28, 28)) is None and check_shape("cifar", (1, 3, 32, 32)) is None
+    assert check_shape("lenet", (8, 1, 32, 32)) == \
+        "lenet takes 1x28x28 images (its dense layers are sized for them), got 1x32x32"
+    assert "3x32x32 images" in (check_shape("cifar", (4, 1, 32, 32)) or "")
+    assert check_shape("transformer", (2, 40)) is None  # the positions are made for the sequence
 
 
 def test_every_model_case_is_one_training_step_of_the_same_network(chainer_models, mxnet_models):
