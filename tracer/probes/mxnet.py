@@ -116,7 +116,8 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe): mx.nd or gluon, the loss,
     the gradients and the optimizer's update (tracer/probes/mxnet_models.py)."""
-    return mxnet_models.training_step(model, api, device, shape)
+    facts = {"mkldnn_built": mkldnn_built(), "backward_bulk": backward_bulk()}  # what the probe reads of MXNet
+    return mxnet_models.training_step(model, api, device, shape, facts)
 
 
 _PROFILE: dict[str, str] = {}  # MXNet's profiler can be configured once per process

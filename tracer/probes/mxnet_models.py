@@ -124,9 +124,7 @@ def _omp_threads() -> int | None:
         return None
 
 
-def _defaults(ctx: mx.Context) -> dict[str, Any]:
-    from tracer.probes.mxnet import backward_bulk, mkldnn_built  # the probe imports this module
-
+def _defaults(ctx: mx.Context, probe_facts: dict[str, Any]) -> dict[str, Any]:
     env = {k: os.environ[k] for k in ("MXNET_CPU_WORKER_NTHREADS", "MXNET_OMP_MAX_THREADS", "OMP_NUM_THREADS",
                                       "MXNET_ENGINE_TYPE", "MXNET_MKLDNN_ENABLED") if k in os.environ}
     return {"layout": "NCHW (gluon Conv2D's layout default; nd.Convolution's too)",
@@ -135,10 +133,10 @@ def _defaults(ctx: mx.Context) -> dict[str, Any]:
                                   "operator's OpenMP threads: MXNET_OMP_MAX_THREADS, else OMP_NUM_THREADS, else "
                                   "half the CPUs OpenMP sees on x86 (engine/openmp.cc, which sets it at import)",
                         "env": env},
-            "onednn": f"MKL-DNN (oneDNN) built={mkldnn_built()}, "
+            "onednn": f"MKL-DNN (oneDNN) built={probe_facts.get('mkldnn_built')}, "
                       f"MXNET_MKLDNN_ENABLED={os.environ.get('MXNET_MKLDNN_ENABLED', 'unset (on)')}",
             "device": str(ctx), "train_mode": "mx.autograd.record() (train_mode=True)",
-            "hybridize": "not called: the imperative path", "backward_bulk": backward_bulk()}
+            "hybridize": "not called: the imperative path", "backward_bulk": probe_facts.get("backward_bulk")}
 
 
 def _gluon_init(model: str) -> str:
@@ -155,7 +153,8 @@ def _gluon_init(model: str) -> str:
     return what
 
 
-def training_step(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+def training_step(model: str, api: str, device: str, shape: tuple[int, ...],
+                  probe_facts: dict[str, Any] | None = None) -> base.Case:
     """The model's case: ``forward`` runs the network and its loss under
     autograd.record and waits for the loss; ``backward`` the gradients and the
     optimizer's update, and waits for all of it (MXNet runs operators asynchronously)."""
@@ -167,7 +166,7 @@ def training_step(model: str, api: str, device: str, shape: tuple[int, ...]) -> 
     data, labels = base.model_data(model, shape)
     x = nd.array(data, ctx=ctx, dtype="int32" if model == "transformer" else "float32")
     y = nd.array(labels.reshape(-1), ctx=ctx, dtype="float32")  # gluon's losses and nd.pick take float labels
-    defaults = _defaults(ctx)
+    defaults = _defaults(ctx, probe_facts or {})
     built: dict[str, str] = {}
     if model == "lenet" and api == "functional":
         net, params, update = _lenet_functional(ctx)
