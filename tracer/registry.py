@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, PROFILE_FORMATS, NativeRequest
+from tracer.contract import (APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, MODELS, PRIMITIVES, PROFILE_FORMATS,
+                             NativeRequest)
 from tracer.paths import PACKAGE
 
 if TYPE_CHECKING:
@@ -241,6 +242,8 @@ class Framework:
     source_roots: tuple[str, ...]
     apis: tuple[str, ...]
     knowledge: FrameworkKnowledge
+    #: the models (contract.MODELS) its probe runs a training step of (make_model_case)
+    models: tuple[str, ...] = ()
     #: profiler files recorded elsewhere (real GPUs) that every survey of it imports
     imported: tuple[Path, ...] = ()
     #: folders of dltrace's own GPU-path traces recorded on GPU machines, that every
@@ -411,6 +414,10 @@ def _framework(source: str, name: str, data: Any) -> Framework:
     for api in apis:
         if api not in APIS:
             raise e.error("apis", f"has unknown API '{api}' (known: {', '.join(APIS)})")
+    models = e.strings("models", e.get("models", list, []))
+    for model in models:
+        if model not in MODELS:
+            raise e.error("models", f"has unknown model '{model}' (known: {', '.join(MODELS)})")
     nat = e.get("native", dict, {})
     defaults = NativeSpec()
     try:
@@ -438,6 +445,7 @@ def _framework(source: str, name: str, data: Any) -> Framework:
         source_roots=roots,
         apis=apis,
         knowledge=e.knowledge(),
+        models=models,
         imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
         recorded=tuple(PACKAGE / p for p in e.strings("recorded", e.get("recorded", list, []))),
         profiles=(profiles := _profiles(e)),  # validated in field order, then read by profile_ops

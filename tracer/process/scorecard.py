@@ -150,7 +150,7 @@ def _page(rep: FrameworkReport, anchor: str) -> str:
     return anchor
 
 
-def _decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
+def decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
     """Decision sites (the Python device branches a single trace shows are sites too,
     merged with a split at the same line), and the splits that are none, by kind."""
     found = decisions(rep)
@@ -178,7 +178,7 @@ def _decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
     return fig, apart
 
 
-def _needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
+def needs_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
     """From the stand-in device's run where the framework has one (torch); else from its
     own dispatch tables (TensorFlow's kernel registry); else from the audit's per-pass
     lists, whose evidence class the cell names (JAX's lowering, Chainer's forward_gpu
@@ -286,7 +286,7 @@ def _path_kind(side: str) -> str:
     return ""
 
 
-def _vendor(rep: FrameworkReport) -> Figure:
+def vendor_figure(rep: FrameworkReport) -> Figure:
     """The vendor libraries of the default x86 CPU path that the GPU path, or an ARM
     CPU's, does not reach (what a port replaces), and what those paths reach instead."""
     libs: dict[str, set[str]] = defaultdict(set)
@@ -478,9 +478,9 @@ def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Meas
     refs = {id(t) for t in reference_cpus(traces)}  # a GPU machine's CPU path: its GPU path's baseline only
     for rep in reports:
         mine = [t for t in by_fw.get(rep.name, []) if id(t) not in refs]
-        sites, apart = _decision_figures(rep)
-        implement, free = _needs(rep)
+        sites, apart = decision_figures(rep)
+        implement, free = needs_figures(rep)
         rows.append(ScoreRow(rep.name, {
-            "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": _vendor(rep),
+            "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": vendor_figure(rep),
             "bytes": _bytes(rep, mine, measure), "lines": _lines(rep), "coverage": _coverage(rep, mine)}))
     return rows
