@@ -152,7 +152,7 @@ def test_a_missing_environment_and_a_folder_in_use_are_one_line(tmp_path):
     assert "dltrace env setup torch" in line and not (tmp_path / "x").exists()
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "kernels.py").write_text("# a team's work\n")
-    line = one_line_error(dltrace("scaffold", "torch", "--model", "lenet", "-o", str(tmp_path / "used")))
+    line = one_line_error(dltrace("scaffold", "torch", "--model", "lenet", "-o", str(tmp_path / "used"), env=env))
     assert "not empty" in line and (tmp_path / "used" / "kernels.py").read_text() == "# a team's work\n"
-    line = one_line_error(dltrace("scaffold", "torch", "-o", str(tmp_path / "used"), "--check"))
+    line = one_line_error(dltrace("scaffold", "torch", "-o", str(tmp_path / "used"), "--check", env=env))
     assert "holds no skeleton" in line

@@ -147,7 +147,7 @@ def _describe(specs: list[CaseSpec]) -> str:
     by: dict[str, list[str]] = {}
     for s in specs:
         by.setdefault(s.primitive, []).append(s.api)
-    parts = [f"{w}{chr(39)}s training step" if w in MODELS else w for w in by]
+    parts = [f"{w}'s training step" if w in MODELS else w for w in by]
     levels = sorted({a for apis in by.values() for a in apis}, key=["functional", "layer"].index)
     what = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
     if not any(w in MODELS for w in by):

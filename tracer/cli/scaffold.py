@@ -46,13 +46,13 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     if workloads:
         sc.check_name(name)
         specs = sc.plan(fw, workloads, api)
-        envs.python_for(fw)  # torch's environment first: nothing is made for a run that cannot start
         made = not folder.exists()
         sc.prepare(folder, force)  # before the run: its result must not be lost to a bad folder
         try:
+            envs.python_for(fw)
             with err.status(f"running {', '.join(workloads)} on torch's stand-in device…"):
                 traces = sc.stand_in(fw, specs, timeout, command_line())
-        except BaseException:
+        except BaseException:  # a run that could not start or failed leaves no folder it made
             if made and not any(folder.iterdir()):
                 folder.rmdir()
             raise

@@ -164,7 +164,8 @@ def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType) -> str:
             loose += small
             if wrong:
                 raise CheckFailed(f"{spec.label}: {name} after the update of step {n} differs from the CPU's ({wrong})")
-    what = f"the {out}, {len(want.names)} gradients" + (" and the parameters after the update" if model else "")
+    n = len(want.names)
+    what = f"the {out}, {n} gradient{'s' if n != 1 else ''}" + (" and the parameters after the update" if model else "")
     note = f" ({loose} entries whose gradient was rounding-sized, not zero: within Adam's lr)" if loose else ""
     return f"{spec.label}: {STEPS} steps match the CPU: {what}{note}"
 
