@@ -133,7 +133,9 @@ class _OpHook(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to 
         self._open: list[tuple[str, str, int]] = []
 
     def _pre(self, function: chainer.FunctionNode, what: str) -> None:
-        self._open.append((f"{function.label}.{what}", type(function).__module__, self._now()))
+        # the class, not its label: basic_math labels an op by its operands ("_ * 0.5"),
+        # so one operator would be as many ops as constants; a backend implements MulConstant
+        self._open.append((f"{type(function).__name__}.{what}", type(function).__module__, self._now()))
 
     def _post(self, function: chainer.FunctionNode, what: str) -> None:
         name, module, t0 = self._open.pop()
