@@ -10,7 +10,8 @@ environment: the steps match the CPU's, no op outside the list is reached, and e
 op on it is needed.
 
 Only torch's backend interface (PrivateUse1 through torch.library) can be stood in
-from Python here; the others are named, not written (:data:`INTERFACES`).
+from Python here: TensorFlow's and JAX's are written as registration tables that are
+not run (tracer.scaffold_tables), the others are named (:data:`INTERFACES`).
 """
 
 from __future__ import annotations
@@ -59,14 +60,6 @@ _TAKEN = frozenset({"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "
 _RESERVED = frozenset({"annotations", "Any", "torch", "device", "NAME", "KERNELS", "MUST_IMPLEMENT", "REFUSED",
                        "register", "unregister", "install"})
 _RANDOM = re.compile(r"bernoulli|dropout|rand|normal_|uniform_|multinomial")
-
-
-def check_framework(framework: str) -> None:
-    """Only torch can be stood in: each other framework's interface is named."""
-    if framework != "torch":
-        interface = INTERFACES.get(framework, "an interface dltrace does not know")
-        raise UsageError(f"{framework}'s new-device interface is {interface}: it cannot be stood in from Python "
-                         "here, so dltrace scaffold writes torch's only (a PrivateUse1 backend)")
 
 
 def check_name(name: str) -> str:

@@ -9,9 +9,12 @@ import click
 
 from tracer import envs
 from tracer import scaffold as sc
+from tracer import scaffold_tables as tables
 from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds, command_line, err, \
     frameworks, main, out
+from tracer.derive import environment
 from tracer.errors import DltraceError, UsageError
+from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT
 
 
@@ -37,10 +40,19 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     ops the stand-in device says a backend must implement for MODEL's training step
     (or PRIMITIVES), each computing on the CPU, every other op refused; with --check,
     prove it. With --check and neither --model nor --primitives: check the skeleton
-    already in the folder (after editing its kernels)."""
-    sc.check_framework(framework)
+    already in the folder (after editing its kernels).
+
+    tensorflow and jax: write the list as the skeleton of the interface's registration
+    table, NOT RUN (a PluggableDevice's kernel registrations in C; a PJRT plugin's entry
+    points and the StableHLO ops its compiler must lower); no --check."""
+    tables.check_framework(framework, run_check)
     fw = frameworks()[framework]
     workloads = [*models, *primitives]
+    if framework in tables.TABLES:
+        if not workloads:
+            raise UsageError("give --model or --primitives")
+        _table(fw, workloads, api, folder, name, force, timeout)
+        return
     if not workloads and not run_check:
         raise UsageError("give --model or --primitives (or --check alone to check the skeleton in the folder)")
     if workloads:
@@ -70,3 +82,31 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
             out.print(line, markup=False, highlight=False, soft_wrap=True)
         if not result.ok:
             raise DltraceError(f"check failed: {result.reason}")
+
+
+def _table(fw: Framework, workloads: list[str], api: str | None, folder: Path, name: str, force: bool,
+           timeout: float) -> None:
+    """TensorFlow's or JAX's registration table, from the report's evidence, NOT RUN."""
+    sc.check_name(name)
+    specs = sc.plan(fw, workloads, api)
+    made = not folder.exists()
+    sc.prepare(folder, force)
+    try:
+        envs.python_for(environment(fw) if fw.name == "jax" else fw)
+        if fw.name == "tensorflow":
+            with err.status(f"running {', '.join(workloads)} on TensorFlow's CPU path…"):
+                traces = tables.run_cases(fw, specs, "trace", timeout, command_line())
+            with err.status("reading the dtypes the ops ran with…"):
+                table = tables.tensorflow_table(traces, tables.tensorflow_dtypes(fw, specs, timeout))
+        else:
+            with err.status(f"lowering {', '.join(workloads)} for JAX's GPU platforms…"):
+                traces = tables.run_cases(fw, specs, "gpu-evidence", timeout, command_line())
+            table = tables.jax_table(traces)
+    except BaseException:  # a run that could not start or failed leaves no folder it made
+        if made and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
+    tables.write(folder, fw.name, name, specs, table, command_line())
+    what = "kernels.cc registers" if fw.name == "tensorflow" else "pjrt_plugin.cc's compiler must lower"
+    out.print(f"{folder}: {what} {len(table.entries)} ops ({table.evidence} evidence; ops.txt lists them), "
+              f"{tables.NOT_RUN}: written, neither compiled nor run", markup=False, highlight=False, soft_wrap=True)
