@@ -139,11 +139,11 @@ def test_an_unknown_model_is_a_usage_error(tmp_path):
 
 
 def test_a_framework_that_cannot_be_stood_in_names_its_interface(tmp_path):
-    line = one_line_error(dltrace("scaffold", "tensorflow", "--model", "lenet", "-o", str(tmp_path / "x")),
-                          Exit.USAGE)
-    assert "PluggableDevice" in line
-    line = one_line_error(dltrace("scaffold", "jax", "--model", "lenet", "-o", str(tmp_path / "x")), Exit.USAGE)
-    assert "PJRT plugin" in line
+    """Chainer and MXNet: named, not written (TensorFlow's and JAX's tables: test_scaffold_tables)."""
+    line = one_line_error(dltrace("scaffold", "chainer", "--model", "lenet", "-o", str(tmp_path / "x")), Exit.USAGE)
+    assert "ChainerX backend" in line
+    line = one_line_error(dltrace("scaffold", "mxnet", "--model", "lenet", "-o", str(tmp_path / "x")), Exit.USAGE)
+    assert "MXLoadLib" in line and not (tmp_path / "x").exists()
 
 
 def test_a_missing_environment_and_a_folder_in_use_are_one_line(tmp_path):
