@@ -135,7 +135,7 @@ def kernels(needs: StandinNeeds) -> list[Kernel]:
     return out
 
 
-def _describe(specs: list[CaseSpec]) -> str:
+def describe_cases(specs: list[CaseSpec]) -> str:
     """What the skeleton runs, in words: "lenet's training step (functional, layer)"."""
     by: dict[str, list[str]] = {}
     for s in specs:
@@ -148,7 +148,7 @@ def _describe(specs: list[CaseSpec]) -> str:
     return f"{what} ({', '.join(levels)} level{'s' if len(levels) > 1 else ''})"
 
 
-def _env() -> jinja2.Environment:
+def template_env() -> jinja2.Environment:
     # Python and Markdown, not HTML: nothing to escape
     return jinja2.Environment(loader=jinja2.PackageLoader("tracer", "templates/scaffold"), autoescape=False,
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
@@ -179,12 +179,12 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     needs = needs_of(traces)
     ks = kernels(needs)
     torch_version = traces[0].info.framework_version
-    what = _describe(specs)
+    what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,
                            "command": command, "torch_version": torch_version, "folder": folder.name or str(folder),
                            "steps": 2, "models": any(s.primitive in MODELS for s in specs),
                            "random": any(_RANDOM.search(k.op) for k in ks), "cases": _case_rows(specs, traces)}
-    env = _env()
+    env = template_env()
     pkg = folder / name
     pkg.mkdir(exist_ok=True)
     write_text(pkg / "kernels.py", env.get_template("kernels.py.j2").render(ctx))

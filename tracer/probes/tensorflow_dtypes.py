@@ -21,7 +21,9 @@ import json
 import sys
 from typing import Any
 
+from tracer.collect.cases import make_case
 from tracer.contract import Exit
+from tracer.probes import tensorflow as probe
 
 
 def _signature(op_type: str, attrs: Any) -> tuple[tuple[str, str], ...]:
@@ -42,9 +44,6 @@ def _signature(op_type: str, attrs: Any) -> tuple[tuple[str, str], ...]:
 
 def dtypes_of(cases: list[dict[str, Any]]) -> dict[str, list[list[list[str]]]]:
     from tensorflow.python.framework import op_callbacks
-
-    from tracer.collect.cases import make_case
-    from tracer.probes import tensorflow as probe
 
     seen: dict[str, dict[tuple[tuple[str, str], ...], None]] = {}
 
