@@ -13,7 +13,7 @@ import pytest
 
 from tests.test_ctrace import runner_env
 from tracer import envs
-from tracer.contract import MODELS, PASSES
+from tracer.contract import CIFAR, CLASSES, LENET, MODELS, PASSES, TRANSFORMER
 from tracer.runner import CaseSpec, run_probe
 from tracer.trace import Node, Trace
 
@@ -90,6 +90,26 @@ def test_every_model_runs_forward_and_backward_with_its_programs(traces):
         updates = {"functional": "jit:sgd_update", "layer": "jit:optimizer_update"}
         assert updates[api] in {c.frame.name for c in t.layer("backward", "op").children}
         assert not any("update" in c.frame.name for c in t.layer("forward", "op").children)
+
+
+def dense(i: int, o: int) -> int:
+    return i * o + o
+
+
+def test_networks_have_the_contracts_parameters(traces):
+    """The same networks as every framework's (torch's nn modules count the same)."""
+    L, C, T = LENET, CIFAR, TRANSFORMER
+    lenet = dense(25, L["conv1"]) + dense(L["conv1"] * 25, L["conv2"]) + dense(L["conv2"] * 25, L["fc1"]) + \
+        dense(L["fc1"], L["fc2"]) + dense(L["fc2"], CLASSES)
+    k = C["k"] * C["k"]
+    cifar = dense(3 * k, C["conv1"]) + dense(C["conv1"] * k, C["conv1"]) + dense(C["conv1"] * k, C["conv2"]) + \
+        dense(C["conv2"] * k, C["conv2"]) + dense(C["conv2"] * 8 * 8, C["fc"]) + dense(C["fc"], CLASSES)
+    e, seq = T["embed"], MODELS["transformer"].shape[1]
+    transformer = (T["vocab"] + seq) * e + dense(e, 3 * e) + dense(e, e) + 3 * 2 * e + dense(e, T["mlp"]) + \
+        dense(T["mlp"], e) + dense(e, T["vocab"])
+    want = {"lenet": lenet, "cifar": cifar, "transformer": transformer}
+    for (model, api), t in traces.items():
+        assert t.meta["parameters"] == want[model], (model, api)
 
 
 def test_lenet_backward_computes_the_convolutions_gradients_and_subtracts_the_update(traces):

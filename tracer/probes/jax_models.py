@@ -322,7 +322,8 @@ def training_step(model: str, api: str, dev: Any, shape: tuple[int, ...]) -> bas
     defaults = {**net.defaults, "dtype": base.dtype(),
                 "threads": f"XLA:CPU's own intra-op pool, sized by XLA ({os.cpu_count()} CPUs here)"
                 if dev.platform == "cpu" else "",
-                "convolution": "chosen by XLA when it compiles the step (the op layer's compiled HLO)"}
+                "kernels": "chosen by XLA when it compiles the step: the op layer's compiled HLO names each "
+                           "(a library's where XLA hands it one: a custom call or a custom fusion)"}
     info = base.model_info(model, api, {k: v for k, v in defaults.items() if v}, net.built_from_primitives)
     info.update({"jit": not jax.config.jax_disable_jit, "dtype": base.dtype(),
                  "parameters": sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(args()[0]))})
