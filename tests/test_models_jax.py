@@ -1,6 +1,8 @@
 """JAX's training steps of the models (tracer/probes/jax_models.py), traced once per
 module through the real runner in JAX's environment: what each pass runs, what the
-op layer says it compiled, and what the case says JAX chose or lacked."""
+op layer says it compiled, and what the case says JAX chose or lacked; and a few real
+steps of each, whose losses must fall, the functional LeNet's being torch's (both are
+made from the same seeded parameters)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from tracer.trace import Node, Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [(m, api) for m in MODELS for api in MODELS[m].apis]
+STEPS = 5
 
 
 def _traces(fw, specs, out: Path, variant: str = "default") -> dict[tuple[str, str], Trace]:
@@ -58,6 +61,15 @@ def programs(jax_fw, tmp_path_factory) -> dict[str, dict[str, dict[str, list[str
     proc = subprocess.run([str(envs.python_for(jax_fw)), str(ROOT / "tests" / "jax_step_programs.py"),
                            str(tmp / "dump"), "cpu", "lenet@functional", "transformer@layer"],
                           capture_output=True, text=True, timeout=600, env=runner_env(jax_fw), cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _losses(fw, cases: list[tuple[str, str]]) -> dict[str, list[float]]:
+    """The losses of STEPS real training steps of each case, in ``fw``'s environment."""
+    proc = subprocess.run([str(envs.python_for(fw)), str(ROOT / "tests" / "model_losses.py"), fw.probe,
+                           fw.devices["cpu"], str(STEPS), *(f"{m}:{a}" for m, a in cases)],
+                          capture_output=True, text=True, timeout=600, env=runner_env(fw))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -179,3 +191,20 @@ def test_nojit_runs_stax_and_the_optimizer_in_python_and_compiles_no_program(eag
     assert not any(n.startswith("jax.example_libraries.stax") for n in jitted)
     for pass_ in PASSES:
         assert "XLA:cpu" not in {c.frame.name for c in eager.layer(pass_, "op").children}
+
+
+@pytest.fixture(scope="module")
+def jax_losses(jax_fw) -> dict[str, list[float]]:
+    return _losses(jax_fw, CASES)
+
+
+def test_every_model_case_trains(jax_losses):
+    assert set(jax_losses) == {f"{m}-{api}" for m, api in CASES}
+    for name, losses in jax_losses.items():
+        assert len(losses) == STEPS
+        assert all(a > b for a, b in zip(losses, losses[1:])), (name, losses)
+
+
+def test_functional_lenet_computes_torchs_numbers(frameworks, jax_losses):
+    torch = _losses(frameworks["torch"], [("lenet", "functional")])
+    assert jax_losses["lenet-functional"] == pytest.approx(torch["lenet-functional"], rel=1e-4)
