@@ -5,6 +5,8 @@ Each primitive is a jitted function, so the default path is the jit path; the
 forward is ``jax.vjp`` (the primal and the pullback, as in training), backward
 applies the pullback to a precomputed cotangent of ones. Everything runs in the
 seeded NCHW layout (lax convolution takes the layout as dimension numbers).
+The models' training steps (make_model_case) are in tracer/probes/jax_models.py, whose
+layer level is the example library JAX ships (jax.example_libraries.stax).
 """
 
 from __future__ import annotations
