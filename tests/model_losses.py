@@ -20,7 +20,8 @@ def losses(probe: object, device: str, model: str, api: str, steps: int) -> list
     out = []
     for _ in range(steps):
         state = case.forward()
-        loss = state[1] if isinstance(state, tuple) else state  # TensorFlow's forward returns (tape, loss)
+        # TensorFlow's forward returns (tape, loss), JAX's (loss, pullback): the scalar is the loss
+        loss = next(s for s in state if getattr(s, "ndim", None) == 0) if isinstance(state, tuple) else state
         out.append(float(loss))
         case.backward(state)
     return out
