@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from tracer import envs
-from tracer.contract import PASSES, PRIMITIVES
+from tracer.contract import MODELS, PASSES, PRIMITIVES, STANDIN
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.registry import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
@@ -35,20 +35,27 @@ def environment(fw: Framework) -> Framework:
 
 
 def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str, ...] | None = None,
-           timeout: float = DEFAULT_TIMEOUT, command: str = "") -> list[CaseResult]:
+           timeout: float = DEFAULT_TIMEOUT, command: str = "", models: list[str] | None = None) -> list[CaseResult]:
     """One gpu-evidence trace per primitive and API level (``SLUG-gpu-evidence.json``
-    in ``out_dir``), all from one probe process."""
-    cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in primitives or PRIMITIVES for api in (apis or fw.apis)]
+    in ``out_dir``), and per model at each level it is written at, all from one probe
+    process. ``primitives`` empty and ``models`` None: every primitive."""
+    prims = primitives or ([] if models else list(PRIMITIVES))
+    cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in prims for api in (apis or fw.apis)]
+    cases += [CaseSpec(m, api, (), PASSES, ("op",)) for m in models or [] for api in MODELS[m].apis
+              if apis is None or api in apis]
     return run_probe(environment(fw), cases, out_dir, "cpu", "default", timeout, command=command,
                      kind="gpu-evidence")
 
 
 def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[str] | None = None, fresh: bool = False,
                     timeout: float = DEFAULT_TIMEOUT,
-                    on_done: Callable[[str, int, str], None] = lambda name, n, error: None) -> list[Gap]:
+                    on_done: Callable[[str, int, str], None] = lambda name, n, error: None,
+                    models: list[str] | None = None) -> list[Gap]:
     """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
     gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
-    build not set up, a case that failed), never a stop."""
+    build not set up, a case that failed), never a stop. ``models``: also their
+    training steps, for the frameworks without a stand-in device (whose run of the step
+    is the stronger must-implement list)."""
     gaps: list[Gap] = []
     for fw in frameworks:
         if not fw.gpu_evidence:
@@ -62,7 +69,9 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
         for stale in folder.glob(f"*{GAP_SUFFIX}") if folder.is_dir() else ():
             stale.unlink()
         try:
-            results = derive(fw, list(primitives or []), folder, timeout=timeout, command="dltrace survey")
+            nets = [m for m in models or [] if m in fw.models] if STANDIN not in fw.devices else []
+            results = derive(fw, list(primitives or PRIMITIVES), folder, timeout=timeout, command="dltrace survey",
+                             models=nets)
         except DltraceError as exc:
             gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
             write_gap(folder / "derive.json", gap)

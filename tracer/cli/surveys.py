@@ -160,7 +160,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         t1 = time.monotonic()
-        gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done)
+        gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done, nets)
         record.seconds["derive"] = round(time.monotonic() - t1, 1)
         out.print(f"GPU evidence derived in {record.seconds['derive']:.0f} s")
     # what the report reads from outside the survey's folder is kept in it, and named in

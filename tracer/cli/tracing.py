@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, PRIMITIVE, WORKLOAD, OutPath,
+from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, WORKLOAD, OutPath,
                                Seconds, Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
 from tracer.contract import LAYERS, MODELS, PASSES, PHASES
 from tracer.contract import check_shape
@@ -175,14 +175,16 @@ def export(trace_file: str, fmt: str, output: Path | None, layers: tuple[tuple[s
 # --------------------------------------------------------------------------- derive
 @main.command()
 @click.argument("framework", type=FRAMEWORK)
-@click.argument("primitives", type=PRIMITIVE, nargs=-1)
-@click.option("--api", type=API, default=None, help="The API level (default: every API level the framework has).")
+@click.argument("primitives", type=WORKLOAD, nargs=-1)
+@click.option("--api", type=API, default=None, help="The API level (default: every API level the framework has, "
+                                                    "or a model's own levels).")
 @click.option("-o", "--output", "out_dir", type=OutPath(file_okay=False, path_type=Path), required=True,
               help="Folder for the traces (SLUG-gpu-evidence.json).")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the probe is stopped.")
 def derive(framework: str, primitives: tuple[str, ...], api: str | None, out_dir: Path, timeout: float) -> None:
-    """Derive FRAMEWORK's GPU path for PRIMITIVES (default: all) without a GPU: the GPU
+    """Derive FRAMEWORK's GPU path for PRIMITIVES (default: all; a model's name derives
+    its training step) without a GPU: the GPU
     build's kernel registry (tensorflow, torch: registered), JAX's lowering for cuda and
     rocm (lowered), Chainer's forward_gpu source (source). Each trace says device gpu,
     its evidence class and what was read."""
@@ -192,7 +194,8 @@ def derive(framework: str, primitives: tuple[str, ...], api: str | None, out_dir
         raise UsageError(f"{framework} derives no GPU evidence here (frameworks that do: "
                          f"{', '.join(n for n, f in fws.items() if f.gpu_evidence)})")
     with err.status(f"deriving {framework}'s GPU evidence…"):
-        results = run_derive(fw, list(primitives), out_dir, (api,) if api else None, timeout, command_line())
+        results = run_derive(fw, [p for p in primitives if p not in MODELS], out_dir, (api,) if api else None, timeout,
+                             command_line(), models=[p for p in primitives if p in MODELS])
     for r in results:
         if r.error:
             err.print(f"✗ {r.spec.primitive} {r.spec.api}: {r.error}", markup=False, highlight=False)
