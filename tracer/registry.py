@@ -619,17 +619,21 @@ def load(path: str | os.PathLike[str] | Traversable | None = None) -> dict[str, 
     is kept, since several stages of one command ask for it (50 ms a parse)."""
 
     path = registry_path() if path is None else Path(path) if isinstance(path, (str, os.PathLike)) else path
+    return dict(_parse(path.name, read_text(path), trusted()))
+
+
+def read_text(path: Path | Traversable) -> str:
+    """A data file's text. A file named by the user (DLTRACE_REGISTRY) is read as traces
+    are: only a regular file (a named pipe would block, /dev/zero never end), at most
+    MAX_BYTES of it; a problem is a one-line RegistryError."""
     try:
-        # a file named by the user (DLTRACE_REGISTRY) is read as traces are: only a regular
-        # file (a named pipe would block, /dev/zero never end), at most MAX_BYTES of it
-        text = (read_regular(path, MAX_BYTES) if isinstance(path, Path) else path.read_bytes()).decode()
+        return (read_regular(path, MAX_BYTES) if isinstance(path, Path) else path.read_bytes()).decode()
     except OSError as exc:
         raise RegistryError(f"cannot read {path}: {exc.strerror}") from None
     except (NotRegular, TooLarge) as exc:
         raise RegistryError(f"cannot read {path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise RegistryError(f"{path.name} is not valid YAML: {exc}".splitlines()[0]) from None
-    return dict(_parse(path.name, text, trusted()))
 
 
 def _expanded_nodes(text: str) -> int:
@@ -659,18 +663,24 @@ def _expanded_nodes(text: str) -> int:
     return sizes[id(root)]
 
 
+def safe_yaml(file_name: str, text: str) -> Any:
+    """``text`` (the file ``file_name``) through yaml.safe_load, refused with a one-line
+    RegistryError when it is not YAML or expands to more than MAX_NODES nodes."""
+    try:
+        if _expanded_nodes(text) > MAX_NODES:
+            raise RegistryError(f"{file_name}: expands to more than {MAX_NODES:,} YAML nodes once its aliases are "
+                                "followed (an alias bomb?)")
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise RegistryError(f"{file_name} is not valid YAML: {exc}".splitlines()[0]) from None
+
+
 @functools.lru_cache(maxsize=8)
 def _parse(file_name: str, text: str, trust: bool = False) -> dict[str, Framework]:
     """``text`` (the registry file ``file_name``) as Framework entries; the caller copies
     the dict it returns, and the entries are frozen. ``trust``: what --trust-registry
     allows is part of what a text parses to, so it is part of the cache's key."""
-    try:
-        if _expanded_nodes(text) > MAX_NODES:
-            raise RegistryError(f"{file_name}: expands to more than {MAX_NODES:,} YAML nodes once its aliases are "
-                                "followed (an alias bomb?)")
-        doc = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise RegistryError(f"{file_name} is not valid YAML: {exc}".splitlines()[0]) from None
+    doc = safe_yaml(file_name, text)
     if not isinstance(doc, dict) or not isinstance(doc.get("frameworks"), dict):
         raise RegistryError(f"{file_name}: top level must be a mapping with a 'frameworks' mapping")
     return {str(name): _framework(file_name, str(name), data) for name, data in doc["frameworks"].items()}
