@@ -20,6 +20,7 @@ from tracer.errors import DltraceError
 from tracer.files import ensure_dir, write_text
 from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
 from tracer.importers.source import short_name
+from tracer.knowledge import knowledge
 from tracer.machine import describe as describe_machine
 from tracer.process.portability import framework_report, survey_reports
 from tracer.process.scorecard import scorecard
@@ -191,8 +192,9 @@ def _render(folders: list[Path], output: Path) -> None:
     traces, gaps = collect(folders)
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
-    reports = survey_reports(traces, gaps)
-    index = write_report(reports, output, cards=scorecard(reports, traces, ElfCode().sizes))
+    k = knowledge()  # loaded once, handed to every stage
+    reports = survey_reports(traces, gaps, k=k)
+    index = write_report(reports, output, cards=scorecard(reports, traces, ElfCode().sizes, k))
     out.print(f"report: {index}", markup=False, highlight=False)
 
 
@@ -208,7 +210,7 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
     mine = [t for t in traces if t.info.framework == framework]
     if not mine:
         raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
-    rep = framework_report(framework, mine, gaps)
+    rep = framework_report(framework, mine, gaps, k=knowledge())
     print_audit(rep, out)
     print_pass_needs(rep, out)
 
