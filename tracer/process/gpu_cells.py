@@ -178,10 +178,10 @@ def _kernels(op_root: Node, cpu_op: str, probe_ops: frozenset[str],
     # in a compiled program (XLA's instructions) the op a kernel hangs under is the
     # compiler's attribution, not the framework's choice: the library it handed work to
     # ranks first there, whatever op the CPU path's cell names
-    compiled = all(libs[k] == XLA or k.startswith("custom-call:") for k in counts)
-    ranked = sorted(counts, key=lambda k: (compiled and libs[k] in own,
-                                           owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
-                                           layout[k], libs[k] in own, -counts[k], k))
+    compiled = all(libs[n] == XLA or n.startswith("custom-call:") for n in counts)
+    ranked = sorted(counts, key=lambda n: (compiled and libs[n] in own,
+                                           owner[n] != cpu_op, not names_gpu_code(owner[n], k=facts),
+                                           owner[n] not in probe_ops, layout[n], libs[n] in own, -counts[n], n))
     op = owner[ranked[0]]
     if not op:
         # a compiled program's instructions hang under no op (JAX: the jaxpr's ops are its

@@ -87,7 +87,7 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD, k: Knowledge |
     diffs, errors = {}, []
     for pass_ in PASSES:
         try:
-            diffs[pass_] = diff_traces(pair.a, pair.b, pass_=pass_, threshold=threshold)
+            diffs[pass_] = diff_traces(pair.a, pair.b, pass_=pass_, threshold=threshold, k=k)
         except DiffError as exc:
             errors.append(f"{pass_}: {exc}")
     first = None
