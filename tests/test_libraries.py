@@ -12,9 +12,10 @@ import yaml
 
 from tracer import knowledge, libraries
 from tracer.libraries import LibrariesError
+from tracer.process.diff.align import diff_trees
 from tracer.process.tags import library_of
 from tracer.registry import RegistryError
-from tracer.trace import Frame
+from tracer.trace import Frame, Node
 
 REAL: dict[str, Any] = yaml.safe_load((resources.files("tracer") / "libraries.yaml").read_text())
 
@@ -98,3 +99,23 @@ def test_a_file_that_is_no_mapping_is_refused(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(RegistryError, match="^" + message):
         libraries.load(path)
+
+
+def test_the_diff_classifies_by_the_knowledge_it_is_handed(tmp_path):
+    # a library the package's tables do not know, declared in another file: the diff's
+    # split names it and calls the split a library choice only with that knowledge
+    def n(name: str, *children: Node) -> Node:
+        return Node(Frame("native", "", name), 1, 1000, children=list(children))
+
+    a = n("step", n("conv", n("myblas::sgemm")))
+    b = n("step", n("conv", n("Eigen::internal::gemm")))
+    doc = copy.deepcopy(REAL)
+    doc["tables"]["symbol"].insert(0, {"tag": "MyBLAS", "namespaces": ["myblas"]})
+    doc["groups"]["vendor"].append("MyBLAS")
+    path = tmp_path / "libraries.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    mine = knowledge.load(libraries_file=path)
+    (split,) = diff_trees(a, b, "native", sampled=False, k=mine).splits
+    assert split.classification == "library choice" and split.only_a[0].libraries == ["MyBLAS"]
+    (split,) = diff_trees(a, b, "native", sampled=False).splits
+    assert split.only_a[0].libraries == []
