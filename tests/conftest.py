@@ -19,7 +19,7 @@ import pytest
 
 from tracer import registry
 from tracer import survey as sv
-from tracer.contract import LAYERS, Exit
+from tracer.contract import LAYERS, MODELS, Exit
 from tracer.runner import CaseResult, CaseSpec
 
 DLTRACE = str(Path(sys.executable).parent / "dltrace")
@@ -136,7 +136,7 @@ def survey_root(frameworks, tmp_path_factory) -> Path:
     """A CPU survey of all five frameworks with their variants (traces only), with the
     op layer everywhere and the native layer in the cases :func:`native_case` names."""
     root = tmp_path_factory.mktemp("survey")
-    gaps = sv.run(with_native(sv.plan(frameworks.values())), root, workers=2, timeout=900)
+    gaps = sv.run(with_native(sv.plan(frameworks.values(), models=MODELS)), root, workers=2, timeout=900)
     assert not gaps, [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in gaps]
     return root
 
@@ -145,7 +145,7 @@ def survey_root(frameworks, tmp_path_factory) -> Path:
 def cpu_traces(frameworks, survey_root) -> dict[tuple[str, str, str, str], CaseResult]:
     """(framework, variant, primitive, api) -> the survey's trace of it."""
     out = {}
-    for job in sv.plan(frameworks.values()):
+    for job in sv.plan(frameworks.values(), models=MODELS):
         for spec in job.cases:
             path = sv.case_path(survey_root, job, spec)
             out[(job.framework.name, job.variant, spec.primitive, spec.api)] = CaseResult(
@@ -167,12 +167,13 @@ def native_traces(frameworks, survey_root) -> dict[tuple[str, str], CaseResult]:
 
 
 @pytest.fixture(scope="session")
-def survey_report(survey_root) -> Path:
+def survey_report(frameworks, survey_root) -> Path:
     """`dltrace survey` over the finished survey: every case is reused, then the report is
     rendered (--no-native: the session survey samples native stacks only where tests read them)."""
     proc = dltrace("survey", "--no-native", "-o", str(survey_root))
     assert proc.returncode == 0, proc.stderr
-    assert "torch/cpu-default: 18 cases, 18 reused" in proc.stderr
+    cases = 18 + sum(len(MODELS[m].apis) for m in frameworks["torch"].models)  # nine primitives at two levels
+    assert f"torch/cpu-default: {cases} cases, {cases} reused" in proc.stderr
     return survey_root / "index.html"
 
 

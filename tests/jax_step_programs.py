@@ -1,9 +1,10 @@
 """Run inside JAX's environment: for each primitive given, the HLO opcodes the probe's
 op layer records for each pass, and the opcodes of the programs XLA itself compiled
 while the step ran that pass (its own dump, --xla_dump_to), so that a test can hold the
-op layer to the program the step runs. Prints one JSON line.
+op layer to the program the step runs. A model is named with its level, MODEL@API
+(lenet@functional): its training step is the case. Prints one JSON line.
 
-    python tests/jax_step_programs.py DUMP_DIR DEVICE PRIMITIVE...     (DEVICE: cpu or gpu)
+    python tests/jax_step_programs.py DUMP_DIR DEVICE WORKLOAD...     (DEVICE: cpu or gpu)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 DUMP = Path(sys.argv[1])
 os.environ["XLA_FLAGS"] = f"--xla_dump_to={DUMP} --xla_dump_hlo_as_text"
 
-from tracer.contract import PRIMITIVES  # noqa: E402
+from tracer.contract import default_shape  # noqa: E402
 from tracer.probes import jax as probe  # noqa: E402
 
 
@@ -40,7 +41,9 @@ def recorded(case: object, pass_: str) -> list[str]:
 
 out = {}
 for prim in sys.argv[3:]:
-    case = probe.make_case(prim, "functional", sys.argv[2], tuple(PRIMITIVES[prim].shape))
+    name, _, api = prim.partition("@")
+    make = probe.make_model_case if api else probe.make_case
+    case = make(name, api or "functional", sys.argv[2], default_shape(name))
     seen = {f.name for f in DUMP.glob("*")}
     state = case.forward()
     case.sync()

@@ -14,8 +14,10 @@ from tracer.contract import Exit
         (["probe", "caffe", "conv2d"],
          "unknown framework 'caffe' (choose from: torch, tensorflow, chainer, mxnet, jax)"),
         (["probe", "torch", "conv3d"],
-         "unknown primitive 'conv3d' (choose from: dense, conv2d, relu, sigmoid, tanh, softmax, maxpool2d, avgpool2d, "
-         "batchnorm)"),
+         "unknown primitive or model 'conv3d' (choose from: dense, conv2d, relu, sigmoid, tanh, softmax, maxpool2d, "
+         "avgpool2d, batchnorm, lenet, cifar, transformer)"),
+        (["probe", "torch", "cifar", "--api", "functional"],
+         "cifar is written at the layer level only, not functional"),
         (["probe", "torch", "conv2d", "--device", "tpu"],
          "Invalid value for '--device': unknown device 'tpu' (choose from: cpu, gpu, standin)"),
         (["probe", "jax", "conv2d", "--device", "standin"],

@@ -81,7 +81,8 @@ def test_the_wheel_holds_one_package_with_its_registry_templates_and_probes(whee
     top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["tracer"]
     assert {"tracer/frameworks.yaml", "tracer/templates/base.html", "tracer/templates/index.html",
-            "tracer/templates/framework.html", "tracer/probes/base.py", "tracer/probes/torch.py",
+            "tracer/templates/framework.html", "tracer/templates/scaffold/kernels.py.j2", "tracer/probes/base.py",
+            "tracer/probes/torch.py",
             "tracer/collect/harness.py", "tracer/probes/jax_xplane.py",
             # the real GPU profiles every survey imports, with their provenance and licenses
             "tracer/reference/imported/PROVENANCE.md", "tracer/reference/imported/alexnet-a100.kineto.json.gz",

@@ -127,10 +127,14 @@ def check_shape(primitive: str, shape: tuple[int, ...]) -> str | None:
     """Why ``shape`` does not fit ``primitive`` (wrong rank), or None. Activations
     take any rank; a model takes its own input's rank."""
     if primitive in MODELS:
-        want = len(MODELS[primitive].shape)
-        return None if len(shape) == want else (
-            f"{primitive} needs a {want}-d input like {'x'.join(map(str, MODELS[primitive].shape))}, "
-            f"got {'x'.join(map(str, shape))}")
+        want = MODELS[primitive].shape
+        if len(shape) != len(want):
+            return (f"{primitive} needs a {len(want)}-d input like {'x'.join(map(str, want))}, "
+                    f"got {'x'.join(map(str, shape))}")
+        if len(want) == 4 and tuple(shape[1:]) != want[1:]:  # its dense layers are sized for its images
+            return (f"{primitive} takes {'x'.join(map(str, want[1:]))} images (its dense layers are sized for "
+                    f"them), got {'x'.join(map(str, shape[1:]))}")
+        return None
     p = PRIMITIVES[primitive]
     if primitive in ACTIVATIONS or len(shape) == p.rank:
         return None

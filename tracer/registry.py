@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union, get_a
 
 import yaml
 
-from tracer.contract import APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, PRIMITIVES, PROFILE_FORMATS, NativeRequest
+from tracer.contract import (APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, MODELS, PRIMITIVES, PROFILE_FORMATS,
+                             NativeRequest)
 from tracer.paths import PACKAGE
 
 if TYPE_CHECKING:
@@ -241,6 +242,8 @@ class Framework:
     source_roots: tuple[str, ...]
     apis: tuple[str, ...]
     knowledge: FrameworkKnowledge
+    #: the models (contract.MODELS) its probe runs a training step of (make_model_case)
+    models: tuple[str, ...] = ()
     #: profiler files recorded elsewhere (real GPUs) that every survey of it imports
     imported: tuple[Path, ...] = ()
     #: folders of dltrace's own GPU-path traces recorded on GPU machines, that every
@@ -530,7 +533,7 @@ _CHECKS: dict[tuple[type, str], Check] = {
     (Framework, "devices"): _typed_as(dict[str, str], _must(lambda d: "cpu" in d, "must include cpu",
                                                              _known("device", lambda e: DEVICES))),
     (Framework, "variants"): _variants, (Framework, "source_roots"): _non_empty(_strings),
-    (Framework, "apis"): _known("API", lambda e: APIS),
+    (Framework, "apis"): _known("API", lambda e: APIS), (Framework, "models"): _known("model", lambda e: MODELS),
     (Framework, "knowledge"): lambda e, key, value: _read(FrameworkKnowledge, e, value, key,
                                                           defaults={"core": f"{e.name} core"}),
     (Framework, "native"): _native, (Framework, "aarch64"): _aarch64,

@@ -132,8 +132,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     ``aarch64.primitives`` lists, if any (JAX: slow to compile under emulation),
     unless ``arm_all``.
 
-    ``models`` adds each model's training step, at each API level it is written at
-    (a framework that lacks one is a gap saying so, never silence), to the default
+    ``models`` adds each model's training step that the framework's probe runs
+    (frameworks.yaml ``models``), at each API level the model is written at (a
+    framework that lacks one is a gap saying so, never silence), to the default
     variant of each device (a stand-in backend included: what reaches it is what a
     port must implement for the network); not to
     the CPU switches, the native layer or the emulated CPUs, which the primitives
@@ -152,7 +153,7 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             mine = tuple(replace(c, layers=("python", "op")) for c in cases if "native" not in c.layers) \
                 if device == "standin" else cases
             nets = tuple(CaseSpec(m, api, layers=("python", "op") if device == "standin" else EXACT_LAYERS)
-                         for m in models for api in MODELS[m].apis)
+                         for m in models if m in fw.models for api in MODELS[m].apis)
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + (nets if variant == "default" else ())))
         if arm and fw.aarch64 is not None:

@@ -39,6 +39,7 @@ HISTORY: tuple[tuple[int, str, str], ...] = (
     (4, "2026-11-24", "meta.standin: what reached torch's stand-in device"),
     (5, "2026-11-24", "meta.recorded_by: the fleet worker that recorded the trace"),
     (6, "2026-11-24", "meta.collector: which Python-level collector recorded the python layer"),
+    (7, "2026-11-26", "meta.model: a model's training step (the network, its level, the framework's defaults)"),
 )
 VERSION = HISTORY[-1][0]
 

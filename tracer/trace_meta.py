@@ -39,6 +39,7 @@ OPTIONAL_META: dict[str, tuple[type, ...]] = {
     "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
     "provenance": (dict,), "emulated": (dict, bool), "library": (dict,), "dispatch": (dict,),
     "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,), "recorded_by": (dict,), "collector": (dict,),
+    "model": (dict,),
 }
 #: Run stats that are numbers where present.
 NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")
@@ -181,6 +182,8 @@ class TraceMeta:
     collector: Collector | None = None
     cpu_capability: str = ""
     onednn_enabled: bool | None = None
+    #: a model's training step (tracer.contract.MODELS): its layers, level, defaults...
+    model: Mapping[str, Any] = field(default_factory=_empty)
 
     @property
     def imported(self) -> bool:
@@ -291,7 +294,7 @@ def parse_meta(meta: Any) -> TraceMeta:
         evidence=_str(meta.get("evidence")), backend=_backend(meta.get("backend")),
         standin=_standin(meta.get("standin")), recorded_by=_recorded_by(meta.get("recorded_by")),
         collector=_collector(meta.get("collector")), cpu_capability=_str(meta.get("cpu_capability")),
-        onednn_enabled=onednn if isinstance(onednn, bool) else None)
+        onednn_enabled=onednn if isinstance(onednn, bool) else None, model=_dict(meta.get("model")))
 
 
 # ----------------------------------------------------------------------------- run stats

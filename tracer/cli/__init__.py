@@ -8,7 +8,7 @@ below them, so that no command module imports this package's ``__init__``."""
 
 from __future__ import annotations
 
-from tracer.cli import environments, surveys, tracing  # noqa: F401 - each registers its commands on main
+from tracer.cli import environments, scaffold, surveys, tracing  # noqa: F401 - each registers its commands on main
 from tracer.cli.common import main
 
 __all__ = ["main"]

@@ -8,7 +8,7 @@ tracer.collect.harness, which checks it against tracer.contract.Probe:
 
 and optionally tracer.contract.OpRecorder (record_ops: the framework's own op records),
 DispatchTable (dispatch_table) and DeviceCheck (device_available: devices other than a
-GPU, such as torch's stand-in backend in torch_standin.py).
+GPU, such as torch's stand-in backend in torch_standin.py, on the device of torch_device.py).
 
 ``device`` is the selector string from frameworks.yaml (e.g. "cuda", "/GPU:0").
 """

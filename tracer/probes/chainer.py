@@ -8,14 +8,15 @@ clears them first (as a training step's ``cleargrads`` would).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from tracer.probes import base
+from tracer.probes import base, chainer_models
 
 if TYPE_CHECKING:
     import ast
@@ -113,6 +114,12 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return base.Case(forward=run, backward=backward, sync=sync)
 
 
+def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    """A model's training step (tracer.contract.ModelProbe): chainer.functions or links,
+    the loss, the gradients and the optimizer's update (tracer/probes/chainer_models.py)."""
+    return chainer_models.training_step(model, api, device, shape)
+
+
 class _OpHook(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to mypy: an untyped base
     """Records each FunctionNode's forward and backward, with wall-clock intervals."""
 
@@ -126,7 +133,9 @@ class _OpHook(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to 
         self._open: list[tuple[str, str, int]] = []
 
     def _pre(self, function: chainer.FunctionNode, what: str) -> None:
-        self._open.append((f"{function.label}.{what}", type(function).__module__, self._now()))
+        # the class, not its label: basic_math labels an op by its operands ("_ * 0.5"),
+        # so one operator would be as many ops as constants; a backend implements MulConstant
+        self._open.append((f"{type(function).__name__}.{what}", type(function).__module__, self._now()))
 
     def _post(self, function: chainer.FunctionNode, what: str) -> None:
         name, module, t0 = self._open.pop()
@@ -147,12 +156,43 @@ class _OpHook(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to 
         self._post(function, "backward")
 
 
+@contextlib.contextmanager
+def _optimizer_updates(events: list[base.OpEvent]) -> Iterator[None]:
+    """The optimizer's work as op records: chainer runs an update as plain array code
+    (each parameter's UpdateRule.update_core_cpu/gpu), never a FunctionNode, so no
+    FunctionHook sees it. GradientMethod.update (the optimizer) and UpdateRule.update
+    (one per parameter: SGDRule, MomentumSGDRule, AdamRule) are timed while recording."""
+    import time
+
+    def timed(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                events.append(base.OpEvent(f"{type(self).__name__}.update", t0, time.perf_counter_ns(),
+                                           type(self).__module__))
+        return wrapper
+
+    targets = [(chainer.optimizer.GradientMethod, "update"), (chainer.optimizer.UpdateRule, "update")]
+    saved = [(cls, name, vars(cls)[name]) for cls, name in targets]
+    try:
+        for cls, name, method in saved:
+            setattr(cls, name, timed(method))
+        yield
+    finally:
+        for cls, name, method in saved:
+            setattr(cls, name, method)
+
+
 def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """Chainer's FunctionNodes as they run (a FunctionHook's forward/backward
     pre/post-process), nested by time: Convolution2DFunction.forward, and in
-    backward Convolution2DGradW.forward... (a backward runs new FunctionNodes)."""
+    backward Convolution2DGradW.forward... (a backward runs new FunctionNodes); and an
+    optimizer's update with its rules (MomentumSGD.update > MomentumSGDRule.update)."""
     hook = _OpHook()
-    with hook:
+    with hook, _optimizer_updates(hook.events):
         run()
         case.sync()
     info = {"use_ideep": chainer.config.use_ideep}

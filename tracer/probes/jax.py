@@ -5,6 +5,8 @@ Each primitive is a jitted function, so the default path is the jit path; the
 forward is ``jax.vjp`` (the primal and the pullback, as in training), backward
 applies the pullback to a precomputed cotangent of ones. Everything runs in the
 seeded NCHW layout (lax convolution takes the layout as dimension numbers).
+The models' training steps (make_model_case) are in tracer/probes/jax_models.py, whose
+layer level is the example library JAX ships (jax.example_libraries.stax).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 
-from tracer.probes import base  # noqa: E402
+from tracer.probes import base, jax_models  # noqa: E402
 
 if TYPE_CHECKING:  # the annotations only (jax is Any to mypy: not installed where it runs)
     from jax.extend.core import Jaxpr, JaxprEqn, Primitive
@@ -113,10 +115,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         raise base.ProbeError(f"jax has no {api!r} api: it has no layer API, only functional (jax.lax / jax.nn)")
     if primitive not in _FUNCS:
         raise base.ProbeError(f"unknown primitive {primitive}")
-    try:
-        dev = jax.devices(device)[0]
-    except RuntimeError as exc:
-        raise base.ProbeError(f"jax has no {device!r} device: {exc}") from exc
+    dev = _device(device)
     f = jax.jit(_FUNCS[primitive])
     dtype = jnp.dtype(base.dtype())
     args = [jax.device_put(jnp.asarray(a, dtype), dev) for a in (base.array(shape), *_params(primitive, shape))]
@@ -143,6 +142,19 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
             "dtype": base.dtype()}
     private = {"f": f, "args": args, "ones": ones, "device": dev}
     return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
+
+
+def _device(device: str) -> Any:
+    try:
+        return jax.devices(device)[0]
+    except RuntimeError as exc:
+        raise base.ProbeError(f"jax has no {device!r} device: {exc}") from exc
+
+
+def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    """A model's training step (tracer.contract.ModelProbe): tracer/probes/jax_models.py."""
+    base.check_model(model, api, shape)
+    return jax_models.training_step(model, api, _device(device), shape)
 
 
 _HLO_STRUCTURAL = {"parameter", "constant", "tuple", "get-tuple-element"}
@@ -249,50 +261,75 @@ def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
     return base.merge_siblings(out)
 
 
-def _pass_function(case: base.Case, pass_: str) -> tuple[Callable[..., Any], Sequence[Any]]:
-    """(function, arguments) of the program a pass runs: forward is ``jax.vjp``'s forward
+def _pass_programs(case: base.Case, pass_: str) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
+    """(function, arguments) of each program a pass runs: forward is ``jax.vjp``'s forward
     (the primal and the residuals the pullback keeps), backward the pullback with those
-    residuals as parameters. Jitting the pullback itself would close over the residuals
+    residuals as parameters, then, for a model (``private["update"]``), the optimizer's
+    update of the gradients. Jitting the pullback itself would close over the residuals
     as constants, and XLA would fold them: for conv2d it compiles a forward convolution
-    where the step runs cuDNN's backward-data and backward-filter calls."""
+    where the step runs cuDNN's backward-data and backward-filter calls.
+
+    ``private``: ``f`` and ``args`` (a list, or a callable giving a model's current
+    arguments), differentiated with respect to the first ``wrt`` arguments (all unless
+    given: a model's data are arguments of its program, never differentiated), and
+    ``ones``, the output's cotangent."""
     p = case.private
-    f, args = p["f"], p["args"]
+    f = p["f"]
+    args = tuple(p["args"]() if callable(p["args"]) else p["args"])
+    n = p.get("wrt", len(args))
+
+    def vjp(*a: Any) -> Any:
+        if n == len(a):
+            return jax.vjp(f, *a)
+        return jax.vjp(lambda *d: f(*d, *a[n:]), *a[:n])
+
     if pass_ == "forward":
-        def vjp_forward(*a: jax.Array) -> tuple[jax.Array, list[jax.Array]]:
-            y, pullback = jax.vjp(f, *a)
+        def vjp_forward(*a: Any) -> tuple[Any, list[jax.Array]]:
+            y, pullback = vjp(*a)
             # an input or output the pullback keeps as it is (conv2d's x and w, tanh's y) is
             # forwarded around the program, not through it: returning it again would add a
             # copy the step never runs
-            kept = [*a, *jax.tree_util.tree_leaves(y)]
+            kept = [*jax.tree_util.tree_leaves(a), *jax.tree_util.tree_leaves(y)]
             res: list[jax.Array] = []
             for r in jax.tree_util.tree_leaves(pullback):
                 if not any(r is k for k in kept):
                     kept.append(r)
                     res.append(r)
             return y, res
-        return vjp_forward, tuple(args)
-    _, pullback = jax.vjp(f, *args)
+        return [(vjp_forward, args)]
+    _, pullback = vjp(*args)
     residuals, tree = jax.tree_util.tree_flatten(pullback)
 
     def vjp_backward(res: list[jax.Array], ct: jax.Array) -> Any:
         return jax.tree_util.tree_unflatten(tree, res)(ct)
-    return vjp_backward, (residuals, p["ones"])
+    programs: list[tuple[Callable[..., Any], Sequence[Any]]] = [(vjp_backward, (residuals, p["ones"]))]
+    if "update" in p:
+        update, uargs = p["update"](pullback(p["ones"])[0])
+        programs.append((update, uargs))
+    return programs
+
+
+def _jaxpr(programs: list[tuple[Callable[..., Any], Sequence[Any]]]) -> list[Jaxpr]:
+    return [jax.make_jaxpr(fn)(*fargs).jaxpr for fn, fargs in programs]
 
 
 def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """JAX's own view, which is static: the primitives of the step's jaxpr, then the
     platform it is lowered for and the HLO instructions XLA compiled (convolution,
     fusion(kLoop) > transpose...), each with how often the program runs it. The
-    program is the one the pass runs (:func:`_pass_function`), compiled here as a whole
-    (``run`` is not needed: nothing is learnt from running it again)."""
-    target, targs = _pass_function(case, pass_)
-    closed = jax.make_jaxpr(target)(*targs)
-    ops = _jaxpr_nodes(closed.jaxpr)
+    programs are the ones the pass runs (:func:`_pass_programs`: a model's backward runs
+    the pullback and the update, two programs, whose instructions are listed together),
+    compiled here as a whole (``run`` is not needed: nothing is learnt from running it
+    again)."""
+    programs = _pass_programs(case, pass_)
+    ops = base.merge_siblings([n for jaxpr in _jaxpr(programs) for n in _jaxpr_nodes(jaxpr)])
     platform = case.private["device"].platform
     info = {"platform": platform, "jit": not jax.config.jax_disable_jit}
     if not jax.config.jax_disable_jit:
-        compiled = jax.jit(target).lower(*targs).compile()
-        ops.append(base.op_node(f"XLA:{platform}", "xla", "XLA", children=_hlo_nodes(compiled.as_text())))
+        hlo = [n for fn, fargs in programs for n in _hlo_nodes(jax.jit(fn).lower(*fargs).compile().as_text())]
+        ops.append(base.op_node(f"XLA:{platform}", "xla", "XLA", children=base.merge_siblings(hlo)))
+        if len(programs) > 1:
+            info["programs"] = len(programs)
     return base.OpRecord(ops, "jax (jaxpr, compiled HLO)", info)
 
 
@@ -395,18 +432,20 @@ def _as_doc(node: Node) -> dict[str, Any]:
 
 
 def _compiled_for_cuda(case: base.Case, pass_: str) -> list[dict[str, Any]]:
-    """The program the pass runs (:func:`_pass_function`) compiled by XLA's CUDA compiler
-    here, deviceless, for the H100 target (the CUDA plugin's topology description): its
-    top-level HLO instructions, each with how often the program runs it."""
+    """The programs the pass runs (:func:`_pass_programs`) compiled by XLA's CUDA compiler
+    here, deviceless, for the H100 target (the CUDA plugin's topology description): their
+    top-level HLO instructions, each with how often the programs run it."""
     from jax.experimental import topologies
 
     topo = topologies.get_topology_desc("dltrace", "cuda", target_config=_H100_TARGET, topology="1x1x1")
     sharding = jax.sharding.SingleDeviceSharding(topo.devices[0])
-    target, targs = _pass_function(case, pass_)
-    structs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), targs)
-    text = jax.jit(target).trace(*structs).lower().compile().as_text()
-    prims = frozenset(e.primitive.name for e in _leaf_eqns(jax.make_jaxpr(target)(*targs).jaxpr))
-    return [_as_doc(n) for n in _hlo_nodes(text, prims)]
+    nodes = []
+    for target, targs in _pass_programs(case, pass_):
+        structs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), targs)
+        text = jax.jit(target).trace(*structs).lower().compile().as_text()
+        prims = frozenset(e.primitive.name for e in _leaf_eqns(jax.make_jaxpr(target)(*targs).jaxpr))
+        nodes += _hlo_nodes(text, prims)
+    return [_as_doc(n) for n in base.merge_siblings(nodes)]
 
 
 def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
@@ -414,8 +453,8 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
     backward: its pullback): the lowering rule JAX registers per platform and the
     StableHLO it lowers to for cuda and rocm, lowered here without a GPU. Which
     kernels run (cuDNN, cuBLAS, fusions) is decided later, by XLA's GPU compiler."""
-    target, targs = _pass_function(case, pass_)
-    eqns = _leaf_eqns(jax.make_jaxpr(target)(*targs).jaxpr)
+    programs = _pass_programs(case, pass_)
+    eqns = [e for jaxpr in _jaxpr(programs) for e in _leaf_eqns(jaxpr)]
     ops, needs, seen = [], {}, set()
     for eqn in eqns:
         prim = eqn.primitive
@@ -453,7 +492,7 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
             info[f"compile_error_{pass_}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     else:
         info["compile_error"] = "the CUDA plugin is not installed here (dltrace env setup jax-gpu-build)"
-    texts = {pl: jax.jit(target).trace(*targs).lower(lowering_platforms=(pl,)).as_text()
+    texts = {pl: [jax.jit(fn).trace(*fargs).lower(lowering_platforms=(pl,)).as_text() for fn, fargs in programs]
              for pl in ("cpu", *_GPU_PLATFORMS)}
     same = [pl for pl in _GPU_PLATFORMS if texts[pl] == texts["cpu"]]
     compiled = "; compiled deviceless by the CUDA plugin's XLA for an H100 target" if evidence == "compiled" else ""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
-from tracer.probes import base
+from tracer.probes import base, mxnet_models
 
 if TYPE_CHECKING:  # the annotations only
     import numpy as np
@@ -113,6 +113,13 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return base.Case(forward=forward, backward=backward, sync=nd.waitall)
 
 
+def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    """A model's training step (tracer.contract.ModelProbe): mx.nd or gluon, the loss,
+    the gradients and the optimizer's update (tracer/probes/mxnet_models.py)."""
+    facts = {"mkldnn_built": mkldnn_built(), "backward_bulk": backward_bulk()}  # what the probe reads of MXNet
+    return mxnet_models.training_step(model, api, device, shape, facts)
+
+
 _PROFILE: dict[str, str] = {}  # MXNet's profiler can be configured once per process
 
 
@@ -120,7 +127,10 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
     """The operator profiler's records for one step (``Convolution``,
     ``_backward_Convolution``...), nested by time. MXNet names the operator, not
     whether its MKL-DNN (FComputeEx) or its mshadow (FCompute) kernel ran: that
-    is in ``info`` (the build's and the process's MKL-DNN switch) and in the native layer."""
+    is in ``info`` (the build's and the process's MKL-DNN switch) and in the native layer.
+    By default MXNet bulks a backward's operators (MXNET_EXEC_BULK_EXEC_TRAIN, read once
+    per process): the profiler then records each segment as one ``ImperativeBulk``, and
+    ``info["backward_bulk"]`` says so."""
     import json
     import os
     import tempfile
@@ -159,12 +169,26 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
             events.append(base.OpEvent(name, opened.pop(key), ts, "mxnet", "", ev.get("tid")))
         elif ph == "X":
             events.append(base.OpEvent(name, ts, ts + ev.get("dur", 0), "mxnet", "", ev.get("tid")))
-    info = {"mkldnn_built": _mkldnn_built(), "MXNET_MKLDNN_ENABLED": os.environ.get("MXNET_MKLDNN_ENABLED", ""),
-            "MXNET_ENGINE_TYPE": os.environ.get("MXNET_ENGINE_TYPE", "")}
+    info = {"mkldnn_built": mkldnn_built(), "MXNET_MKLDNN_ENABLED": os.environ.get("MXNET_MKLDNN_ENABLED", ""),
+            "MXNET_ENGINE_TYPE": os.environ.get("MXNET_ENGINE_TYPE", ""), "backward_bulk": backward_bulk()}
     return base.OpRecord(base.nest(events, scale_ns=1000.0), "mx.profiler (operator records)", info)
 
 
-def _mkldnn_built() -> bool | None:
+def backward_bulk() -> str:
+    """Whether a backward's operators run bulked, which hides them from the profiler."""
+    import os
+
+    if os.environ.get("MXNET_EXEC_BULK_EXEC_TRAIN", "1") == "0":
+        return "off (MXNET_EXEC_BULK_EXEC_TRAIN=0): each backward operator is recorded"
+    if os.environ.get("MXNET_ENGINE_TYPE") == "NaiveEngine":
+        return "off (MXNET_ENGINE_TYPE=NaiveEngine does not bulk): each backward operator is recorded"
+    size = os.environ.get("MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN", "15")
+    return (f"on (MXNET_EXEC_BULK_EXEC_TRAIN unset or 1, the default): segments of up to {size} backward "
+            "operators run as one engine op, recorded as ImperativeBulk; MXNET_EXEC_BULK_EXEC_TRAIN=0 "
+            "in the probe's environment names each")
+
+
+def mkldnn_built() -> bool | None:
     try:
         return bool(mx.runtime.Features().is_enabled("MKLDNN"))
     except Exception:  # noqa: BLE001 - older builds have no feature list

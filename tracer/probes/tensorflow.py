@@ -1,4 +1,5 @@
-"""TensorFlow probe: tf.nn in eager mode (functional) and keras 3 layers (layer).
+"""TensorFlow probe: tf.nn in eager mode (functional) and keras 3 layers (layer); the
+models' training steps are in tracer/probes/tensorflow_models.py.
 
 Both run eagerly under a fresh, non-persistent tf.GradientTape. The 4-d primitives
 (conv2d, the pools, batchnorm) run in NHWC, the layout TF's CPU kernels need: the
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from tracer.probes import base
+from tracer.probes import base, tensorflow_models
 
 if TYPE_CHECKING:  # the annotations only (tensorflow is Any to mypy: not installed where it runs)
     from tensorflow.core.framework.kernel_def_pb2 import KernelDef
@@ -126,6 +127,13 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
 
     info = {"layout": "NHWC" if nhwc else "NCHW" if len(shape) == 4 else "NF", "onednn_enabled": _onednn_enabled()}
     return base.Case(forward=forward, backward=backward, info=info)
+
+
+def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    """A model's training step (tracer.contract.ModelProbe), eager under a tape as the
+    primitives are: tf.nn and the update by hand (functional), keras (layer)."""
+    base.check_model(model, api, shape)
+    return tensorflow_models.training_step(model, api, device, shape, onednn=_onednn_enabled())
 
 
 #: Eager-runtime bookkeeping in the profiler's host trace, not part of the op path.

@@ -133,24 +133,26 @@ def _made_on(device: str, build: Callable[[torch.device], base.Case]) -> base.Ca
     return case
 
 
+def primitive_step(primitive: str, api: str, dev: torch.device, shape: tuple[int, ...]) -> base.Case:
+    """The primitive's case on ``dev``: ``forward`` its output, ``backward`` the gradients
+    of its input and parameters (``case.private["leaves"]``: what a check compares)."""
+    dtype = getattr(torch, base.dtype())
+    x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
+    run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
+    grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
+    leaves = [x, *params]
+
+    def backward(y: torch.Tensor) -> None:
+        for t in leaves:  # fresh gradients each run, as a training step would have
+            t.grad = None
+        y.backward(grad)
+
+    return base.Case(forward=run, backward=backward, private={"leaves": leaves})
+
+
 def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     base.check_shape(primitive, shape)
-
-    def build(dev: torch.device) -> base.Case:
-        dtype = getattr(torch, base.dtype())
-        x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
-        run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
-        grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
-        leaves = [x, *params]
-
-        def backward(y: torch.Tensor) -> None:
-            for t in leaves:  # fresh gradients each run, as a training step would have
-                t.grad = None
-            y.backward(grad)
-
-        return base.Case(forward=run, backward=backward)
-
-    return _made_on(device, build)
+    return _made_on(device, lambda dev: primitive_step(primitive, api, dev, shape))
 
 
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:

@@ -89,7 +89,7 @@ class _Encoder(nn.Module):  # type: ignore[misc]  # torch is Any to mypy (not in
 
 def training_step(model: str, api: str, dev: torch.device, shape: tuple[int, ...]) -> base.Case:
     """The model's case: ``forward`` runs the network and its loss, ``backward`` the
-    gradients and the optimizer's update."""
+    gradients and the optimizer's update (``case.private["parameters"]``: what it updates)."""
     base.check_model(model, api, shape)
     dtype = getattr(torch, base.dtype())
     torch.manual_seed(0)  # torch's own initialisation (the layer level), the same every run
@@ -99,12 +99,14 @@ def training_step(model: str, api: str, dev: torch.device, shape: tuple[int, ...
     defaults: dict[str, Any] = {"layout": "NCHW (torch's own)", "threads": torch.get_num_threads()}
     if model == "lenet" and api == "functional":
         net, params, update = _lenet_functional(dev, dtype)
+        names = [f"{layer}.{kind}" for layer in ("conv1", "conv2", "fc1", "fc2", "fc3") for kind in ("weight", "bias")]
         defaults["initialisation"] = "made by the probe: uniform +-1/sqrt(fan_in), seeded"
         defaults["optimizer"] = "SGD written out: p -= lr * p.grad under torch.no_grad()"
     else:
         module = {"lenet": _lenet_layer, "cifar": _cifar}.get(model, lambda: _Encoder(shape[1]))()
         module = module.to(dev, dtype).train()
         net, params = module, list(module.parameters())
+        names = [n for n, _ in module.named_parameters()]
         optimizer: torch.optim.Optimizer
         if model == "transformer":
             optimizer = torch.optim.Adam(params, lr=base.TRANSFORMER["lr"])
@@ -130,4 +132,8 @@ def training_step(model: str, api: str, dev: torch.device, shape: tuple[int, ...
 
     info = base.model_info(model, api, defaults)
     info["parameters"] = sum(p.numel() for p in params)
-    return base.Case(forward=forward, backward=backward, info=info)
+    # what a check of a new backend compares: the parameters the update changes; Adam divides each gradient by
+    # its own size, so that one that is rounding (a true zero) still moves its parameter by up to lr
+    adaptive = base.TRANSFORMER["lr"] if model == "transformer" else None
+    return base.Case(forward=forward, backward=backward, info=info,
+                     private={"parameters": params, "names": names, "adaptive_lr": adaptive})

@@ -151,7 +151,7 @@ def _page(rep: FrameworkReport, anchor: str) -> str:
     return anchor
 
 
-def _decision_figures(rep: FrameworkReport, k: Knowledge) -> tuple[Figure, Figure]:
+def decision_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Figure, Figure]:
     """Decision sites (the Python device branches a single trace shows are sites too,
     merged with a split at the same line), and the splits that are none, by kind."""
     found = decisions(rep, k)
@@ -179,11 +179,12 @@ def _decision_figures(rep: FrameworkReport, k: Knowledge) -> tuple[Figure, Figur
     return fig, apart
 
 
-def _needs(rep: FrameworkReport, k: Knowledge) -> tuple[Figure, Figure]:
+def needs_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Figure, Figure]:
     """From the stand-in device's run where the framework has one (torch); else from its
     own dispatch tables (TensorFlow's kernel registry); else from the audit's per-pass
     lists, whose evidence class the cell names (JAX's lowering, Chainer's forward_gpu
     source, MXNet's CPU operators)."""
+    k = k or knowledge()
     ran = [r.standin for r in rep.audit if r.standin is not None]
     if ran:
         return _run_needs(rep, ran, k)
@@ -287,9 +288,10 @@ def _path_kind(side: str) -> str:
     return ""
 
 
-def _vendor(rep: FrameworkReport, k: Knowledge) -> Figure:
+def vendor_figure(rep: FrameworkReport, k: Knowledge | None = None) -> Figure:
     """The vendor libraries of the default x86 CPU path that the GPU path, or an ARM
     CPU's, does not reach (what a port replaces), and what those paths reach instead."""
+    k = k or knowledge()
     def order(lib: str) -> tuple[int, str]:
         return library_order(lib, k)
 
@@ -484,9 +486,9 @@ def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Meas
     refs = {id(t) for t in reference_cpus(traces)}  # a GPU machine's CPU path: its GPU path's baseline only
     for rep in reports:
         mine = [t for t in by_fw.get(rep.name, []) if id(t) not in refs]
-        sites, apart = _decision_figures(rep, k)
-        implement, free = _needs(rep, k)
+        sites, apart = decision_figures(rep, k)
+        implement, free = needs_figures(rep, k)
         rows.append(ScoreRow(rep.name, {
-            "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": _vendor(rep, k),
+            "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": vendor_figure(rep, k),
             "bytes": _bytes(rep, mine, measure, k), "lines": _lines(rep), "coverage": _coverage(rep, mine)}))
     return rows

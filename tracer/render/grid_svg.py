@@ -67,10 +67,11 @@ def grid_svg(cells: list[GridCell], page: Callable[[str], str]) -> Markup:
     return Markup("".join(out))
 
 
-def bars_svg(title: str, rows: list[tuple[str, int | None, str]], ident: str) -> Markup:
+def bars_svg(title: str, rows: list[tuple[str, int | None, str]], ident: str, left: int = 90,
+             width: int = 380) -> Markup:
     """A horizontal bar per (label, value, note); a value of None (not measured) is said,
-    never drawn as a zero."""
-    width, bar_h, left, scale_w = 380, 16, 90, 150
+    never drawn as a zero. ``left``: the labels' width."""
+    bar_h, scale_w = 16, 150
     top = 18
     most = max([v for _, v, _ in rows if v is not None] or [1]) or 1
     height = top + len(rows) * (bar_h + 4) + 4

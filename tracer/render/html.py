@@ -26,6 +26,7 @@ from tracer.process.decisions import decisions, pair_splits
 from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
+from tracer.process.models import Level, ModelReport
 from tracer.process.pairs import KIND_NAMES
 from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
@@ -116,7 +117,7 @@ def slug(text: str) -> str:
 
 
 #: Names a framework page must never take: the index, and what the report writes beside it.
-RESERVED = frozenset({"index", "graphs"})
+RESERVED = frozenset({"index", "graphs", "models"})
 
 
 def file_stem(text: str, width: int = 60) -> str:
@@ -219,10 +220,11 @@ class _Graphs:
 
 
 def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD,
-                 cards: list[ScoreRow] | None = None) -> Path:
+                 cards: list[ScoreRow] | None = None, models: list[ModelReport] | None = None) -> Path:
     """Render the report of the portability model (tracer.process.portability) into
-    ``out``, the scorecard (tracer.process.scorecard) first on the index; returns
-    the index page."""
+    ``out``, the scorecard (tracer.process.scorecard) first on the index, and the
+    models' page (tracer.process.models) where model steps were traced; returns the
+    index page."""
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
     drawer = _Graphs(out)
@@ -235,6 +237,8 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         "frameworks": reports,
         "machines": sorted({m for r in reports for m in r.machines}),
         "workers": sorted({w for r in reports for w in r.workers}),
+        "models": models or [],
+        "model_frameworks": list(dict.fromkeys(r.framework for m in models or [] for r in m.rows)),
     }
     pages = page_names([r.name for r in reports])
     env.filters["page"] = pages.__getitem__
@@ -260,6 +264,10 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for,
                                                          graph_problem=drawer.problem)
         write_text(out / pages[rep.name], page)
+    if models:
+        overhead = _overhead(models)
+        write_text(out / "models.html", env.get_template("models.html").render(
+            **common, overhead=overhead, overhead_plots=_overhead_plots(overhead)))
     index = out / "index.html"
     cards = cards or []
     ranked = verdicts(reports, cards)
@@ -273,8 +281,30 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
                                                             parts=PARTS, strokes=STROKE, plots=_plots(ranked),
                                                             decided={r.name: decisions(r) for r in reports}))
     if cards:
-        write_survey_json(out, survey_json(reports, cards, ranked, cells))
+        write_survey_json(out, survey_json(reports, cards, ranked, cells, models))
     return index
+
+
+#: The model whose levels the abstraction-overhead plot compares.
+OVERHEAD_MODEL = "lenet"
+
+
+def _overhead(models: list[ModelReport]) -> list[tuple[str, Level]]:
+    """(framework, level) of LeNet's traced levels, in the models' framework order."""
+    lenet = next((m for m in models if m.model == OVERHEAD_MODEL), None)
+    return [(r.framework, lv) for r in lenet.rows for lv in r.levels] if lenet else []
+
+
+def _overhead_plots(overhead: list[tuple[str, Level]]) -> list[Markup]:
+    if not overhead:
+        return []
+    label = {"functional": "fn", "layer": "layer"}
+    rows = [(f"{fw} {label.get(lv.api, lv.api)}", lv) for fw, lv in overhead]
+    return [bars_svg("Python calls per step", [(n, lv.python_calls, "") for n, lv in rows], "plot-python", 120),
+            bars_svg("op records per step", [(n, lv.ops, "") for n, lv in rows], "plot-ops", 120),
+            bars_svg("time per step (µs, untraced)",
+                     [(n, None if lv.seconds is None else round(lv.seconds * 1e6), "") for n, lv in rows],
+                     "plot-time", 120)]
 
 
 def _plots(ranked: list[Any]) -> list[Markup]:

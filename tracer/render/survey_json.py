@@ -13,6 +13,7 @@ from typing import Any
 from tracer import __version__
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.process.decisions import decisions
+from tracer.process.models import ModelReport
 from tracer.process.portability import FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
 from tracer.process.verdict import RULE, FrameworkVerdict, GridCell
@@ -42,8 +43,19 @@ def _framework(rep: FrameworkReport, card: ScoreRow, verdict: FrameworkVerdict |
     }
 
 
+def _models(models: list[ModelReport]) -> dict[str, Any]:
+    """Per model and framework: what a backend must implement (count, unit, evidence, the
+    list), the entries beyond the framework's primitives, and each level's step figures."""
+    return {m.model: {"title": m.title, "frameworks": {r.framework: {
+        "version": r.version,
+        "implement": {"value": r.implement.value, "unit": r.implement.unit, "evidence": r.implement.evidence,
+                      "thin": r.implement.thin, "items": r.implement.items},
+        "beyond_primitives": r.beyond, "decision_sites": r.decisions.items, "libraries": r.libraries,
+        "levels": [dataclasses.asdict(lv) for lv in r.levels], "gaps": r.gaps} for r in m.rows}} for m in models}
+
+
 def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts: list[FrameworkVerdict],
-                grid: list[GridCell]) -> dict[str, Any]:
+                grid: list[GridCell], models: list[ModelReport] | None = None) -> dict[str, Any]:
     by_card = {c.framework: c for c in cards}
     by_verdict = {v.framework: v for v in verdicts}
     return {
@@ -53,6 +65,7 @@ def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts:
         "frameworks": {r.name: _framework(r, by_card[r.name], by_verdict.get(r.name))
                        for r in reports if r.name in by_card},
         "grid": [dataclasses.asdict(c) for c in grid],
+        "models": _models(models or []),
     }
 
 

@@ -1,0 +1,89 @@
+"""The models' training steps in the survey and on the models page: a model's
+must-implement list comes from the stand-in run of the whole step (torch), in the unit
+of the framework's primitives, and names the entries no primitive needed; each level of
+LeNet is measured; the index and survey.json carry the same figures. Framework tier:
+reads the session survey (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tracer.contract import MODELS
+from tracer.trace import load
+
+
+@pytest.fixture(scope="module")
+def page(survey_report):
+    return (survey_report.parent / "models.html").read_text()
+
+
+@pytest.fixture(scope="module")
+def doc(survey_report):
+    return json.loads((survey_report.parent / "survey.json").read_text())["report"]["models"]
+
+
+def _row(page: str, model: str, framework: str) -> str:
+    m = re.search(rf'<tr class="model-row" data-model="{model}" data-framework="{framework}">(.*?)</tr>', page, re.S)
+    assert m, f"no row for {model} in {framework}"
+    return m.group(1)
+
+
+def test_every_declared_model_has_a_row_per_framework_that_runs_it(frameworks, page, doc):
+    for fw in frameworks.values():
+        for model in fw.models:
+            _row(page, model, fw.name)
+            assert fw.name in doc[model]["frameworks"]
+
+
+def test_torch_lenet_needs_what_reached_the_standin_backend(survey_report, doc):
+    """The count is the stand-in run's: every op that reached the backend in the setup,
+    forward and backward of either level, read back from the traces themselves."""
+    traces = survey_report.parent / "traces" / "torch" / "standin-default"
+    reached: set[str] = set()
+    for api in MODELS["lenet"].apis:
+        t = load(traces / f"lenet-{api}.json")
+        assert t.info.standin is not None and t.info.model["api"] == api
+        reached |= {op for ops in t.info.standin.reached.values() for op in ops}
+    torch = doc["lenet"]["frameworks"]["torch"]["implement"]
+    assert torch["evidence"] == "run" and "standin" in torch["unit"]
+    assert set(torch["items"]) <= reached and int(torch["value"]) == len(torch["items"])
+    assert {"aten::convolution_overrideable", "aten::convolution_backward_overrideable",
+            "aten::nll_loss_forward.output"} <= set(torch["items"])
+
+
+def test_beyond_the_primitives_is_the_loss_and_the_update_not_the_conv(doc):
+    lenet = doc["lenet"]["frameworks"]["torch"]["beyond_primitives"]
+    assert "aten::nll_loss_forward.output" in lenet and "aten::nll_loss_backward.grad_input" in lenet
+    assert not any("convolution" in op or "max_pool2d" in op for op in lenet), lenet
+    transformer = doc["transformer"]["frameworks"]["torch"]["beyond_primitives"]
+    assert any(op.startswith("aten::gelu") for op in transformer)
+    assert any(op.startswith("aten::embedding_dense_backward") for op in transformer)
+    assert any("layer_norm" in op for op in transformer)
+    # Adam's moment updates, beyond SGD's
+    assert any(op.startswith(("aten::addcdiv", "aten::lerp")) for op in transformer)
+
+
+def test_the_layer_level_adds_python_not_ops(doc, page):
+    """torch.nn and torch.optim add Python calls around the same ops: the layer level of
+    LeNet makes more Python calls than the functional level, and about the same op records."""
+    levels = {lv["api"]: lv for lv in doc["lenet"]["frameworks"]["torch"]["levels"]}
+    fn, layer = levels["functional"], levels["layer"]
+    assert layer["python_calls"] > 2 * fn["python_calls"] > 0
+    assert abs(layer["distinct_ops"] - fn["distinct_ops"]) <= 10
+    assert fn["seconds"] > 0 and layer["seconds"] > 0
+    assert 'id="plot-python"' in page and 'id="overhead-table"' in page
+
+
+def test_each_level_records_the_frameworks_defaults(doc, page):
+    layer = next(lv for lv in doc["cifar"]["frameworks"]["torch"]["levels"] if lv["api"] == "layer")
+    assert "kaiming_uniform" in layer["defaults"]["initialisation"]
+    assert layer["defaults"]["threads"] >= 1
+    assert "kaiming_uniform" in page
+
+
+def test_the_index_links_each_model(survey_report):
+    index = survey_report.read_text()
+    assert 'id="index-models"' in index and 'href="models.html#lenet"' in index

@@ -1,0 +1,223 @@
+"""The check of a torch backend skeleton (``dltrace scaffold torch``): does a backend that
+registers exactly the must-implement ops train the network (or run the primitives)
+as the CPU does, and is each of those ops needed?
+
+Run inside torch's environment by the skeleton's own check.py (``dltrace scaffold
+--check`` starts it there). The skeleton's package provides ``install()`` (its
+device), ``KERNELS`` (op -> kernel), ``register(op)`` and ``unregister(op)`` (one
+torch.library.Library per op, so that one can be removed alone) and ``REFUSED``
+(the ops its fallback refused). The steps are dltrace's own probes' (the models'
+training steps, the primitives' forward and backward), built on the CPU and on the
+skeleton's device from the same initial values: one way to build each.
+
+Exit status (tracer.contract.Exit): OK when every case matches the CPU in two
+steps, no op outside the list was reached, and each registered op is needed;
+ERROR otherwise, with the reason on one line of stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from tracer.contract import MODELS, Exit
+from tracer.probes import torch_models
+from tracer.probes import torch as torch_probe
+
+MANIFEST = "scaffold.json"
+STEPS = 2  # the first step makes the optimizer's state, the second uses it
+
+
+class CheckFailed(Exception):
+    """One line: why the skeleton does not pass."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    workload: str
+    api: str
+    shape: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload} ({self.api})"
+
+
+@dataclass
+class Step:
+    """One step's results, on the host."""
+
+    out: torch.Tensor  # the loss (a model) or the output (a primitive)
+    grads: list[torch.Tensor | None]  # each parameter's (input's) gradient
+    after: list[torch.Tensor]  # a model's parameters after the update
+
+
+@dataclass
+class Run:
+    steps: list[Step]
+    names: list[str]
+    adaptive_lr: float | None  # an optimizer's that divides by the gradient's size (Adam), else None
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A copy on the host: a CPU tensor's own storage would change with the next step."""
+    with torch.no_grad():
+        return t.detach().to("cpu", copy=True)
+
+
+def _run(spec: Spec, dev: torch.device, observe: bool = True) -> Run:
+    """``STEPS`` steps of the case on ``dev``; with ``observe``, what they computed. A
+    model's gradients are read as each is accumulated (its update then clears them)."""
+    model = spec.workload in MODELS
+    if model:
+        case = torch_models.training_step(spec.workload, spec.api, dev, spec.shape)
+        tensors, names, lr = case.private["parameters"], case.private["names"], case.private["adaptive_lr"]
+    else:
+        case = torch_probe.primitive_step(spec.workload, spec.api, dev, spec.shape)
+        tensors, lr = case.private["leaves"], None
+        names = ["the input", *(f"parameter #{i}" for i in range(1, len(tensors)))]
+    steps = []
+    for _ in range(STEPS):
+        grads: dict[int, torch.Tensor] = {}
+        hooks = [t.register_post_accumulate_grad_hook(lambda t, i=i: grads.__setitem__(i, _host(t.grad)))
+                 for i, t in enumerate(tensors)] if model and observe else []
+        y = case.forward()
+        case.backward(y)
+        for h in hooks:
+            h.remove()
+        if observe:
+            if not model:
+                grads = {i: _host(t.grad) for i, t in enumerate(tensors) if t.grad is not None}
+            steps.append(Step(_host(y), [grads.get(i) for i in range(len(tensors))],
+                              [_host(t) for t in tensors] if model else []))
+    return Run(steps, names, lr)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def _differs(a: torch.Tensor | None, b: torch.Tensor | None, atol: float | None = None) -> str | None:
+    """How the device's ``a`` differs from the CPU's ``b`` (torch.testing.assert_close's
+    tolerances for the dtype, or ``atol`` with no relative one), or None."""
+    if a is None or b is None:
+        return None if a is None and b is None else f"{'none' if a is None else 'one'} on the device, " \
+                                                    f"{'none' if b is None else 'one'} on the CPU"
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"{tuple(a.shape)} {a.dtype} against {tuple(b.shape)} {b.dtype}"
+    try:
+        torch.testing.assert_close(a, b, **({} if atol is None else {"atol": atol, "rtol": 0.0}))
+    except AssertionError:
+        return f"max abs difference {(a.double() - b.double()).abs().max().item():.3g}"
+    return None
+
+
+#: A gradient entry no larger than this is rounding-sized (assert_close's float32 atol):
+#: Adam divides it by its own size, so the update it makes is rounding magnified up to
+#: the learning rate (the key bias of attention, whose true gradient is zero). Under
+#: Adam those entries are compared within lr; every other entry at the usual tolerance.
+ROUNDING = 1e-5
+
+
+def _update_differs(a: torch.Tensor, b: torch.Tensor, grad: torch.Tensor | None,
+                    lr: float | None) -> tuple[str | None, int]:
+    """How a parameter after the update differs; how many entries had a rounding-sized
+    gradient other than zero (a zero one moves neither side)."""
+    if lr is None or grad is None or a.shape != b.shape or grad.shape != b.shape:
+        return _differs(a, b), 0
+    small = grad.abs() <= ROUNDING
+    return (_differs(a[~small], b[~small]) or _differs(a[small], b[small], atol=lr)), int((small & (grad != 0)).sum())
+
+
+def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType) -> str:
+    """Raise CheckFailed unless ``spec`` runs on the skeleton as on the CPU; a summary."""
+    want = _run(spec, torch.device("cpu"))  # first: each build seeds torch's generator (dropout masks match)
+    skeleton.REFUSED.clear()
+    try:
+        got = _run(spec, dev)
+    except Exception as exc:  # noqa: BLE001 - any failure of the step is the check's answer
+        raise CheckFailed(f"{spec.label}: {_first_line(exc)}") from None
+    if skeleton.REFUSED:
+        raise CheckFailed(f"{spec.label}: reached {', '.join(dict.fromkeys(skeleton.REFUSED))}, which the skeleton "
+                          "refuses (the step went on: torch caught the error)")
+    model = spec.workload in MODELS
+    out, loose = "loss" if model else "output", 0
+    for n, (g, w) in enumerate(zip(got.steps, want.steps), 1):
+        wrong = _differs(g.out, w.out)
+        if wrong:
+            raise CheckFailed(f"{spec.label}: the {out} of step {n} differs from the CPU's ({wrong})")
+        for name, a, b in zip(want.names, g.grads, w.grads):
+            wrong = _differs(a, b)
+            if wrong:
+                raise CheckFailed(f"{spec.label}: the gradient of {name} in step {n} differs from the CPU's ({wrong})")
+        for name, a, b, grad in zip(want.names, g.after, w.after, w.grads):
+            wrong, small = _update_differs(a, b, grad, want.adaptive_lr)
+            loose += small
+            if wrong:
+                raise CheckFailed(f"{spec.label}: {name} after the update of step {n} differs from the CPU's ({wrong})")
+    n = len(want.names)
+    what = f"the {out}, {n} gradient{'s' if n != 1 else ''}" + (" and the parameters after the update" if model else "")
+    note = f" ({loose} entries whose gradient was rounding-sized, not zero: within Adam's lr)" if loose else ""
+    return f"{spec.label}: {STEPS} steps match the CPU: {what}{note}"
+
+
+def _named(op: str, message: str) -> bool:
+    """Whether a failure names ``op`` (the refusal names it in full; torch's own
+    "not implemented" kernel of an op routed only to new backends by its name)."""
+    short = op.split("::", 1)[-1].split(".", 1)[0]
+    return op in message or re.search(rf"\b{re.escape(short)}\b", message) is not None
+
+
+def check_minimal(specs: list[Spec], dev: torch.device, skeleton: ModuleType) -> str:
+    """Raise CheckFailed unless removing each registered op's kernel alone makes a step
+    fail naming it."""
+    for op in list(skeleton.KERNELS):
+        skeleton.unregister(op)
+        try:
+            failure = None
+            for spec in specs:
+                try:
+                    _run(spec, dev, observe=False)
+                except Exception as exc:  # noqa: BLE001
+                    failure = _first_line(exc)
+                    break
+        finally:
+            skeleton.register(op)
+        if failure is None:
+            raise CheckFailed(f"{op} is not needed: every step runs without its kernel")
+        if not _named(op, failure):
+            raise CheckFailed(f"without {op} the step fails on something else: {failure}")
+    return f"{len(skeleton.KERNELS)} ops, each needed (without its kernel a step fails naming it)"
+
+
+def main(folder: Path) -> int:
+    """Check the skeleton in ``folder``; print the summary, or the reason on stderr."""
+    t0 = time.perf_counter()
+    manifest = json.loads((folder / MANIFEST).read_text())
+    sys.path.insert(0, str(folder))
+    try:
+        skeleton = importlib.import_module(manifest["package"])
+        dev = skeleton.install()
+        specs = [Spec(c["workload"], c["api"], tuple(c["shape"])) for c in manifest["cases"]]
+        lines = [f"{dev.type}: {len(skeleton.KERNELS)} ops registered ({manifest['package']}/kernels.py), "
+                 "every other op refused"]
+        lines += [check_case(s, dev, skeleton) for s in specs]
+        lines.append(check_minimal(specs, dev, skeleton))
+    except CheckFailed as exc:
+        print(f"check failed: {exc}", file=sys.stderr)
+        return Exit.ERROR
+    except Exception as exc:  # noqa: BLE001 - an edited skeleton that does not import or install
+        print(f"check failed: the skeleton does not load: {_first_line(exc)}", file=sys.stderr)
+        return Exit.ERROR
+    print("\n".join(lines))
+    print(f"checked in {time.perf_counter() - t0:.1f} s")
+    return Exit.OK

@@ -1,0 +1,140 @@
+"""What a backend must implement to train a whole network, per model and framework,
+and what each API level of a framework adds to a training step.
+
+A porting team is asked to bring up a workload, not a primitive. The model traces
+(tracer.contract.MODELS: a case's ``primitive`` is the model's name) go through the
+same portability model as the primitives (tracer.process.portability), so a model's
+must-implement list is in the unit and from the source its framework's primitives use
+(torch: the stand-in run of the whole step; TensorFlow: its kernel registry over the
+ops the step executed; the others: what their evidence gives), and the entries beyond
+the union of the framework's primitive lists are what the network needs besides.
+Pure: reads traces and the primitives' scorecard rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracer.contract import MODELS, PASSES
+from tracer.knowledge import Knowledge
+from tracer.process.portability import framework_report
+from tracer.process.scorecard import Figure, ScoreRow, decision_figures, needs_figures
+from tracer.trace import Node, Trace
+
+
+@dataclass
+class Level:
+    """One API level of a model in one framework, from its CPU path's warm step (both
+    passes: the network and its loss, then the gradients and the update)."""
+
+    api: str
+    python_calls: int  # calls of Python functions the tracer recorded in the step
+    python_functions: int  # distinct Python functions among them
+    ops: int  # calls of the framework's own op records (nested ones included)
+    distinct_ops: int
+    seconds: float | None  # untraced median time of one step (forward + backward), None where not timed
+    defaults: dict[str, Any] = field(default_factory=dict)
+    built_from_primitives: dict[str, str] = field(default_factory=dict)
+    libraries: list[str] = field(default_factory=list)  # what the vendor libraries said they ran
+
+
+@dataclass
+class ModelRow:
+    """One model in one framework: the scorecard's row for it."""
+
+    model: str
+    framework: str
+    version: str
+    implement: Figure
+    beyond: list[str]  # must-implement entries no primitive of the framework needed
+    decisions: Figure
+    libraries: list[str]
+    levels: list[Level]
+    gaps: list[str]
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.levels)
+
+
+@dataclass
+class ModelReport:
+    model: str
+    title: str
+    layers: list[str]
+    loss: str
+    optimizer: str
+    rows: list[ModelRow]
+
+
+def is_model_trace(trace: Trace) -> bool:
+    return trace.info.primitive in MODELS
+
+
+def _tree_counts(tree: Node | None, kind: str) -> tuple[int, int]:
+    """(calls, distinct frames) of ``kind`` in a tree."""
+    if tree is None:
+        return 0, 0
+    calls, seen = 0, set()
+    for _, node in tree.walk():
+        if node.frame.kind == kind:
+            calls += node.count
+            seen.add(node.frame.key)
+    return calls, len(seen)
+
+
+def _level(trace: Trace) -> Level:
+    calls = functions = ops = distinct = 0
+    seconds: float | None = 0.0
+    libraries: dict[str, None] = {}
+    for pass_ in PASSES:
+        c, f = _tree_counts(trace.layer(pass_, "python"), "python")
+        o, d = _tree_counts(trace.layer(pass_, "op"), "op")
+        calls, functions, ops, distinct = calls + c, functions + f, ops + o, distinct + d
+        run = trace.run(pass_)
+        untraced = run.info.untraced_s if run is not None else None
+        seconds = None if seconds is None or untraced is None else seconds + untraced
+        lib = trace.layer(pass_, "library")
+        if lib is not None:
+            libraries.update(dict.fromkeys(n.frame.name for n in lib.children))
+    model = trace.info.model
+    return Level(trace.info.api, calls, functions, ops, distinct, seconds, dict(model.get("defaults") or {}),
+                 dict(model.get("built_from_primitives") or {}), list(libraries))
+
+
+def _cpu_default(trace: Trace) -> bool:
+    return trace.info.device == "cpu" and trace.info.variant == "default" and trace.info.emulated is None
+
+
+def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
+              primitive_card: ScoreRow | None, k: Knowledge | None = None) -> ModelRow:
+    """``traces``: this framework's traces of this model (every level and device)."""
+    rep = framework_report(framework, traces, gaps, k=k)
+    implement, _ = needs_figures(rep, k)
+    decisions, _ = decision_figures(rep, k)
+    known = set(primitive_card.figures["implement"].items) if primitive_card is not None else set()
+    beyond = [e for e in implement.items if e not in known] if primitive_card is not None else []
+    cpu = sorted((t for t in traces if _cpu_default(t)), key=lambda t: t.info.api)
+    levels = [_level(t) for t in cpu]
+    libraries = list(dict.fromkeys(lib for side, found in rep.libraries.items() if side == "cpu" for lib in found))
+    versions = sorted({t.info.framework_version or "" for t in cpu} - {""})
+    return ModelRow(model, framework, ", ".join(versions), implement, beyond, decisions, libraries, levels,
+                    [f"{g.api} on {g.device}: {g.error}" for g in gaps])
+
+
+def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow],
+                  k: Knowledge | None = None) -> list[ModelReport]:
+    """One report per model with any trace or gap, one row per framework that has either."""
+    by_card = {c.framework: c for c in cards}
+    out = []
+    for name, m in MODELS.items():
+        mine = [t for t in traces if t.info.primitive == name]
+        my_gaps = [g for g in gaps if g.primitive == name]
+        if not mine and not my_gaps:
+            continue
+        frameworks = list(dict.fromkeys([*(t.info.framework for t in mine), *(g.framework for g in my_gaps)]))
+        rows = [model_row(name, fw, [t for t in mine if t.info.framework == fw],
+                          [g for g in my_gaps if g.framework == fw], by_card.get(fw), k) for fw in frameworks]
+        out.append(ModelReport(name, m.title, list(m.layers), m.loss, m.optimizer, rows))
+    return out

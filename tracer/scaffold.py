@@ -1,0 +1,239 @@
+"""A backend skeleton that proves the must-implement list (``dltrace scaffold torch``).
+
+The list comes from running the cases on torch's stand-in device (tracer.runner, as
+``dltrace probe --device standin`` does; read by tracer.process.standin_needs), never
+from a table: the skeleton registers exactly those ops, each computing on the CPU,
+and refuses every other op by name. Its device plumbing is dltrace's own
+(tracer/probes/torch_device.py, copied as it is), its kernels are generated from
+templates/scaffold/, and its check (tracer/probes/torch_skeleton.py) runs in torch's
+environment: the steps match the CPU's, no op outside the list is reached, and each
+op on it is needed.
+
+Only torch's backend interface (PrivateUse1 through torch.library) can be stood in
+from Python here: TensorFlow's and JAX's are written as registration tables that are
+not run (tracer.scaffold_tables), the others are named (:data:`INTERFACES`).
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from tracer import __version__, envs, tempdirs
+from tracer.contract import MODELS, PASSES, Exit
+from tracer.errors import DltraceError, ProbeFailed, UsageError
+from tracer.files import OutputError, ensure_dir, write_text
+from tracer.paths import PACKAGE, code_path
+from tracer.process.standin_needs import PASS_ORDER, StandinNeeds, standin_needs
+from tracer.registry import Framework
+from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
+from tracer.trace import Trace
+
+#: The frameworks whose backend interface cannot be stood in from Python here: what a
+#: new device would implement instead.
+INTERFACES = {
+    "tensorflow": "a PluggableDevice (a C API plugin: a StreamExecutor device and its kernels, registered from a "
+                  "shared library)",
+    "jax": "a PJRT plugin (a C API plugin that compiles and runs XLA's programs)",
+    "chainer": "a ChainerX backend (C++, built into ChainerX) or a CuPy-like array module",
+    "mxnet": "a C++ library of operators and a context (MXLoadLib's external library interface)",
+}
+#: What the plumbing is copied from, and the check's manifest (tracer.probes.torch_skeleton.MANIFEST).
+DEVICE_SOURCE = PACKAGE / "probes" / "torch_device.py"
+MANIFEST = "scaffold.json"
+#: Device types torch already has (a PrivateUse1 backend cannot take their names) and
+#: module names the skeleton's package would shadow.
+_TAKEN = frozenset({"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia",
+                    "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone", "standin", "torch",
+                    "tracer", "numpy", "check", "device", "kernels"})
+#: Names kernels.py defines besides the kernels.
+_RESERVED = frozenset({"annotations", "Any", "torch", "device", "NAME", "KERNELS", "MUST_IMPLEMENT", "REFUSED",
+                       "register", "unregister", "install"})
+_RANDOM = re.compile(r"bernoulli|dropout|rand|normal_|uniform_|multinomial")
+
+
+def check_name(name: str) -> str:
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
+        raise UsageError(f"--name {name!r}: a backend's name is a lower-case Python identifier (e.g. mydevice)")
+    if name in _TAKEN:
+        raise UsageError(f"--name {name!r} is taken (a torch device type or a module the skeleton imports)")
+    return name
+
+
+def plan(fw: Framework, workloads: list[str], api: str | None) -> list[CaseSpec]:
+    """The cases to stand in: each workload at ``api``, or at every level it is written
+    at (a model's own levels; a primitive's are the framework's)."""
+    specs = []
+    for w in workloads:
+        levels = MODELS[w].apis if w in MODELS else tuple(fw.apis)
+        if api is not None and api not in levels:
+            raise UsageError(f"{w} is written at the {' and '.join(levels)} level only, not {api}")
+        specs += [CaseSpec(w, a, layers=("python", "op")) for a in ((api,) if api else levels)]
+    return specs
+
+
+def stand_in(fw: Framework, specs: list[CaseSpec], timeout: float = DEFAULT_TIMEOUT,
+             command: str = "") -> list[Trace]:
+    """The cases run on the stand-in device, in one probe process; their traces."""
+    with tempdirs.owned("dltrace-scaffold-") as tmp:
+        results = run_probe(fw, specs, tmp, device="standin", timeout=timeout, command=command)
+        failed = [r for r in results if r.error]
+        if failed:
+            r = failed[0]
+            raise ProbeFailed(f"torch {r.spec.primitive} ({r.spec.api}) on the stand-in device: {r.error}")
+        return [r.load() for r in results]
+
+
+def needs_of(traces: list[Trace]) -> StandinNeeds:
+    needs = standin_needs(traces, [], None)
+    if needs is None or not needs.must_implement:
+        raise DltraceError("the stand-in run recorded no op reaching the backend (no standin meta in its traces)")
+    return needs
+
+
+@dataclass(frozen=True)
+class Kernel:
+    op: str  # aten::addmm.out
+    passes: tuple[str, ...]
+    function: str
+
+    @property
+    def namespace(self) -> str:
+        return self.op.split("::", 1)[0]
+
+    @property
+    def packet(self) -> str:
+        return self.op.split("::", 1)[1].split(".", 1)[0]
+
+    @property
+    def overload(self) -> str:
+        name = self.op.split("::", 1)[1]
+        return name.split(".", 1)[1] if "." in name else "default"
+
+
+def kernels(needs: StandinNeeds) -> list[Kernel]:
+    """One kernel per op on the list, in the order the passes first reached them, each
+    a function name of its own (``aten::fill_.Scalar`` -> ``fill__Scalar``)."""
+    out: list[Kernel] = []
+    taken = set(_RESERVED)
+    for op in needs.must_implement:
+        name = re.sub(r"\W", "_", op.split("::", 1)[1] if op.startswith("aten::") else op)
+        while name in taken or keyword.iskeyword(name):
+            name += "_"
+        taken.add(name)
+        out.append(Kernel(op, tuple(needs.passes_of(op)), name))
+    return out
+
+
+def describe_cases(specs: list[CaseSpec]) -> str:
+    """What the skeleton runs, in words: "lenet's training step (functional, layer)"."""
+    by: dict[str, list[str]] = {}
+    for s in specs:
+        by.setdefault(s.primitive, []).append(s.api)
+    parts = [f"{w}'s training step" if w in MODELS else w for w in by]
+    levels = sorted({a for apis in by.values() for a in apis}, key=["functional", "layer"].index)
+    what = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+    if not any(w in MODELS for w in by):
+        what = f"the primitives {what}, forward and backward"
+    return f"{what} ({', '.join(levels)} level{'s' if len(levels) > 1 else ''})"
+
+
+def template_env() -> jinja2.Environment:
+    # Python and Markdown, not HTML: nothing to escape
+    return jinja2.Environment(loader=jinja2.PackageLoader("tracer", "templates/scaffold"), autoescape=False,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True)
+
+
+def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str]]:
+    rows = []
+    for spec, trace in zip(specs, traces):
+        one = needs_of([trace])
+        rows.append({"label": f"{spec.primitive} ({spec.api})",
+                     **{p: str(len(one.by_pass.get(p, []))) + " ops" for p in PASS_ORDER}})
+    return rows
+
+
+def prepare(folder: Path, force: bool) -> Path:
+    """``folder``, created and writable; one that holds other files is refused unless
+    ``force`` (a team's edited kernels are not written over by accident)."""
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"cannot write {folder}: it is a file")
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        raise OutputError(f"{folder} is not empty (--force writes the skeleton over what is there)")
+    return ensure_dir(folder)
+
+
+def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
+    """Write the skeleton into ``folder`` (made by :func:`prepare`); its kernels."""
+    needs = needs_of(traces)
+    ks = kernels(needs)
+    torch_version = traces[0].info.framework_version
+    what = describe_cases(specs)
+    ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,
+                           "command": command, "torch_version": torch_version, "folder": folder.name or str(folder),
+                           "steps": 2, "models": any(s.primitive in MODELS for s in specs),
+                           "random": any(_RANDOM.search(k.op) for k in ks), "cases": _case_rows(specs, traces)}
+    env = template_env()
+    pkg = folder / name
+    pkg.mkdir(exist_ok=True)
+    write_text(pkg / "kernels.py", env.get_template("kernels.py.j2").render(ctx))
+    write_text(pkg / "__init__.py", env.get_template("__init__.py.j2").render(ctx))
+    shutil.copyfile(DEVICE_SOURCE, pkg / "device.py")
+    write_text(folder / "check.py", env.get_template("check.py.j2").render(ctx))
+    write_text(folder / "README.md", env.get_template("README.md.j2").render(ctx))
+    width = max(len(k.op) for k in ks)
+    write_text(folder / "ops.txt", "".join(
+        [f"# what a torch backend must implement for {what}: op, then the passes that reached it\n",
+         f"# (dltrace {__version__}, torch {torch_version}, a run on the stand-in device)\n",
+         *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
+    manifest = {"framework": "torch", "package": name, "what": what,
+                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape())} for s in specs],
+                "ops": {k.op: list(k.passes) for k in ks},
+                "made_by": {"dltrace": __version__, "command": command, "torch": torch_version,
+                            "evidence": needs.evidence, "passes": list(PASSES)}}
+    write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return ks
+
+
+@dataclass
+class Checked:
+    ok: bool
+    lines: list[str]
+    reason: str
+    seconds: float
+
+
+def check(fw: Framework, folder: Path, timeout: float = DEFAULT_TIMEOUT) -> Checked:
+    """Run the skeleton's check.py in ``fw``'s environment with the tracer package on
+    its path (as a probe runs); its verdict, or the one line why it failed."""
+    if not (folder / MANIFEST).is_file() or not (folder / "check.py").is_file():
+        raise DltraceError(f"{folder} holds no skeleton (no {MANIFEST} or check.py): write one with --model "
+                           "or --primitives")
+    python = envs.python_for(fw)
+    with tempdirs.owned("dltrace-check-") as tmp:
+        env = {**os.environ, **fw.env}
+        env["PYTHONPATH"] = os.pathsep.join([str(code_path(tmp)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run([str(python), str(folder.resolve() / "check.py")], capture_output=True, text=True,
+                                  env=env, cwd=tmp, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return Checked(False, [], f"the check did not end in {timeout:g} s", timeout)
+        seconds = time.perf_counter() - t0
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode == Exit.OK:
+        return Checked(True, lines, "", seconds)
+    said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    reason = said[-1] if said else f"exit status {proc.returncode}"
+    return Checked(False, lines, reason.removeprefix("check failed: "), seconds)
