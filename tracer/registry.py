@@ -373,17 +373,17 @@ def _must(test: Callable[[Any], bool], problem: str, then: Check | None = None) 
     return check
 
 
-def _known(what: str, choices: Callable[[_Entry], Iterable[Any]], one: bool = False,
+def _known(what: str, choices: Callable[[_Entry], Iterable[Any]], one: bool = False, keys: bool = False,
            problem: str = "has unknown {what} '{first}' (choose from: {known})") -> Check:
-    """A check: a list of names (``one``: a name; a mapping: its keys), each one of ``choices``."""
+    """A check: a list of names (``one``: a name; ``keys``: a mapping's keys), each one of ``choices``."""
     def check(e: _Entry, key: str, value: Any) -> Any:
-        names = [value] if one else value if isinstance(value, dict) else e.strings(key, value)
+        names = [value] if one else value if keys else e.strings(key, value)
         known = [str(c) for c in choices(e)]
         unknown = [str(n)[:60] for n in names if n not in known]
         if unknown:
             raise e.error(key, problem.format(what=what, first=unknown[0], all=", ".join(unknown),
                                               known=", ".join(known)))
-        return value if one or isinstance(value, dict) else names
+        return value if one or keys else names
     return check
 
 
@@ -531,7 +531,7 @@ _KNOWLEDGE_PATTERNS = ("core_symbols", "core_libraries", "core_modules")
 _CHECKS: dict[tuple[type, str], Check] = {
     (Framework, "import_name"): _dotted, (Framework, "probe"): _dotted, (Framework, "version"): _is_text,
     (Framework, "devices"): _typed_as(dict[str, str], _must(lambda d: "cpu" in d, "must include cpu",
-                                                             _known("device", lambda e: DEVICES))),
+                                                             _known("device", lambda e: DEVICES, keys=True))),
     (Framework, "variants"): _variants, (Framework, "source_roots"): _non_empty(_strings),
     (Framework, "apis"): _known("API", lambda e: APIS), (Framework, "models"): _known("model", lambda e: MODELS),
     (Framework, "knowledge"): lambda e, key, value: _read(FrameworkKnowledge, e, value, key,
