@@ -1,8 +1,8 @@
 """The documentation cannot drift from the code and the measurements: every relative
 link in README.md, CHANGELOG.md and docs/*.md resolves (file and heading), the README
-stays a five-minute read, the figures the docs quote match benchmarks/results.json and
-the registry, and the trace format's version history matches tracer.trace.HISTORY.
-Fast tier: no framework environment."""
+stays a five-minute read, the figures the docs quote match benchmarks/results.json, the
+survey record benchmarks/survey.json and the registry, and the trace format's version
+history matches tracer.trace.HISTORY. Fast tier: no framework environment."""
 
 from __future__ import annotations
 
@@ -16,12 +16,15 @@ from click.testing import CliRunner
 
 from tracer import registry
 from tracer.cli import main
+from tracer.survey import RECORD_FORMAT, SurveyRecord
 from tracer.trace import HISTORY, VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS]
 RESULTS = json.loads((ROOT / "benchmarks" / "results.json").read_text())
+#: the survey.json of the survey the README and CHANGELOG quote (its report's figures left out)
+SURVEY = json.loads((ROOT / "benchmarks" / "survey.json").read_text())
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
@@ -137,6 +140,33 @@ def test_survey_table_is_results_json() -> None:
     assert ("≤ 2x: met" in wall[4]) == (s["ratio"] <= 2)
     text = (ROOT / "docs" / "performance.md").read_text()
     assert f"{s['jobs']} probe jobs, {s['cases']} cases" in text
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def _words(page: str) -> str:
+    return " ".join((ROOT / page).read_text().split())  # one space between words, lines joined
+
+
+def test_survey_times_are_the_survey_record() -> None:
+    """The survey time the README and CHANGELOG quote, and its stages, are its survey.json's."""
+    assert SURVEY["format"] == RECORD_FORMAT
+    record = SurveyRecord(**{k: SURVEY[k] for k in SurveyRecord.__dataclass_fields__})  # what a survey writes
+    seconds = record.seconds
+    assert not any(word.startswith("/") for word in record.command.split())  # no path of a machine
+    readme, changelog = _words("README.md"), _words("CHANGELOG.md")
+    total = _clock(seconds["total"])
+    assert f"`make survey` with the environments already built: **{total}**" in readme
+    assert f"{seconds['probing']:.1f} s probing {record.cases} cases, {seconds['report']:.1f} s the report" \
+        in readme
+    assert f"`make survey` with the environments built {total} (its `survey.json`" in changelog
+    assert (f"{seconds['probing']:.1f} s probing, {seconds['imports']:.1f} s imports, {seconds['derive']:.1f} s "
+            f"derive, {seconds['report']:.1f} s report; {record.jobs} jobs, {record.cases} cases, "
+            f"{record.gaps} gaps") in changelog
+    assert record.started.startswith("2026-11-26") and "(2026-11-26, its `survey.json`" in readme
 
 
 def test_scaling_table_is_results_json() -> None:

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tracer"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer", "tracer.paths", "tracer.errors", "tracer.contract", "tracer.bounded", "tracer.machine"),
     ("tracer.files", "tracer.trace_meta"),
-    ("tracer.trace", "tracer.registry"),
+    ("tracer.trace", "tracer.registry", "tracer.libraries"),
     ("tracer.knowledge", "tracer.profile_reader", "tracer.collect", "tracer.probes"),
     ("tracer.process",),
     ("tracer.render",),

@@ -1,25 +1,31 @@
-"""What the processing stages know of each framework's own code: its native core
-(symbols, shared objects, Python modules of its compiled part), the ops it records
-that only allocate, view or copy, the names it numbers per process, frames
-that run wherever they are triggered, and its own GPU kernels. Declared with the framework, in its
-frameworks.yaml entry (``knowledge``); read here, once, as compiled tables, so
-that no processing module names a framework.
+"""What the processing stages know: of each framework's own code (its native core's
+symbols, shared objects and Python modules, the ops it records that only allocate, view
+or copy, the names it numbers per process, frames that run wherever they are triggered,
+its own GPU kernels), declared with the framework in its frameworks.yaml entry
+(``knowledge``), and of the vendor libraries every framework reaches (libraries.yaml,
+tracer.libraries). Compiled into one :class:`Knowledge`, so that no processing module
+names a framework or a library.
+
+The processing stages take a Knowledge as an argument; the entry points (the command
+line, a survey, a report) :func:`load` it once and hand it down. :func:`knowledge` is
+that default, read once per process, for a caller that names none.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
+from tracer import libraries as vendor_libraries
 from tracer import registry
+from tracer.libraries import QUALIFIED, Libraries
 
 _Table = tuple[tuple[re.Pattern[str], str], ...]
-#: The start of a qualified name inside a demangled symbol (``Eigen::`` in ``void Eigen::...``).
-QUALIFIED = r"(?:^|[\s*&(,])"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, so that a cached function may take one
 class Knowledge:
     core_tags: frozenset[str]  # each framework's tag for its own native code ("torch core")
     core_symbols: _Table  # C++ namespaces -> core tag
@@ -44,6 +50,8 @@ class Knowledge:
     not_kernels: re.Pattern[str] | None = None
     #: frameworks with no native code of their own (no core symbols or libraries): NumPy computes for them
     pure_python: frozenset[str] = frozenset()
+    #: the vendor libraries' tables (libraries.yaml)
+    libraries: Libraries = field(default_factory=vendor_libraries.default)
 
     def is_compilation_variant(self, framework: str, variant: str) -> bool:
         return f"{framework}/{variant}" in self.compilation_variants
@@ -66,10 +74,11 @@ def _either(patterns: list[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(patterns)) if patterns else None
 
 
-def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
-    """The tables of every framework, in registry order."""
+def from_frameworks(frameworks: dict[str, registry.Framework], libraries: Libraries | None = None) -> Knowledge:
+    """The tables of every framework, in registry order, with ``libraries`` (default: the package's)."""
     facts = [fw.knowledge for fw in frameworks.values()]
     return Knowledge(
+        libraries=libraries or vendor_libraries.default(),
         core_tags=frozenset(k.core for k in facts),
         core_symbols=tuple((re.compile(QUALIFIED + f"(?:{k.core_symbols})"), k.core) for k in facts if k.core_symbols),
         core_libraries=tuple((re.compile(k.core_libraries), k.core) for k in facts if k.core_libraries),
@@ -94,7 +103,16 @@ def from_frameworks(frameworks: dict[str, registry.Framework]) -> Knowledge:
     )
 
 
+def load(registry_file: str | os.PathLike[str] | None = None,
+         libraries_file: str | os.PathLike[str] | None = None) -> Knowledge:
+    """The knowledge of a registry (default: frameworks.yaml, or the file $DLTRACE_REGISTRY
+    names) and of a libraries file (default: the package's), read now: what an entry point
+    loads once and hands to the stages."""
+    return from_frameworks(registry.load(registry_file),
+                           vendor_libraries.load(libraries_file) if libraries_file else None)
+
+
 @lru_cache(maxsize=1)
 def knowledge() -> Knowledge:
-    """The registry's knowledge (frameworks.yaml, or the file $DLTRACE_REGISTRY names)."""
-    return from_frameworks(registry.load())
+    """The default knowledge (:func:`load` with no argument), read once per process."""
+    return load()

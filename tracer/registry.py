@@ -9,10 +9,11 @@ import math
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import UnionType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -21,6 +22,8 @@ from tracer.contract import (APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, MODELS,
 from tracer.paths import PACKAGE
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     # importlib.resources.abc is new in 3.11; 3.10 has Traversable in importlib.abc
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -150,9 +153,6 @@ class OpRule:
     ranks: tuple[int, ...] = ()  # the input ranks it has, where the file records shapes
 
 
-_RULE_FIELDS = ("forward", "backward", "top_only", "inside_other", "ranks")
-
-
 @dataclass(frozen=True)
 class EnvHeader:
     """The recording environment a Kineto file's header may hold
@@ -268,36 +268,33 @@ class Framework:
     gpu_evidence_needs_build: bool = False
 
 
+@dataclass(frozen=True)
+class GpuEvidenceSpec:
+    """frameworks.yaml ``gpu_evidence``, read into Framework's two fields."""
+
+    evidence: str
+    needs_build: bool = False
+
+
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", re.ASCII)
 
 
-class _Entry:
-    """One framework's mapping, read field by field; every problem names the file,
-    the entry and the field (``within``: the mapping's own field, for a nested one)."""
+# ----------------------------------------------------------------------------- validation
+# Every mapping of the file is read into its dataclass by the fields' types (:func:`_read`);
+# what a type cannot say (a regular expression, a known device, a requirement specifier)
+# is a check of that field (:data:`_CHECKS`). Every problem names the file, entry and field.
 
-    def __init__(self, source: str, name: str, data: Any, within: str = ""):
-        self.source, self.name, self.within = source, name, within
-        if not isinstance(data, dict):
-            raise self.error("", "must be a mapping")
-        self.data = data
+
+class _Entry:
+    """One framework's mapping (``data``), whose problems name the file and the entry."""
+
+    def __init__(self, source: str, name: str, data: Any):
+        self.source, self.name, self.data = source, name, data
 
     def error(self, key: str, problem: str) -> RegistryError:
-        key = f"{self.within}.{key}" if self.within and key else self.within or key
         where = f"field '{key}' " if key else ""
         return RegistryError(f"{self.source}: entry '{self.name}': {where}{problem}")
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
-        if key not in self.data or self.data[key] is None:
-            if default is ...:
-                full = f"{self.within}.{key}" if self.within else key
-                raise RegistryError(f"{self.source}: entry '{self.name}': missing field '{full}'")
-            return default
-        value = self.data[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise self.error(key, f"must be a {want}, not {type(value).__name__}")
-        return value
 
     def strings(self, key: str, value: Any) -> tuple[str, ...]:
         """A list of strings (a single string is not split into its characters)."""
@@ -306,12 +303,6 @@ class _Entry:
             raise self.error(key, f"must be a list of strings, not {type(value).__name__}")
         return tuple(map(str, value))
 
-    def str_map(self, key: str, value: Any) -> dict[str, str]:
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value) \
-                or not all(isinstance(v, (str, int, float, bool)) for v in value.values()):
-            raise self.error(key, "must map names to values")
-        return {k: str(v) for k, v in value.items()}
-
     def pattern(self, key: str, value: str) -> str:
         try:
             re.compile(value)
@@ -319,258 +310,171 @@ class _Entry:
             raise self.error(key, f"is not a valid regular expression ({exc})") from None
         return value
 
-    def knowledge(self) -> FrameworkKnowledge:
-        """Optional: a framework without it is known by its name alone."""
-        k = self.get("knowledge", dict, {})
-        sub = _Entry(self.source, self.name, k)
-        core = sub.get("core", str, f"{self.name} core")
 
-        def text(f: str) -> str:
-            return self.pattern(f"knowledge.{f}", sub.get(f, str, ""))
+_T = TypeVar("_T", bound="DataclassInstance")
+#: A field's check: (the entry, the field's full key, the file's value) -> the field's value.
+Check = Callable[[_Entry, str, Any], Any]
 
-        def patterns(f: str) -> tuple[str, ...]:
-            return tuple(self.pattern(f"knowledge.{f}", p)
-                         for p in self.strings(f"knowledge.{f}", sub.get(f, list, [])))
 
-        # the fields by name (mypy cannot type a ** of a dict of mixed fields); in the
-        # order they were validated before, so that the first malformed one is the one reported
-        return FrameworkKnowledge(
-            core,
-            core_symbols=text("core_symbols"), core_libraries=text("core_libraries"),
-            core_modules=text("core_modules"),
-            utility_ops=patterns("utility_ops"), generated=patterns("generated"), noise=patterns("noise"),
-            incidental=patterns("incidental"), same_op=patterns("same_op"), kernels=patterns("kernels"),
-            compiling=patterns("compiling"), gpu_kernels=self.gpu_kernels(sub), not_kernels=patterns("not_kernels"))
+def _read(cls: type[_T], e: _Entry, data: Any, where: str, closed: bool = False,
+          fixed: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None) -> _T:
+    """``data`` as a ``cls``: each field from the key of its name (:data:`_KEYS` where the
+    file's differs), by its check (:data:`_CHECKS`) or else its type; a field with no
+    default must be there. ``fixed``: fields known from elsewhere (a name that is the
+    mapping's key); ``defaults``: defaults the dataclass cannot hold (a name's); ``closed``:
+    a key that names no field is an error."""
+    if not isinstance(data, dict):
+        raise e.error(where, f"must be a dict, not {type(data).__name__}")
+    fixed = fixed or {}
+    keys = {_KEYS.get((cls, f.name), f.name): f for f in fields(cls) if f.name not in fixed}
+    unknown = [k for k in data if k not in keys] if closed else []
+    if unknown:
+        raise e.error(where, f"has unknown field '{unknown[0]}' (choose from: {', '.join(keys)})")
+    hints, out = get_type_hints(cls), {**(defaults or {}), **fixed}
+    for key, f in keys.items():
+        value, full = data.get(key), f"{where}.{key}" if where else key
+        if value is None:
+            if f.name not in out and f.default is MISSING and f.default_factory is MISSING:
+                raise RegistryError(f"{e.source}: entry '{e.name}': missing field '{full}'")
+            continue
+        check = _CHECKS.get((cls, f.name))
+        out[f.name] = check(e, full, value) if check else _typed(e, full, hints[f.name], value)
+    return cls(**out)
 
-    def gpu_kernels(self, k: _Entry) -> GpuKernels | None:
-        spec = k.get("gpu_kernels", dict, None)
-        if spec is None:
-            return None
-        sub = _Entry(self.source, self.name, spec, "knowledge.gpu_kernels")
-        names = self.strings("knowledge.gpu_kernels.names", sub.get("names", list))
-        return GpuKernels(self.pattern("knowledge.gpu_kernels.names", "|".join(names)), sub.get("tag", str),
-                          self.str_map("knowledge.gpu_kernels.vendors", sub.get("vendors", dict, {})))
 
-    def aarch64(self) -> Aarch64Spec | None:
-        spec = self.get("aarch64", dict, None)
-        if spec is None:
-            return None
-        sub = _Entry(self.source, self.name, spec)
-        unavailable = sub.get("unavailable", str, "")
-        cpus = self.strings("aarch64.cpus", sub.get("cpus", list, []))
-        if unavailable:
-            return Aarch64Spec((), cpus, unavailable=unavailable)
-        requirements = _requirements(self, "aarch64.requirements", sub.get("requirements", list))
-        if not requirements:
-            raise self.error("aarch64.requirements", "must be a non-empty list")
-        variants = self.strings("aarch64.variants", sub.get("variants", list, []))
-        unknown = [v for v in variants if v not in self.get("variants", dict, {})]
+def _typed(e: _Entry, key: str, hint: Any, value: Any) -> Any:
+    """``value`` as a field of type ``hint``: str, bool, a tuple of strings or of
+    dataclasses, a dict of strings, a dataclass or an optional one."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):  # X | None: the file gives X, or nothing (a default)
+        return _typed(e, key, next(a for a in args if a is not type(None)), value)
+    if is_dataclass(hint):
+        return _read(hint, e, value, key)  # type: ignore[arg-type]
+    want = origin or hint
+    if not isinstance(value, {tuple: list}.get(want, want)) or (isinstance(value, bool) and want is not bool):
+        raise e.error(key, f"must be a {'list' if want is tuple else want.__name__}, not {type(value).__name__}")
+    if origin is tuple:
+        return (e.strings(key, value) if args[0] is str
+                else tuple(_typed(e, f"{key}[{i}]", args[0], v) for i, v in enumerate(value)))
+    if origin is dict and args[1] is str:
+        if not all(isinstance(k, str) for k in value) or not all(isinstance(v, (str, int, float, bool))
+                                                               for v in value.values()):
+            raise e.error(key, "must map names to values")
+        return {k: str(v) for k, v in value.items()}
+    return value
+
+
+def _must(test: Callable[[Any], bool], problem: str, then: Check | None = None) -> Check:
+    """A check: ``value`` passes ``test`` (else ``problem``), then is converted by ``then``."""
+    def check(e: _Entry, key: str, value: Any) -> Any:
+        if not test(value):
+            raise e.error(key, problem.format(value=repr(str(value)[:60]), kind=type(value).__name__))
+        return then(e, key, value) if then else value
+    return check
+
+
+def _known(what: str, choices: Callable[[_Entry], Iterable[Any]], one: bool = False, keys: bool = False,
+           problem: str = "has unknown {what} '{first}' (choose from: {known})") -> Check:
+    """A check: a list of names (``one``: a name; ``keys``: a mapping's keys), each one of ``choices``."""
+    def check(e: _Entry, key: str, value: Any) -> Any:
+        names = [value] if one else value if keys else e.strings(key, value)
+        known = [str(c) for c in choices(e)]
+        unknown = [str(n)[:60] for n in names if n not in known]
         if unknown:
-            raise self.error("aarch64.variants", f"names no variant of the framework: {', '.join(unknown)}")
-        primitives = self.strings("aarch64.primitives", sub.get("primitives", list, []))
-        unknown = [p for p in primitives if p not in PRIMITIVES]
-        if unknown:
-            raise self.error("aarch64.primitives", f"names no primitive: {', '.join(unknown)}")
-        return Aarch64Spec(requirements, cpus, variants, primitives=primitives,
-                           sdists=_requirements(self, "aarch64.sdists", sub.get("sdists", list, [])),
-                           build=_requirements(self, "aarch64.build", sub.get("build", list, [])))
-
-    def dotted(self, key: str) -> str:
-        value: str = self.get(key, str)
-        if not _DOTTED.fullmatch(value):
-            raise self.error(key, f"must be a dotted module name, not {value[:60]!r}")
-        return value
+            raise e.error(key, problem.format(what=what, first=unknown[0], all=", ".join(unknown),
+                                              known=", ".join(known)))
+        return value if one or keys else names
+    return check
 
 
-def _framework(source: str, name: str, data: Any) -> Framework:
-    if not _NAME.fullmatch(name):  # fullmatch: "evil\n" is no name ($ matches before a final newline)
-        raise RegistryError(f"{source}: framework name {name[:60]!r} must be a short name of letters, digits, - and _")
-    e = _Entry(source, name, data)
-    steps = []
-    for i, step in enumerate(e.get("install", list)):
-        where = f"install[{i}]"
-        if not isinstance(step, dict) or not isinstance(step.get("requirements"), list) or not step["requirements"]:
-            raise e.error(f"{where}.requirements", "must be a non-empty list")
-        steps.append(_pip_step(e, where, step))
-    devices = e.str_map("devices", e.get("devices", dict))
-    for dev in devices:
-        if dev not in DEVICES:
-            raise e.error("devices", f"has unknown device '{dev}' (known: {', '.join(DEVICES)})")
-    if "cpu" not in devices:
-        raise e.error("devices", "must include cpu")
-    variants = {}
-    for vname, v in e.get("variants", dict, {}).items():
+def _pattern(e: _Entry, key: str, value: Any) -> str:
+    return e.pattern(key, _typed(e, key, str, value))
+
+
+def _typed_as(hint: Any, then: Check | None = None) -> Check:
+    return lambda e, key, value: (then or (lambda _e, _k, v: v))(e, key, _typed(e, key, hint, value))
+
+
+_is_text = _must(lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool),
+                 "must be a str or int or float, not {kind}", lambda e, key, value: str(value))
+_dotted = _must(lambda v: isinstance(v, str) and bool(_DOTTED.fullmatch(v)),
+                "must be a dotted module name, not {value}")
+_strings: Check = lambda e, key, value: e.strings(key, value)  # noqa: E731
+_patterns: Check = lambda e, key, value: tuple(e.pattern(key, p) for p in e.strings(key, value))  # noqa: E731
+
+
+def _non_empty(check: Check, listed: bool = False) -> Check:
+    """``check``, and then not empty; ``listed``: a value that is no list is told the same."""
+    def non_empty(e: _Entry, key: str, value: Any) -> Any:
+        items = check(e, key, value) if isinstance(value, list) or not listed else ()
+        if not items:
+            raise e.error(key, "must be a non-empty list")
+        return items
+    return non_empty
+
+
+def _variants(e: _Entry, key: str, value: Any) -> dict[str, Variant]:
+    out = {}
+    for name, v in _typed(e, key, dict[str, Any], value).items():
         if not isinstance(v, dict) or not (v.get("env") or v.get("set")):
-            raise e.error(f"variants.{vname}", "needs 'env' or 'set'")
-        sets = v.get("set") or {}
-        if not isinstance(sets, dict) or not all(isinstance(k, str) and _DOTTED.fullmatch(k) for k in sets):
-            raise e.error(f"variants.{vname}.set", "must map dotted attribute names to values")
-        switches = str(v.get("switches", "library"))
-        if switches not in VARIANT_SWITCHES:
-            raise e.error(f"variants.{vname}.switches", f"must be one of {', '.join(VARIANT_SWITCHES)}")
-        variants[str(vname)] = Variant(str(vname), str(v.get("description", "")),
-                                       e.str_map(f"variants.{vname}.env", v.get("env") or {}), dict(sets), switches)
-    apis = e.strings("apis", e.get("apis", list))
-    for api in apis:
-        if api not in APIS:
-            raise e.error("apis", f"has unknown API '{api}' (known: {', '.join(APIS)})")
-    models = e.strings("models", e.get("models", list, []))
-    for model in models:
-        if model not in MODELS:
-            raise e.error("models", f"has unknown model '{model}' (known: {', '.join(MODELS)})")
-    nat = e.get("native", dict, {})
-    defaults = NativeSpec()
+            raise e.error(f"{key}.{name}", "needs 'env' or 'set'")
+        out[str(name)] = _read(Variant, e, v, f"{key}.{name}", fixed={"name": str(name)})
+    return out
+
+
+def _native(e: _Entry, key: str, value: Any) -> NativeSpec:
+    nat, defaults = _typed(e, key, dict[str, Any], value), NativeSpec()
     try:
         raw_rate = nat.get("rate", defaults.rate)
         if isinstance(raw_rate, float) and not math.isfinite(raw_rate):
             raise ValueError(raw_rate)
         rate, seconds = int(raw_rate), float(nat.get("seconds", defaults.seconds))
     except (TypeError, ValueError, OverflowError):
-        raise e.error("native", "needs a numeric rate and seconds, finite") from None
+        raise e.error(key, "needs a numeric rate and seconds, finite") from None
     if not (0 < rate <= 100_000 and 0 < seconds < 3600):
-        raise e.error("native", "needs a positive rate and seconds")
-    native = NativeSpec(rate, seconds, bool(nat.get("idle", defaults.idle)),
-                        e.str_map("native.env", nat.get("env") or {}), bool(nat.get("prime", defaults.prime)))
-    roots = e.strings("source_roots", e.get("source_roots", list))
-    if not roots:
-        raise e.error("source_roots", "must not be empty")
-    return Framework(
-        name=name,
-        import_name=e.dotted("import"),
-        version=str(e.get("version", (str, int, float))),
-        probe=e.dotted("probe"),
-        install=tuple(steps),
-        devices=devices,
-        variants=variants,
-        source_roots=roots,
-        apis=apis,
-        knowledge=e.knowledge(),
-        models=models,
-        imported=tuple(PACKAGE / p for p in e.strings("imported", e.get("imported", list, []))),
-        recorded=tuple(PACKAGE / p for p in e.strings("recorded", e.get("recorded", list, []))),
-        profiles=(profiles := _profiles(e)),  # validated in field order, then read by profile_ops
-        profile_ops=_profile_ops(e, profiles),
-        profile_vocab=_profile_vocab(e, profiles),
-        aarch64=e.aarch64(),
-        env=e.str_map("env", e.get("env", dict, {})),
-        native=native,
-        gpu_build=_steps(e, "gpu_build", e.get("gpu_build", list, [])),
-        **_gpu_evidence(e),
-    )
+        raise e.error(key, "needs a positive rate and seconds")
+    return NativeSpec(rate, seconds, bool(nat.get("idle", defaults.idle)),
+                      _typed(e, f"{key}.env", dict[str, str], nat.get("env") or {}),
+                      bool(nat.get("prime", defaults.prime)))
 
 
-def _profiles(e: _Entry) -> tuple[str, ...]:
-    formats = e.strings("profiles", e.get("profiles", list, []))
-    unknown = [f for f in formats if f not in PROFILE_FORMATS]
-    if unknown:
-        raise e.error("profiles", f"has unknown format '{unknown[0]}' (choose from: {', '.join(PROFILE_FORMATS)})")
-    if e.data.get("imported") and not formats:
-        raise e.error("imported", "needs 'profiles': the formats its files are read as")
-    return formats
-
-
-def _profile_ops(e: _Entry, formats: tuple[str, ...]) -> dict[str, tuple[OpRule, ...]]:
+def _profile_ops(e: _Entry, key: str, value: Any) -> dict[str, tuple[OpRule, ...]]:
     out = {}
-    for fmt, rules in e.get("profile_ops", dict, {}).items():
-        where = f"profile_ops.{fmt}"
-        if fmt not in formats:
-            raise e.error(where, "is not one of its profiles")
+    for fmt, rules in _formats(e, key, value).items():
         if not isinstance(rules, dict):
-            raise e.error(where, "must map primitives to their ops")
-        out[fmt] = tuple(_rule(e, f"{where}.{name}", name, spec) for name, spec in rules.items())
+            raise e.error(f"{key}.{fmt}", "must map primitives to their ops")
+        for name, spec in rules.items():
+            if name not in PRIMITIVES:
+                raise e.error(f"{key}.{fmt}.{name}", f"is not a primitive (choose from: {', '.join(PRIMITIVES)})")
+            if not isinstance(spec, dict) or not spec.get("forward"):
+                raise e.error(f"{key}.{fmt}.{name}", "needs forward: the op names a call enters first")
+        out[str(fmt)] = tuple(_read(OpRule, e, spec, f"{key}.{fmt}.{name}", closed=True,
+                                    fixed={"primitive": str(name)}) for name, spec in rules.items())
     return out
 
 
-_VOCAB_TEXT = ("producer", "records", "version", "note")
+def _formats(e: _Entry, key: str, value: Any) -> dict[str, Any]:
+    """A mapping of profile formats, each one the entry's ``profiles`` declare."""
+    for fmt in _typed(e, key, dict[str, Any], value):
+        if fmt not in (e.data.get("profiles") or []):
+            raise e.error(f"{key}.{fmt}", "is not one of its profiles")
+    return dict(value)
 
 
-def _profile_vocab(e: _Entry, formats: tuple[str, ...]) -> dict[str, ProfileVocab]:
-    out = {}
-    for fmt, spec in e.get("profile_vocab", dict, {}).items():
-        where = f"profile_vocab.{fmt}"
-        if fmt not in formats:
-            raise e.error(where, "is not one of its profiles")
-        sub = _Entry(e.source, e.name, spec, where)
-        known = (*_VOCAB_TEXT, "reader", "suffixes", "env_header", "timeline")
-        unknown = [k for k in sub.data if k not in known]
-        if unknown:
-            raise e.error(where, f"has unknown field '{unknown[0]}' (choose from: {', '.join(known)})")
-        text = {k: str(sub.get(k, (str, int, float), "")) for k in _VOCAB_TEXT}
-        reader = sub.get("reader", str, "")
-        if reader and not _DOTTED.fullmatch(reader):
-            raise e.error(f"{where}.reader", f"must be a dotted module name, not {reader[:60]!r}")
-        out[str(fmt)] = ProfileVocab(
-            **{**text, "version": text["version"] or "unknown"}, reader=reader,
-            suffixes=e.strings(f"{where}.suffixes", sub.get("suffixes", list, [])),
-            env_header=_env_header(e, f"{where}.env_header", sub.get("env_header", dict, None)),
-            timeline=_timeline(e, f"{where}.timeline", sub.get("timeline", dict, None)))
-    return out
+def _aarch64(e: _Entry, key: str, value: Any) -> Aarch64Spec:
+    spec = _typed(e, key, dict[str, Any], value)
+    if spec.get("unavailable"):  # nothing to install: its cases are gaps with this reason
+        return _read(Aarch64Spec, e, {k: spec.get(k) for k in ("cpus", "unavailable")}, key,
+                     fixed={"requirements": ()}, defaults={"cpus": ()})
+    return _read(Aarch64Spec, e, spec, key, defaults={"cpus": ()})
 
 
-def _env_header(e: _Entry, where: str, spec: dict[str, Any] | None) -> EnvHeader | None:
-    if spec is None:
-        return None
-    sub = _Entry(e.source, e.name, spec, where)
-    return EnvHeader(sub.get("key", str), e.strings(f"{where}.keep", sub.get("keep", list)), sub.get("prefix", str),
-                     sub.get("version", str, ""))
-
-
-def _timeline(e: _Entry, where: str, spec: dict[str, Any] | None) -> TimelineDialect | None:
-    if spec is None:
-        return None
-    sub = _Entry(e.source, e.name, spec, where)
-    phases = e.strings(f"{where}.phases", sub.get("phases", list))
-    if phases not in (("B", "E"), ("X",)):
-        raise e.error(f"{where}.phases", "must be [B, E] (begin and end pairs) or [X] (complete events)")
-    devices = e.pattern(f"{where}.devices", sub.get("devices", str))
-    if "device" not in re.compile(devices).groupindex:
-        raise e.error(f"{where}.devices", "needs a group named 'device'")
-    return TimelineDialect(sub.get("category", str), phases, devices,
-                           e.pattern(f"{where}.backward", sub.get("backward", str)),
-                           sub.get("op_arg", str, ""), sub.get("node_arg", str, ""))
-
-
-def _rule(e: _Entry, where: str, primitive: Any, spec: Any) -> OpRule:
-    if primitive not in PRIMITIVES:
-        raise e.error(where, f"is not a primitive (choose from: {', '.join(PRIMITIVES)})")
-    if not isinstance(spec, dict) or not spec.get("forward"):
-        raise e.error(where, "needs forward: the op names a call enters first")
-    unknown = [k for k in spec if k not in _RULE_FIELDS]
-    if unknown:
-        raise e.error(where, f"has unknown field '{unknown[0]}' (choose from: {', '.join(_RULE_FIELDS)})")
-    ranks = spec.get("ranks") or []
-    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and 0 < r < 9
-                                              for r in ranks):
-        raise e.error(f"{where}.ranks", "must be a list of input ranks (1 to 8)")
-    names = {k: e.strings(f"{where}.{k}", spec.get(k) or []) for k in _RULE_FIELDS[:-1]}
-    return OpRule(str(primitive), names["forward"], names["backward"], names["top_only"], names["inside_other"],
-                  tuple(ranks))
-
-
-def _gpu_evidence(e: _Entry) -> dict[str, Any]:
-    spec = e.get("gpu_evidence", dict, {})
-    if not spec:
+def _gpu_evidence(e: _Entry, value: Any) -> dict[str, Any]:
+    """The entry's ``gpu_evidence`` mapping, as the two fields of Framework it sets."""
+    if value is None or value == {}:
         return {}
-    sub = _Entry(e.source, e.name, spec)
-    evidence = sub.get("evidence", str)
-    if evidence not in DERIVED_EVIDENCE:
-        raise e.error("gpu_evidence.evidence", f"must be one of {', '.join(DERIVED_EVIDENCE)}")
-    return {"gpu_evidence": evidence, "gpu_evidence_needs_build": bool(sub.get("needs_build", bool, False))}
-
-
-def _steps(e: _Entry, key: str, steps: list[Any]) -> tuple[InstallStep, ...]:
-    out = []
-    for i, step in enumerate(steps):
-        where = f"{key}[{i}]"
-        if not isinstance(step, dict) or not isinstance(step.get("requirements"), list) or not step["requirements"]:
-            raise e.error(f"{where}.requirements", "must be a non-empty list")
-        out.append(_pip_step(e, where, step))
-    return tuple(out)
-
-
-def _pip_step(e: _Entry, where: str, step: dict[str, Any]) -> InstallStep:
-    return InstallStep(_requirements(e, f"{where}.requirements", step["requirements"]),
-                       _options(e, f"{where}.options", step.get("options") or []))
+    spec = _read(GpuEvidenceSpec, e, value, "gpu_evidence")
+    return {"gpu_evidence": spec.evidence, "gpu_evidence_needs_build": spec.needs_build}
 
 
 def _requirements(e: _Entry, where: str, value: Any) -> tuple[str, ...]:
@@ -607,6 +511,66 @@ def _options(e: _Entry, where: str, value: Any) -> tuple[str, ...]:
     return items
 
 
+def _framework(source: str, name: str, data: Any) -> Framework:
+    if not _NAME.fullmatch(name):  # fullmatch: "evil\n" is no name ($ matches before a final newline)
+        raise RegistryError(f"{source}: framework name {name[:60]!r} must be a short name of letters, digits, - and _")
+    e = _Entry(source, name, data)
+    if not isinstance(data, dict):
+        raise e.error("", "must be a mapping")
+    if data.get("imported") and not data.get("profiles"):
+        raise e.error("imported", "needs 'profiles': the formats its files are read as")
+    return _read(Framework, e, {k: v for k, v in data.items() if k != "gpu_evidence"}, "",
+                 fixed={"name": name, **_gpu_evidence(e, data.get("gpu_evidence"))},
+                 defaults={"variants": {}, "knowledge": FrameworkKnowledge(f"{name} core")})
+
+
+#: The file's key of a field, where it is not the field's name.
+_KEYS: dict[tuple[type, str], str] = {(Framework, "import_name"): "import"}
+_KNOWLEDGE_PATTERNS = ("core_symbols", "core_libraries", "core_modules")
+#: What a field's type cannot say: each checks (and converts) the file's value.
+_CHECKS: dict[tuple[type, str], Check] = {
+    (Framework, "import_name"): _dotted, (Framework, "probe"): _dotted, (Framework, "version"): _is_text,
+    (Framework, "devices"): _typed_as(dict[str, str], _must(lambda d: "cpu" in d, "must include cpu",
+                                                             _known("device", lambda e: DEVICES, keys=True))),
+    (Framework, "variants"): _variants, (Framework, "source_roots"): _non_empty(_strings),
+    (Framework, "apis"): _known("API", lambda e: APIS), (Framework, "models"): _known("model", lambda e: MODELS),
+    (Framework, "knowledge"): lambda e, key, value: _read(FrameworkKnowledge, e, value, key,
+                                                          defaults={"core": f"{e.name} core"}),
+    (Framework, "native"): _native, (Framework, "aarch64"): _aarch64,
+    (Framework, "imported"): lambda e, key, value: tuple(PACKAGE / p for p in e.strings(key, value)),
+    (Framework, "recorded"): lambda e, key, value: tuple(PACKAGE / p for p in e.strings(key, value)),
+    (Framework, "profiles"): _known("format", lambda e: PROFILE_FORMATS), (Framework, "profile_ops"): _profile_ops,
+    (Framework, "profile_vocab"): lambda e, key, value: {
+        str(fmt): _read(ProfileVocab, e, spec, f"{key}.{fmt}", closed=True)
+        for fmt, spec in _formats(e, key, value).items()},
+    (InstallStep, "requirements"): _non_empty(_requirements, listed=True), (InstallStep, "options"): _options,
+    (Variant, "set"): _must(lambda v: isinstance(v, dict) and all(isinstance(k, str) and _DOTTED.fullmatch(k)
+                                                                  for k in v),
+                            "must map dotted attribute names to values"),
+    (Variant, "switches"): _known("switch", lambda e: VARIANT_SWITCHES, one=True), (Variant, "description"): _is_text,
+    **{(FrameworkKnowledge, f): _pattern for f in _KNOWLEDGE_PATTERNS},
+    **{(FrameworkKnowledge, f.name): _patterns for f in fields(FrameworkKnowledge)
+       if f.name not in ("core", "gpu_kernels", *_KNOWLEDGE_PATTERNS)},
+    (GpuKernels, "names"): lambda e, key, value: e.pattern(key, "|".join(e.strings(key, value))),
+    (OpRule, "ranks"): _must(lambda v: isinstance(v, list) and all(
+        isinstance(r, int) and not isinstance(r, bool) and 0 < r < 9 for r in v),
+        "must be a list of input ranks (1 to 8)", lambda e, key, value: tuple(value)),
+    **{(ProfileVocab, f): _is_text for f in ("producer", "records", "note")},
+    (ProfileVocab, "reader"): lambda e, key, value: value if value == "" else _dotted(e, key, value),
+    (ProfileVocab, "version"): lambda e, key, value: _is_text(e, key, value) or "unknown",
+    (TimelineDialect, "phases"): _must(lambda v: v in (["B", "E"], ["X"]),
+                                       "must be [B, E] (begin and end pairs) or [X] (complete events)", _strings),
+    (TimelineDialect, "devices"): lambda e, key, value: _must(
+        lambda v: "device" in re.compile(v).groupindex, "needs a group named 'device'")(
+        e, key, _pattern(e, key, value)),
+    (TimelineDialect, "backward"): _pattern,
+    (Aarch64Spec, "requirements"): _non_empty(_requirements), (Aarch64Spec, "sdists"): _requirements,
+    (Aarch64Spec, "build"): _requirements,
+    (Aarch64Spec, "primitives"): _known("primitive", lambda e: PRIMITIVES, problem="names no {what}: {all}"),
+    (Aarch64Spec, "variants"): _known("variant of the framework", lambda e: e.data.get("variants") or {},
+                                      problem="names no {what}: {all}"),
+    (GpuEvidenceSpec, "evidence"): _known("evidence class", lambda e: DERIVED_EVIDENCE, one=True),
+}
 
 
 def gpu_build_env(fw: Framework) -> Framework | None:
@@ -627,17 +591,21 @@ def load(path: str | os.PathLike[str] | Traversable | None = None) -> dict[str, 
     is kept, since several stages of one command ask for it (50 ms a parse)."""
 
     path = registry_path() if path is None else Path(path) if isinstance(path, (str, os.PathLike)) else path
+    return dict(_parse(path.name, read_text(path), trusted()))
+
+
+def read_text(path: Path | Traversable) -> str:
+    """A data file's text. A file named by the user (DLTRACE_REGISTRY) is read as traces
+    are: only a regular file (a named pipe would block, /dev/zero never end), at most
+    MAX_BYTES of it; a problem is a one-line RegistryError."""
     try:
-        # a file named by the user (DLTRACE_REGISTRY) is read as traces are: only a regular
-        # file (a named pipe would block, /dev/zero never end), at most MAX_BYTES of it
-        text = (read_regular(path, MAX_BYTES) if isinstance(path, Path) else path.read_bytes()).decode()
+        return (read_regular(path, MAX_BYTES) if isinstance(path, Path) else path.read_bytes()).decode()
     except OSError as exc:
         raise RegistryError(f"cannot read {path}: {exc.strerror}") from None
     except (NotRegular, TooLarge) as exc:
         raise RegistryError(f"cannot read {path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise RegistryError(f"{path.name} is not valid YAML: {exc}".splitlines()[0]) from None
-    return dict(_parse(path.name, text, trusted()))
 
 
 def _expanded_nodes(text: str) -> int:
@@ -667,18 +635,24 @@ def _expanded_nodes(text: str) -> int:
     return sizes[id(root)]
 
 
+def safe_yaml(file_name: str, text: str) -> Any:
+    """``text`` (the file ``file_name``) through yaml.safe_load, refused with a one-line
+    RegistryError when it is not YAML or expands to more than MAX_NODES nodes."""
+    try:
+        if _expanded_nodes(text) > MAX_NODES:
+            raise RegistryError(f"{file_name}: expands to more than {MAX_NODES:,} YAML nodes once its aliases are "
+                                "followed (an alias bomb?)")
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise RegistryError(f"{file_name} is not valid YAML: {exc}".splitlines()[0]) from None
+
+
 @functools.lru_cache(maxsize=8)
 def _parse(file_name: str, text: str, trust: bool = False) -> dict[str, Framework]:
     """``text`` (the registry file ``file_name``) as Framework entries; the caller copies
     the dict it returns, and the entries are frozen. ``trust``: what --trust-registry
     allows is part of what a text parses to, so it is part of the cache's key."""
-    try:
-        if _expanded_nodes(text) > MAX_NODES:
-            raise RegistryError(f"{file_name}: expands to more than {MAX_NODES:,} YAML nodes once its aliases are "
-                                "followed (an alias bomb?)")
-        doc = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise RegistryError(f"{file_name} is not valid YAML: {exc}".splitlines()[0]) from None
+    doc = safe_yaml(file_name, text)
     if not isinstance(doc, dict) or not isinstance(doc.get("frameworks"), dict):
         raise RegistryError(f"{file_name}: top level must be a mapping with a 'frameworks' mapping")
     return {str(name): _framework(file_name, str(name), data) for name, data in doc["frameworks"].items()}

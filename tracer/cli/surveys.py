@@ -20,6 +20,7 @@ from tracer.errors import DltraceError
 from tracer.files import ensure_dir, write_text
 from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
 from tracer.importers.source import short_name
+from tracer.knowledge import knowledge
 from tracer.machine import describe as describe_machine
 from tracer.process.models import is_model_trace, model_reports
 from tracer.process.portability import framework_report, survey_reports
@@ -193,12 +194,13 @@ def _render(folders: list[Path], output: Path) -> None:
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
     # the primitives make the portability report; the models' steps their own page
+    k = knowledge()  # loaded once, handed to every stage
     nets = [t for t in traces if is_model_trace(t)]
     prims = [t for t in traces if not is_model_trace(t)]
     net_gaps = [g for g in gaps if g.primitive in MODELS]
-    reports = survey_reports(prims, [g for g in gaps if g.primitive not in MODELS])
-    cards = scorecard(reports, prims, ElfCode().sizes)
-    index = write_report(reports, output, cards=cards, models=model_reports(nets, net_gaps, cards))
+    reports = survey_reports(prims, [g for g in gaps if g.primitive not in MODELS], k=k)
+    cards = scorecard(reports, prims, ElfCode().sizes, k)
+    index = write_report(reports, output, cards=cards, models=model_reports(nets, net_gaps, cards, k))
     out.print(f"report: {index}", markup=False, highlight=False)
 
 
@@ -214,7 +216,7 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
     mine = [t for t in traces if t.info.framework == framework and not is_model_trace(t)]
     if not mine:
         raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
-    rep = framework_report(framework, mine, gaps)
+    rep = framework_report(framework, mine, gaps, k=knowledge())
     print_audit(rep, out)
     print_pass_needs(rep, out)
 

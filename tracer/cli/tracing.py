@@ -13,6 +13,7 @@ from tracer.contract import check_shape
 from tracer.derive import derive as run_derive
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
+from tracer.knowledge import knowledge
 from tracer.process.candidates import find_candidates
 from tracer.process.diff import DiffError, describe, diff_traces
 from tracer.process.ran_kernels import split_kernels
@@ -127,9 +128,10 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
             print_candidates(candidates, out, describe(a), pass_, phase)
         return
     b = load(trace_b)
-    result = diff_traces(a, b, pass_, phase, wanted, threshold, force)
+    k = knowledge()  # loaded once, handed to each stage
+    result = diff_traces(a, b, pass_, phase, wanted, threshold, force, k)
 
-    ran = split_kernels(a, b, pass_)  # the framework's own kernels only one side ran
+    ran = split_kernels(a, b, pass_, k)  # the framework's own kernels only one side ran
     if as_json:
         STDOUT.write(json.dumps({"mode": "diff", "a_file": trace_a, "b_file": trace_b, **result.to_json(),
                                  "kernels": {"A": ran[0], "B": ran[1]}}, indent=2) + "\n")

@@ -1,8 +1,8 @@
 """Which library a GPU kernel comes from, and which vendor a trace's GPU is.
 
-Kernel names are tagged by the op table of :mod:`tracer.process.tags` (OP_LIBS:
+Kernel names are tagged by the op table of libraries.yaml (``tables.op``:
 cuDNN, cuBLAS, CUTLASS, MIOpen, hipBLASLt, rocBLAS, Triton...), the same table
-``library_of`` reads, so a kernel frame's ``lib`` and what the diff and the report
+:func:`tracer.process.tags.library_of` reads, so a kernel frame's ``lib`` and what the diff and the report
 say about it agree. A framework's own kernels cannot be told by their name alone
 (frameworks.yaml ``knowledge.gpu_kernels``): one source compiled for CUDA and for HIP
 gives one name, so the vendor decides the tag here, and ``library_of`` reads it back

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import PASSES, PRIMITIVES
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
@@ -99,16 +99,16 @@ def _compiled(trace: Trace, pass_: str) -> list[str]:
                               for k in n.children))
 
 
-def _numpy_blas_computes(trace: Trace) -> bool:
+def _numpy_blas_computes(trace: Trace, k: Knowledge) -> bool:
     """NumPy's OpenBLAS is the framework's BLAS only where the framework has no native
     core of its own (Chainer: its kernels are NumPy's); elsewhere (torch's oneDNN and
     MKL, TensorFlow's Eigen, XLA) the OpenBLAS numpy loaded computes none of the primitive,
     and its per-CPU kernel family would read as a finding on every primitive."""
-    return trace.info.framework in knowledge().pure_python
+    return trace.info.framework in k.pure_python
 
 
-def _cell(trace: Trace) -> ArmCell:
-    core = trace.info.openblas_core if _numpy_blas_computes(trace) else ""
+def _cell(trace: Trace, k: Knowledge) -> ArmCell:
+    core = trace.info.openblas_core if _numpy_blas_computes(trace, k) else ""
     cell = ArmCell(capability=trace.info.cpu_capability, blas=f"OpenBLAS, {core} kernels" if core else "")
     for pass_ in PASSES:
         layer = trace.layer(pass_, "library")
@@ -122,7 +122,7 @@ def _cell(trace: Trace) -> ArmCell:
     return cell
 
 
-def arm_audit(traces: list[Trace], gaps: list[Any]) -> ArmAudit | None:
+def arm_audit(traces: list[Trace], gaps: list[Any], k: Knowledge | None = None) -> ArmAudit | None:
     """The audit over a framework's CPU traces at the default shapes, functional API
     (the default path, and each variant that also ran on ARM), when any of them ran
     on an aarch64 CPU, emulated or native, or such a case is a gap; None otherwise."""
@@ -146,7 +146,7 @@ def arm_audit(traces: list[Trace], gaps: list[Any]) -> ArmAudit | None:
                                    *gap_label.values()]))
     rows: dict[str, dict[str, ArmCell]] = {}
     for t in host + arm:
-        rows.setdefault(t.info.primitive, {})[_label(t)] = _cell(t)
+        rows.setdefault(t.info.primitive, {})[_label(t)] = _cell(t, k or knowledge())
     for g in arm_gaps:
         rows.setdefault(g.primitive or "(all)", {}).setdefault(gap_label[id(g)], ArmCell()).failed = g.error
     return ArmAudit(machines, rows)

@@ -16,12 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.tags import library_of
 from tracer.trace import Frame, Node, Trace, op_namespace
 
-#: The backends whose declared kernels are shown beside a new backend's needs.
-OTHER_BACKENDS = ("CPU", "CUDA", "MPS", "XPU", "MkldnnCPU", "GPU", "oneDNN")
 _COMPOSITE = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
@@ -36,13 +34,11 @@ class BackendNeeds:
     cpu_library: list[str] = field(default_factory=list)
 
 
-#: Libraries that compute on the CPU: an op named for one is that library's CPU code.
-CPU_LIBRARY_TAGS = frozenset({"oneDNN", "MKL", "OpenBLAS", "Eigen", "XNNPACK", "x64"})
-
-
-def is_cpu_library_op(op: str) -> bool:
-    """An op named for a CPU library (``aten::mkldnn_convolution``, ``_MklNativeConv2D``)."""
-    return library_of(Frame("op", "", op)) in CPU_LIBRARY_TAGS
+def is_cpu_library_op(op: str, k: Knowledge | None = None) -> bool:
+    """An op named for a library that computes on the CPU (libraries.yaml ``groups.cpu``:
+    ``aten::mkldnn_convolution``, ``_MklNativeConv2D``)."""
+    k = k or knowledge()
+    return library_of(Frame("op", "", op), k) in k.libraries.cpu
 
 
 def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
@@ -69,9 +65,12 @@ def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
     return op, ""
 
 
-def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
+def backend_needs(traces: list[Trace], k: Knowledge | None = None) -> BackendNeeds | None:
     """The needs over ``traces`` (a primitive's passes and API levels), or None when
-    none of them recorded its framework's dispatch table."""
+    none of them recorded its framework's dispatch table. The declared kernels shown are
+    those of libraries.yaml's ``other_backends``."""
+    facts = k or knowledge()
+    other_backends = facts.libraries.other_backends
     tables = [d for d in (t.info.dispatch for t in traces) if d is not None and d.ops is not None]
     if not tables:
         return None
@@ -81,7 +80,7 @@ def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
         for op, row in (table.ops or {}).items():
             if not isinstance(row, dict):
                 continue
-            if is_cpu_library_op(op):
+            if is_cpu_library_op(op, facts):
                 if op not in out.cpu_library:
                     out.cpu_library.append(op)
                 continue
@@ -90,14 +89,14 @@ def backend_needs(traces: list[Trace]) -> BackendNeeds | None:
                 if (op, why) not in out.free:
                     out.free.append((op, why))
                 continue
-            target = utility if knowledge().is_utility_op(op) else out.must_implement
+            target = utility if facts.is_utility_op(op) else out.must_implement
             if need not in target:
                 target.append(need)
             if isinstance(row.get("must"), bool):  # judged by the probe: its other backends as it names them
                 others = {str(k): str(v) for k, v in (row.get("others") or {}).items()}
             else:
                 declared = row.get("delegate_declared") if row.get("delegate") else row.get("declared")
-                others = {k: v for k, v in (declared or {}).items() if k in OTHER_BACKENDS}
+                others = {k: v for k, v in (declared or {}).items() if k in other_backends}
             if others:
                 out.others[need] = others
     out.must_implement += [u for u in utility if u not in out.must_implement]
@@ -132,17 +131,18 @@ def _derived(trace: Trace) -> bool:
     return trace.info.evidence in DERIVED_EVIDENCE and trace.info.backend is not None
 
 
-def _add(out: PassNeeds, utility: list[str], names: list[str]) -> None:
+def _add(out: PassNeeds, utility: list[str], names: list[str], k: Knowledge) -> None:
     for name in names:
-        target = utility if knowledge().is_utility_op(name) else out.must_implement
+        target = utility if k.is_utility_op(name) else out.must_implement
         if name not in target:
             target.append(name)
 
 
-def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
+def pass_needs(traces: list[Trace], k: Knowledge | None = None) -> list[PassNeeds]:
     """Per pass, what a new backend must implement for a primitive, from each derived
     GPU-evidence trace among ``traces`` (its meta ``backend``: op -> must, implement,
     free, others), merged over API levels: one PassNeeds per (evidence, pass)."""
+    facts = k or knowledge()
     found: dict[tuple[str, str], tuple[PassNeeds, list[str]]] = {}
     for t in traces:
         if not _derived(t):
@@ -170,7 +170,7 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
                     row = {**row, "must": need is not None, "implement": [need] if need else [], "free": why}
                 if row.get("must"):
                     names = [str(n) for n in (row.get("implement") or [op])]
-                    _add(out, utility, names)
+                    _add(out, utility, names, facts)
                     others = row.get("others")
                     if isinstance(others, dict) and others:
                         for n in names:
@@ -183,21 +183,21 @@ def pass_needs(traces: list[Trace]) -> list[PassNeeds]:
     return [o for o, _ in sorted(found.values(), key=lambda v: (v[0].evidence, order.get(v[0].pass_, 9)))]
 
 
-def _operators(nodes: list[Node]) -> list[str]:
+def _operators(nodes: list[Node], k: Knowledge) -> list[str]:
     """The top operators of an op layer: a utility record with operators below it (MXNet's
     ImperativeBulk, the engine's bulk of a backward) is looked through."""
     out: list[str] = []
     for n in nodes:
         if n.frame.kind != "op":
             continue
-        if knowledge().is_utility_op(n.frame.name) and n.children:
-            out += _operators(n.children)
+        if k.is_utility_op(n.frame.name) and n.children:
+            out += _operators(n.children, k)
         else:
             out.append(n.frame.name)
     return out
 
 
-def op_layer_needs(traces: list[Trace]) -> list[PassNeeds]:
+def op_layer_needs(traces: list[Trace], k: Knowledge | None = None) -> list[PassNeeds]:
     """Per pass, the framework operators the default CPU path ran (its op layer), for a
     framework from which no GPU evidence is derived (MXNet): each is an operator a new
     backend must give a kernel (MXNet: an FCompute for its device), utility ops last."""
@@ -216,7 +216,8 @@ def op_layer_needs(traces: list[Trace]) -> list[PassNeeds]:
                                               f"the op layer of {t.info.framework}'s CPU run (dltrace)",
                                               "every operator reached (no GPU evidence derived)"), [])
             out, utility = found[run.pass_]
-            _add(out, utility, _operators(root.children))
+            facts = k or knowledge()
+            _add(out, utility, _operators(root.children, facts), facts)
     for out, utility in found.values():
         out.must_implement += [u for u in utility if u not in out.must_implement]
     return [found[p][0] for p in ("forward", "backward") if p in found]

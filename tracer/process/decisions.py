@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
 
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.candidates import Candidate
 from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import walk_splits
@@ -101,19 +101,19 @@ def device_branches(rep: FrameworkReport) -> list[Candidate]:
     return [c for c in rep.device_branches if is_device_branch(c)]
 
 
-def is_compilation_pair(framework: str, pr: PairReport) -> bool:
+def is_compilation_pair(framework: str, pr: PairReport, k: Knowledge | None = None) -> bool:
     """A CPU variant pair whose variant switches compilation (JAX's nojit)."""
     if pr.kind != "variant":
         return False
-    facts = knowledge()
+    facts = k or knowledge()
     return any(facts.is_compilation_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
 
 
-def is_precision_pair(framework: str, pr: PairReport) -> bool:
+def is_precision_pair(framework: str, pr: PairReport, k: Knowledge | None = None) -> bool:
     """A CPU variant pair whose variant switches the element type (torch's and JAX's bf16)."""
     if pr.kind != "variant":
         return False
-    facts = knowledge()
+    facts = k or knowledge()
     return any(facts.is_precision_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
 
 
@@ -127,10 +127,10 @@ def _split_kind(classification: str, compilation: bool, precision: bool = False)
     return classification if classification in DECISIONS else UNCLASSIFIED
 
 
-def pair_splits(framework: str, pr: PairReport) -> tuple[int, Counter[str]]:
+def pair_splits(framework: str, pr: PairReport, k: Knowledge | None = None) -> tuple[int, Counter[str]]:
     """(split points of the decision classes, the rest by kind) of one comparison."""
-    comp = is_compilation_pair(framework, pr)
-    precision = is_precision_pair(framework, pr)
+    comp = is_compilation_pair(framework, pr, k)
+    precision = is_precision_pair(framework, pr, k)
     apart: Counter[str] = Counter()
     decided = 0
     for result in pr.diffs.values():
@@ -147,16 +147,17 @@ def pair_splits(framework: str, pr: PairReport) -> tuple[int, Counter[str]]:
     return decided, apart
 
 
-def decisions(rep: FrameworkReport) -> Decisions:
+def decisions(rep: FrameworkReport, k: Knowledge | None = None) -> Decisions:
     """The decision sites of ``rep``'s dispatch table whose rows are of a decision class and
     come from a pair that is not jit against eager, and every split counted by kind."""
+    k = k or knowledge()
     compilation = {pr.title for case in rep.cases for pr in case.pairs
-                   if is_compilation_pair(rep.name, pr) or is_precision_pair(rep.name, pr)}
+                   if is_compilation_pair(rep.name, pr, k) or is_precision_pair(rep.name, pr, k)}
     apart: Counter[str] = Counter()
     decided = 0
     for case in rep.cases:
         for pr in case.pairs:
-            n, other = pair_splits(rep.name, pr)
+            n, other = pair_splits(rep.name, pr, k)
             decided += n
             apart.update(other)
     sites: dict[str, DecisionSite] = {}
@@ -164,7 +165,7 @@ def decisions(rep: FrameworkReport) -> Decisions:
         if row.classification not in DECISIONS or not [p for p in row.pairs if p not in compilation]:
             continue
         key, kind = row.site or row.frame, row.site_kind or row.layer
-        if row.layer == "library" and any(REWRITE in k for k in row.a_kernels + row.b_kernels):
+        if row.layer == "library" and any(REWRITE in kernel for kernel in row.a_kernels + row.b_kernels):
             # the framework's C++ rewrote the op for the library (TensorFlow's _MklNative
             # rewrite): its decision, one site however many ops it rewrites
             key, kind = f"op rewrite ({REWRITE})", "op code"
@@ -176,6 +177,6 @@ def decisions(rep: FrameworkReport) -> Decisions:
         if row.display not in site.entries:
             site.entries.append(row.display)
         site.primitives += [p for p in row.primitives if p not in site.primitives]
-    order = {k: i for i, k in enumerate(SITE_KINDS)}
+    order = {kind: i for i, kind in enumerate(SITE_KINDS)}
     return Decisions(sorted(sites.values(), key=lambda s: (order.get(s.kind, 9), s.site)),
-                     {k: apart[k] for k in APART if apart[k]}, decided)
+                     {kind: apart[kind] for kind in APART if apart[kind]}, decided)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Branch, Classification, DiffResult, LayerDiff, Split, walk_splits
 from tracer.process.symbols import display
@@ -36,8 +36,6 @@ from tracer.process.symbols import display
 MAX_NAMES = 8
 #: The layers whose splits can name where the decision is made, in reading order.
 NAMING = ("python", "op", "native")
-#: What a framework prefixes an op with when a vendor library computes it.
-_VENDOR_PREFIX = re.compile(r"^(?:_?Mkl(?:Native)?|mkldnn_|dnnl_|cudnn_|miopen_|_?OneDnn)")
 
 
 @dataclass
@@ -81,14 +79,15 @@ def _names(split: Split, side: str) -> list[str]:
     return [display(b.label) for b in (split.only_a if side == "A" else split.only_b)][:4]
 
 
-def _renamed(split: Split) -> str | None:
+def _renamed(split: Split, k: Knowledge) -> str | None:
     """The op a vendor library's op replaced, when an op-level split at the step is one
-    op renamed (``Conv2D`` on one side, ``_MklNativeConv2D`` on the other)."""
+    op renamed (``Conv2D`` on one side, ``_MklNativeConv2D`` on the other; the prefixes
+    are libraries.yaml's ``vendor_op_prefixes``)."""
     if split.kind != "root":
         return None
     names: dict[str, set[str]] = {}  # the op without a vendor prefix -> the labels that compute it
     for b in split.only_a + split.only_b:
-        names.setdefault(_VENDOR_PREFIX.sub("", b.label), set()).add(b.label)
+        names.setdefault(k.libraries.vendor_op_prefix.sub("", b.label), set()).add(b.label)
     return next((op for op, labels in names.items() if len(labels) > 1), None)
 
 
@@ -104,20 +103,21 @@ def _evidence(layer: LayerDiff, split: Split, pass_: str) -> str:
     return text
 
 
-def _calls_op(branches: list[Branch]) -> bool:
+def _calls_op(branches: list[Branch], k: Knowledge) -> bool:
     """A one-sided branch that is another op the frame's code called (not a kernel
     launched for it, not an op that only allocates, views or copies)."""
-    return any(b.kind == "op" and _OP_NAME.match(b.label) and not knowledge().is_utility_op(b.label)
+    return any(b.kind == "op" and _OP_NAME.match(b.label) and not k.is_utility_op(b.label)
                and not b.label.startswith("XLA:") for b in branches)
 
 
-def decision_site(layer: str, split: Split) -> tuple[str, str]:
+def decision_site(layer: str, split: Split, k: Knowledge | None = None) -> tuple[str, str]:
     """(site, kind): the code that made the decision a split shows, counted once
     however many ops it chose for. An op whose sides call two different ops
     (``aten::_convolution``: mkldnn_convolution / cudnn_convolution) chose itself; an op
     whose sides differ only by the kernel under it was chosen for by the kernel registry
     (one site for every such op: TensorFlow's registry, torch's dispatch keys); a split at
     the step whose sides are two compiler targets is one backend selection."""
+    k = k or knowledge()
     if layer == "python":  # the deciding function (a single trace's device branch in it is the same site)
         return split.frame, "python"
     if layer == "native":
@@ -126,10 +126,10 @@ def decision_site(layer: str, split: Split) -> tuple[str, str]:
         names = sorted({b.label for b in split.only_a}), sorted({b.label for b in split.only_b})
         if all(n.startswith("XLA:") for side in names for n in side) and names[0] and names[1]:
             return f"{', '.join(names[0])} / {', '.join(names[1])}", "backend"
-        if _calls_op(split.only_a) and _calls_op(split.only_b):
+        if _calls_op(split.only_a, k) and _calls_op(split.only_b, k):
             return f"step: {', '.join(names[0])} / {', '.join(names[1])}", "op code"
         return "op registry", "registry"
-    if _calls_op(split.only_a) and _calls_op(split.only_b):
+    if _calls_op(split.only_a, k) and _calls_op(split.only_b, k):
         return split.frame, "op code"
     return "op registry", "registry"
 
@@ -150,15 +150,16 @@ def _library_frame(split: Split) -> str:
 
 
 class DispatchTable:
-    """Collects the rows over a framework's pair reports."""
+    """Collects the rows over a framework's pair reports, with the knowledge ``k``."""
 
-    def __init__(self) -> None:
+    def __init__(self, k: Knowledge | None = None) -> None:
         self.rows: dict[tuple[str, str], DispatchPoint] = {}
+        self.k = k or knowledge()
 
     def _row(self, layer: str, frame: str, split: Split, primitive: str, pair: str) -> DispatchPoint:
         row = self.rows.get((layer, frame))
         if row is None:
-            site, kind = decision_site(layer, split) if layer in NAMING else (library_site(split), "library")
+            site, kind = decision_site(layer, split, self.k) if layer in NAMING else (library_site(split), "library")
             row = self.rows[(layer, frame)] = DispatchPoint(
                 frame, display(frame), layer, split.classification, split.file, split.line, [], [], [], [],
                 site=site, site_kind=kind)
@@ -181,7 +182,7 @@ class DispatchTable:
                 if layer.layer not in NAMING or (layer.layer == "python" and versions_differ):
                     continue
                 for s in (s for s in layer.splits if s.classification not in ARTEFACTS):
-                    frame = (layer.layer == "op" and _renamed(s)) or s.frame
+                    frame = (layer.layer == "op" and _renamed(s, self.k)) or s.frame
                     row = self._row(layer.layer, frame, s, primitive, pair)
                     row.consequences += sum(1 for _ in walk_splits(s.children))
                     row.evidence.append(_evidence(layer, s, pass_))

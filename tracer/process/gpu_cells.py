@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tracer.contract import CANDIDATE_MODULE, LOWERING_MODULE_PREFIX, PASSES, PRIMITIVES
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.diff.context import names_gpu_code, op_names
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
@@ -114,7 +114,7 @@ class GpuCoverage:
 #: The device activities that are the runtime's copies and fills, not kernels.
 
 
-def kernel_tag(f: Frame) -> str:
+def kernel_tag(f: Frame, k: Knowledge | None = None) -> str:
     """A GPU kernel's library: the tag its importer gave it, or for a kernel dltrace's
     probe recorded on a GPU machine (module "cuda" or "hip", untagged: the probe runs
     with the standard library alone) the tag the importer would have given it; "" for
@@ -125,14 +125,14 @@ def kernel_tag(f: Frame) -> str:
     if f.lib and f.module.startswith("xla"):
         # an XLA instruction: a custom call into a library is that library's (recordings
         # made before the probe tagged them say "XLA" for __cudnn$convForward too)
-        return library_of(f) or f.lib
+        return library_of(f, k) or f.lib
     if f.lib or vendor is None:
         return f.lib
-    return recorded_kernel_lib(f) or f"{vendor} GPU kernel"
+    return recorded_kernel_lib(f, k) or f"{vendor} GPU kernel"
 
 
-def _kernels(op_root: Node, cpu_op: str = "",
-             probe_ops: frozenset[str] = frozenset()) -> tuple[str, list[str], str, int]:
+def _kernels(op_root: Node, cpu_op: str, probe_ops: frozenset[str],
+             facts: Knowledge) -> tuple[str, list[str], str, int]:
     """(op, kernels, library, kernels not named) of a GPU run's op layer: kernel frames
     are those the recording tags with a library (not the runtime's memsets and
     copies); each kernel's op is the nearest framework op above it that is not a
@@ -142,7 +142,6 @@ def _kernels(op_root: Node, cpu_op: str = "",
     CPU probe reaches (a model's profile also holds what the model does around the
     primitive: a recomputed convolution inside ReluBackward0); computing rather than
     converting a layout; most run."""
-    facts = knowledge()
     counts: Counter[str] = Counter()
     libs: dict[str, str] = {}
     owner: dict[str, str] = {}
@@ -155,9 +154,9 @@ def _kernels(op_root: Node, cpu_op: str = "",
             continue  # what a choice did not take, the choice, how an op is lowered: never a kernel
         if f.name == "bitcast" and f.module.startswith("xla"):
             continue  # XLA's bitcast reinterprets a buffer: no kernel runs
-        lib = kernel_tag(f)
+        lib = kernel_tag(f, facts)
         if lib and lib not in _RUNTIMES:
-            inner = [c for c in node.children if kernel_tag(c.frame)] if not inside else []
+            inner = [c for c in node.children if kernel_tag(c.frame, facts)] if not inside else []
             if inner and not f.name.startswith("fusion"):
                 # a compiled program (XLA:gpu) and what it ran: each instruction is a kernel
                 stack.extend((c, above, True) for c in inner)  # (a fusion is one, whatever it fused)
@@ -172,23 +171,23 @@ def _kernels(op_root: Node, cpu_op: str = "",
         mine = f.name if own_op else above
         stack.extend((c, mine, False) for c in node.children)
     if not counts:
-        return _deepest_op(op_root), [], "", 0
+        return _deepest_op(op_root, facts), [], "", 0
     # a vendor library the framework hands the work to (cuDNN's convolution) before the
     # framework's or XLA's own kernels around it (a bias gradient's reduce), however many
     own = {XLA, *facts.gpu_kernel_tags}
     # in a compiled program (XLA's instructions) the op a kernel hangs under is the
     # compiler's attribution, not the framework's choice: the library it handed work to
     # ranks first there, whatever op the CPU path's cell names
-    compiled = all(libs[k] == XLA or k.startswith("custom-call:") for k in counts)
-    ranked = sorted(counts, key=lambda k: (compiled and libs[k] in own,
-                                           owner[k] != cpu_op, not names_gpu_code(owner[k]), owner[k] not in probe_ops,
-                                           layout[k], libs[k] in own, -counts[k], k))
+    compiled = all(libs[n] == XLA or n.startswith("custom-call:") for n in counts)
+    ranked = sorted(counts, key=lambda n: (compiled and libs[n] in own,
+                                           owner[n] != cpu_op, not names_gpu_code(owner[n], k=facts),
+                                           owner[n] not in probe_ops, layout[n], libs[n] in own, -counts[n], n))
     op = owner[ranked[0]]
     if not op:
         # a compiled program's instructions hang under no op (JAX: the jaxpr's ops are its
         # siblings): the op the first kernel is named after (conv_general_dilated for
         # __cudnn$convBackwardInput), else the CPU path's where the step has it, else the first
-        ops = _framework_ops(op_root)
+        ops = _framework_ops(op_root, facts)
         words = set(_words(ranked[0]))
         op = next((o for o in ops if words & set(_words(o))), cpu_op if cpu_op in ops else next(iter(ops), ""))
     return op, ranked[:MOST_KERNELS], libs[ranked[0]], max(0, len(ranked) - MOST_KERNELS)
@@ -219,14 +218,13 @@ def _converts_layout(node: Node) -> bool:
 _CALL_WRAPPER = re.compile(r"^p?jit(?::|$)")
 
 
-def _framework_ops(root: Node) -> list[str]:
+def _framework_ops(root: Node, facts: Knowledge) -> list[str]:
     """The framework's own ops of an op layer, in order (torch's aten ops, JAX's jaxpr
     primitives; not kernels, XLA's instructions, lowering rules, candidates, utility ops)."""
-    facts = knowledge()
     out: list[str] = []
     for _, node in root.walk():
         f = node.frame
-        if (f.kind != "op" or kernel_tag(f) or f.module in KERNEL_MODULES or f.module in (CANDIDATE, CANDIDATES)
+        if (f.kind != "op" or kernel_tag(f, facts) or f.module in KERNEL_MODULES or f.module in (CANDIDATE, CANDIDATES)
                 or f.module.startswith(("xla", "stablehlo", "native_functions", "at::", LOWERING_MODULE_PREFIX))
                 or facts.is_utility_op(f.name) or facts.is_noise(f.name) or _CALL_WRAPPER.match(f.name)):
             continue
@@ -234,8 +232,7 @@ def _framework_ops(root: Node) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _deepest_op(root: Node) -> str:
-    facts = knowledge()
+def _deepest_op(root: Node, facts: Knowledge) -> str:
     found = ""
     for _, node in root.walk():
         if node.frame.kind == "op" and not facts.is_utility_op(node.frame.name) and not facts.is_noise(node.frame.name):
@@ -255,22 +252,23 @@ def _source(trace: Trace) -> tuple[str, str]:
 
 
 def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
-                 probe_ops: frozenset[str] = frozenset()) -> GpuEvidence | None:
+                 probe_ops: frozenset[str] = frozenset(), k: Knowledge | None = None) -> GpuEvidence | None:
     """What one GPU trace says of one pass (its kernels picked as :func:`_kernels`
     says, against the CPU path's op and ops); None where it has no op layer for it."""
     cls = evidence_class(trace.info)
     run = trace.run(pass_, "warm")
     if cls is None or run is None or "op" not in run.layers:
         return None
-    op, kernels, lib, more = _kernels(run.layers["op"], cpu_op, probe_ops)
+    k = k or knowledge()
+    op, kernels, lib, more = _kernels(run.layers["op"], cpu_op, probe_ops, k)
     source, gpu = _source(trace)
     version = trace.info.framework_version or "unknown"
-    reported = [(library_of(n.frame), n.frame.name) for n in run.layers["library"].children] \
+    reported = [(library_of(n.frame, k), n.frame.name) for n in run.layers["library"].children] \
         if "library" in run.layers else []
     candidates = [n.frame.name for _, n in run.layers["op"].walk() if n.frame.module == CANDIDATE]
     return GpuEvidence(cls, side_label(trace), source, gpu, version, op, kernels, lib, more,
                        list(dict.fromkeys(reported))[:MOST_KERNELS], list(dict.fromkeys(candidates)),
-                       _framework_ops(run.layers["op"]))
+                       _framework_ops(run.layers["op"], k))
 
 
 def _one_per_claim(found: list[GpuEvidence]) -> list[GpuEvidence]:
@@ -286,19 +284,20 @@ def _one_per_claim(found: list[GpuEvidence]) -> list[GpuEvidence]:
     return list(out.values())
 
 
-def cpu_side(trace: Trace, pass_: str) -> CpuSide | None:
+def cpu_side(trace: Trace, pass_: str, k: Knowledge | None = None) -> CpuSide | None:
     """The CPU path's kernel op and the kernel its library reported (oneDNN's
     verbose output: every call), else its hottest sampled native leaf."""
     run = trace.run(pass_, "warm")
     if run is None:
         return None
-    r = reach(trace)
+    k = k or knowledge()
+    r = reach(trace, k=k)
     ops = [o for p, o in r.ops if p == pass_]
     kernel, lib = "", ""
     calls = [n for n in (run.layers["library"].children if "library" in run.layers else ())
              if not n.frame.name.startswith("reorder")]
     if calls:
-        kernel, lib = calls[0].frame.name, library_of(calls[0].frame)
+        kernel, lib = calls[0].frame.name, library_of(calls[0].frame, k)
     else:
         leaves = [k for p, k, _ in r.kernels if p == pass_]
         kernel = leaves[0] if leaves else ""
@@ -312,17 +311,18 @@ def _cpu_trace(traces: list[Trace], primitive: str) -> Trace | None:
     return min(mine, key=lambda t: (t.info.api != "functional", len(t.info.shape)), default=None)
 
 
-def gpu_cells(traces: list[Trace]) -> list[GpuCell]:
+def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
     """One framework's cells: every primitive of the contract and both passes, with
     or without evidence (a cell with none says so in the report)."""
+    k = k or knowledge()
     cells = []
     for prim in PRIMITIVES:
         cpu = _cpu_trace(traces, prim)
         probe_ops = op_names(cpu) if cpu else frozenset()
         gpus = [t for t in traces if t.info.primitive == prim and t.info.device == "gpu"]
         for pass_ in PASSES:
-            mine = cpu_side(cpu, pass_) if cpu else None
-            found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops) for t in gpus) if e]
+            mine = cpu_side(cpu, pass_, k) if cpu else None
+            found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops, k) for t in gpus) if e]
             found.sort(key=lambda e: (EVIDENCE_ORDER.index(e.evidence), e.label))
             cells.append(GpuCell(prim, pass_, mine, _one_per_claim(found)))
     return cells

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import MODELS, PASSES
+from tracer.knowledge import Knowledge
 from tracer.process.portability import framework_report
 from tracer.process.scorecard import Figure, ScoreRow, decision_figures, needs_figures
 from tracer.trace import Node, Trace
@@ -107,11 +108,11 @@ def _cpu_default(trace: Trace) -> bool:
 
 
 def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
-              primitive_card: ScoreRow | None) -> ModelRow:
+              primitive_card: ScoreRow | None, k: Knowledge | None = None) -> ModelRow:
     """``traces``: this framework's traces of this model (every level and device)."""
-    rep = framework_report(framework, traces, gaps)
-    implement, _ = needs_figures(rep)
-    decisions, _ = decision_figures(rep)
+    rep = framework_report(framework, traces, gaps, k=k)
+    implement, _ = needs_figures(rep, k)
+    decisions, _ = decision_figures(rep, k)
     known = set(primitive_card.figures["implement"].items) if primitive_card is not None else set()
     beyond = [e for e in implement.items if e not in known] if primitive_card is not None else []
     cpu = sorted((t for t in traces if _cpu_default(t)), key=lambda t: t.info.api)
@@ -122,7 +123,8 @@ def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
                     [f"{g.api} on {g.device}: {g.error}" for g in gaps])
 
 
-def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow]) -> list[ModelReport]:
+def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow],
+                  k: Knowledge | None = None) -> list[ModelReport]:
     """One report per model with any trace or gap, one row per framework that has either."""
     by_card = {c.framework: c for c in cards}
     out = []
@@ -133,6 +135,6 @@ def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow]) -
             continue
         frameworks = list(dict.fromkeys([*(t.info.framework for t in mine), *(g.framework for g in my_gaps)]))
         rows = [model_row(name, fw, [t for t in mine if t.info.framework == fw],
-                          [g for g in my_gaps if g.framework == fw], by_card.get(fw)) for fw in frameworks]
+                          [g for g in my_gaps if g.framework == fw], by_card.get(fw), k) for fw in frameworks]
         out.append(ModelReport(name, m.title, list(m.layers), m.loss, m.optimizer, rows))
     return out

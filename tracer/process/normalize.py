@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.trace import Frame
 
 NATIVE = frozenset({"native"})
@@ -79,11 +79,11 @@ _ADDRESS_ONLY = re.compile(r"^(?:0x…|\?\?|\[unknown\]|\[jit\]|\[?JIT code\]?|)
 _SO_VERSION = re.compile(r"(?:\.cpython-[^.]*|\.abi3)?\.so(?:\.[0-9.]+)?$|\.dylib$|\.dll$")
 
 
-@lru_cache(maxsize=1)
-def rules() -> tuple[Rule, ...]:
+@lru_cache(maxsize=4)
+def rules(k: Knowledge | None = None) -> tuple[Rule, ...]:
     """:data:`RULES`, with the frameworks' numbered generated names (tracer.knowledge:
     TensorFlow's __inference_conv_1234, JAX's jit_f_17) in their place."""
-    k = knowledge()
+    k = k or knowledge()
     at = next(i for i, r in enumerate(RULES) if r.why.startswith("op and kernel names made by code generators"))
     extra = []
     if k.generated is not None:
@@ -94,9 +94,9 @@ def rules() -> tuple[Rule, ...]:
     return (*RULES[:at], *extra, *RULES[at:])
 
 
-def normalize(text: str, kind: str) -> str:
+def normalize(text: str, kind: str, k: Knowledge | None = None) -> str:
     """``text`` (a frame's name or module) with the noise of :func:`rules` removed."""
-    for rule in rules():
+    for rule in rules(k):
         if kind in rule.kinds:
             text = rule.pattern.sub(rule.replacement, text)
     return text.strip()
@@ -113,7 +113,7 @@ Identity = tuple[str, str, str]
 
 
 @lru_cache(maxsize=1 << 16)  # pure; equal frames of two traces are normalised once
-def identity(frame: Frame) -> Identity:
+def identity(frame: Frame, k: Knowledge | None = None) -> Identity:
     """The hashable key under which two frames are "the same function".
 
     ``(kind, module, name)`` after normalisation. A native frame without a usable
@@ -121,8 +121,8 @@ def identity(frame: Frame) -> Identity:
     so that all unsymbolised code of one library in one calling context aligns.
     """
     kind = frame.kind
-    name = normalize(frame.name, kind)
-    module = normalize(frame.module, kind) if frame.module else ""
+    name = normalize(frame.name, kind, k)
+    module = normalize(frame.module, kind, k) if frame.module else ""
     if kind == "native" and _ADDRESS_ONLY.match(name):
         lib = frame.lib
         name = ("[jit]" if lib in ("", "[jit]") or name in ("[jit]", "JIT code", "[JIT code]")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.arm_audit import ArmAudit, arm_audit
 from tracer.process.backend_needs import BackendNeeds, PassNeeds, backend_needs, op_layer_needs, pass_needs
 from tracer.process.standin_needs import StandinNeeds, standin_needs
@@ -81,11 +82,12 @@ def _branch_code(branches: list[Branch], code: SideCode, libs: set[str], isa: se
             code.ops += b.nodes
 
 
-def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
+def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> PairReport:
+    k = k or knowledge()
     diffs, errors = {}, []
     for pass_ in PASSES:
         try:
-            diffs[pass_] = diff_traces(pair.a, pair.b, pass_=pass_, threshold=threshold)
+            diffs[pass_] = diff_traces(pair.a, pair.b, pass_=pass_, threshold=threshold, k=k)
         except DiffError as exc:
             errors.append(f"{pass_}: {exc}")
     first = None
@@ -104,11 +106,11 @@ def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD) -> PairReport:
                 n += 1
                 _branch_code(s.only_a, code["A"], libs["A"], isa["A"], seen["A"])
                 _branch_code(s.only_b, code["B"], libs["B"], isa["B"], seen["B"])
-    kernels = {p: split_kernels(pair.a, pair.b, p) for p in diffs}
+    kernels = {p: split_kernels(pair.a, pair.b, p, k) for p in diffs}
     return PairReport(pair.kind, pair.title, side_label(pair.a), side_label(pair.b), diffs, errors, first, n, code,
-                      {k: sorted(v, key=library_order) for k, v in libs.items()},
-                      {k: sorted(v) for k, v in isa.items()},
-                      {p: k for p, k in kernels.items() if k[0] or k[1]})
+                      {side: sorted(v, key=lambda lib: library_order(lib, k)) for side, v in libs.items()},
+                      {side: sorted(v) for side, v in isa.items()},
+                      {p: ran for p, ran in kernels.items() if ran[0] or ran[1]})
 
 
 # ----------------------------------------------------------------------------- per framework
@@ -217,7 +219,9 @@ def _api_level(cases: list[CaseReport], by_case: dict[tuple[str, str], CaseRepor
 
 
 def framework_report(name: str, traces: list[Trace], gaps: list[Any],
-                     threshold: float = DEFAULT_THRESHOLD) -> FrameworkReport:
+                     threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> FrameworkReport:
+    """One framework's report over its traces, read with the knowledge ``k``."""
+    k = k or knowledge()
     # a GPU machine's own CPU path is its GPU path's baseline only (pairs.reference_cpus):
     # every other analysis is of this survey's own paths
     all_pairs = pairs(traces)
@@ -228,7 +232,7 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
         by_key[case_key(t)].append(t)
     cases: list[CaseReport] = []
     by_case: dict[tuple[str, str], CaseReport] = {}
-    points = DispatchTable()
+    points = DispatchTable(k)
     totals: dict[str, SideCode] = defaultdict(SideCode)
     side_libs: dict[str, set[str]] = defaultdict(set)
     isa_all: set[str] = set()
@@ -243,16 +247,16 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
     def path_of(t: Trace) -> str:
         return side_label(t, with_machine=len(label_machines[side_label(t)]) > 1)
 
-    for key in sorted(by_key, key=lambda k: (_order(k[1]), k[2], k[3])):
+    for key in sorted(by_key, key=lambda c: (_order(c[1]), c[2], c[3])):
         group = by_key[key]
         sides = {}
         for t in sorted(group, key=lambda t: (t.info.device, t.info.variant != "default", side_label(t))):
             label = side_label(t, with_machine=len({machine_of(x) for x in group
                                                     if side_label(x) == side_label(t)}) > 1)
-            sides[label] = r = reach(t, threshold)
+            sides[label] = r = reach(t, threshold, k)
             side_libs[path_of(t)].update(r.libraries)
             isa_all.update(r.isa)
-        reports = [pair_report(p, threshold) for p in all_pairs if case_key(p.a) == key]
+        reports = [pair_report(p, threshold, k) for p in all_pairs if case_key(p.a) == key]
         for pr in reports:
             n_splits += pr.splits
             if pr.first_layer:
@@ -275,12 +279,12 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
     for t in traces:
         if is_default_cpu(t):
             cpu_default[t.info.primitive].append(t)
-    audit = _audit(cases, {prim: backend_needs(ts) for prim, ts in cpu_default.items()})
+    audit = _audit(cases, {prim: backend_needs(ts, k) for prim, ts in cpu_default.items()}, k)
     for row in audit:  # the stand-in device's run beside the tables' list; per pass, the derived GPU evidence
         ran = [t for t in traces if t.info.device == "standin" and t.info.primitive == row.primitive]
         row.standin = standin_needs(ran, cpu_default.get(row.primitive, []), row.needs) if ran else None
         of_prim = [t for t in traces if t.info.primitive == row.primitive]
-        row.pass_needs = pass_needs(of_prim) or op_layer_needs(of_prim)
+        row.pass_needs = pass_needs(of_prim, k) or op_layer_needs(of_prim, k)
     return FrameworkReport(
         name=name,
         versions=sorted({"?" if t.info.framework_version is None else t.info.framework_version for t in every}),
@@ -295,12 +299,12 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
         audit=audit,
         splits=n_splits,
         first_layer=first_layers.most_common(1)[0][0] if first_layers else None,
-        libraries={k: sorted(v, key=library_order) for k, v in side_libs.items()},
+        libraries={side: sorted(v, key=lambda lib: library_order(lib, k)) for side, v in side_libs.items()},
         isa=sorted(isa_all),
         code=dict(totals),
         devices=sorted({t.info.device for t in traces}),
-        arm=arm_audit(traces, [g for g in gaps if g.framework == name]),
-        gpu_cells=gpu_cells(traces),
+        arm=arm_audit(traces, [g for g in gaps if g.framework == name], k),
+        gpu_cells=gpu_cells(traces, k),
         workers=sorted({recorded_by(t) for t in traces} - {""}),
     )
 
@@ -309,7 +313,7 @@ def _order(primitive: str) -> int:
     return list(PRIMITIVES).index(primitive) if primitive in PRIMITIVES else len(PRIMITIVES)
 
 
-def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> list[AuditRow]:
+def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None], k: Knowledge) -> list[AuditRow]:
     rows = []
     for prim in dict.fromkeys(c.primitive for c in cases):
         cpu_libs: set[str] = set()
@@ -322,7 +326,7 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> li
                 if r.device == "gpu" and r.evidence in ("recorded", "imported"):  # a GPU ran it: the rest
                     # (registries, lowering, source) is shown with its class in the GPU cells, never here
                     gpu_libs = (gpu_libs or set()) | {lib for lib in r.libraries
-                                                      if is_gpu_lib(lib) or is_vendor_lib(lib)}
+                                                      if is_gpu_lib(lib, k) or is_vendor_lib(lib, k)}
                 elif r.device == "cpu" and r.default:
                     cpu_libs.update(lib for lib in r.libraries)
                     isa.update(r.isa)
@@ -331,18 +335,23 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None]) -> li
                         if item not in provide:
                             provide.append(item)
                     # what the libraries reported first (every call, no sampling), then sampled kernels
-                    for k in [c for _, c in r.library_calls] + [k for _, k, _ in r.kernels]:
-                        if k not in kernels:
-                            kernels.append(k)
-        rows.append(AuditRow(prim, sorted(cpu_libs, key=library_order),
-                             sorted(gpu_libs, key=library_order) if gpu_libs is not None else None, sorted(isa),
+                    for kernel in [c for _, c in r.library_calls] + [name for _, name, _ in r.kernels]:
+                        if kernel not in kernels:
+                            kernels.append(kernel)
+        order = lambda lib: library_order(lib, k)  # noqa: E731
+        rows.append(AuditRow(prim, sorted(cpu_libs, key=order),
+                             sorted(gpu_libs, key=order) if gpu_libs is not None else None, sorted(isa),
                              provide, kernels[:6], needs.get(prim)))
     return rows
 
 
-def survey_reports(traces: list[Trace], gaps: list[Any], threshold: float = DEFAULT_THRESHOLD) -> list[FrameworkReport]:
+def survey_reports(traces: list[Trace], gaps: list[Any], threshold: float = DEFAULT_THRESHOLD,
+                   k: Knowledge | None = None) -> list[FrameworkReport]:
+    """Every framework's report, each read with the one knowledge ``k`` (loaded here when
+    the caller hands none)."""
+    k = k or knowledge()
     by_fw: dict[str, list[Trace]] = defaultdict(list)
     for t in traces:
         by_fw[t.info.framework].append(t)
     names = list(dict.fromkeys([*sorted(by_fw), *(g.framework for g in gaps)]))
-    return [framework_report(n, by_fw.get(n, []), gaps, threshold) for n in names]
+    return [framework_report(n, by_fw.get(n, []), gaps, threshold, k) for n in names]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.symbols import display
 from tracer.process.tags import _bare
 from tracer.trace import Trace
@@ -64,8 +64,8 @@ def _rewrites(trace: Trace, pass_: str) -> list[str]:
     return out
 
 
-def _sampled(trace: Trace, pass_: str) -> list[tuple[str, int]]:
-    pattern = knowledge().kernels
+def _sampled(trace: Trace, pass_: str, k: Knowledge) -> list[tuple[str, int]]:
+    pattern = k.kernels
     tree = trace.layer(pass_, "native")
     if pattern is None or tree is None:
         return []
@@ -76,14 +76,14 @@ def _sampled(trace: Trace, pass_: str) -> list[tuple[str, int]]:
     return [(name, n) for name, n in found.most_common() if n >= MIN_SAMPLES]
 
 
-def ran_kernels(trace: Trace, pass_: str) -> RanKernels:
-    return RanKernels(_rewrites(trace, pass_), _sampled(trace, pass_))
+def ran_kernels(trace: Trace, pass_: str, k: Knowledge | None = None) -> RanKernels:
+    return RanKernels(_rewrites(trace, pass_), _sampled(trace, pass_, k or knowledge()))
 
 
-def split_kernels(a: Trace, b: Trace, pass_: str) -> tuple[list[str], list[str]]:
+def split_kernels(a: Trace, b: Trace, pass_: str, k: Knowledge | None = None) -> tuple[list[str], list[str]]:
     """What each side ran that the other did not, by the framework's kernel names
     (empty lists where neither source names any)."""
-    ka, kb = ran_kernels(a, pass_), ran_kernels(b, pass_)
+    ka, kb = ran_kernels(a, pass_, k), ran_kernels(b, pass_, k)
     a_names = {n for n, _ in ka.sampled}
     b_names = {n for n, _ in kb.sampled}
     only_a = RanKernels([r for r in ka.rewrites if r not in kb.rewrites],

@@ -8,12 +8,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tracer.contract import PASSES
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.evidence_class import evidence_class
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
 from tracer.process.kernel_names import implausible, not_a_kernel
-from tracer.process.tags import (SYSTEM_LIBS, is_incidental, is_unnamed, isa_of, library_of, library_order,
+from tracer.process.tags import (is_incidental, is_system_lib, is_unnamed, isa_of, library_of, library_order,
                                  recorded_kernel_lib)
 from tracer.process.tree import total_samples
 from tracer.trace import Frame, Node, Trace
@@ -38,13 +38,12 @@ class Reach:
     evidence: str = ""  # a GPU path's evidence class (tracer.process.evidence_class); "" on a CPU
 
 
-def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter[str]:
+def _leaves(tree: Node, kinds: tuple[str, ...], facts: Knowledge) -> Counter[str]:
     """Leaf frames of ``kinds``; for ops, the deepest op that is not a utility op (ops
     that allocate, view or copy, and the runtime's own records around a kernel, as
     each framework declares them in tracer.knowledge: every backend has them, and
     they hang below the kernel op, so they must not hide it; and the profiler's own
     markers, the knowledge's noise)."""
-    facts = knowledge()
 
     def utility(name: str) -> bool:
         return facts.is_utility_op(name) or facts.is_noise(name)
@@ -64,7 +63,8 @@ def _leaves(tree: Node, kinds: tuple[str, ...]) -> Counter[str]:
     return found
 
 
-def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int = 5) -> list[tuple[str, int]]:
+def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int = 5,
+                   k: Knowledge | None = None) -> list[tuple[str, int]]:
     """The frames that compute, in at least ``threshold`` of the samples: a vendor
     library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
     first. A leaf that computes nothing (system code, an unnamed address, a binding,
@@ -72,26 +72,27 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
     is no kernel, and its samples are not given to the frame above it (that is where
     the kernel was called from, not the kernel); an impossible name (a complex LAPACK
     routine under a float32 probe) is no kernel either (:func:`suspect_kernels`)."""
+    k = k or knowledge()
     total = total_samples(native) or 1
     leaves: dict[str, list[int]] = {}  # label -> [library rank, samples]
     for node, _ in _leaf_paths(native):
         found = node.frame
-        if not _computes(found):
+        if not _computes(found, k):
             continue
-        entry = leaves.setdefault(found.label, [library_order(library_of(found))[0], 0])
+        entry = leaves.setdefault(found.label, [library_order(library_of(found, k), k)[0], 0])
         entry[1] += node.count
     ranked = sorted((rank, -n, label) for label, (rank, n) in leaves.items() if n / total >= threshold)
     return [(label, -neg) for _, neg, label in ranked[:most]]
 
 
-def suspect_kernels(native: Node) -> list[str]:
+def suspect_kernels(native: Node, k: Knowledge | None = None) -> list[str]:
     """Why each sampled leaf whose name cannot be what ran is not named (kernel_names.implausible)."""
-    return list(dict.fromkeys(why for node, _ in _leaf_paths(native) if (why := implausible(node.frame.name))))
+    return list(dict.fromkeys(why for node, _ in _leaf_paths(native) if (why := implausible(node.frame.name, k))))
 
 
-def _computes(f: Frame) -> bool:
-    return (f.kind == "native" and not is_unnamed(f) and library_of(f) not in SYSTEM_LIBS
-            and not is_incidental(f) and not not_a_kernel(f.name) and not implausible(f.name))
+def _computes(f: Frame, k: Knowledge) -> bool:
+    return (f.kind == "native" and not is_unnamed(f) and not is_system_lib(library_of(f, k), k)
+            and not is_incidental(f, k) and not not_a_kernel(f.name, k) and not implausible(f.name, k))
 
 
 def _leaf_paths(native: Node) -> list[tuple[Node, list[Frame]]]:
@@ -108,7 +109,9 @@ def _leaf_paths(native: Node) -> list[tuple[Node, list[Frame]]]:
     return out
 
 
-def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
+def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> Reach:
+    """What ``trace``'s warm path reaches, read with the knowledge ``k``."""
+    k = k or knowledge()
     libs: Counter[str] = Counter()
     isa: set[str] = set()
     kernels, ops, handoffs, python, seconds, calls = [], [], [], {}, {}, []
@@ -121,7 +124,7 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
             seconds[pass_] = run.info.untraced_s
         if "python" in run.layers:
             python[pass_] = summarize(run.layers["python"])
-            handoffs += [(pass_, name) for name in _leaves(run.layers["python"], ("c",))]
+            handoffs += [(pass_, name) for name in _leaves(run.layers["python"], ("c",), k)]
         native = run.layers.get("native")
         if native is not None:
             total = total_samples(native) or 1
@@ -130,34 +133,35 @@ def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD) -> Reach:
                 # a frame in a sample or two can be a misread stack (a bad unwind, a wrong symbol)
                 if f.kind != "native" or node.count / total < threshold:
                     continue
-                lib = library_of(f)
+                lib = library_of(f, k)
                 if lib:
                     libs[lib] += node.count
-                tag = isa_of(f)
+                tag = isa_of(f, k)
                 if tag:
                     isa.add(tag)
-            kernels += [(pass_, k, n) for k, n in native_kernels(native, threshold)]
+            kernels += [(pass_, name, n) for name, n in native_kernels(native, threshold, k=k)]
         elif run.info.not_captured.get("native"):
             note = run.info.not_captured["native"]
         op = run.layers.get("op")
         if op is not None:
-            ops += [(pass_, name) for name in _leaves(op, ("op",))]
+            ops += [(pass_, name) for name in _leaves(op, ("op",), k)]
             for _, node in op.walk():
                 # a GPU kernel dltrace's probe recorded untagged: the tag its importer would give it
-                lib = (library_of(node.frame) or recorded_kernel_lib(node.frame)) if node.frame.kind == "op" else ""
+                f = node.frame
+                lib = (library_of(f, k) or recorded_kernel_lib(f, k)) if f.kind == "op" else ""
                 if lib:
                     libs[lib] += 1
         lib_layer = run.layers.get("library")
         if lib_layer is not None:  # what the libraries said they ran: no sampling, every call
             for node in lib_layer.children:
-                libs[library_of(node.frame)] += node.count
-                tag = isa_of(node.frame)
+                libs[library_of(node.frame, k)] += node.count
+                tag = isa_of(node.frame, k)
                 if tag:
                     isa.add(tag)
                 if (pass_, node.frame.name) not in calls:
                     calls.append((pass_, node.frame.name))
-    return Reach(sorted(libs, key=library_order), sorted(isa), kernels, ops, handoffs, python, seconds,
-                 trace.info.device, trace.info.variant == "default", note, calls, origin(trace),
+    return Reach(sorted(libs, key=lambda lib: library_order(lib, k)), sorted(isa), kernels, ops, handoffs, python,
+                 seconds, trace.info.device, trace.info.variant == "default", note, calls, origin(trace),
                  evidence_class(trace.info) or "")
 
 

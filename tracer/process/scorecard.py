@@ -39,7 +39,8 @@ from tracer.process.pairs import reference_cpus, side_label
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.portability import FrameworkReport
 from tracer.process.standin_needs import StandinNeeds
-from tracer.process.tags import JIT, SYSTEM_LIBS, is_gpu_lib, is_vendor_lib, library_of, library_order
+from tracer.knowledge import Knowledge, knowledge
+from tracer.process.tags import JIT, is_gpu_lib, is_system_lib, is_vendor_lib, library_of, library_order
 from tracer.trace import Frame, Trace
 
 #: The evidence classes of a GPU trace (the shared GPU evidence contract).
@@ -127,13 +128,13 @@ NOT_ENTRIES = re.compile(r"^(?:fusion|bitcast|tuple|get-tuple-element|parameter|
                          r"DeleteVariable|WaitForVar|ImperativeBulk)(?:$|[.(\s:])|\(k(?:Loop|Input|Output)\)")
 
 
-def interface_entries(ops: Iterable[str]) -> list[str]:
+def interface_entries(ops: Iterable[str], k: Knowledge | None = None) -> list[str]:
     """The ops that are entries of a backend interface: not :data:`NOT_ENTRIES`, and
     not a CPU library's own op (``mkldnn_convolution`` is oneDNN CPU code)."""
     out = []
     for op in ops:
         name = op.split(" (")[0]
-        if NOT_ENTRIES.search(name) or is_cpu_library_op(name):
+        if NOT_ENTRIES.search(name) or is_cpu_library_op(name, k):
             continue
         out.append(op)
     return list(dict.fromkeys(out))
@@ -150,10 +151,10 @@ def _page(rep: FrameworkReport, anchor: str) -> str:
     return anchor
 
 
-def decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
+def decision_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Figure, Figure]:
     """Decision sites (the Python device branches a single trace shows are sites too,
     merged with a split at the same line), and the splits that are none, by kind."""
-    found = decisions(rep)
+    found = decisions(rep, k)
     sites = {s.site: s.kind for s in found.sites}
     for c in device_branches(rep):
         sites.setdefault(c.function, "python")  # the deciding function: one site with a split in it
@@ -178,21 +179,22 @@ def decision_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
     return fig, apart
 
 
-def needs_figures(rep: FrameworkReport) -> tuple[Figure, Figure]:
+def needs_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Figure, Figure]:
     """From the stand-in device's run where the framework has one (torch); else from its
     own dispatch tables (TensorFlow's kernel registry); else from the audit's per-pass
     lists, whose evidence class the cell names (JAX's lowering, Chainer's forward_gpu
     source, MXNet's CPU operators)."""
+    k = k or knowledge()
     ran = [r.standin for r in rep.audit if r.standin is not None]
     if ran:
-        return _run_needs(rep, ran)
+        return _run_needs(rep, ran, k)
     with_table = [r.primitive for r in rep.audit if r.needs is not None]
     if with_table:
-        return _table_needs(rep, with_table)
-    return _pass_needs(rep)
+        return _table_needs(rep, with_table, k)
+    return _pass_needs(rep, k)
 
 
-def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds]) -> tuple[Figure, Figure]:
+def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds], k: Knowledge) -> tuple[Figure, Figure]:
     """From the stand-in device's run, the strongest list: what reached a backend when the
     step ran on one (setup, forward, backward), checked by running, not read from tables."""
     must: dict[str, None] = {}
@@ -201,7 +203,7 @@ def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds]) -> tuple[Figure, F
         must.update(dict.fromkeys(run.must_implement))
         free.update(dict.fromkeys(run.free))
     link = _page(rep, "audit-table")
-    entries = interface_entries(must)
+    entries = interface_entries(must, k)
     implement = Figure(str(len(entries)), f"run on the {ran[0].device} device: {len(ran)} primitive(s), "
                        "setup (copies to the device) included", link, entries[:10],
                        unit=f"ops that reached the {ran[0].device} backend's dispatch key", items=entries,
@@ -213,7 +215,7 @@ def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds]) -> tuple[Figure, F
     return implement, gets
 
 
-def _table_needs(rep: FrameworkReport, with_table: list[str]) -> tuple[Figure, Figure]:
+def _table_needs(rep: FrameworkReport, with_table: list[str], k: Knowledge) -> tuple[Figure, Figure]:
     must: dict[str, None] = {}
     free: dict[str, str] = {}
     for row in rep.audit:
@@ -224,7 +226,7 @@ def _table_needs(rep: FrameworkReport, with_table: list[str]) -> tuple[Figure, F
             free.setdefault(op, why)
     link = _page(rep, "audit-table")
     keys = {r.needs.key for r in rep.audit if r.needs is not None and r.needs.key}
-    entries = interface_entries(must)
+    entries = interface_entries(must, k)
     implement = Figure(str(len(entries)), f"under {', '.join(sorted(keys)) or 'its key'}, "
                        f"{len(with_table)} primitive(s) with a dispatch table",
                        link, entries[:10], unit=f"op kernels registered under {', '.join(sorted(keys)) or 'its key'}",
@@ -242,7 +244,7 @@ _PASS_EVIDENCE = {
 }
 
 
-def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
+def _pass_needs(rep: FrameworkReport, k: Knowledge) -> tuple[Figure, Figure]:
     must: dict[str, None] = {}
     free: dict[str, str] = {}
     classes: dict[str, None] = {}
@@ -258,7 +260,7 @@ def _pass_needs(rep: FrameworkReport) -> tuple[Figure, Figure]:
                 keys[pn.key] = None
     link = _page(rep, "audit-table")
     where = f"{len(prims)} primitive(s), from {', '.join(classes) or 'no'} evidence"
-    entries = interface_entries(must)
+    entries = interface_entries(must, k)
     implement = Figure(str(len(entries)), f"{where} ({'; '.join(keys) or 'its key'})", link, entries[:10],
                        unit="; ".join(keys) or "ops", items=entries,
                        evidence=min(classes, key=lambda c: LIST_EVIDENCE.index(c) if c in LIST_EVIDENCE else 99,
@@ -286,28 +288,32 @@ def _path_kind(side: str) -> str:
     return ""
 
 
-def vendor_figure(rep: FrameworkReport) -> Figure:
+def vendor_figure(rep: FrameworkReport, k: Knowledge | None = None) -> Figure:
     """The vendor libraries of the default x86 CPU path that the GPU path, or an ARM
     CPU's, does not reach (what a port replaces), and what those paths reach instead."""
+    k = k or knowledge()
+    def order(lib: str) -> tuple[int, str]:
+        return library_order(lib, k)
+
     libs: dict[str, set[str]] = defaultdict(set)
     for side, found in rep.libraries.items():
         kind = _path_kind(side)
         if kind:
-            libs[kind].update(lib for lib in found if is_vendor_lib(lib) or is_gpu_lib(lib) or lib == JIT)
+            libs[kind].update(lib for lib in found if is_vendor_lib(lib, k) or is_gpu_lib(lib, k) or lib == JIT)
     cpu = libs.get("cpu", set())
-    details, replaced = [f"x86 CPU: {', '.join(sorted(cpu, key=library_order)) or 'none'}"], set()
+    details, replaced = [f"x86 CPU: {', '.join(sorted(cpu, key=order)) or 'none'}"], set()
     for kind, name in (("gpu", "GPU"), ("arm", "ARM")):
         if kind not in libs:
             details.append(f"{name}: no path traced")
             continue
         gone = cpu - libs[kind]
         replaced |= gone
-        instead = sorted(libs[kind] - cpu, key=library_order)
+        instead = sorted(libs[kind] - cpu, key=order)
         shown = ", ".join(instead[:4]) + (f" +{len(instead) - 4} more" if len(instead) > 4 else "")
-        details.append(f"{name} path replaces {', '.join(sorted(gone, key=library_order)) or 'nothing'}"
+        details.append(f"{name} path replaces {', '.join(sorted(gone, key=order)) or 'nothing'}"
                        f" with {shown or 'nothing new'}")
-    fig = Figure(str(len(replaced)), ", ".join(sorted(replaced, key=library_order)) or "none",
-                 _page(rep, "audit-table"), details, unit="libraries", items=sorted(replaced, key=library_order))
+    fig = Figure(str(len(replaced)), ", ".join(sorted(replaced, key=order)) or "none",
+                 _page(rep, "audit-table"), details, unit="libraries", items=sorted(replaced, key=order))
     if "gpu" not in libs and "arm" not in libs:
         fig.thin = "no GPU or ARM path traced: nothing to compare with"
         fig.value = "—"
@@ -349,7 +355,7 @@ def _side_paths(traces: list[Trace]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -> Figure:
+def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None, k: Knowledge) -> Figure:
     """The machine code of each path, read from that path's own shared objects (their
     size at capture checked); a path with any of its objects unreadable here (a GPU path
     recorded on another machine) is not measured, and the figure is the largest of the
@@ -373,7 +379,7 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
         found = asked = 0
         problems: list[str] = []
         for lib, syms in by_lib.items():
-            if library_of(_frame(lib, "")) in SYSTEM_LIBS:
+            if is_system_lib(library_of(_frame(lib, ""), k), k):
                 continue
             info = paths.get(side, {}).get(lib)
             if not isinstance(info, dict) or not info.get("path"):
@@ -389,8 +395,8 @@ def _bytes(rep: FrameworkReport, traces: list[Trace], measure: Measure | None) -
             asked += len(syms)
             for name in syms & set(code.sizes):
                 found += 1
-                per_tag[library_of(_frame(lib, name))] += code.sizes[name]
-        per_tag = {k: v for k, v in per_tag.items() if k not in SYSTEM_LIBS}
+                per_tag[library_of(_frame(lib, name), k)] += code.sizes[name]
+        per_tag = {tag: v for tag, v in per_tag.items() if not is_system_lib(tag, k)}
         total = sum(per_tag.values())
         # JIT code is what a library generated for this CPU's ISA: shown, never counted
         generated = f"; + {jit[side] / 1024:.1f} KiB JIT code generated for this CPU, not counted" \
@@ -468,9 +474,11 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
                   _page(rep, "primitives"), details, "; ".join(thin))
 
 
-def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Measure | None = None) -> list[ScoreRow]:
+def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Measure | None = None,
+              k: Knowledge | None = None) -> list[ScoreRow]:
     """One row per framework; ``measure`` reads a shared object's symbol sizes
     (tracer.elf_code.ElfCode().sizes), None where they cannot be read."""
+    k = k or knowledge()
     by_fw: dict[str, list[Trace]] = defaultdict(list)
     for t in traces:
         by_fw[t.info.framework].append(t)
@@ -478,9 +486,9 @@ def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Meas
     refs = {id(t) for t in reference_cpus(traces)}  # a GPU machine's CPU path: its GPU path's baseline only
     for rep in reports:
         mine = [t for t in by_fw.get(rep.name, []) if id(t) not in refs]
-        sites, apart = decision_figures(rep)
-        implement, free = needs_figures(rep)
+        sites, apart = decision_figures(rep, k)
+        implement, free = needs_figures(rep, k)
         rows.append(ScoreRow(rep.name, {
-            "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": vendor_figure(rep),
-            "bytes": _bytes(rep, mine, measure), "lines": _lines(rep), "coverage": _coverage(rep, mine)}))
+            "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": vendor_figure(rep, k),
+            "bytes": _bytes(rep, mine, measure, k), "lines": _lines(rep), "coverage": _coverage(rep, mine)}))
     return rows

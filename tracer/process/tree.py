@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from tracer.knowledge import Knowledge
 from tracer.process.normalize import identity
 from tracer.trace import Frame, Node
 
@@ -52,12 +53,12 @@ def above(groups: Groups, minimum: float) -> tuple[Groups, Groups]:
     return keep, low
 
 
-def children_groups(nodes: list[Node]) -> dict[tuple[str, str, str], list[Node]]:
+def children_groups(nodes: list[Node], k: Knowledge | None = None) -> dict[tuple[str, str, str], list[Node]]:
     """Children of a group of aligned nodes, grouped by identity (for the graph module)."""
     out: dict[tuple[str, str, str], list[Node]] = {}
     for n in nodes:
         for c in n.children:
-            out.setdefault(identity(c.frame), []).append(c)
+            out.setdefault(identity(c.frame, k), []).append(c)
     return out
 
 

@@ -58,9 +58,10 @@ from tracer.process.diff.context import label_context
 from tracer.process.diff.evidence import after_the_exact_layers, replicated
 from tracer.process.diff.result import DiffResult
 from tracer.process.sampling import DEFAULT_THRESHOLD
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.tags import is_incidental
 from tracer.process.tree import looks_sampled, splice
-from tracer.trace import Node, Run, Trace
+from tracer.trace import Frame, Node, Run, Trace
 
 #: Meta fields that must agree unless forced: diffing conv2d against relu finds nothing useful.
 MUST_MATCH = ("framework", "primitive")
@@ -96,13 +97,19 @@ def is_sampled(run: Run, layer: str, root: Node | None) -> bool:
 
 def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
                 layers: Sequence[str] = LAYERS, threshold: float = DEFAULT_THRESHOLD,
-                force: bool = False) -> DiffResult:
+                force: bool = False, k: Knowledge | None = None) -> DiffResult:
     """Diff the ``pass_``/``phase`` run of two loaded traces, layer by layer.
 
     Traces of a different framework or primitive are refused (DiffError) unless
     ``force``. Layers missing on both sides are skipped; a layer on one side only is
-    a warning; no layer in common is an error.
+    a warning; no layer in common is an error. ``k``: what the stages know (default:
+    tracer.knowledge.knowledge(), loaded once by the entry point that calls this).
     """
+    k = k or knowledge()
+
+    def incidental(f: Frame) -> bool:
+        return is_incidental(f, k)
+
     if not 0 <= threshold < 1:
         raise DiffError(f"threshold {threshold} is not a share of samples (0 <= threshold < 1)")
     da, db = describe(a), describe(b)
@@ -130,19 +137,19 @@ def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
             continue
         sampled = is_sampled(ra, layer, ta) or is_sampled(rb, layer, tb)
         if sampled:  # where a sample found a thread waiting or allocating says nothing of what was chosen
-            ta, tb = splice(ta, is_incidental), splice(tb, is_incidental)
+            ta, tb = splice(ta, incidental), splice(tb, incidental)
         python_elsewhere = layer != "python" and "python" in ra.layers and "python" in rb.layers
         result = diff_trees(ta, tb, layer, threshold, sampled=sampled, sources_a=a.sources, sources_b=b.sources,
-                            devices_differ=da["device"] != db["device"], python_elsewhere=python_elsewhere)
+                            devices_differ=da["device"] != db["device"], python_elsewhere=python_elsewhere, k=k)
         reps_a, reps_b = ra.replicas.get(layer), rb.replicas.get(layer)
         if sampled and reps_a and reps_b and len(reps_a) == len(reps_b):
-            replicated(result, [splice(t, is_incidental) for t in reps_a], [splice(t, is_incidental) for t in reps_b])
+            replicated(result, [splice(t, incidental) for t in reps_a], [splice(t, incidental) for t in reps_b], k)
         results.append(result)
     if not results:
         have_a = ", ".join(ra.layers) or "none"
         have_b = ", ".join(rb.layers) or "none"
         raise DiffError(f"no {'/'.join(layers)} layer in both traces (A has: {have_a}; B has: {have_b})")
-    after_the_exact_layers(results)
+    after_the_exact_layers(results, k)
     diff = DiffResult(da, db, pass_, phase, threshold, differs, results, warnings)
-    label_context(diff, a, b)
+    label_context(diff, a, b, k)
     return diff

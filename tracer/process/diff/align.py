@@ -9,7 +9,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.diff.result import LayerDiff, Split
 from tracer.process.diff.split import SplitBuilder
 from tracer.process.normalize import identity
@@ -23,7 +23,8 @@ _CHILDREN, _COUNT = attrgetter("children"), attrgetter("count")
 def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: float = DEFAULT_THRESHOLD, *,
                sampled: bool | None = None, sources_a: dict[tuple[str, int], list[str]] | None = None,
                sources_b: dict[tuple[str, int], list[str]] | None = None,
-               python_elsewhere: bool = False, devices_differ: bool = True) -> LayerDiff:
+               python_elsewhere: bool = False, devices_differ: bool = True,
+               k: Knowledge | None = None) -> LayerDiff:
     """Align two trees of one layer and return their split points.
 
     ``sampled`` (default: guessed from the frames) makes ``threshold`` apply: a child
@@ -31,8 +32,9 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     side's frame is a split only if the other's miss is not chance. With
     ``python_elsewhere`` (the traces have a python layer) a sampled layer's Python
     frames never split. The roots are aligned whatever their names (both are the
-    probe step).
+    probe step). ``k``: what the stages know (default: tracer.knowledge.knowledge()).
     """
+    facts = k or knowledge()
     if sampled is None:
         sampled = looks_sampled(a_root) or looks_sampled(b_root)
     total_a, total_b = (total_samples(a_root), total_samples(b_root)) if sampled else (0, 0)
@@ -40,7 +42,7 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     # every frame above the threshold is tested once at most: the family's significance
     alpha = family_alpha(_above_count(a_root, min_a) + _above_count(b_root, min_b)) if sampled else ALPHA
     ctx = SplitBuilder(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {},
-                       devices_differ=devices_differ)
+                       devices_differ=devices_differ, k=facts)
 
     # Identities are numbered: int keys hash and compare faster than tuples of strings.
     # keyof maps id(Frame) to that number: Frame objects are shared by all the nodes
@@ -54,11 +56,11 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     # where the code decides (tracer.knowledge: noise): aligned when both sides have
     # them in the same place, otherwise ignored
     noise: set[int] = set()
-    is_noise = knowledge().is_noise
+    is_noise = facts.is_noise
     python_keys: set[int] = set()  # identity numbers of Python frames
 
     def key_slow(f: Frame) -> int:
-        ident = identity(f)
+        ident = identity(f, facts)
         n = numbers.get(ident)
         if n is None:
             n = numbers[ident] = len(idents)
@@ -99,13 +101,13 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
         if fast:
             if len(ka) == 1 and len(kb) == 1:  # a chain of single calls
                 x, y = ka[0], kb[0]
-                k = kget(id(x.frame))
-                if k is None:
-                    k = key_slow(x.frame)
+                num = kget(id(x.frame))
+                if num is None:
+                    num = key_slow(x.frame)
                 m = kget(id(y.frame))
                 if m is None:
                     m = key_slow(y.frame)
-                if k == m:
+                if num == m:
                     if x.children or y.children:
                         push((x, y, entry, enclosing))
                     else:  # two leaves: aligned, nothing below
@@ -113,10 +115,10 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
                     continue
         ia = [kget(id(c.frame)) for c in ka]
         if None in ia:
-            ia = [k if k is not None else key_slow(c.frame) for k, c in zip(ia, ka)]
+            ia = [num if num is not None else key_slow(c.frame) for num, c in zip(ia, ka)]
         ib = [kget(id(c.frame)) for c in kb]
         if None in ib:
-            ib = [k if k is not None else key_slow(c.frame) for k, c in zip(ib, kb)]
+            ib = [num if num is not None else key_slow(c.frame) for num, c in zip(ib, kb)]
         if fast and ia == ib and len(set(ia)) == len(ia):
             # the same children in the same order, one per identity
             n = len(ka)
@@ -146,14 +148,14 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
             low_a = low_b = {}
         split = enclosing
         if da.keys() != db.keys():
-            only_a = [(k, g) for k, g in da.items() if k not in db]
-            only_b = [(k, g) for k, g in db.items() if k not in da]
+            only_a = [(num, g) for num, g in da.items() if num not in db]
+            only_b = [(num, g) for num, g in db.items() if num not in da]
             split = ctx.split(entry, only_a, only_b, low_a, low_b)
             extra_a += sum(side.nodes for side in split.only_a)
             extra_b += sum(side.nodes for side in split.only_b)
             (enclosing.children if enclosing is not None else top).append(split)
-        for k, g in reversed(da.items()):
-            h = db.get(k)
+        for num, g in reversed(da.items()):
+            h = db.get(num)
             if h is not None:
                 push((g, h, entry, split))
     # First decisions first: independent splits nearest the root lead (the sort is

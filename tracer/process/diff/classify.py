@@ -11,9 +11,9 @@ import re
 from functools import lru_cache
 
 from tracer.contract import STANDIN_LIB
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.diff.result import Classification
-from tracer.process.tags import (JIT, MKL, ONEDNN, OPENBLAS, SYSTEM_LIBS, is_gpu_lib, is_vendor_lib, isa_of,
+from tracer.process.tags import (JIT, MKL, ONEDNN, OPENBLAS, is_gpu_lib, is_system_lib, is_vendor_lib, isa_of,
                                  library_call_kind, library_of, vendor_named)
 from tracer.process.vocabulary import DEVICE_CHOICE, GPU_CODE
 from tracer.trace import Frame
@@ -27,9 +27,9 @@ _ALLOC_NAME = re.compile(r"^(?:to|copy_|free|empty|empty_like|asarray|asnumpy|al
 _CODEGEN_LIBS = frozenset({ONEDNN, MKL, OPENBLAS, JIT})
 
 
-@lru_cache(maxsize=1)
-def _compile() -> re.Pattern[str]:
-    words = "|".join((*_COMPILE_WORDS, *knowledge().compiling))
+@lru_cache(maxsize=4)
+def _compile(k: Knowledge) -> re.Pattern[str]:
+    words = "|".join((*_COMPILE_WORDS, *k.compiling))
     return re.compile(rf"(?<![a-z])(?:{words})(?![a-z])")
 
 
@@ -41,9 +41,9 @@ def _markers(frames: list[Frame], pattern: re.Pattern[str]) -> set[str]:
     return {m.group(0) for f in frames for m in pattern.finditer(_text(f))}
 
 
-def _codegen(f: Frame) -> bool:
+def _codegen(f: Frame, k: Knowledge) -> bool:
     """A kernel generator's frame (oneDNN's jit_* kernels, BLAS): not model compilation."""
-    return library_of(f) in _CODEGEN_LIBS or vendor_named(f) in _CODEGEN_LIBS
+    return library_of(f, k) in _CODEGEN_LIBS or vendor_named(f, k) in _CODEGEN_LIBS
 
 
 def _last_name(f: Frame) -> str:
@@ -51,7 +51,7 @@ def _last_name(f: Frame) -> str:
 
 
 def classify(frames_a: list[Frame], frames_b: list[Frame],
-             devices_differ: bool = True) -> tuple[Classification, str]:
+             devices_differ: bool = True, k: Knowledge | None = None) -> tuple[Classification, str]:
     """Classify a split from the frames reached on each side only. First rule that fires:
 
     1. device dispatch: GPU code (cuda/gpu/cudnn/cublas/cupy names, GPU library tags) on one side only;
@@ -69,9 +69,14 @@ def classify(frames_a: list[Frame], frames_b: list[Frame],
     The two device rules apply only when the traces compared ran on different devices
     (``devices_differ``): a CPU against a CPU variant cannot be a device dispatch.
     """
+    k = k or knowledge()
+
+    def lib(f: Frame) -> str:
+        return library_of(f, k)
+
     if devices_differ:
-        gpu_a = _markers(frames_a, GPU_CODE) | {t for t in map(library_of, frames_a) if is_gpu_lib(t)}
-        gpu_b = _markers(frames_b, GPU_CODE) | {t for t in map(library_of, frames_b) if is_gpu_lib(t)}
+        gpu_a = _markers(frames_a, GPU_CODE) | {t for t in map(lib, frames_a) if is_gpu_lib(t, k)}
+        gpu_b = _markers(frames_b, GPU_CODE) | {t for t in map(lib, frames_b) if is_gpu_lib(t, k)}
         if bool(gpu_a) != bool(gpu_b):
             side, words = ("A", gpu_a) if gpu_a else ("B", gpu_b)
             return "device dispatch", f"{side} reaches GPU code ({_names(words)}); the other side does not"
@@ -81,24 +86,24 @@ def classify(frames_a: list[Frame], frames_b: list[Frame],
             side, words = ("A", new_a) if new_a else ("B", new_b)
             return "device dispatch", (f"{side} reaches the stand-in backend ({_names(words)}: what a new backend "
                                        "must implement); the other side runs CPU's own kernels")
-    comp_a = _markers([f for f in frames_a if not _codegen(f)], _compile())
-    comp_b = _markers([f for f in frames_b if not _codegen(f)], _compile())
+    comp_a = _markers([f for f in frames_a if not _codegen(f, k)], _compile(k))
+    comp_b = _markers([f for f in frames_b if not _codegen(f, k)], _compile(k))
     if bool(comp_a) != bool(comp_b):
         side, words = ("A", comp_a) if comp_a else ("B", comp_b)
         return "compilation", f"{side} goes through compilation ({_names(words)}); the other side runs eagerly"
-    libs_a = {t for t in map(library_of, frames_a) if is_vendor_lib(t)}
-    libs_b = {t for t in map(library_of, frames_b) if is_vendor_lib(t)}
+    libs_a = {t for t in map(lib, frames_a) if is_vendor_lib(t, k)}
+    libs_b = {t for t in map(lib, frames_b) if is_vendor_lib(t, k)}
     if libs_a != libs_b:
         return "library choice", f"A reaches {_names(libs_a)}; B reaches {_names(libs_b)}"
     # layout conversions (oneDNN's reorders) come and go with any implementation
-    calls_a = {k for k in map(library_call_kind, frames_a) if k and k != "reorder"}
-    calls_b = {k for k in map(library_call_kind, frames_b) if k and k != "reorder"}
+    calls_a = {c for c in map(library_call_kind, frames_a) if c and c != "reorder"}
+    calls_b = {c for c in map(library_call_kind, frames_b) if c and c != "reorder"}
     if calls_a != calls_b and calls_a and calls_b:
         return "library choice", (f"the libraries run other primitives: A {_names(calls_a, 'none')}; "
                                   f"B {_names(calls_b, 'none')}")
     # glibc picks its own AVX memcpy at load time: not ISA-specific code a port must provide
-    isa_a = {isa_of(f) for f in frames_a if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
-    isa_b = {isa_of(f) for f in frames_b if isa_of(f) and library_of(f) not in SYSTEM_LIBS}
+    isa_a = {isa_of(f, k) for f in frames_a if isa_of(f, k) and not is_system_lib(lib(f), k)}
+    isa_b = {isa_of(f, k) for f in frames_b if isa_of(f, k) and not is_system_lib(lib(f), k)}
     if isa_a != isa_b:
         none = "no ISA-specific"
         return "ISA-specific code", f"A runs {_names(isa_a, none)} code; B runs {_names(isa_b, none)} code"

@@ -38,7 +38,7 @@ import re
 from typing import Final, Iterable
 
 from tracer.contract import DERIVED_EVIDENCE, STANDIN
-from tracer.knowledge import knowledge
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.diff.result import Branch, Classification, DiffResult, Split, walk_splits
 from tracer.process.tags import is_gpu_lib
 from tracer.process.vocabulary import GPU_CODE
@@ -74,26 +74,26 @@ def op_names(trace: Trace) -> frozenset[str]:
     return frozenset(names)
 
 
-def names_gpu_code(name: str, library: str = "") -> bool:
+def names_gpu_code(name: str, library: str = "", k: Knowledge | None = None) -> bool:
     """A frame's own name or library tag names GPU code (cudnn_convolution, a cuBLAS
     kernel, autograd's CudnnBatchNormBackward0, its CamelCase split into words)."""
     words = _CAMEL.sub(" ", name)
-    return is_gpu_lib(library) or bool(GPU_CODE.search(f"{name} {words} {library}".lower()))
+    return is_gpu_lib(library, k) or bool(GPU_CODE.search(f"{name} {words} {library}".lower()))
 
 
-def _gpu_code(b: Branch) -> bool:
+def _gpu_code(b: Branch, k: Knowledge) -> bool:
     """The split's frame names GPU code itself; its subtree is not asked: a recomputed
     conv2d reaches cuDNN too."""
-    return names_gpu_code(b.label, b.library)
+    return names_gpu_code(b.label, b.library, k)
 
 
-def _model_branch(b: Branch, imported_side: bool, probe_ops: frozenset[str]) -> bool:
+def _model_branch(b: Branch, imported_side: bool, probe_ops: frozenset[str], k: Knowledge) -> bool:
     """A one-sided frame the model put there, when it names no GPU code itself: an op
     that only allocates, views, copies or is autograd's bookkeeping (either side), or,
     on the imported side, an op the CPU probe of the same primitive never reaches."""
-    if _gpu_code(b):
+    if _gpu_code(b, k):
         return False
-    return knowledge().is_utility_op(b.label) or (imported_side and b.kind == "op" and b.label not in probe_ops)
+    return k.is_utility_op(b.label) or (imported_side and b.kind == "op" and b.label not in probe_ops)
 
 
 def _versions(result: DiffResult) -> tuple[str, str] | None:
@@ -105,7 +105,7 @@ def _versions(result: DiffResult) -> tuple[str, str] | None:
 
 def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], classification: Classification,
                result: DiffResult, imported: tuple[bool, bool],
-               probe_ops: frozenset[str]) -> tuple[Classification, str] | None:
+               probe_ops: frozenset[str], k: Knowledge | None = None) -> tuple[Classification, str] | None:
     """(class, reason) when a split is no decision, else None. First rule that fires:
 
     1. model context: one side is an imported model slice, and every frame on either
@@ -113,10 +113,10 @@ def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], class
     2. version difference: the two sides' framework versions differ (both known) and
        classify() found no device, library, ISA or compilation word that tells them apart.
     """
-    a, b = list(branches_a), list(branches_b)
+    a, b, k = list(branches_a), list(branches_b), k or knowledge()
     if imported[0] != imported[1] and (a or b) and \
-            all(_model_branch(x, imported[0], probe_ops) for x in a) and \
-            all(_model_branch(x, imported[1], probe_ops) for x in b):
+            all(_model_branch(x, imported[0], probe_ops, k) for x in a) and \
+            all(_model_branch(x, imported[1], probe_ops, k) for x in b):
         side = "B" if imported[1] else "A"
         names = ", ".join(sorted({x.label for x in (b if imported[1] else a)})[:4]) or "nothing"
         return MODEL_CONTEXT, (f"side {side} is a slice of a whole model's profile; what differs ({names}) is the "
@@ -142,7 +142,7 @@ def _standin_side(split: Split, standin: tuple[bool, bool]) -> str | None:
             f"hand-off there ({names}) is its own implementation called back from the dispatcher, not a decision")
 
 
-def label_context(result: DiffResult, a: Trace, b: Trace) -> None:
+def label_context(result: DiffResult, a: Trace, b: Trace, k: Knowledge | None = None) -> None:
     """Give every split of ``result`` that is no decision (model context, a version
     difference, the stand-in's implementation, a derived trace's shape) its class and
     reason, in place (nested splits too: each is judged on its own frames)."""
@@ -155,7 +155,7 @@ def label_context(result: DiffResult, a: Trace, b: Trace) -> None:
     probe_ops = op_names(probe) if imported[0] != imported[1] else frozenset()
     for layer in result.layers:
         for s in walk_splits(layer.splits):
-            found = context_of(s.only_a, s.only_b, s.classification, result, imported, probe_ops)
+            found = context_of(s.only_a, s.only_b, s.classification, result, imported, probe_ops, k)
             why = None if found else _standin_side(s, standin)
             if found:
                 s.classification, s.reason = found

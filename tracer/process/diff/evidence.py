@@ -42,6 +42,7 @@ from typing import Callable
 
 from tracer.process.diff.result import Branch, LayerDiff, Split
 from tracer.process.normalize import Identity
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.tags import JIT, MKL, ONEDNN, is_gpu_lib, is_jit, is_vendor_lib, library_of
 from tracer.process.sampling import ALPHA, miss_chance
 from tracer.process.tree import children_groups, total_samples
@@ -58,25 +59,26 @@ NAMING_LAYERS = ("python", "op")
 MIN_SAMPLES = 40
 
 
-def _at(root: Node, path: tuple[Identity, ...]) -> list[Node]:
+def _at(root: Node, path: tuple[Identity, ...], k: Knowledge) -> list[Node]:
     """The nodes of a tree at the calling context ``path`` (identities below the root);
     none when the tree does not have it."""
     group = [root]
     for step in path:
-        found = children_groups(group).get(step)
+        found = children_groups(group, k).get(step)
         if not found:
             return []
         group = found
     return group
 
 
-def _present(root: Node, path: tuple[Identity, ...], ident: Identity | tuple[()], threshold: float) -> bool:
+def _present(root: Node, path: tuple[Identity, ...], ident: Identity | tuple[()], threshold: float,
+             k: Knowledge) -> bool:
     """Whether the frame ``ident`` is under the calling context ``path`` of a sampled
     tree in at least ``threshold`` of its samples."""
-    group = _at(root, path)
+    group = _at(root, path, k)
     if not group:
         return False
-    kids = children_groups(group).get(ident) if ident else None
+    kids = children_groups(group, k).get(ident) if ident else None
     if not kids:
         return False
     return sum(n.count for n in kids) >= threshold * (total_samples(root) or 1)
@@ -101,20 +103,21 @@ def _filter(splits: list[Split], keep: Callable[[Split, Branch, str], bool]) -> 
     return out, dropped
 
 
-def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node]) -> None:
+def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node], k: Knowledge | None = None) -> None:
     """Keep the branches that every pair of independent samplings shows (see module doc)."""
     pairs = list(zip(replicas_a, replicas_b))
+    facts = k or knowledge()
 
     def keep(split: Split, branch: Branch, side: str) -> bool:
-        return all(_present(mine, split.ident_path, branch.ident, layer.threshold)
-                   and not _present(theirs, split.ident_path, branch.ident, layer.threshold)
+        return all(_present(mine, split.ident_path, branch.ident, layer.threshold, facts)
+                   and not _present(theirs, split.ident_path, branch.ident, layer.threshold, facts)
                    for mine, theirs in ((a, b) if side == "A" else (b, a) for a, b in pairs))
 
     layer.splits, layer.unreplicated = _filter(layer.splits, keep)
 
 
-def _kernels_under(root: Node | None, path: tuple[Identity, ...],
-                   silent: frozenset[str] = frozenset()) -> Counter[tuple[str, str]]:
+def _kernels_under(root: Node | None, path: tuple[Identity, ...], silent: frozenset[str],
+                   k: Knowledge) -> Counter[tuple[str, str]]:
     """The vendor libraries (and JIT code) reached under the calling context ``path``
     of a sampled tree, and the generated kernels at the leaves (oneDNN's JIT kernels
     are all in one library: their names tell them apart; which leaf of compiled
@@ -124,13 +127,13 @@ def _kernels_under(root: Node | None, path: tuple[Identity, ...],
     found: Counter[tuple[str, str]] = Counter()
     if root is None:
         return found
-    stack: list[tuple[Node, frozenset[str]]] = [(c, frozenset()) for n in _at(root, path) for c in n.children]
+    stack: list[tuple[Node, frozenset[str]]] = [(c, frozenset()) for n in _at(root, path, k) for c in n.children]
     while stack:
         node, above = stack.pop()  # above: the libraries already on this stack (counted once)
-        lib = library_of(node.frame)
+        lib = library_of(node.frame, k)
         if lib in silent:
             continue
-        if is_vendor_lib(lib) or is_gpu_lib(lib) or lib == JIT:
+        if is_vendor_lib(lib, k) or is_gpu_lib(lib, k) or lib == JIT:
             if lib not in above:
                 found[("library", lib)] += node.count
                 above = above | {lib}
@@ -147,8 +150,8 @@ def _own_kernels(mine: Counter[tuple[str, str]], total: int, theirs: Counter[tup
     tracer.process.sampling, at ALPHA)."""
     if not total or not their_total:
         return []
-    return [k for k, n in mine.items()
-            if n >= threshold * total and miss_chance(theirs.get(k, 0), their_total, n / total) < ALPHA]
+    return [key for key, n in mine.items()
+            if n >= threshold * total and miss_chance(theirs.get(key, 0), their_total, n / total) < ALPHA]
 
 
 def _all_reporting(split: Split) -> bool:
@@ -157,9 +160,10 @@ def _all_reporting(split: Split) -> bool:
     return bool(libs) and libs <= REPORTING_LIBS
 
 
-def after_the_exact_layers(layers: list[LayerDiff]) -> None:
+def after_the_exact_layers(layers: list[LayerDiff], k: Knowledge | None = None) -> None:
     """Set aside sampled splits that the python or op layer already names, and those
     whose two sides reach the same kernels and libraries (see module doc)."""
+    k = k or knowledge()
     named = any(d.splits for d in layers if d.layer in NAMING_LAYERS and not d.sampled)
     reported = next((d for d in layers if d.layer == "library"), None)
     silent = reported is not None and not reported.splits  # the reporting libraries ran the same calls
@@ -183,8 +187,8 @@ def after_the_exact_layers(layers: list[LayerDiff]) -> None:
             if silent and (s.library in REPORTING_LIBS or _all_reporting(s)):
                 d.consequences += 1
                 continue
-            under_a = _kernels_under(d.a_root, s.ident_path, quiet)
-            under_b = _kernels_under(d.b_root, s.ident_path, quiet)
+            under_a = _kernels_under(d.a_root, s.ident_path, quiet, k)
+            under_b = _kernels_under(d.b_root, s.ident_path, quiet, k)
             if (_own_kernels(under_a, total_a, under_b, total_b, d.threshold)
                     and _own_kernels(under_b, total_b, under_a, total_a, d.threshold)):
                 kept.append(s)

@@ -14,6 +14,7 @@ from tracer.process.diff.fragment import fragments
 from tracer.process.diff.result import Branch, Split
 from tracer.process.normalize import identity, identity_label
 from tracer.process.sampling import miss_chance
+from tracer.knowledge import Knowledge, knowledge
 from tracer.process.tags import JIT, is_jit, is_unnamed, isa_of, library_of
 from tracer.process.tree import Groups, as_list, group_count
 from tracer.trace import Frame, Node
@@ -38,6 +39,7 @@ class SplitBuilder:
     sources_b: dict[tuple[str, int], list[str]]
     idents: list[tuple[str, str, str]] = field(default_factory=list)  # identity number -> identity
     devices_differ: bool = True  # the traces ran on different devices (see classify)
+    k: Knowledge = field(default_factory=knowledge)  # what the stages know (tracer.knowledge)
 
     def split(self, entry: tuple[Any, ...], only_a: list[Any], only_b: list[Any], low_a: Groups,
               low_b: Groups) -> Split:
@@ -47,7 +49,7 @@ class SplitBuilder:
         while e is not None:
             frame = as_list(e[0])[0].frame
             path.append(_label(frame))
-            idents.append(identity(frame))
+            idents.append(identity(frame, self.k))
             e = e[2]
         path.reverse()
         idents.reverse()
@@ -63,12 +65,12 @@ class SplitBuilder:
         backend_a = [g.frame for g in ga[:1] if g.frame.lib == STANDIN_LIB and gb and gb[0].frame.lib != STANDIN_LIB]
         backend_b = [g.frame for g in gb[:1] if g.frame.lib == STANDIN_LIB and ga and ga[0].frame.lib != STANDIN_LIB]
         cls, reason = classify(list(frames_a.values()) + backend_a, list(frames_b.values()) + backend_b,
-                               self.devices_differ)
+                               self.devices_differ, self.k)
         frame = ga[0].frame
         return Split(self.layer, frame.label, frame.kind, frame.file, frame.line, depth, path, branches_a, branches_b,
                      fragments(ga, gb, only_a, only_b, [_label(g[0].frame) for _, g in only_a],
                                [_label(g[0].frame) for _, g in only_b], self.sources_a, self.sources_b), cls, reason,
-                     library=library_of(frame), ident_path=tuple(idents[1:]))
+                     library=library_of(frame, self.k), ident_path=tuple(idents[1:]))
 
 
     def _branch(self, key: int, group: list[Node], total: int, other_low: Groups, other_total: int,
@@ -90,8 +92,8 @@ class SplitBuilder:
                 leaves[label] = leaves.get(label, 0) + node.count
         seen.update(mine)
         subtree = list(mine.values())
-        libs = sorted({t for t in map(library_of, subtree) if t})
-        isas = sorted({t for t in map(isa_of, subtree) if t})
+        libs = sorted({t for f in subtree if (t := library_of(f, self.k))})
+        isas = sorted({t for f in subtree if (t := isa_of(f, self.k))})
         hot = [label for label, _ in sorted(leaves.items(), key=lambda kv: -kv[1])[:HOT]]
         share = other = p = None
         if self.sampled:
@@ -102,6 +104,6 @@ class SplitBuilder:
             p = miss_chance(other_hits, other_total, share) if other_total else None
         call_lines = sorted({ln for n in group for ln in n.call_lines})
         return Branch(_label(frame), frame.kind, identity_label(self.idents[key]), frame.file, frame.line,
-                      library_of(frame), count, share, other, call_lines, nodes, libs, isas, hot,
+                      library_of(frame, self.k), count, share, other, call_lines, nodes, libs, isas, hot,
                       p if self.sampled else None, self.idents[key])
 
