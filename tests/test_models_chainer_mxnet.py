@@ -141,7 +141,7 @@ def test_chainer_transformer_builds_attention_and_gelu_from_functions(chainer_mo
     assert "no attention layer in chainer" in built["attention"] and "F.matmul" in built["attention"]
     assert "no GELU" in built["gelu"] and "F.erf" in built["gelu"]
     fwd = ops(tr, "forward")
-    assert fwd["MatMul.forward"] == 2 and fwd["Softmax.forward"] == 1 and fwd["Erf.forward"] == 1  # the class: its label is "erf"
+    assert fwd["MatMul.forward"] == 2 and fwd["Softmax.forward"] == 1 and fwd["Erf.forward"] == 1
     assert fwd["LayerNormalization.forward"] == 3 and fwd["EmbedIDFunction.forward"] == 1
     back = ops(tr, "backward")
     assert back["EmbedIDGrad.forward"] == 1 and back["AdamRule.update"] == 18
