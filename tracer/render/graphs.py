@@ -9,6 +9,7 @@ are grouped by library.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -146,12 +147,22 @@ def inert(svg_text: str) -> bool:
     return True
 
 
-def svg(g: nx.DiGraph[_N], title: str = "", timeout: float = 60) -> str:
-    """Run Graphviz; returns the <svg> element (no XML prologue) for inlining.
-    GraphError when dot fails or its drawing holds anything active."""
+#: Drawings made at a time: one dot process per core this process may run on.
+WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def dot() -> str:
+    """The Graphviz program's path; GraphvizMissing where it is not installed."""
     exe = shutil.which("dot")
     if exe is None:
         raise GraphvizMissing("Graphviz 'dot' is not installed (Debian package graphviz)")
+    return exe
+
+
+def svg(g: nx.DiGraph[_N], title: str = "", timeout: float = 60) -> str:
+    """Run Graphviz; returns the <svg> element (no XML prologue) for inlining.
+    GraphError when dot fails or its drawing holds anything active."""
+    exe = dot()
     try:
         proc = subprocess.run([exe, "-Tsvg"], input=to_dot(g, title).to_string(), capture_output=True, text=True,
                               timeout=timeout, errors="replace")
