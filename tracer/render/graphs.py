@@ -13,7 +13,9 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Hashable
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from typing import Any, TypeVar
 from xml.etree import ElementTree
 
@@ -159,12 +161,44 @@ def dot() -> str:
     return exe
 
 
-def svg(g: nx.DiGraph[_N], title: str = "", timeout: float = 60) -> str:
+class SvgCache:
+    """Each distinct DOT source drawn once, however many threads ask for it at a time:
+    a survey's pages show one graph under several passes and pairs (a fifth of its
+    drawings are repeats), and a page lists the repeats side by side, drawn at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Future[str]] = {}
+
+    def svg(self, source: str, draw: Callable[[str], str]) -> str:
+        """``draw(source)``, or what it gave (or raised) when it was asked before."""
+        with self._lock:
+            job = self._jobs.get(source)
+            mine = job is None
+            if job is None:
+                job = self._jobs[source] = Future()
+        if mine:
+            try:
+                job.set_result(draw(source))
+            except BaseException as exc:  # noqa: BLE001 - handed to every caller, this one included
+                job.set_exception(exc)
+        return job.result()
+
+
+def svg(g: nx.DiGraph[_N], title: str = "", timeout: float = 60, cache: SvgCache | None = None) -> str:
     """Run Graphviz; returns the <svg> element (no XML prologue) for inlining.
-    GraphError when dot fails or its drawing holds anything active."""
+    GraphError when dot fails or its drawing holds anything active. ``cache``: the
+    drawings made so far, not made again."""
     exe = dot()
+    source = to_dot(g, title).to_string()
+    if cache is None:
+        return _svg(exe, source, timeout)
+    return cache.svg(source, lambda s: _svg(exe, s, timeout))
+
+
+def _svg(exe: str, source: str, timeout: float) -> str:
     try:
-        proc = subprocess.run([exe, "-Tsvg"], input=to_dot(g, title).to_string(), capture_output=True, text=True,
+        proc = subprocess.run([exe, "-Tsvg"], input=source, capture_output=True, text=True,
                               timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:
         raise GraphError(f"dot did not finish within {timeout:g} s") from None

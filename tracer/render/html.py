@@ -203,6 +203,7 @@ class _Graphs:
         self.problem = ""
         self.pool = pool
         self.checked = False
+        self.svgs = graphs.SvgCache()
 
     def draw(self, name: str, layer: LayerDiff, title: str, inline: bool = True) -> Future[_Drawn] | None:
         """``inline``: also the focused SVG the page embeds (not for a layer whose splits
@@ -217,7 +218,7 @@ class _Graphs:
                 self.problem = str(exc)
                 return None
             self.checked = True
-        return self.pool.submit(_draw, name, layer, title, inline)
+        return self.pool.submit(_draw, name, layer, title, inline, self.svgs)
 
     def result(self, job: Future[_Drawn] | None) -> Drawing | None:
         """A started drawing, its full graph written (here, in the order the page lists
@@ -235,16 +236,16 @@ class _Graphs:
         return drawing
 
 
-def _draw(name: str, layer: LayerDiff, title: str, inline: bool) -> _Drawn:
+def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.SvgCache) -> _Drawn:
     """One layer's drawing (on a worker thread): what fails is the drawing's gap."""
     drawing, full = Drawing(), None
     try:
         walk = merged_walk(layer)
         focused = graphs.fold_chains(focused_graph(walk))
         drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
-        drawing.svg = Markup(graphs.svg(focused, "")) if inline else None
+        drawing.svg = Markup(graphs.svg(focused, "", cache=svgs)) if inline else None
         if len(walk) <= graphs.MAX_FULL:
-            full = (name, graphs.svg(walk.whole(), title))
+            full = (name, graphs.svg(walk.whole(), title, cache=svgs))
     except graphs.GraphvizMissing as exc:
         return exc
     except OSError:
