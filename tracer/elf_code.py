@@ -195,8 +195,8 @@ def _function_sizes(path: str, wanted: set[str]) -> dict[str, set[tuple[int, int
             strings = elf.get_section(section["sh_link"]).data()
             for offset, address, size in _rows(elf, section):
                 raw = strings[offset:strings.find(b"\0", offset)]
-                hints = set(hint.findall(raw)) if hint is not None else ()
-                if not any(all(t in raw for t in rest) for h in hints for rest, _ in by_hint[h]):
+                hints = hint.findall(raw) if hint is not None else ()
+                if not hints or not any(all(t in raw for t in rest) for h in set(hints) for rest, _ in by_hint[h]):
                     continue
                 name = _demangle(raw.decode(errors="replace"))
                 if not within.search(name.encode(errors="surrogatepass")):  # a key is part of its name
