@@ -9,7 +9,7 @@ import json
 import re
 
 from tests.conftest import dltrace
-from tracer.elf_code import ElfCode, key
+from tracer.elf_code import ElfCode, _trie, key
 from tracer.process.portability import framework_report
 from tracer.process.ran_kernels import split_kernels
 from tracer.process.scorecard import COLUMNS, scorecard
@@ -25,6 +25,19 @@ def test_demangled_names_compare_as_py_spy_prints_them():
     assert key("f(int) const::{lambda(int, int)#1}::operator()(int, int) const") == \
         "f(int) const::{lambda(int, int)#1}::operator()"
     assert key("at::native::foo(at::Tensor const&) [clone .cold]") == "at::native::foo"
+
+
+def test_the_symbol_scan_trie_finds_what_an_alternation_of_the_names_finds():
+    # the longest name where several start at one place, names that are prefixes of
+    # others, and characters re would read as syntax
+    words = [b"4call", b"4cast", b"14callback", b"3add", b"5addmm", b"foo", b"foobar", b"[unknown]", b"a.b", b"x+"]
+    alternation = re.compile(b"|".join(sorted(map(re.escape, words), key=len, reverse=True)))
+    trie = re.compile(_trie(words))
+    rows = [b"_ZN2at4_ops4call14callback", b"_ZN2at3add5addmm4cast", b"foobarfoo", b"foofoobar", b"[unknown]a.bx+",
+            b"axb", b"xx", b"4cal", b"", b"14callbackfoobar5addm"]
+    for row in rows:
+        assert trie.findall(row) == alternation.findall(row), row
+    assert trie.findall(b"foobar 4callback") == [b"foobar", b"4call"]
 
 
 def test_native_capture_records_the_shared_objects_and_jit_code(native_traces):

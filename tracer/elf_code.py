@@ -149,6 +149,29 @@ def _rows(elf: ELFFile, section: SymbolTableSection) -> Iterator[tuple[int, int,
             yield row[i_name], row[i_value], row[i_size]
 
 
+def _trie(words: Iterable[bytes]) -> bytes:
+    """A pattern matching the longest of ``words`` that starts at a place, written as a
+    trie (``4call|4cast`` -> ``4ca(?:ll|st)``). re tries an alternation's branches one
+    after the other at each place: with the hundreds of names sampled in a framework's
+    core library, an alternation took 30 s over its symbols, the trie 2 s."""
+    children: list[dict[int, int]] = [{}]  # node -> byte -> node; a child is made after its parent
+    ends: set[int] = set()  # nodes where a word ends
+    for word in words:
+        node = 0
+        for byte in word:
+            if byte not in children[node]:
+                children[node][byte] = len(children)
+                children.append({})
+            node = children[node][byte]
+        ends.add(node)
+    pattern = [b""] * len(children)
+    for node in reversed(range(len(children))):  # each node's children first, without recursion
+        branches = [re.escape(bytes([b])) + pattern[child] for b, child in sorted(children[node].items())]
+        either = b"" if not branches else branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
+        pattern[node] = b"(?:" + either + b")?" if node in ends and branches else either  # greedy: longer first
+    return pattern[0]
+
+
 def _function_sizes(path: str, wanted: set[str]) -> dict[str, set[tuple[int, int]]]:
     """key -> {(address, size)} of the defined functions in ``path``'s symbol tables
     whose key is wanted. Only names holding every identifier of a wanted name are
@@ -161,10 +184,8 @@ def _function_sizes(path: str, wanted: set[str]) -> dict[str, set[tuple[int, int
         tokens = _tokens(w)
         if tokens:
             by_hint.setdefault(tokens[0], []).append((tokens[1:], w))
-    hint: re.Pattern[bytes] | None = None
-    if by_hint:
-        longest_first = sorted(map(re.escape, by_hint), key=len, reverse=True)
-        hint = re.compile(b"|".join(longest_first))
+    hint = re.compile(_trie(by_hint)) if by_hint else None
+    within = re.compile(_trie(w.encode(errors="surrogatepass") for w in wanted))
     out: dict[str, set[tuple[int, int]]] = {}
     with open(path, "rb") as fh:
         elf = ELFFile(fh)
@@ -174,10 +195,12 @@ def _function_sizes(path: str, wanted: set[str]) -> dict[str, set[tuple[int, int
             strings = elf.get_section(section["sh_link"]).data()
             for offset, address, size in _rows(elf, section):
                 raw = strings[offset:strings.find(b"\0", offset)]
-                hints = set(hint.findall(raw)) if hint is not None else ()
-                if not any(all(t in raw for t in rest) for h in hints for rest, _ in by_hint[h]):
+                hints = hint.findall(raw) if hint is not None else ()
+                if not hints or not any(all(t in raw for t in rest) for h in set(hints) for rest, _ in by_hint[h]):
                     continue
                 name = _demangle(raw.decode(errors="replace"))
+                if not within.search(name.encode(errors="surrogatepass")):  # a key is part of its name
+                    continue  # most names end here, before the slower key
                 k = key(name)
                 if k in wanted:
                     out.setdefault(k, set()).add((address, size))

@@ -12,6 +12,7 @@ Re-running resumes: a case whose trace is already there is not probed again.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -378,7 +379,24 @@ def keep_inputs(folders: Iterable[tuple[str, Path]], root: Path) -> list[dict[st
 def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
     """Every trace and gap under ``folders``; unreadable files are reported, not fatal.
     A trace or gap met twice (a folder given twice, ``--with-traces`` at the survey's
-    own traces, a copy) counts once: the same content is the same evidence."""
+    own traces, a copy) counts once: the same content is the same evidence.
+
+    The cyclic GC is off while they are read, and what they made is frozen after
+    (gc.freeze): a survey's 600 traces are millions of objects without a cycle among
+    them, which each full collection walked again, 20 of the 25 s their loading took,
+    and 12 s at each full collection after it. They live as long as the command does."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        found = _collect(folders)
+    finally:
+        if enabled:
+            gc.enable()
+    gc.freeze()
+    return found
+
+
+def _collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
     traces, gaps, problems = [], [], []
     seen_traces: set[str] = set()
     seen_gaps: set[tuple[str, ...]] = set()

@@ -9,10 +9,13 @@ are grouped by library.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
-from collections.abc import Hashable
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from typing import Any, TypeVar
 from xml.etree import ElementTree
 
@@ -146,14 +149,56 @@ def inert(svg_text: str) -> bool:
     return True
 
 
-def svg(g: nx.DiGraph[_N], title: str = "", timeout: float = 60) -> str:
-    """Run Graphviz; returns the <svg> element (no XML prologue) for inlining.
-    GraphError when dot fails or its drawing holds anything active."""
+#: Drawings made at a time: one dot process per core this process may run on.
+WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def dot() -> str:
+    """The Graphviz program's path; GraphvizMissing where it is not installed."""
     exe = shutil.which("dot")
     if exe is None:
         raise GraphvizMissing("Graphviz 'dot' is not installed (Debian package graphviz)")
+    return exe
+
+
+class SvgCache:
+    """Each distinct DOT source drawn once, however many threads ask for it at a time:
+    a survey's pages show one graph under several passes and pairs (a fifth of its
+    drawings are repeats), and a page lists the repeats side by side, drawn at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Future[str]] = {}
+
+    def svg(self, source: str, draw: Callable[[str], str]) -> str:
+        """``draw(source)``, or what it gave (or raised) when it was asked before."""
+        with self._lock:
+            job = self._jobs.get(source)
+            mine = job is None
+            if job is None:
+                job = self._jobs[source] = Future()
+        if mine:
+            try:
+                job.set_result(draw(source))
+            except BaseException as exc:  # noqa: BLE001 - handed to every caller, this one included
+                job.set_exception(exc)
+        return job.result()
+
+
+def svg(g: nx.DiGraph[_N], title: str = "", timeout: float = 60, cache: SvgCache | None = None) -> str:
+    """Run Graphviz; returns the <svg> element (no XML prologue) for inlining.
+    GraphError when dot fails or its drawing holds anything active. ``cache``: the
+    drawings made so far, not made again."""
+    exe = dot()
+    source = to_dot(g, title).to_string()
+    if cache is None:
+        return _svg(exe, source, timeout)
+    return cache.svg(source, lambda s: _svg(exe, s, timeout))
+
+
+def _svg(exe: str, source: str, timeout: float) -> str:
     try:
-        proc = subprocess.run([exe, "-Tsvg"], input=to_dot(g, title).to_string(), capture_output=True, text=True,
+        proc = subprocess.run([exe, "-Tsvg"], input=source, capture_output=True, text=True,
                               timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:
         raise GraphError(f"dot did not finish within {timeout:g} s") from None

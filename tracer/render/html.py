@@ -10,9 +10,10 @@ import datetime
 import hashlib
 import html
 import re
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import jinja2
 from markupsafe import Markup
@@ -186,37 +187,72 @@ class Drawing:
     same_as: str = ""  # the page's section that already shows this very graph (drawn once per page)
 
 
-class _Graphs:
-    """Draws each diff layer once: a focused inline SVG, and the full graph as a file."""
+#: A drawing, and the full graph's file name and SVG where there is one; or why none is drawn.
+_Drawn: TypeAlias = "tuple[Drawing, tuple[str, str] | None] | graphs.GraphvizMissing"
 
-    def __init__(self, out: Path):
+
+class _Graphs:
+    """Draws each diff layer once: a focused inline SVG, and the full graph as a file.
+    Drawings run on a thread pool, one per core: most of a drawing's time is Graphviz's
+    own process, and a survey's report draws over a thousand of them."""
+
+    def __init__(self, out: Path, pool: Executor):
         self.out = out
         self.dir = out / "graphs"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.problem = ""
+        self.pool = pool
+        self.checked = False
+        self.svgs = graphs.SvgCache()
 
-    def draw(self, name: str, layer: LayerDiff, title: str, inline: bool = True) -> Drawing | None:
+    def draw(self, name: str, layer: LayerDiff, title: str, inline: bool = True) -> Future[_Drawn] | None:
         """``inline``: also the focused SVG the page embeds (not for a layer whose splits
-        are all no decision: its full graph is a link, so that a page stays small)."""
+        are all no decision: its full graph is a link, so that a page stays small).
+        The drawing is started, and comes from :meth:`result`."""
         if not layer.splits or self.problem:
             return None
-        drawing = Drawing()
-        try:
-            walk = merged_walk(layer)
-            focused = graphs.fold_chains(focused_graph(walk))
-            drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
-            drawing.svg = Markup(graphs.svg(focused, "")) if inline else None
-            if len(walk) <= graphs.MAX_FULL:
-                write_text(self.dir / f"{name}.svg", graphs.svg(walk.whole(), title))
-                drawing.full = f"graphs/{name}.svg"
-        except graphs.GraphvizMissing as exc:
-            self.problem = str(exc)
+        if not self.checked:  # once, before the first drawing: without dot, no page draws any
+            try:
+                graphs.dot()
+            except graphs.GraphvizMissing as exc:
+                self.problem = str(exc)
+                return None
+            self.checked = True
+        return self.pool.submit(_draw, name, layer, title, inline, self.svgs)
+
+    def result(self, job: Future[_Drawn] | None) -> Drawing | None:
+        """A started drawing, its full graph written (here, in the order the page lists
+        them: the same files as drawn one after the other)."""
+        if job is None:
             return None
-        except OSError:
-            raise  # a full disk or unwritable folder is the report's failure, said once
-        except Exception as exc:  # noqa: BLE001 - a graph that cannot be drawn must not lose the report
-            drawing.error = str(exc) if isinstance(exc, graphs.GraphError) else f"{type(exc).__name__}: {exc}"
+        drawn = job.result()
+        if isinstance(drawn, graphs.GraphvizMissing):
+            self.problem = self.problem or str(drawn)
+            return None
+        drawing, full = drawn
+        if full is not None:
+            write_text(self.dir / f"{full[0]}.svg", full[1])
+            drawing.full = f"graphs/{full[0]}.svg"
         return drawing
+
+
+def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.SvgCache) -> _Drawn:
+    """One layer's drawing (on a worker thread): what fails is the drawing's gap."""
+    drawing, full = Drawing(), None
+    try:
+        walk = merged_walk(layer)
+        focused = graphs.fold_chains(focused_graph(walk))
+        drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
+        drawing.svg = Markup(graphs.svg(focused, "", cache=svgs)) if inline else None
+        if len(walk) <= graphs.MAX_FULL:
+            full = (name, graphs.svg(walk.whole(), title, cache=svgs))
+    except graphs.GraphvizMissing as exc:
+        return exc
+    except OSError:
+        raise  # a full disk or unwritable folder is the report's failure, said once
+    except Exception as exc:  # noqa: BLE001 - a graph that cannot be drawn must not lose the report
+        drawing.error = str(exc) if isinstance(exc, graphs.GraphError) else f"{type(exc).__name__}: {exc}"
+    return drawing, full
 
 
 def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD,
@@ -227,7 +263,15 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
     index page."""
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
-    drawer = _Graphs(out)
+    pool = ThreadPoolExecutor(max_workers=graphs.WORKERS)
+    try:
+        return _write_report(reports, out, env, _Graphs(out, pool), threshold, cards, models)
+    finally:  # after a failure, the drawings not started are not waited for
+        pool.shutdown(cancel_futures=True)
+
+
+def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environment, drawer: _Graphs,
+                  threshold: float, cards: list[ScoreRow] | None, models: list[ModelReport] | None) -> Path:
     common = {
         "version": __version__,
         "generated": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -242,27 +286,19 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
     }
     pages = page_names([r.name for r in reports])
     env.filters["page"] = pages.__getitem__
-    for rep in reports:
+    # every page's drawings are started first; each page then waits for its own
+    started = [(rep, _start_drawings(drawer, rep), drawer.problem) for rep in reports]
+    for rep, jobs, problem in started:
         graphs_for = {}
         drawn: dict[str, str] = {}  # inline SVG -> the section that shows it
-        for case in rep.cases:
-            for i, pr in enumerate(case.pairs):
-                for pass_, result in pr.diffs.items():
-                    for layer in result.layers:
-                        name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-"
-                                         f"{layer.layer}", 80)
-                        decides = any(s.classification not in NOT_DECISIONS for s in layer.splits)
-                        drawing = graphs_for[(case.primitive, case.api, i, pass_, layer.layer)] = drawer.draw(
-                            name, layer,
-                            f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, {layer.layer} layer",
-                            inline=decides)
-                        if drawing is not None and drawing.svg is not None:  # the same graph is drawn once a page
-                            anchor = slug(f"{case.primitive}-{case.api}-{i}-{pass_}")
-                            first = drawn.setdefault(str(drawing.svg), anchor)
-                            if first != anchor:
-                                drawing.svg, drawing.same_as = None, first
+        for key, anchor, job in jobs:
+            drawing = graphs_for[key] = drawer.result(job)
+            if drawing is not None and drawing.svg is not None:  # the same graph is drawn once a page
+                first = drawn.setdefault(str(drawing.svg), anchor)
+                if first != anchor:
+                    drawing.svg, drawing.same_as = None, first
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for,
-                                                         graph_problem=drawer.problem)
+                                                         graph_problem=problem or drawer.problem)
         write_text(out / pages[rep.name], page)
     if models:
         overhead = _overhead(models)
@@ -283,6 +319,25 @@ def write_report(reports: list[FrameworkReport], out: Path, threshold: float = D
     if cards:
         write_survey_json(out, survey_json(reports, cards, ranked, cells, models))
     return index
+
+
+def _start_drawings(drawer: _Graphs, rep: FrameworkReport) -> list[tuple[tuple[Any, ...], str, Future[_Drawn] | None]]:
+    """(the page's key of a layer's drawing, its section's anchor, the drawing started)
+    for each diff layer of a framework's page, in the page's order."""
+    jobs = []
+    for case in rep.cases:
+        for i, pr in enumerate(case.pairs):
+            for pass_, result in pr.diffs.items():
+                for layer in result.layers:
+                    name = file_stem(f"{rep.name}-{case.primitive}-{case.api}-{i}-{pr.title}-{pass_}-"
+                                     f"{layer.layer}", 80)
+                    decides = any(s.classification not in NOT_DECISIONS for s in layer.splits)
+                    job = drawer.draw(name, layer,
+                                      f"{rep.name} {case.primitive} ({case.api}) {pass_}: {pr.title}, "
+                                      f"{layer.layer} layer", inline=decides)
+                    jobs.append(((case.primitive, case.api, i, pass_, layer.layer),
+                                 slug(f"{case.primitive}-{case.api}-{i}-{pass_}"), job))
+    return jobs
 
 
 #: The model whose levels the abstraction-overhead plot compares.
