@@ -16,7 +16,8 @@ from tracer.contract import PRIMITIVES
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
     proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "--no-native", "-o", str(survey_root))
     assert proc.returncode == 0, proc.stderr
-    assert "torch/cpu-default: 4 cases, 4 reused" in proc.stderr
+    # conv2d and relu at two levels, and torch's models' steps, which the session survey ran too
+    assert "torch/cpu-default: 8 cases, 8 reused" in proc.stderr
     assert "torch/cpu-onednn-off: 4 cases, 4 reused" in proc.stderr
     assert survey_report.exists()
 
@@ -25,7 +26,7 @@ def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_p
     # resumed from a survey without native stacks: the traces there are reused, and one
     # functional case at the kernel shape, with native stacks, is added per primitive
     shutil.copytree(survey_root / "traces" / "chainer", tmp_path / "traces" / "chainer")
-    proc = dltrace("survey", "chainer", "--primitives", "relu", "-o", str(tmp_path))
+    proc = dltrace("survey", "chainer", "--primitives", "relu", "--no-models", "-o", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "chainer/cpu-default: 3 cases, 2 reused" in proc.stderr
     traces, gaps, _ = sv.collect([tmp_path / "traces"])
@@ -39,7 +40,7 @@ def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_p
     index = (tmp_path / "index.html").read_text()
     assert "libraries reached" in index and ">NumPy<" in index
     # and a second run reuses all three
-    proc = dltrace("survey", "chainer", "--primitives", "relu", "-o", str(tmp_path))
+    proc = dltrace("survey", "chainer", "--primitives", "relu", "--no-models", "-o", str(tmp_path))
     assert "chainer/cpu-default: 3 cases, 3 reused" in proc.stderr
 
 
@@ -81,7 +82,9 @@ def test_report_from_traces_alone_with_traces_from_elsewhere(survey_root, tmp_pa
     proc = dltrace("report", str(survey_root / "traces" / "torch"), str(elsewhere), "-o", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
     assert "skipped" in proc.stderr and "junk.json: corrupt or truncated" in proc.stderr
-    assert {p.name for p in (tmp_path / "r").glob("*.html")} == {"index.html", "torch.html", "chainer.html"}
+    # torch's model steps are among its traces: their page too
+    assert {p.name for p in (tmp_path / "r").glob("*.html")} == {"index.html", "torch.html", "chainer.html",
+                                                                  "models.html"}
 
 
 def test_report_of_nothing_is_one_line(tmp_path):
