@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tracer import registry
+from tracer import envs, registry
 from tracer import survey as sv
 from tracer.contract import LAYERS, MODELS, Exit
 from tracer.runner import CaseResult, CaseSpec
@@ -30,6 +30,18 @@ def dltrace(*args: str, env: dict | None = None, timeout: float = 900,
     """Run the real `dltrace` command."""
     return subprocess.run([DLTRACE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
+
+
+def model_losses(fw: registry.Framework, cases: list[tuple[str, str]], steps: int) -> dict[str, list[float]]:
+    """The losses of ``steps`` real training steps of each (model, api) case, run in
+    ``fw``'s environment by tests/model_losses.py: {"MODEL-API": [losses]}."""
+    from tests.test_ctrace import runner_env  # a test module that itself reads this conftest's fixtures
+
+    proc = subprocess.run([str(envs.python_for(fw)), str(Path(__file__).with_name("model_losses.py")), fw.probe,
+                           fw.devices["cpu"], str(steps), *(f"{m}:{a}" for m, a in cases)],
+                          capture_output=True, text=True, timeout=600, env=runner_env(fw))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int = Exit.ERROR) -> str:

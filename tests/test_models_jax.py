@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import model_losses
+
 from tests.test_ctrace import runner_env
 from tracer import envs
 from tracer.contract import CIFAR, CLASSES, LENET, MODELS, PASSES, TRANSFORMER
@@ -66,12 +68,7 @@ def programs(jax_fw, tmp_path_factory) -> dict[str, dict[str, dict[str, list[str
 
 
 def _losses(fw, cases: list[tuple[str, str]]) -> dict[str, list[float]]:
-    """The losses of STEPS real training steps of each case, in ``fw``'s environment."""
-    proc = subprocess.run([str(envs.python_for(fw)), str(ROOT / "tests" / "model_losses.py"), fw.probe,
-                           fw.devices["cpu"], str(STEPS), *(f"{m}:{a}" for m, a in cases)],
-                          capture_output=True, text=True, timeout=600, env=runner_env(fw))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    return model_losses(fw, cases, STEPS)
 
 
 def op_counts(node: Node) -> Counter[str]:

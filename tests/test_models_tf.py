@@ -5,13 +5,12 @@ torch's numbers, since both are made from the same seeded parameters."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import model_losses
 
 from tracer import envs
 from tracer.contract import CIFAR, CLASSES, LENET, MODELS, TRANSFORMER
@@ -21,10 +20,6 @@ from tracer.trace import Trace
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [(m, api) for m in MODELS for api in MODELS[m].apis]
 STEPS = 5
-
-
-def _env(fw) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), **fw.env}
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +42,7 @@ def tf_models(frameworks, tmp_path_factory) -> dict[tuple[str, str], Trace]:
 
 
 def _losses(fw, cases: list[tuple[str, str]]) -> dict[str, list[float]]:
-    """The losses of STEPS real training steps of each case, in ``fw``'s environment."""
-    proc = subprocess.run([str(envs.python_for(fw)), str(ROOT / "tests" / "model_losses.py"), fw.probe,
-                           fw.devices["cpu"], str(STEPS), *(f"{m}:{a}" for m, a in cases)],
-                          capture_output=True, text=True, timeout=600, env=_env(fw))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    return model_losses(fw, cases, STEPS)
 
 
 @pytest.fixture(scope="module")
