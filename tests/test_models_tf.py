@@ -6,7 +6,6 @@ torch's numbers, since both are made from the same seeded parameters."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,6 @@ from tracer.contract import CIFAR, CLASSES, LENET, MODELS, TRANSFORMER
 from tracer.runner import CaseSpec, run_probe
 from tracer.trace import Trace
 
-ROOT = Path(__file__).resolve().parent.parent
 CASES = [(m, api) for m in MODELS for api in MODELS[m].apis]
 STEPS = 5
 
