@@ -85,11 +85,21 @@ class Primitive:
     traced); ``kernel_shape`` is where a survey samples native stacks: at the default
     shapes the kernels are a few percent of a step (TensorFlow's conv kernel: 3 of 85
     samples), at these they are a visible share everywhere. Layout is logical NCHW
-    (rank 4) or NxF (rank 2); a probe converts where its framework wants another."""
+    (rank 4) or NxF (rank 2) unless ``layout`` says otherwise; a probe converts where
+    its framework wants another. ``family``: ``cnn`` (the nine of the CNNs the project
+    began with) or ``transformer`` (what the models teams port today add: the emulated
+    CPUs run these only when asked, ``--arm-all``). ``passes``: an optimizer step has
+    no backward (its forward is the update)."""
 
     name: str
     shape: tuple[int, ...]
     kernel_shape: tuple[int, ...]
+    family: str = "cnn"
+    passes: tuple[str, ...] = PASSES
+    layout_name: str = ""
+    #: "float" (the input is data, its gradient computed), "ids" (integer token ids:
+    #: no gradient; the backward computes the parameters' only)
+    input_kind: str = "float"
 
     @property
     def rank(self) -> int:
@@ -97,7 +107,7 @@ class Primitive:
 
     @property
     def layout(self) -> str:
-        return "NxF" if self.rank == 2 else "NxCxHxW"
+        return self.layout_name or ("NxF" if self.rank == 2 else "NxCxHxW")
 
 
 _IMAGE, _FEATURES = (2, 3, 8, 8), (4, 16)
@@ -112,8 +122,18 @@ PRIMITIVES: dict[str, Primitive] = {p.name: p for p in (
     Primitive("maxpool2d", _IMAGE, _IMAGE_K),
     Primitive("avgpool2d", _IMAGE, _IMAGE_K),
     Primitive("batchnorm", _IMAGE, _IMAGE_K),
+    # what a transformer adds (tracer.contract.MODELS' transformer block uses each)
+    Primitive("layernorm", _FEATURES, _FEATURES_K, "transformer"),
+    Primitive("gelu", _FEATURES, _FEATURES_K, "transformer"),
+    Primitive("attention", (2, 4, 8, 8), (4, 8, 256, 64), "transformer", layout_name="BxHxLxD"),
+    Primitive("embedding", (4, 16), (256, 1024), "transformer", layout_name="NxT (token ids)", input_kind="ids"),
+    Primitive("crossentropy", _FEATURES, (256, 4096), "transformer"),
+    Primitive("adam", _FEATURES, (1024, 1024), "transformer", passes=("forward",)),
 )}
-ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax")
+#: Primitives that take any rank (elementwise, or one update per element)
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "gelu")
+ANY_RANK = (*ACTIVATIONS, "adam")
+FAMILIES = ("cnn", "transformer")
 
 #: Parameters every probe uses, so that all frameworks compute the same numbers.
 CONV_OUT, CONV_K = 4, 3  # output channels, kernel size (stride 1, padding 1)
@@ -121,6 +141,17 @@ DENSE_OUT = 8
 POOL_K = 2  # pooling window and stride
 BN_EPS = 1e-5  # torch's default
 BN_MOMENTUM = 0.9  # the running statistics keep 90% (torch's momentum=0.1)
+LN_EPS = 1e-5  # layer norm over the last axis, with a scale and a shift (torch's default epsilon)
+#: gelu is the exact form, x * Phi(x) with the normal CDF through erf (torch's and
+#: TensorFlow's default; JAX's jax.nn.gelu defaults to the tanh approximation, so its
+#: probe asks for approximate=False). Attention: softmax(q k^T / sqrt(D)) v over
+#: B x H x L x D, no mask, no dropout: q is the input, k and v are parameters.
+#: Embedding: a VOCAB x DIM table looked up by integer ids in [0, VOCAB).
+EMBED_VOCAB, EMBED_DIM = 64, 8
+#: Cross-entropy: softmax cross-entropy of N x F logits against integer class labels,
+#: averaged over the batch (a scalar). Adam: one update of an N x F parameter from a
+#: fixed gradient, bias-corrected, each call one more step (torch's defaults).
+ADAM: dict[str, Any] = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8)
 
 
 def check_shape(primitive: str, shape: tuple[int, ...]) -> str | None:
@@ -136,7 +167,7 @@ def check_shape(primitive: str, shape: tuple[int, ...]) -> str | None:
                     f"them), got {'x'.join(map(str, shape[1:]))}")
         return None
     p = PRIMITIVES[primitive]
-    if primitive in ACTIVATIONS or len(shape) == p.rank:
+    if primitive in ANY_RANK or len(shape) == p.rank:
         return None
     return f"{primitive} needs a {p.rank}-d shape ({p.layout}), got {'x'.join(map(str, shape))}"
 
@@ -151,6 +182,10 @@ def output_shape(primitive: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         return (shape[0], CONV_OUT, shape[2], shape[3])
     if primitive in ("maxpool2d", "avgpool2d"):  # window = stride, no padding
         return (shape[0], shape[1], shape[2] // POOL_K, shape[3] // POOL_K)
+    if primitive == "embedding":
+        return (*shape, EMBED_DIM)
+    if primitive == "crossentropy":  # the batch's mean loss
+        return ()
     return tuple(shape)
 
 

@@ -24,8 +24,8 @@ from tracer import contract
 
 # the primitives' parameters, defined once in the contract (mx.nd.BatchNorm's own epsilon
 # default is 1e-3: every probe passes BN_EPS, so all frameworks compute the same numbers)
-from tracer.contract import (BN_EPS, BN_MOMENTUM, CIFAR, CLASSES, CONV_K, CONV_OUT, DENSE_OUT, LENET, MODELS, POOL_K,
-                             TRANSFORMER, output_shape)
+from tracer.contract import (ADAM, BN_EPS, BN_MOMENTUM, CIFAR, CLASSES, CONV_K, CONV_OUT, DENSE_OUT, EMBED_DIM,
+                             EMBED_VOCAB, LENET, LN_EPS, MODELS, POOL_K, TRANSFORMER, output_shape)
 from tracer.trace import Frame, Node
 
 #: The probes' API: what a probe reads as ``base.X``. The contract's constants and
@@ -33,6 +33,8 @@ from tracer.trace import Frame, Node
 #: re-export an imported name otherwise).
 __all__ = [
     "BN_EPS", "BN_MOMENTUM", "CONV_K", "CONV_OUT", "DENSE_OUT", "POOL_K", "output_shape",
+    "ADAM", "EMBED_DIM", "EMBED_VOCAB", "LN_EPS", "ln_scale", "attention_kv", "token_ids", "class_labels",
+    "embed_table", "adam_grad",
     "CIFAR", "CLASSES", "LENET", "MODELS", "TRANSFORMER", "model_data", "model_info", "model_weight", "check_model",
     "Case", "ProbeError", "array", "conv_weight", "dense_weight", "bias", "nhwc", "check_shape", "dtype",
     "OpEvent", "OpRecord", "op_node", "merge_siblings", "nest",
@@ -100,6 +102,39 @@ def dense_weight(features: int) -> "np.ndarray":
 
 def bias(n: int) -> "np.ndarray":
     return array((n,), seed=2) * 0.1
+
+
+def ln_scale(features: int) -> "np.ndarray":
+    """Layer norm's scale (its shift is :func:`bias`)."""
+    return array((features,), seed=3) * 0.1 + 1
+
+
+def attention_kv(shape: tuple[int, ...]) -> tuple["np.ndarray", "np.ndarray"]:
+    """Attention's keys and values (parameters with gradients; the input is the queries)."""
+    return array(shape, seed=1) * 0.5, array(shape, seed=2) * 0.5
+
+
+def token_ids(shape: tuple[int, ...]) -> "np.ndarray":
+    """The embedding's input: int64 ids in [0, EMBED_VOCAB)."""
+    import numpy as np
+
+    return np.random.RandomState(4).randint(0, EMBED_VOCAB, size=shape).astype(np.int64)
+
+
+def class_labels(n: int, classes: int) -> "np.ndarray":
+    """Cross-entropy's targets: n int64 labels in [0, classes)."""
+    import numpy as np
+
+    return np.random.RandomState(5).randint(0, classes, size=(n,)).astype(np.int64)
+
+
+def embed_table() -> "np.ndarray":
+    return array((EMBED_VOCAB, EMBED_DIM), seed=1)
+
+
+def adam_grad(shape: tuple[int, ...]) -> "np.ndarray":
+    """The fixed gradient each Adam update applies (the input is the parameter)."""
+    return array(shape, seed=6) * 0.1
 
 
 def nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
