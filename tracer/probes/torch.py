@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tracer.contract import CANDIDATE_MODULE
+from tracer.contract import CANDIDATE_MODULE, PRIMITIVES
 from tracer.probes import base, torch_models
 
 if TYPE_CHECKING:
@@ -35,8 +35,9 @@ def device_info(device: str) -> dict[str, str]:
 def _functional(primitive: str, x: torch.Tensor,
                 dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
     c = x.shape[1] if x.dim() > 1 else 1
+    dtype = getattr(torch, base.dtype())  # the float type (x is integer for the embedding's ids)
     param: Callable[[Any], torch.Tensor] = lambda a: torch.tensor(  # noqa: E731
-        a, device=dev, dtype=x.dtype, requires_grad=True)
+        a, device=dev, dtype=dtype, requires_grad=True)
     if primitive == "dense":
         w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
         return (lambda: F.linear(x, w, b)), [w, b]
@@ -59,12 +60,126 @@ def _functional(primitive: str, x: torch.Tensor,
         g, b = param(base.array((c,), 3) * 0.1 + 1), param(base.bias(c))
         mean, var = torch.zeros(c, device=dev, dtype=x.dtype), torch.ones(c, device=dev, dtype=x.dtype)
         return (lambda: F.batch_norm(x, mean, var, g, b, training=True)), [g, b]
+    if primitive == "layernorm":
+        f = x.shape[-1]
+        g, b = param(base.ln_scale(f)), param(base.bias(f))
+        return (lambda: F.layer_norm(x, (f,), g, b, eps=base.LN_EPS)), [g, b]
+    if primitive == "gelu":
+        return (lambda: F.gelu(x)), []  # approximate="none": the exact form, torch's default
+    if primitive == "attention":
+        k, v = (param(a) for a in base.attention_kv(tuple(x.shape)))
+        return (lambda: F.scaled_dot_product_attention(x, k, v)), [k, v]
+    if primitive == "embedding":
+        table = param(base.embed_table())
+        return (lambda: F.embedding(x, table)), [table]
+    if primitive == "crossentropy":
+        labels = _labels(x, dev)
+        return (lambda: F.cross_entropy(x, labels)), []
+    if primitive == "adam":
+        return _adam_functional(x, dev), []
     raise base.ProbeError(f"unknown primitive {primitive}")
+
+
+def _labels(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    return torch.tensor(base.class_labels(x.shape[0], x.shape[1]), device=dev)
+
+
+def _adam_grad(x: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    return torch.tensor(base.adam_grad(tuple(x.shape)), device=dev, dtype=x.dtype)
+
+
+def _adam_implementation(params: list[torch.Tensor]) -> str:
+    """Which of its three implementations torch.optim.Adam takes by default for these
+    parameters (the device decides: foreach on CUDA and a new backend, the for-loop on the CPU)."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    fused, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+    if fused:
+        return "fused (torch._fused_adam_)"
+    if foreach:
+        return "foreach (torch.optim.adam._multi_tensor_adam: torch._foreach_* ops)"
+    return "for-loop (torch.optim.adam._single_tensor_adam: one tensor at a time)"
+
+
+def _adam_functional(p: torch.Tensor, dev: torch.device, foreach: bool | None = None) -> Callable[[], torch.Tensor]:
+    """torch.optim.adam.adam, the functional update torch.optim.Adam calls, with the state
+    the optimizer would keep (m and v zeros like p, the step a CPU scalar tensor) and the
+    implementation left to torch's default (foreach=None, fused=None) unless ``foreach``."""
+    from torch.optim.adam import adam
+
+    g = _adam_grad(p, dev)
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    step = torch.tensor(0.0)  # as Adam keeps it when neither capturable nor fused: on the host
+    a = base.ADAM
+
+    def run() -> torch.Tensor:
+        with torch.no_grad():
+            adam([p], [g], [m], [v], [], [step], foreach=foreach, fused=None, amsgrad=False, beta1=a["beta1"],
+                 beta2=a["beta2"], lr=a["lr"], weight_decay=0.0, eps=a["eps"], maximize=False)
+        return p
+
+    return run
+
+
+#: torch.optim.Adam's implementation is chosen in Python (_default_to_fused_or_foreach), by
+#: the parameters' device: foreach on CUDA, the for-loop on the CPU; the registered reading
+#: of an adam step runs the foreach update here (case.private["cuda_default"]) so that the
+#: ops it maps to their CUDA kernels are the ones a GPU runs.
+_ADAM_RULE = ("torch.optim.optimizer._default_to_fused_or_foreach: foreach (torch._foreach_* ops, "
+              "_multi_tensor_adam) for CUDA parameters, the for-loop (_single_tensor_adam) on the CPU; fused "
+              "(torch._fused_adam_) only when asked (fused=True)")
+
+
+def _mha(x: torch.Tensor, dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
+    """nn.MultiheadAttention computing exactly softmax(q k^T / sqrt(D)) v over the heads:
+    identity in and out projections and zero biases, frozen (the primitive's gradients are
+    q's, k's and v's), B x H x L x D laid out as its batch_first B x L x (H*D)."""
+    b, h, L, d = x.shape
+    dtype = getattr(torch, base.dtype())
+    m = nn.MultiheadAttention(h * d, h, dropout=0.0, bias=True, batch_first=True)
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.eye(h * d).repeat(3, 1))
+        m.out_proj.weight.copy_(torch.eye(h * d))
+        m.in_proj_bias.zero_()
+        m.out_proj.bias.zero_()
+    m = m.to(dev, dtype).train()
+    m.requires_grad_(False)
+    k, v = (torch.tensor(a, device=dev, dtype=dtype, requires_grad=True) for a in base.attention_kv(tuple(x.shape)))
+
+    def flat(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2).reshape(b, L, h * d)
+
+    def run() -> torch.Tensor:
+        y, _ = m(flat(x), flat(k), flat(v), need_weights=False)
+        return y.reshape(b, L, h, d).transpose(1, 2)
+
+    return run, [k, v]
+
+
+def _adam_layer(p: torch.Tensor, dev: torch.device) -> Callable[[], torch.Tensor]:
+    """torch.optim.Adam over the one parameter, its gradient the fixed one: each call one step."""
+    a = base.ADAM
+    p.grad = _adam_grad(p, dev)
+    opt = torch.optim.Adam([p], lr=a["lr"], betas=(a["beta1"], a["beta2"]), eps=a["eps"])
+
+    def run() -> torch.Tensor:
+        opt.step()
+        return p
+
+    return run
 
 
 def _layer(primitive: str, x: torch.Tensor,
            dev: torch.device) -> tuple[Callable[[], torch.Tensor], list[torch.Tensor]]:
     c = x.shape[1] if x.dim() > 1 else 1
+    dtype = getattr(torch, base.dtype())
+    if primitive == "attention":
+        return _mha(x, dev)
+    if primitive == "adam":
+        return _adam_layer(x, dev), []
+    if primitive == "crossentropy":
+        loss, labels = nn.CrossEntropyLoss(), _labels(x, dev)
+        return (lambda: loss(x, labels)), []
     if primitive == "dense":
         m = nn.Linear(x.shape[1], base.DENSE_OUT)
         weights = {"weight": base.dense_weight(x.shape[1]), "bias": base.bias(base.DENSE_OUT)}
@@ -74,6 +189,12 @@ def _layer(primitive: str, x: torch.Tensor,
     elif primitive == "batchnorm":
         m = nn.BatchNorm2d(c)
         weights = {}
+    elif primitive == "layernorm":
+        m = nn.LayerNorm(x.shape[-1], eps=base.LN_EPS)
+        weights = {"weight": base.ln_scale(x.shape[-1]), "bias": base.bias(x.shape[-1])}
+    elif primitive == "embedding":
+        m = nn.Embedding(base.EMBED_VOCAB, base.EMBED_DIM)
+        weights = {"weight": base.embed_table()}
     else:
         m = {
             "relu": nn.ReLU,
@@ -82,12 +203,13 @@ def _layer(primitive: str, x: torch.Tensor,
             "softmax": lambda: nn.Softmax(dim=-1),
             "maxpool2d": lambda: nn.MaxPool2d(base.POOL_K),
             "avgpool2d": lambda: nn.AvgPool2d(base.POOL_K),
+            "gelu": nn.GELU,  # approximate="none": the exact form, torch's default
         }[primitive]()
         weights = {}
     with torch.no_grad():
         for name, value in weights.items():
             getattr(m, name).copy_(torch.from_numpy(value))
-    m = m.to(dev, x.dtype).train()
+    m = m.to(dev, dtype).train()
     return (lambda: m(x)), list(m.parameters())
 
 
@@ -133,21 +255,51 @@ def _made_on(device: str, build: Callable[[torch.device], base.Case]) -> base.Ca
     return case
 
 
+def _defaults(primitive: str, api: str, leaves: list[torch.Tensor]) -> dict[str, Any]:
+    """What torch chose by default for a primitive where it has a choice (case.info["defaults"])."""
+    if primitive == "gelu":
+        return {"gelu": "exact (approximate='none', torch's default)"}
+    if primitive == "adam":
+        return {"adam": _adam_implementation(leaves[:1]),
+                "call": "torch.optim.adam.adam (the functional update torch.optim.Adam calls), foreach=None, "
+                        "fused=None" if api == "functional" else "torch.optim.Adam (defaults: foreach=None, "
+                                                                 "fused=None)"}
+    if primitive == "attention":
+        return {"attention": "F.scaled_dot_product_attention (its backend chosen at run time)" if api == "functional"
+                else "nn.MultiheadAttention, batch_first, need_weights=False (it calls "
+                     "F.scaled_dot_product_attention), identity projections and zero biases, frozen"}
+    return {}
+
+
 def primitive_step(primitive: str, api: str, dev: torch.device, shape: tuple[int, ...]) -> base.Case:
     """The primitive's case on ``dev``: ``forward`` its output, ``backward`` the gradients
-    of its input and parameters (``case.private["leaves"]``: what a check compares)."""
+    of its input and parameters (``case.private["leaves"]``: what a check compares).
+    The embedding's input is integer ids (no gradient); an optimizer step (adam) has no
+    backward: its forward is the update, one more step each call."""
     dtype = getattr(torch, base.dtype())
-    x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
+    if PRIMITIVES[primitive].input_kind == "ids":
+        x = torch.tensor(base.token_ids(shape), device=dev)
+    else:
+        x = torch.tensor(base.array(shape), device=dev, dtype=dtype, requires_grad=True)
     run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
-    grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
     leaves = [x, *params]
+    info = {"defaults": _defaults(primitive, api, leaves)} if primitive in ("gelu", "adam", "attention") else {}
+    if "backward" not in PRIMITIVES[primitive].passes:
+        def no_backward(y: torch.Tensor) -> None:
+            raise base.ProbeError("an optimizer step has no backward pass: its forward is the update")
+
+        # the same update as torch.optim.Adam's default resolves it on CUDA (a copy of the state)
+        cuda_default = _adam_functional(x.detach().clone(), dev, foreach=True)
+        return base.Case(forward=run, backward=no_backward, info=info,
+                         private={"leaves": leaves, "cuda_default": cuda_default})
+    grad = torch.ones(base.output_shape(primitive, shape), device=dev, dtype=dtype)
 
     def backward(y: torch.Tensor) -> None:
         for t in leaves:  # fresh gradients each run, as a training step would have
             t.grad = None
         y.backward(grad)
 
-    return base.Case(forward=run, backward=backward, private={"leaves": leaves})
+    return base.Case(forward=run, backward=backward, info=info, private={"leaves": leaves})
 
 
 def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
@@ -342,6 +494,65 @@ _CUDNN_RULE_BN = ("_batch_norm_impl_index on a CUDA tensor with cuDNN enabled (t
                   "weight and bias given, eps >= cuDNN's minimum: impl index 1, cuDNN")
 
 
+#: sdp::select_sdp_backend (ATen's transformers/cuda/sdp_utils.cpp), which
+#: scaled_dot_product_attention calls on a CUDA tensor through _fused_sdp_choice_stub: the
+#: first backend of the priority order whose checks pass. The order is flash,
+#: memory-efficient, math, cuDNN, unless check_prefer_cudnn_attention holds (a cuDNN runtime
+#: newer than 9.15.0 on sm90 / sm10x): then cuDNN first. On an H100 (sm90) the probe's
+#: attention (dense, no mask, no dropout, head dim 8) fails cuDNN's and flash's dtype checks
+#: in float32 (both half and bfloat16 only, check_dtypes_low_precision) and passes the
+#: memory-efficient kernel's (float32 on sm80+, head dim a multiple of 4); in bfloat16 flash
+#: takes it, or cuDNN where torch prefers it (the runtime's cuDNN version decides, which
+#: nothing here can read: the reading takes the order without that preference).
+#: SDPBackend -> (the forward op, the backward op, the library, when it is taken).
+_SDP_BACKENDS = {
+    "efficient_attention": ("_scaled_dot_product_efficient_attention", _OWN_CUDA,
+                            "float32 on sm80+ (the CUTLASS memory-efficient kernels built into ATen)"),
+    "flash_attention": ("_scaled_dot_product_flash_attention", _OWN_CUDA,
+                        "half or bfloat16 on sm80-sm121 (FlashAttention-2 built into ATen)"),
+    "cudnn_attention": ("_scaled_dot_product_cudnn_attention", "cuDNN",
+                        "half or bfloat16 on sm80-sm121, first where torch prefers cuDNN (cuDNN > 9.15.0, "
+                        "sm90/sm10x)"),
+    "math": ("_scaled_dot_product_attention_math", _OWN_CUDA,
+             "where no fused kernel's checks pass: the composite math (matmul, softmax) in ATen ops"),
+}
+_SDP_RULE = ("sdp::select_sdp_backend on a CUDA tensor (sdp_utils.cpp, through _fused_sdp_choice_stub): the first "
+             "of the priority order (flash, memory-efficient, math, cuDNN; cuDNN first where the runtime's cuDNN "
+             "is newer than 9.15.0 on sm90/sm10x) whose checks pass; on an H100 float32 fails flash's and cuDNN's "
+             "dtype checks (half and bfloat16 only): memory-efficient attention "
+             "(_scaled_dot_product_efficient_attention); bfloat16: flash attention "
+             "(_scaled_dot_product_flash_attention), or cuDNN where torch prefers it")
+
+
+def _sdp_choice() -> str:
+    """The SDPBackend select_sdp_backend takes on an H100 for the probe's attention in the
+    probe's dtype (:data:`_SDP_RULE`)."""
+    return "efficient_attention" if base.dtype() == "float32" else "flash_attention"
+
+
+def _sdp_runtime_choice(op: str, cuda: Callable[[str], str]) -> tuple[str, list[dict[str, Any]]]:
+    """The CPU's flash kernel (or its backward) -> the op SDPA's run-time choice takes on an
+    NVIDIA GPU, its CUDA kernel, and the other backends as candidates."""
+    backward = op.endswith("_backward")
+    chosen = _sdp_choice()
+    name, lib, _ = _SDP_BACKENDS[chosen]
+    target = name + ("_backward" if backward else "")
+    why = "sdp::select_sdp_backend"
+    kids: list[dict[str, Any]] = [{"name": f"CUDA: {cuda(target)}", "module": why, "lib": lib}]
+    others = []
+    for backend, (other, _, when) in _SDP_BACKENDS.items():
+        if backend == chosen:
+            continue
+        if backend == "math":  # a composite: the backward is autograd's through its ops
+            others.append({"name": f"SDPBackend.{backend} -> aten::{other} ({when})", "module": CANDIDATE_MODULE})
+            continue
+        other += "_backward" if backward else ""
+        others.append({"name": f"SDPBackend.{backend} -> aten::{other} (CUDA: {cuda(other)}; {when})",
+                       "module": CANDIDATE_MODULE})
+    kids.append({"name": "other candidates", "module": CANDIDATE_MODULE + "s", "children": others})
+    return f"aten::{target}", kids
+
+
 def _conv_candidates(op: str) -> list[dict[str, str]]:
     """The ConvBackends _select_conv_backend did not take on an NVIDIA GPU, each with the op it calls."""
     return [{"name": c["name"], "module": CANDIDATE_MODULE} for c in _conv_choice(op)
@@ -368,6 +579,9 @@ def _runtime_choice(op: str) -> tuple[str, list[dict[str, Any]]] | None:
     def others(kids: list[dict[str, str]]) -> dict[str, Any]:
         return {"name": "other candidates", "module": CANDIDATE_MODULE + "s", "children": kids}
 
+    if op in ("aten::_scaled_dot_product_flash_attention_for_cpu",
+              "aten::_scaled_dot_product_flash_attention_for_cpu_backward"):
+        return _sdp_runtime_choice(op, cuda)
     conv = "at::native::_select_conv_backend"
     if op == "aten::_convolution":
         return op, [{"name": "aten::cudnn_convolution", "module": "aten",
@@ -400,6 +614,27 @@ def _runtime_choice(op: str) -> tuple[str, list[dict[str, Any]]] | None:
     return None
 
 
+def _cuda_by_overload(op: str) -> dict[str, str]:
+    """{overload: its CUDA kernel} of an op the profiler names without its overload
+    (``aten::_foreach_add_``) and native_functions.yaml declares only with one, where
+    every overload has a CUDA kernel of its own; {} otherwise."""
+    declared = _native_functions()
+    name = op.removeprefix("aten::")
+    if name in declared:
+        return {}
+    out = {}
+    for full, entry in declared.items():
+        if full.split(".", 1)[0] != name:
+            continue
+        if "delegate" in entry:
+            entry = declared.get(entry["delegate"], {})
+        kernel = entry.get("dispatch", {}).get("CUDA")
+        if not kernel:
+            return {}
+        out[full] = str(kernel)
+    return out
+
+
 def _registered_tree(node: Node, table: dict[str, Any]) -> dict[str, Any] | None:
     """One CPU op of the step as the CUDA build would run it: a run-time library choice
     resolved for an NVIDIA GPU, an op with a CUDA kernel of its own (what the CPU kernel
@@ -407,6 +642,11 @@ def _registered_tree(node: Node, table: dict[str, Any]) -> dict[str, Any] | None
     (as on the CPU, so that the paths part only where the device decides)."""
     op = node.frame.name
     row = table.get(op)
+    by_overload = _cuda_by_overload(op) if row is None and op.startswith("aten::") else {}
+    if by_overload:  # no op of that name without an overload (the foreach ops): each overload's kernel
+        return {"name": op, "module": "aten", "children": [
+            {"name": "CUDA by overload: " + ", ".join(f"{o}: {k}" for o, k in by_overload.items()),
+             "module": "native_functions.yaml", "lib": _cuda_lib(next(iter(by_overload.values())))}]}
     if row is None:  # the autograd engine's and Python's records around the ops: kept, so the trees align
         kids = [k for c in node.children if (k := _registered_tree(c, table)) is not None]
         return {"name": op, "module": node.frame.module, "children": kids} if kids else None
@@ -442,6 +682,8 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
     declares, and where torch chooses a library at run time (convolution's backend,
     batch norm's implementation index), that choice resolved as torch resolves it by
     default on an NVIDIA GPU, the other candidates listed."""
+    if pass_ == "forward" and "cuda_default" in case.private:  # a step whose implementation torch picks in Python
+        run = case.private["cuda_default"]
     rec = record_ops(case, pass_, run)
     reached = [n.frame.name for top in rec.ops for _, n in top.walk() if n.frame.kind == "op"]
     table = dispatch_table(reached)["ops"]
@@ -461,9 +703,12 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
     return {"evidence": "registered", "ops": ops,
             "provenance": {"read": f"torch {torch.__version__} torchgen/packaged/ATen/native/native_functions.yaml "
                                    "(dispatch: CUDA entries), torch._C._ConvBackend, and the run-time choices of "
-                                   "ATen's Convolution.cpp and Normalization.cpp resolved for an NVIDIA GPU with "
+                                   "ATen's Convolution.cpp, Normalization.cpp and transformers/cuda/sdp_utils.cpp "
+                                   "and torch.optim's implementation choice resolved for an NVIDIA GPU (H100) with "
                                    "cuDNN enabled",
                            "reached": f"aten ops of the step on this CPU ({rec.source})"},
             "backend": {"key": "PrivateUse1", "ops": needs},
             "info": {"cudnn_in_build": bool(torch.backends.cudnn.is_available()),
-                     "runtime_choices": {"convolution": _CUDNN_RULE_CONV, "batch norm": _CUDNN_RULE_BN}}}
+                     "runtime_choices": {"convolution": _CUDNN_RULE_CONV, "batch norm": _CUDNN_RULE_BN,
+                                         "scaled dot product attention": _SDP_RULE,
+                                         "adam": _ADAM_RULE}}}
