@@ -85,7 +85,53 @@ def _softmax(x: jax.Array) -> jax.Array:
     return jax.nn.softmax(x, axis=-1)
 
 
-_FUNCS = {
+def _layernorm(x: jax.Array, g: jax.Array, b: jax.Array) -> jax.Array:
+    # jax.nn.standardize over the last axis (its default "fast" variance, mean(x^2) - mean(x)^2,
+    # as flax's LayerNorm computes it), then the scale and shift
+    return jax.nn.standardize(x, axis=-1, epsilon=base.LN_EPS) * g + b
+
+
+def _gelu(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=False)  # the exact form (jax.nn.gelu's default is the tanh one)
+
+
+def _attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    # jax.nn.dot_product_attention takes B x L x H x D: the probe's B x H x L x D transposed
+    # there and back; implementation=None, JAX's own choice
+    bt = (0, 2, 1, 3)
+    y = jax.nn.dot_product_attention(q.transpose(bt), k.transpose(bt), v.transpose(bt))
+    return y.transpose(bt)
+
+
+def _embedding(table: jax.Array, ids: jax.Array) -> jax.Array:
+    return jnp.take(table, ids, axis=0)  # table[ids]
+
+
+def _crossentropy(x: jax.Array, labels: jax.Array) -> jax.Array:
+    logp = jax.nn.log_softmax(x, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
+
+
+def _adam(p: jax.Array, m: jax.Array, v: jax.Array, t: jax.Array,
+          g: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """One bias-corrected Adam update with jnp, as optax.adam computes it (its count an int32)."""
+    a = base.ADAM
+    t = t + 1
+    m = a["beta1"] * m + (1 - a["beta1"]) * g
+    v = a["beta2"] * v + (1 - a["beta2"]) * g * g
+    tf = t.astype(jnp.float32)
+    m_hat = m / (1 - a["beta1"] ** tf).astype(m.dtype)
+    v_hat = v / (1 - a["beta2"] ** tf).astype(v.dtype)
+    return p - a["lr"] * m_hat / (jnp.sqrt(v_hat) + a["eps"]), m, v, t
+
+
+_FUNCS: dict[str, Callable[..., Any]] = {
+    "layernorm": _layernorm,
+    "gelu": _gelu,
+    "attention": _attention,
+    "embedding": _embedding,
+    "crossentropy": _crossentropy,
+    "adam": _adam,
     "dense": _dense,
     "conv2d": _conv2d,
     "relu": jax.nn.relu,
@@ -106,6 +152,38 @@ def _params(primitive: str, shape: tuple[int, ...]) -> list[np.ndarray]:
         return [base.conv_weight(c), base.bias(base.CONV_OUT)]  # OIHW, as torch
     if primitive == "batchnorm":
         return [base.array((c,), 3) * 0.1 + 1, base.bias(c)]
+    if primitive == "layernorm":
+        return [base.ln_scale(shape[-1]), base.bias(shape[-1])]
+    if primitive == "attention":
+        return list(base.attention_kv(shape))
+    return []
+
+
+#: What JAX chose by default for a primitive where it has a choice (case.info["defaults"]).
+_DEFAULTS = {
+    "gelu": {"gelu": "jax.nn.gelu defaults to the tanh approximation (approximate=True): the probe asks for "
+                     "approximate=False, the exact erf form"},
+    "attention": {"attention": "jax.nn.dot_product_attention(implementation=None): XLA's composite "
+                               "(_dot_product_attention_xla: einsum, softmax, einsum) on every platform; cuDNN's "
+                               "fused attention only when asked (implementation='cudnn')",
+                  "layout": "B x L x H x D (the probe's B x H x L x D transposed there and back)"},
+    "layernorm": {"layernorm": "jax.nn.standardize (variance algorithm 'fast': mean(x^2) - mean(x)^2, as "
+                               "flax.linen.LayerNorm's default) times the scale plus the shift"},
+    "embedding": {"embedding": "jnp.take(table, ids, axis=0)", "ids": "int32 (JAX's default integer: x64 off)"},
+    "crossentropy": {"crossentropy": "-mean(take_along_axis(jax.nn.log_softmax(x), labels))",
+                     "labels": "int32 (JAX's default integer: x64 off)"},
+    "adam": {"adam": "the update written with jnp under jit, as optax.adam computes it (no optimizer object: "
+                     "JAX's functional level)"},
+}
+
+
+def _data(primitive: str, shape: tuple[int, ...]) -> list[np.ndarray]:
+    """The arguments after the differentiated ones: integer ids and labels (never
+    differentiated), Adam's fixed gradient."""
+    if primitive == "embedding":
+        return [base.token_ids(shape)]
+    if primitive == "crossentropy":
+        return [base.class_labels(shape[0], shape[1])]
     return []
 
 
@@ -118,13 +196,30 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     dev = _device(device)
     f = jax.jit(_FUNCS[primitive])
     dtype = jnp.dtype(base.dtype())
-    args = [jax.device_put(jnp.asarray(a, dtype), dev) for a in (base.array(shape), *_params(primitive, shape))]
+
+    def put(a: np.ndarray) -> jax.Array:  # floats in the probe's dtype, integers in JAX's default int
+        return jax.device_put(jnp.asarray(a, dtype if a.dtype.kind == "f" else None), dev)
+
+    info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF",
+            "dtype": base.dtype(), **({"defaults": _DEFAULTS[primitive]} if primitive in _DEFAULTS else {})}
+    if primitive == "adam":
+        return _adam_case(f, put, shape, dev, info)
+    if primitive == "embedding":
+        args = [put(base.embed_table()), *map(put, _data(primitive, shape))]
+    else:
+        args = [put(a) for a in (base.array(shape), *_params(primitive, shape), *_data(primitive, shape))]
+    wrt = len(args) - len(_data(primitive, shape))  # the data (ids, labels) are arguments, never differentiated
     ones = jax.device_put(jnp.ones(base.output_shape(primitive, shape), dtype), dev)
     jax.block_until_ready((args, ones))
     last: list[jax.Array | None] = [None]  # what sync waits for: the latest output or gradients
 
+    def vjp() -> tuple[jax.Array, Callable[[jax.Array], tuple[jax.Array, ...]]]:
+        if wrt == len(args):
+            return jax.vjp(f, *args)  # type: ignore[no-any-return]
+        return jax.vjp(lambda *d: f(*d, *args[wrt:]), *args[:wrt])  # type: ignore[no-any-return]
+
     def forward() -> tuple[jax.Array, Callable[[jax.Array], tuple[jax.Array, ...]]]:
-        y, pullback = jax.vjp(f, *args)
+        y, pullback = vjp()
         last[0] = y
         return y, pullback
 
@@ -138,9 +233,31 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         if last[0] is not None:
             jax.block_until_ready(last[0])
 
-    info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF",
-            "dtype": base.dtype()}
-    private = {"f": f, "args": args, "ones": ones, "device": dev}
+    private = {"f": f, "args": args, "wrt": wrt, "ones": ones, "device": dev}
+    return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
+
+
+def _adam_case(f: Callable[..., Any], put: Callable[[np.ndarray], jax.Array], shape: tuple[int, ...], dev: Any,
+               info: dict[str, Any]) -> base.Case:
+    """One jitted Adam update per forward call, the state (p, m, v, step) carried from call
+    to call; no backward: the update is the step (``private["differentiable"]`` False:
+    the op layer and the GPU evidence read the update's own program)."""
+    p = put(base.array(shape))
+    state = [p, jnp.zeros_like(p), jnp.zeros_like(p), jax.device_put(jnp.zeros((), jnp.int32), dev)]
+    g = put(base.adam_grad(shape))
+    jax.block_until_ready((state, g))
+
+    def forward() -> jax.Array:
+        state[:] = f(*state, g)
+        return state[0]
+
+    def backward(_: Any) -> None:
+        raise base.ProbeError("an optimizer step has no backward pass: its forward is the update")
+
+    def sync() -> None:
+        jax.block_until_ready(state)
+
+    private = {"f": f, "args": lambda: [*state, g], "differentiable": False, "device": dev}
     return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
 
 
@@ -276,6 +393,10 @@ def _pass_programs(case: base.Case, pass_: str) -> list[tuple[Callable[..., Any]
     p = case.private
     f = p["f"]
     args = tuple(p["args"]() if callable(p["args"]) else p["args"])
+    if not p.get("differentiable", True):  # an optimizer step: its one program is the update
+        if pass_ != "forward":
+            raise base.ProbeError("an optimizer step has no backward pass: its forward is the update")
+        return [(f, args)]
     n = p.get("wrt", len(args))
 
     def vjp(*a: Any) -> Any:
