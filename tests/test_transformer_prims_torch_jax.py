@@ -256,6 +256,20 @@ def test_torch_registered_attention_names_sdpa_cuda_choice(derived, api):
     assert "memory-efficient" in t.meta["gpu_evidence"]["runtime_choices"]["scaled dot product attention"]
 
 
+def test_torch_registered_bf16_attention_is_cudnns(frameworks, tmp_path):
+    # in bfloat16 the dtype checks pass for cuDNN and flash: cuDNN comes first with the
+    # cuDNN torch's CUDA wheels ship (seen on an H100: torch 2.11.0+cu130, cuDNN 9.19)
+    spec = CaseSpec("attention", "functional", passes=("forward", "backward"), layers=("op",))
+    (res,) = run_probe(frameworks["torch"], [spec], tmp_path, "cpu", "bf16", kind="gpu-evidence")
+    t = res.load()
+    for pass_, op in (("forward", "aten::_scaled_dot_product_cudnn_attention"),
+                      ("backward", "aten::_scaled_dot_product_cudnn_attention_backward")):
+        (node,) = _children(t, pass_, op)
+        assert node.children[0].frame.lib == "cuDNN"
+        (others,) = [c for c in node.children if c.frame.name == "other candidates"]
+        assert any("efficient_attention" in c.frame.name for c in others.children)
+
+
 def test_torch_registered_adam_is_the_foreach_update(derived):
     t = derived[("torch", "adam", "layer")]
     assert t.meta["passes"] == ["forward"]

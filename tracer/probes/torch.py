@@ -498,21 +498,23 @@ _CUDNN_RULE_BN = ("_batch_norm_impl_index on a CUDA tensor with cuDNN enabled (t
 #: scaled_dot_product_attention calls on a CUDA tensor through _fused_sdp_choice_stub: the
 #: first backend of the priority order whose checks pass. The order is flash,
 #: memory-efficient, math, cuDNN, unless check_prefer_cudnn_attention holds (a cuDNN runtime
-#: newer than 9.15.0 on sm90 / sm10x): then cuDNN first. On an H100 (sm90) the probe's
-#: attention (dense, no mask, no dropout, head dim 8) fails cuDNN's and flash's dtype checks
-#: in float32 (both half and bfloat16 only, check_dtypes_low_precision) and passes the
-#: memory-efficient kernel's (float32 on sm80+, head dim a multiple of 4); in bfloat16 flash
-#: takes it, or cuDNN where torch prefers it (the runtime's cuDNN version decides, which
-#: nothing here can read: the reading takes the order without that preference).
-#: SDPBackend -> (the forward op, the backward op, the library, when it is taken).
+#: newer than 9.15.0 on sm90 / sm10x, as the CUDA wheels ship): then cuDNN first. On an H100
+#: (sm90) the probe's attention (dense, no mask, no dropout, head dim 8) fails cuDNN's and
+#: flash's dtype checks in float32 (both half and bfloat16 only, check_dtypes_low_precision)
+#: and passes the memory-efficient kernel's (float32 on sm80+, head dim a multiple of 4); in
+#: bfloat16 cuDNN takes it (flash where the runtime's cuDNN is 9.15.0 or older). Seen on an
+#: H100 with torch 2.11.0+cu130 and cuDNN 9.19: float32 -> _scaled_dot_product_efficient_attention,
+#: bfloat16 -> _scaled_dot_product_cudnn_attention, forward and backward, F and nn.MultiheadAttention.
+#: SDPBackend -> (the forward op, the library, when it is taken).
 _SDP_BACKENDS = {
     "efficient_attention": ("_scaled_dot_product_efficient_attention", _OWN_CUDA,
                             "float32 on sm80+ (the CUTLASS memory-efficient kernels built into ATen)"),
-    "flash_attention": ("_scaled_dot_product_flash_attention", _OWN_CUDA,
-                        "half or bfloat16 on sm80-sm121 (FlashAttention-2 built into ATen)"),
     "cudnn_attention": ("_scaled_dot_product_cudnn_attention", "cuDNN",
-                        "half or bfloat16 on sm80-sm121, first where torch prefers cuDNN (cuDNN > 9.15.0, "
-                        "sm90/sm10x)"),
+                        "half or bfloat16 on sm80-sm121, first where torch prefers cuDNN (its runtime newer than "
+                        "9.15.0, on sm90/sm10x)"),
+    "flash_attention": ("_scaled_dot_product_flash_attention", _OWN_CUDA,
+                        "half or bfloat16 on sm80-sm121 (FlashAttention-2 built into ATen), first where cuDNN is "
+                        "not preferred"),
     "math": ("_scaled_dot_product_attention_math", _OWN_CUDA,
              "where no fused kernel's checks pass: the composite math (matmul, softmax) in ATen ops"),
 }
@@ -520,14 +522,14 @@ _SDP_RULE = ("sdp::select_sdp_backend on a CUDA tensor (sdp_utils.cpp, through _
              "of the priority order (flash, memory-efficient, math, cuDNN; cuDNN first where the runtime's cuDNN "
              "is newer than 9.15.0 on sm90/sm10x) whose checks pass; on an H100 float32 fails flash's and cuDNN's "
              "dtype checks (half and bfloat16 only): memory-efficient attention "
-             "(_scaled_dot_product_efficient_attention); bfloat16: flash attention "
-             "(_scaled_dot_product_flash_attention), or cuDNN where torch prefers it")
+             "(_scaled_dot_product_efficient_attention); bfloat16: cuDNN attention "
+             "(_scaled_dot_product_cudnn_attention), flash attention where cuDNN is 9.15.0 or older")
 
 
 def _sdp_choice() -> str:
     """The SDPBackend select_sdp_backend takes on an H100 for the probe's attention in the
     probe's dtype (:data:`_SDP_RULE`)."""
-    return "efficient_attention" if base.dtype() == "float32" else "flash_attention"
+    return "efficient_attention" if base.dtype() == "float32" else "cudnn_attention"
 
 
 def _sdp_runtime_choice(op: str, cuda: Callable[[str], str]) -> tuple[str, list[dict[str, Any]]]:
