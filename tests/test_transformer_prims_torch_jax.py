@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import dltrace, one_line_error
 from tests.test_ctrace import runner_env
 from tracer import envs
-from tracer.contract import CANDIDATE_MODULE, PRIMITIVES, STANDIN_LIB
+from tracer.contract import CANDIDATE_MODULE, PRIMITIVES, STANDIN_LIB, Exit
 from tracer.derive import derive
 from tracer.runner import CaseResult, CaseSpec, run_probe
 from tracer.trace import Trace
@@ -288,3 +289,8 @@ def test_jax_derives_each_new_primitive_for_cuda(derived, primitive):
         assert any(op.startswith("cuda: ") for op in ops), ops  # the lowering rule for cuda
         if t.meta["evidence"] == "compiled":
             assert "XLA:cuda (compiled deviceless, H100 target)" in ops
+
+
+def test_an_optimizer_step_has_no_backward_to_ask_for():
+    line = one_line_error(dltrace("probe", "torch", "adam", "--pass", "backward"), Exit.USAGE)
+    assert "adam has no backward pass" in line
