@@ -234,6 +234,11 @@ MODELS: dict[str, Model] = {m.name: m for m in (
 WORKLOADS = (*PRIMITIVES, *MODELS)
 
 
+def workload_passes(workload: str) -> tuple[str, ...]:
+    """The passes a case of ``workload`` has: both, except an optimizer step's (its forward is the update)."""
+    return PRIMITIVES[workload].passes if workload in PRIMITIVES else PASSES
+
+
 def default_shape(workload: str) -> tuple[int, ...]:
     """The input a case of ``workload`` (a primitive or a model) gets unless asked otherwise."""
     return MODELS[workload].shape if workload in MODELS else PRIMITIVES[workload].shape

@@ -18,8 +18,8 @@ from tracer import emulation, envs, tempdirs
 from tracer.emulation.layout import bindable, emulated_home
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
-from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, WORKLOADS, CaseError, CaseRequest,
-                             EmulatedCpu, Exit, MODELS, ProbeRequest, default_shape)
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, MODELS, PASSES, WORKLOADS, CaseError,
+                             CaseRequest, EmulatedCpu, Exit, ProbeRequest, default_shape, workload_passes)
 from tracer.emulation.guest import Bind
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.paths import code_path, package_bind
@@ -62,6 +62,10 @@ class CaseSpec:
 
     def resolved_shape(self) -> tuple[int, ...]:
         return self.shape or default_shape(self.primitive)
+
+    def resolved_passes(self) -> tuple[str, ...]:
+        """The passes asked for that the workload has (an optimizer step has no backward)."""
+        return tuple(p for p in self.passes if p in workload_passes(self.primitive))
 
     def slug(self) -> str:
         shape = "" if not self.shape else "-" + "x".join(map(str, self.shape))
@@ -191,8 +195,8 @@ def run_probe(
             variant_env=dict(var.env) if var else {}, source_roots=fw.source_roots, warmup=warmup, command=command,
             native=nat.request(find_pyspy() if pyspy is None else pyspy) if wants_native else None,
             native_env=dict(nat.env) if wants_native else {},
-            cases=tuple(CaseRequest(c.primitive, c.api, c.resolved_shape(), tuple(c.passes), tuple(c.layers), str(o))
-                        for c, o in zip(cases, outs)), kind=kind,
+            cases=tuple(CaseRequest(c.primitive, c.api, c.resolved_shape(), c.resolved_passes(), tuple(c.layers),
+                                    str(o)) for c, o in zip(cases, outs)), kind=kind,
         )
         (tmpdir / "request.json").write_text(request.to_json())
         wants_library = any("library" in c.layers for c in cases)

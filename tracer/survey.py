@@ -131,7 +131,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     variant its ``aarch64.variants`` names (TensorFlow's oneDNN, off by default on ARM),
     or (``arm_all``) per variant it has; there, only the primitives its
     ``aarch64.primitives`` lists, if any (JAX: slow to compile under emulation),
-    unless ``arm_all``.
+    else the CNN family's nine (the transformer family would add two thirds to the
+    slowest jobs of a survey), unless ``arm_all``.
 
     ``models`` adds each model's training step that the framework's probe runs
     (frameworks.yaml ``models``), at each API level the model is written at (a
@@ -158,8 +159,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + (nets if variant == "default" else ())))
         if arm and fw.aarch64 is not None:
-            some = fw.aarch64.primitives if not arm_all else ()
-            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if not some or p in some)
+            some = fw.aarch64.primitives or tuple(p for p in PRIMITIVES if PRIMITIVES[p].family == "cnn")
+            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if arm_all or p in some)
             listed = fw.variants if arm_all else fw.aarch64.variants
             on_arm = ["default", *(listed if variants else ())]
             jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
