@@ -185,8 +185,10 @@ def write_gap(path: Path, gap: Gap) -> None:
     write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(gap))
 
 
-def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT) -> SurveyEvent:
-    """Probe the cases of ``job`` that have no trace yet; failures become gaps."""
+def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
+            threads: int | None = None) -> SurveyEvent:
+    """Probe the cases of ``job`` that have no trace yet; failures become gaps.
+    ``threads``: the libraries' thread count for its probe (tracer.contract.THREAD_ENV)."""
     todo, blocked = [], []
     for spec in job.cases:
         path = case_path(root, job, spec)
@@ -226,6 +228,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
         out_dir = case_path(root, job, todo[0]).parent
         try:
             results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey",
+                                threads=threads,
                                 cpu=job.cpu)
         except ProbeFailed as exc:
             if exc.kind == "interrupted":
@@ -282,11 +285,14 @@ def _mark_native_lost(path: Path, why: str) -> bool:
 
 def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
         timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None) -> list[Gap]:
-    """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps."""
+    """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps. With
+    several at once, each probe's libraries get an equal share of the cores (at least
+    one thread): oversubscribed OpenMP pools time a step hundreds of times slower."""
     gaps: list[Gap] = []
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
     try:
-        futures = [pool.submit(run_job, job, root, fresh, timeout) for job in jobs]
+        futures = [pool.submit(run_job, job, root, fresh, timeout, threads) for job in jobs]
         for fut in as_completed(futures):
             event = fut.result()
             gaps.extend(event.gaps)

@@ -151,8 +151,9 @@ def gpu_steps(traces: list[Trace], k: Knowledge | None = None) -> list[GpuStep]:
         if t.info.device != "gpu":
             continue
         r = reach(t, k=k)
-        out.append(GpuStep(t.info.api, evidence_class(t.info) or "", t.info.machine.gpu or "", t.info.framework_version or "",
-                           list(r.libraries), list(dict.fromkeys(op for _, op in r.ops))))
+        out.append(GpuStep(t.info.api, evidence_class(t.info) or "", t.info.machine.gpu or "",
+                           t.info.framework_version or "", list(r.libraries),
+                           list(dict.fromkeys(op for _, op in r.ops))))
     return sorted(out, key=lambda g: (EVIDENCE.index(g.evidence) if g.evidence in EVIDENCE else len(EVIDENCE),
                                       g.api, g.gpu))
 
