@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.contract import MODELS, PASSES
+from tracer.contract import EVIDENCE, MODELS, PASSES
 from tracer.knowledge import Knowledge
 from tracer.process.evidence_class import evidence_class
 from tracer.process.portability import framework_report
@@ -144,8 +144,6 @@ def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
 def gpu_steps(traces: list[Trace], k: Knowledge | None = None) -> list[GpuStep]:
     """Each GPU path of a model's step, strongest evidence first (a recorded step before
     what a compiler or the source says of it)."""
-    from tracer.contract import EVIDENCE
-
     out = []
     for t in traces:
         if t.info.device != "gpu":
