@@ -254,14 +254,16 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a record name that is no op
             return []
 
+    computes = getattr(tf, base.dtype()).as_datatype_enum  # DT_FLOAT, or DT_BFLOAT16 in the bf16 variant
+
     def any_device_float(kernel: KernelDef) -> bool:
         """A DEFAULT kernel serves any device, but most are for int32 shapes in host
-        memory: only one whose type constraint admits float32 computes the probe's data."""
+        memory: only one whose type constraint admits the probe's float type computes its data."""
         if kernel.device_type != "DEFAULT":
             return False
         for c in kernel.constraint:
-            if c.name in ("T", "dtype") and c.allowed_values.list.type and 1 not in c.allowed_values.list.type:
-                return False  # 1: DT_FLOAT
+            if c.name in ("T", "dtype") and c.allowed_values.list.type and computes not in c.allowed_values.list.type:
+                return False
         return True
 
     out = {}
