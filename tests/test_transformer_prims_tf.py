@@ -19,6 +19,7 @@ from tests.test_ctrace import runner_env
 
 from tracer import envs
 from tracer.contract import PRIMITIVES
+from tracer.derive import derive
 from tracer.runner import CaseSpec, run_probe
 from tracer.trace import Trace
 
@@ -160,6 +161,18 @@ def test_each_case_says_what_tensorflow_and_keras_chose(tf_traces):
     assert "ResourceApplyAdam" in meta[("adam", "functional")]["optimizer"]["call"]
     assert meta[("attention", "functional")]["layout"] == "BxHxLxD"
     assert all(m["dtype"] == "float32" for m in meta.values())
+
+
+def test_adams_gpu_path_is_derived_from_its_forward_alone(frameworks, tmp_path):
+    """An optimizer step has no backward: its derived GPU evidence (the GPU build's kernel
+    registry) is of its forward, the fused kernel's GPU registrations."""
+    (res,) = derive(_ready(frameworks), ["adam"], tmp_path, ("functional",))
+    assert res.error is None, f"{res.error}\n{res.detail}"
+    t = res.load()
+    assert t.meta["passes"] == ["forward"] and t.layer("backward") is None
+    (adam,) = [n for n in t.layer("forward", "op").children if n.frame.name == "ResourceApplyAdam"]
+    kernels = [k.frame.name for k in adam.children]
+    assert any(k.startswith("GPU ResourceApplyAdam [T=") and "float32" in k for k in kernels), kernels
 
 
 # ----------------------------------------------------------------------------- bfloat16
