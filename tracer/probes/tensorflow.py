@@ -110,6 +110,11 @@ def _adam_case(api: str, device: str, shape: tuple[int, ...], info: dict[str, An
         p = tf.Variable(tf.cast(base.array(shape), getattr(tf, base.dtype())))
         build = tensorflow_transformer.adam_functional if api == "functional" else tensorflow_transformer.adam_layer
         update, more = build(p, shape)
+    if base.dtype() == "bfloat16":
+        more["numerics"] = ("bfloat16 scalars: ResourceApplyAdam's are of the parameter's type T and keras casts its "
+                            "beta powers to it; beta2 = 0.999 rounds to 1.0, so the step reaches the bfloat16 kernels "
+                            "but computes no Adam update (keras: none at all; the fused kernel: v stays 0 and its "
+                            "second step divides by epsilon)")
 
     def forward() -> tf.Variable:
         with tf.device(device):
