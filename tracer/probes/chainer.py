@@ -164,7 +164,9 @@ def _layer(primitive: str, x: chainer.Variable,
     else:
         raise base.ProbeError(f"unknown primitive {primitive}")
     m.to_device(dev)
-    return (lambda: m(x)), list(m.params())
+    # a Link keeps its parameters' names in a set: the order is the probe's own (the layer's arguments')
+    order = {"layernorm": ["gamma", "beta"]}.get(primitive)
+    return (lambda: m(x)), [getattr(m, n) for n in order] if order else sorted(m.params(), key=lambda p: p.name)
 
 
 def _adam(api: str, dev: chainer.backend.Device, shape: tuple[int, ...]) -> tuple[Callable[[], Any], str]:
@@ -176,6 +178,8 @@ def _adam(api: str, dev: chainer.backend.Device, shape: tuple[int, ...]) -> tupl
     if api == "functional":
         p = chainer.Parameter(dev.send(base.array(shape).astype(dtype)))
         rule = chainer.optimizers.adam.AdamRule(**hyper)
+        if dtype == np.float16:
+            rule.use_fp32_update()
 
         def step() -> chainer.Parameter:
             p.grad = grad
@@ -188,6 +192,8 @@ def _adam(api: str, dev: chainer.backend.Device, shape: tuple[int, ...]) -> tupl
     link.to_device(dev)
     opt = chainer.optimizers.Adam(**hyper)
     opt.setup(link)
+    if dtype == np.float16:
+        opt.use_fp32_update()
 
     def update() -> chainer.Parameter:
         link.p.grad = grad
@@ -223,8 +229,12 @@ def _info(primitive: str, api: str) -> dict[str, Any]:
         defaults["adam"] = ("chainer's defaults are torch's (alpha 1e-3, betas 0.9/0.999, eps 1e-8); its "
                             "bias correction is folded into the step size (alpha_t = alpha sqrt(1-beta2^t)/"
                             "(1-beta1^t)) and eps is added to sqrt(v) uncorrected, so the update differs from "
-                            "torch's by eps (1 - sqrt(1-beta2^t)) in the denominator; a float16 parameter is "
-                            "updated in float32 intermediates, its m and v kept in float16")
+                            "torch's by eps (1 - sqrt(1-beta2^t)) in the denominator")
+        if base.dtype() == "float16":
+            # without it m and v are float16: v = (1-beta2) g^2 underflows and the step becomes alpha_t / eps
+            defaults["fp32_update"] = ("use_fp32_update(): a float32 master copy of the float16 parameter, its m "
+                                       "and v in float32 (chainer's default keeps them float16, where v underflows "
+                                       "and a step of alpha_t / eps moved the parameter by 11 here)")
     if defaults:
         info["defaults"] = defaults
     return info
