@@ -120,6 +120,11 @@ def run(probe: Any, device: str, primitive: str, api: str) -> dict[str, Any]:
             for t in (1, 2):
                 y = case.forward()
                 values[f"step {t}"] = numbers(y)
+            try:
+                case.backward(y)
+                backward_error = ""
+            except Exception as exc:  # noqa: BLE001 - what asking an optimizer step for a backward says
+                backward_error = f"{type(exc).__name__}: {exc}"
         else:
             y = case.forward()
             values["out"] = numbers(y)
@@ -128,6 +133,8 @@ def run(probe: Any, device: str, primitive: str, api: str) -> dict[str, Any]:
             for name, leaf in zip(LEAVES.get(primitive, ["x"] + [f"p{i}" for i in range(len(leaves))]), leaves):
                 values[f"grad {name}"] = numbers(leaf.grad)
         out: dict[str, Any] = {"error": "", "dtype": dtype_name(y), "values": values}
+        if primitive == "adam":
+            out["backward_error"] = backward_error
     except Exception as exc:  # noqa: BLE001 - a case that cannot run is reported, as the harness would
         return {"error": f"{type(exc).__name__}: {exc}"}
     if primitive in REFERENCES:

@@ -46,9 +46,10 @@ def _step(case: Case, pass_: str) -> Callable[[], Any]:
 
 
 def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe, version: str) -> Trace:
-    """The GPU evidence of one case, both passes, as a trace (device "gpu")."""
+    """The GPU evidence of one case, its passes (an optimizer step: forward only), as a trace (device "gpu")."""
     case = make_case(probe, case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape))
-    case.backward(case.forward())  # warm: first-call work is not what the step reaches
+    # warm: first-call work is not what the step reaches
+    case.backward(case.forward()) if "backward" in case_req.passes else case.forward()
     runs: list[Run] = []
     evidence: set[str] = set()
     provenance: dict[str, Any] = {}
