@@ -149,8 +149,16 @@ def survey_root(frameworks, tmp_path_factory) -> Path:
     op layer everywhere and the native layer in the cases :func:`native_case` names."""
     root = tmp_path_factory.mktemp("survey")
     gaps = sv.run(with_native(sv.plan(frameworks.values(), models=MODELS)), root, workers=2, timeout=900)
-    assert not gaps, [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in gaps]
+    unexpected = [g for g in gaps if not precision_gap(frameworks, g)]
+    assert not unexpected, [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in unexpected]
     return root
+
+
+def precision_gap(frameworks, gap) -> bool:
+    """A case a reduced-precision variant cannot run because the framework has no CPU
+    kernel in that type (MXNet's batch_dot in bfloat16): a gap that says so, by design."""
+    variant = frameworks[gap.framework].variants.get(gap.variant)
+    return variant is not None and variant.switches == "precision" and "float16" in gap.error
 
 
 @pytest.fixture(scope="session")

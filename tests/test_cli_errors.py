@@ -15,7 +15,7 @@ from tracer.contract import Exit
          "unknown framework 'caffe' (choose from: torch, tensorflow, chainer, mxnet, jax)"),
         (["probe", "torch", "conv3d"],
          "unknown primitive or model 'conv3d' (choose from: dense, conv2d, relu, sigmoid, tanh, softmax, maxpool2d, "
-         "avgpool2d, batchnorm, lenet, cifar, transformer)"),
+         "avgpool2d, batchnorm, layernorm, gelu, attention, embedding, crossentropy, adam, lenet, cifar, transformer)"),
         (["probe", "torch", "cifar", "--api", "functional"],
          "cifar is written at the layer level only, not functional"),
         (["probe", "torch", "conv2d", "--device", "tpu"],

@@ -3,6 +3,8 @@ traces from elsewhere, and a report rendered from traces alone."""
 
 from __future__ import annotations
 
+import os
+
 import re
 import shutil
 
@@ -10,7 +12,7 @@ import pytest
 
 from tests.conftest import dltrace
 from tracer import survey as sv
-from tracer.contract import PRIMITIVES
+from tracer.contract import PRIMITIVES, THREAD_ENV
 
 
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
@@ -226,3 +228,13 @@ def test_a_surveys_report_is_reproducible_from_its_folder(fake_frameworks, tmp_p
 
     assert {p.name for p in out.glob("*.html")} == {p.name for p in (tmp_path / "again").glob("*.html")}
     assert all(page(out, p.name) == page(tmp_path / "again", p.name) for p in out.glob("*.html"))
+
+
+def test_probes_side_by_side_share_the_cores(cpu_traces):
+    """Two probes at once on this machine: each library pool gets half the cores (one at
+    least), and the trace says so; two full OpenMP pools on two cores timed a 1 ms
+    backward at 400 ms."""
+    share = str(max(1, (os.cpu_count() or 1) // 2))
+    for key in (("torch", "default", "lenet", "layer"), ("tensorflow", "default", "dense", "functional")):
+        t = cpu_traces[key].load()
+        assert t.meta["thread_env"] == {k: share for k in THREAD_ENV}, key

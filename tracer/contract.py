@@ -41,6 +41,13 @@ STANDIN_LIB = "standin backend"
 #: Strongest first: a cell shows the strongest it has and lists the rest.
 EVIDENCE = ("recorded", "imported", "compiled", "lowered", "registered", "source")
 DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
+#: The thread-count variables of the libraries the frameworks compute with (OpenMP, MKL,
+#: OpenBLAS, TensorFlow's intra-op pool, MXNet's operators): a survey running several
+#: probes at once on a few cores gives each its share (tracer.survey.run), since two
+#: OpenMP pools spinning on the same two cores make a 1 ms step take 400 ms; a trace
+#: says which it ran under (its meta ``thread_env``).
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
+              "MXNET_OMP_MAX_THREADS")
 #: The element types a probe computes in, float32 first (the default), and the variable
 #: a variant sets to ask for another (frameworks.yaml: torch's and JAX's bf16 variants).
 DTYPES = ("float32", "bfloat16", "float16")
@@ -232,6 +239,11 @@ MODELS: dict[str, Model] = {m.name: m for m in (
 )}
 #: What a case names: one of the primitives or one of the models.
 WORKLOADS = (*PRIMITIVES, *MODELS)
+
+
+def workload_passes(workload: str) -> tuple[str, ...]:
+    """The passes a case of ``workload`` has: both, except an optimizer step's (its forward is the update)."""
+    return PRIMITIVES[workload].passes if workload in PRIMITIVES else PASSES
 
 
 def default_shape(workload: str) -> tuple[int, ...]:

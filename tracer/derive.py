@@ -40,7 +40,7 @@ def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str,
     in ``out_dir``), and per model at each level it is written at, all from one probe
     process. ``primitives`` empty and ``models`` None: every primitive."""
     prims = primitives or ([] if models else list(PRIMITIVES))
-    cases = [CaseSpec(p, api, (), PRIMITIVES[p].passes, ("op",)) for p in prims for api in (apis or fw.apis)]
+    cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in prims for api in (apis or fw.apis)]
     cases += [CaseSpec(m, api, (), PASSES, ("op",)) for m in models or [] for api in MODELS[m].apis
               if apis is None or api in apis]
     return run_probe(environment(fw), cases, out_dir, "cpu", "default", timeout, command=command,

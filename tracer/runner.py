@@ -18,8 +18,8 @@ from tracer import emulation, envs, tempdirs
 from tracer.emulation.layout import bindable, emulated_home
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
-from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, PASSES, WORKLOADS, CaseError, CaseRequest,
-                             EmulatedCpu, Exit, MODELS, PRIMITIVES, ProbeRequest, default_shape)
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, MODELS, PASSES, WORKLOADS, CaseError,
+                             CaseRequest, EmulatedCpu, Exit, THREAD_ENV, ProbeRequest, default_shape, workload_passes)
 from tracer.emulation.guest import Bind
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.paths import code_path, package_bind
@@ -64,10 +64,8 @@ class CaseSpec:
         return self.shape or default_shape(self.primitive)
 
     def resolved_passes(self) -> tuple[str, ...]:
-        """The passes asked for that the workload has: an optimizer step (adam) has no
-        backward, so a survey's default of both passes asks it for its forward only."""
-        prim = PRIMITIVES.get(self.primitive)
-        return tuple(p for p in self.passes if prim is None or p in prim.passes)
+        """The passes asked for that the workload has (an optimizer step has no backward)."""
+        return tuple(p for p in self.passes if p in workload_passes(self.primitive))
 
     def slug(self) -> str:
         shape = "" if not self.shape else "-" + "x".join(map(str, self.shape))
@@ -161,6 +159,7 @@ def run_probe(
     pyspy: str | None = None,
     cpu: str = "",
     kind: str = "trace",
+    threads: int | None = None,
 ) -> list[CaseResult]:
     """Trace ``cases`` in one subprocess (one framework import for all of them), on this
     machine, or with ``cpu`` on that emulated aarch64 CPU model (tracer.emulation: the
@@ -202,7 +201,9 @@ def run_probe(
         )
         (tmpdir / "request.json").write_text(request.to_json())
         wants_library = any("library" in c.layers for c in cases)
-        env = {**(PERFMAP_ENV if wants_native else {}), **(VERBOSE_ENV if wants_library else {}), **os.environ,
+        # a share of the cores (set by a survey running probes side by side), unless the user set one
+        share = {k: str(threads) for k in THREAD_ENV} if threads else {}
+        env = {**share, **(PERFMAP_ENV if wants_native else {}), **(VERBOSE_ENV if wants_library else {}), **os.environ,
                **fw.env, **(nat.env if wants_native else {}), **(var.env if var else {})}
         code = code_path(tmpdir, link=not cpu)
         env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

@@ -131,7 +131,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     variant its ``aarch64.variants`` names (TensorFlow's oneDNN, off by default on ARM),
     or (``arm_all``) per variant it has; there, only the primitives its
     ``aarch64.primitives`` lists, if any (JAX: slow to compile under emulation),
-    unless ``arm_all``.
+    else the CNN family's nine (the transformer family would add two thirds to the
+    slowest jobs of a survey), unless ``arm_all``.
 
     ``models`` adds each model's training step that the framework's probe runs
     (frameworks.yaml ``models``), at each API level the model is written at (a
@@ -158,8 +159,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + (nets if variant == "default" else ())))
         if arm and fw.aarch64 is not None:
-            some = fw.aarch64.primitives if not arm_all else ()
-            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if not some or p in some)
+            some = fw.aarch64.primitives or tuple(p for p in PRIMITIVES if PRIMITIVES[p].family == "cnn")
+            emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if arm_all or p in some)
             listed = fw.variants if arm_all else fw.aarch64.variants
             on_arm = ["default", *(listed if variants else ())]
             jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
@@ -184,8 +185,10 @@ def write_gap(path: Path, gap: Gap) -> None:
     write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(gap))
 
 
-def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT) -> SurveyEvent:
-    """Probe the cases of ``job`` that have no trace yet; failures become gaps."""
+def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
+            threads: int | None = None) -> SurveyEvent:
+    """Probe the cases of ``job`` that have no trace yet; failures become gaps.
+    ``threads``: the libraries' thread count for its probe (tracer.contract.THREAD_ENV)."""
     todo, blocked = [], []
     for spec in job.cases:
         path = case_path(root, job, spec)
@@ -225,6 +228,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
         out_dir = case_path(root, job, todo[0]).parent
         try:
             results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey",
+                                threads=threads,
                                 cpu=job.cpu)
         except ProbeFailed as exc:
             if exc.kind == "interrupted":
@@ -281,11 +285,14 @@ def _mark_native_lost(path: Path, why: str) -> bool:
 
 def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
         timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None) -> list[Gap]:
-    """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps."""
+    """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps. With
+    several at once, each probe's libraries get an equal share of the cores (at least
+    one thread): oversubscribed OpenMP pools time a step hundreds of times slower."""
     gaps: list[Gap] = []
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
     try:
-        futures = [pool.submit(run_job, job, root, fresh, timeout) for job in jobs]
+        futures = [pool.submit(run_job, job, root, fresh, timeout, threads) for job in jobs]
         for fut in as_completed(futures):
             event = fut.result()
             gaps.extend(event.gaps)

@@ -70,8 +70,8 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
               help="Also probe each framework on the emulated aarch64 CPUs its registry entry names (frameworks.yaml "
                    "aarch64: A64FX, Neoverse-N1...), for the ARM audit.")
 @click.option("--arm-all", is_flag=True,
-              help="The whole emulated part (slow under QEMU): every primitive of frameworks whose aarch64 "
-                   "entry lists a few (JAX), and every variant (JAX's nojit).")
+              help="The whole emulated part (slow under QEMU): every primitive (the transformer family too, and "
+                   "all of those of frameworks whose aarch64 entry lists a few: JAX), and every variant (JAX's nojit).")
 @click.option("--imports/--no-imports", default=True, show_default=True,
               help="Set the CPU path against each framework's reference GPU paths: the profiles recorded on real "
                    "GPUs by others (frameworks.yaml: imported), imported, and dltrace's own traces recorded on a "

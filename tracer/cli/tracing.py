@@ -8,7 +8,7 @@ import click
 
 from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, WORKLOAD, OutPath,
                                Seconds, Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
-from tracer.contract import LAYERS, MODELS, PASSES, PHASES, PRIMITIVES
+from tracer.contract import LAYERS, MODELS, PASSES, PHASES, workload_passes
 from tracer.contract import check_shape
 from tracer.derive import derive as run_derive
 from tracer.errors import DltraceError, UsageError
@@ -80,7 +80,7 @@ def probe(framework: str, primitive: str, device: str, variant: str, pass_: str,
             raise UsageError("the standin device records the python and op layers only: its library calls and "
                              "native stacks are the CPU computation it stands in with")
         chosen = tuple(layer for layer in chosen if layer in ("python", "op"))
-    passes = PRIMITIVES[primitive].passes if primitive in PRIMITIVES else PASSES
+    passes = workload_passes(primitive)
     if pass_ != "both" and pass_ not in passes:
         raise UsageError(f"{primitive} has no {pass_} pass (it has: {', '.join(passes)})")
     spec = CaseSpec(primitive, api, shape or (),

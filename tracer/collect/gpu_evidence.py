@@ -46,7 +46,7 @@ def _step(case: Case, pass_: str) -> Callable[[], Any]:
 
 
 def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe, version: str) -> Trace:
-    """The GPU evidence of one case, both passes, as a trace (device "gpu")."""
+    """The GPU evidence of one case, its passes (an optimizer step: forward only), as a trace (device "gpu")."""
     case = make_case(probe, case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape))
     state = case.forward()  # warm: first-call work is not what the step reaches
     if "backward" in case_req.passes:  # an optimizer step has none

@@ -33,9 +33,9 @@ from tracer.collect.gpu_evidence import derive_case
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
-from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, CaseError, CaseRequest, DeviceCheck, DeviceInfo,
-                             DispatchTable,
-                             EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder, Probe, ProbeRequest)
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, THREAD_ENV, CaseError, CaseRequest, DeviceCheck,
+                             DeviceInfo, DispatchTable, EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder,
+                             Probe, ProbeRequest)
 from tracer.trace import Frame, Node, Run, Trace, save
 from tracer.trace_meta import native_not_finished
 
@@ -237,6 +237,9 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         meta["emulated"] = meta["machine"]["emulated"]
     if req.native_env:  # set for this whole process (before the import), so every case says so
         meta["native_env"] = req.native_env
+    threads = {k: os.environ[k] for k in THREAD_ENV if k in os.environ}
+    if threads:  # the thread counts its timings ran under (a survey's share of the cores)
+        meta["thread_env"] = threads
     if isinstance(probe, DispatchTable) and any("op" in r.layers for r in runs):
         names = [n.frame.name for r in runs for _, n in r.layers.get("op", Node(Frame("root", "", ""))).walk()
                  if n.frame.kind == "op"]

@@ -1,20 +1,27 @@
 """Chainer probe: chainer.functions (functional) and chainer.links (layer).
 
-Primitives without a link (activations, pooling) run at the layer level as the same
-functions called from a ``chainer.Sequential``, so that level goes through the
-link machinery. Chainer accumulates gradients into leaf variables, so ``backward``
-clears them first (as a training step's ``cleargrads`` would).
+Primitives without a link (activations, pooling, GELU, attention) run at the layer
+level as the same functions called from a ``chainer.Sequential``, so that level goes
+through the link machinery. Chainer accumulates gradients into leaf variables, so
+``backward`` clears them first (as a training step's ``cleargrads`` would). Adam's
+step is an update rule, not a FunctionNode: its functional level drives chainer's
+AdamRule on a Parameter, its layer level chainer.optimizers.Adam on a Link.
+
+Chainer computes with NumPy, which has no bfloat16: float32 and float16 only
+(``base.dtype()``, chainer.config.dtype while the case is built).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import numpy as np
 
 from tracer.probes import base, chainer_models
 
@@ -36,10 +43,40 @@ def _pool(primitive: str) -> Callable[[chainer.Variable], chainer.Variable]:
     return functools.partial(F.average_pooling_2d, ksize=base.POOL_K, stride=base.POOL_K)
 
 
+def _dtype() -> type:
+    """The NumPy type the case computes in (base.dtype()); NumPy has no bfloat16."""
+    name = base.dtype()
+    if name == "bfloat16":
+        raise base.ProbeError("chainer computes with NumPy, which has no bfloat16 (float32 and float16 only)")
+    return cast(type, getattr(np, name))
+
+
+def _attention(q: chainer.Variable, k: chainer.Variable, v: chainer.Variable) -> chainer.Variable:
+    """softmax(q k^T / sqrt(D)) v over the last two axes: chainer 7 has no attention function."""
+    scores = F.matmul(q, k, transb=True) * (1.0 / math.sqrt(q.shape[-1]))
+    return F.matmul(F.softmax(scores, axis=scores.ndim - 1), v)
+
+
+#: What the probe builds from chainer's primitives, where chainer 7 has no function or link
+#: for it (the case's info["built_from_primitives"], at the levels it applies to).
+BUILT = {
+    "gelu": "no GELU in chainer 7 (chainer.functions nor links): built as 0.5 * x * (1 + F.erf(x / sqrt(2))), "
+            "the exact form; the layer level calls it from a chainer.Sequential",
+    "attention": "no attention function or link in chainer 7: built from F.matmul (batched, transb), a scale "
+                 "and F.softmax; the layer level calls it from a chainer.Sequential",
+}
+#: Primitives with no link of their own: the layer level runs the function in a link.
+NO_LINK = {
+    "crossentropy": "no cross-entropy link in chainer 7: L.Classifier (the link chainer computes a loss with, "
+                    "lossfun F.softmax_cross_entropy) around an identity predictor",
+}
+
+
 def _functional(primitive: str, x: chainer.Variable,
                 dev: chainer.backend.Device) -> tuple[Callable[[], chainer.Variable], list[chainer.Variable]]:
     c = x.shape[1] if x.ndim > 1 else 1
-    param: Callable[[Any], chainer.Variable] = lambda a: chainer.Variable(dev.send(a))  # noqa: E731
+    dtype = _dtype()
+    param: Callable[[Any], chainer.Variable] = lambda a: chainer.Variable(dev.send(a.astype(dtype)))  # noqa: E731
     if primitive == "dense":
         w, b = param(base.dense_weight(x.shape[1])), param(base.bias(base.DENSE_OUT))
         return (lambda: F.linear(x, w, b)), [w, b]
@@ -61,11 +98,25 @@ def _functional(primitive: str, x: chainer.Variable,
     if primitive == "batchnorm":
         g, b = param(base.array((c,), 3) * 0.1 + 1), param(base.bias(c))
         xp = dev.xp
-        mean, var = dev.send(xp.zeros(c, dtype=xp.float32)), dev.send(xp.ones(c, dtype=xp.float32))
+        mean, var = dev.send(xp.zeros(c, dtype=dtype)), dev.send(xp.ones(c, dtype=dtype))
         return (
             lambda: F.batch_normalization(x, g, b, eps=base.BN_EPS, running_mean=mean, running_var=var,
                                           decay=base.BN_MOMENTUM)
         ), [g, b]
+    if primitive == "layernorm":
+        g, b = param(base.ln_scale(x.shape[-1])), param(base.bias(x.shape[-1]))
+        return (lambda: F.layer_normalization(x, g, b, eps=base.LN_EPS)), [g, b]
+    if primitive == "gelu":
+        return (lambda: chainer_models.gelu(x)), []
+    if primitive == "attention":
+        k, v = (param(a) for a in base.attention_kv(x.shape))
+        return (lambda: _attention(x, k, v)), [k, v]
+    if primitive == "embedding":  # x: the ids, an integer array (no gradient)
+        w = param(base.embed_table())
+        return (lambda: F.embed_id(x, w)), [w]
+    if primitive == "crossentropy":
+        t = dev.send(base.class_labels(x.shape[0], x.shape[1]))
+        return (lambda: F.softmax_cross_entropy(x, t)), []  # reduce="mean": the batch's mean
     raise base.ProbeError(f"unknown primitive {primitive}")
 
 
@@ -84,6 +135,26 @@ def _layer(primitive: str, x: chainer.Variable,
         )
     elif primitive == "batchnorm":
         m = L.BatchNormalization(c, eps=base.BN_EPS)
+    elif primitive == "layernorm":
+        f = x.shape[-1]
+        const = chainer.initializers.Constant  # an array as initial_gamma would be called as an initializer
+        m = L.LayerNormalization(f, eps=base.LN_EPS, initial_gamma=const(base.ln_scale(f)),
+                                 initial_beta=const(base.bias(f)))
+    elif primitive == "embedding":
+        m = L.EmbedID(base.EMBED_VOCAB, base.EMBED_DIM, initialW=base.embed_table())
+    elif primitive == "gelu":
+        m = chainer.Sequential(chainer_models.gelu)
+    elif primitive == "attention":
+        m = chainer.Sequential(_attention)
+        k, v = (chainer.Variable(dev.send(a.astype(x.dtype))) for a in base.attention_kv(x.shape))
+        m.to_device(dev)
+        return (lambda: m(x, k, v)), [k, v]
+    elif primitive == "crossentropy":
+        m = L.Classifier(lambda y: y, lossfun=F.softmax_cross_entropy)
+        m.compute_accuracy = False
+        t = dev.send(base.class_labels(x.shape[0], x.shape[1]))
+        m.to_device(dev)
+        return (lambda: m(x, t)), []
     elif primitive in ("relu", "sigmoid", "tanh"):
         m = chainer.Sequential(getattr(F, primitive))
     elif primitive == "softmax":
@@ -93,16 +164,107 @@ def _layer(primitive: str, x: chainer.Variable,
     else:
         raise base.ProbeError(f"unknown primitive {primitive}")
     m.to_device(dev)
-    return (lambda: m(x)), list(m.params())
+    # a Link keeps its parameters' names in a set: the order is the probe's own (the layer's arguments')
+    order = {"layernorm": ["gamma", "beta"]}.get(primitive)
+    return (lambda: m(x)), [getattr(m, n) for n in order] if order else sorted(m.params(), key=lambda p: p.name)
+
+
+def _adam(api: str, dev: chainer.backend.Device, shape: tuple[int, ...]) -> tuple[Callable[[], Any], str]:
+    """One Adam step per call, from a fixed gradient: AdamRule on a Parameter (functional),
+    chainer.optimizers.Adam on a Link (layer). Returns (the step, what it runs)."""
+    A, dtype = base.ADAM, _dtype()
+    hyper = dict(alpha=A["lr"], beta1=A["beta1"], beta2=A["beta2"], eps=A["eps"])
+    grad = dev.send(base.adam_grad(shape).astype(dtype))
+    if api == "functional":
+        p = chainer.Parameter(dev.send(base.array(shape).astype(dtype)))
+        rule = chainer.optimizers.adam.AdamRule(**hyper)
+        if dtype == np.float16:
+            rule.use_fp32_update()
+
+        def step() -> chainer.Parameter:
+            p.grad = grad
+            rule.update(p)  # t += 1, then update_core_cpu/gpu on the arrays
+            return p
+        return step, "chainer.optimizers.adam.AdamRule.update on a chainer.Parameter (no Optimizer, no Link)"
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(base.array(shape).astype(dtype))
+    link.to_device(dev)
+    opt = chainer.optimizers.Adam(**hyper)
+    opt.setup(link)
+    if dtype == np.float16:
+        opt.use_fp32_update()
+
+    def update() -> chainer.Parameter:
+        link.p.grad = grad
+        opt.update()  # the gradients are there: no loss function
+        return link.p
+    return update, "chainer.optimizers.Adam.update on a chainer.Link (its AdamRule per parameter)"
+
+
+def _no_backward(state: Any) -> None:
+    raise base.ProbeError("an optimizer step has no backward pass: its forward is the update")
+
+
+def _info(primitive: str, api: str) -> dict[str, Any]:
+    """What a new primitive's case records of chainer's choices (meta: dtype, defaults, built_from_primitives)."""
+    info: dict[str, Any] = {"dtype": base.dtype()}
+    defaults: dict[str, Any] = {}
+    if primitive in BUILT:
+        info["built_from_primitives"] = {primitive: BUILT[primitive]}
+    if primitive == "crossentropy" and api == "layer":
+        info["built_from_primitives"] = {primitive: NO_LINK[primitive]}
+    if primitive == "gelu":
+        defaults["gelu"] = "none in chainer 7; the exact (erf) form built here"
+        defaults["erf_cpu"] = ("scipy.special.erf" if _has("scipy") else
+                               "numpy.vectorize(math.erf): no SciPy in this environment (chainer's slow fallback)")
+    if primitive == "layernorm":
+        defaults["eps"] = "F.layer_normalization 1e-5, L.LayerNormalization 1e-6: LN_EPS 1e-5 passed"
+    if primitive == "embedding":
+        defaults["ids"] = "int64 (any signed integer type: F.embed_id checks the kind); L.EmbedID's own " \
+                          "initialisation Normal(1.0), the table from base here"
+    if primitive == "crossentropy":
+        defaults["reduce"] = "F.softmax_cross_entropy reduce='mean', normalize=True: the mean over the batch"
+    if primitive == "adam":
+        defaults["adam"] = ("chainer's defaults are torch's (alpha 1e-3, betas 0.9/0.999, eps 1e-8); its "
+                            "bias correction is folded into the step size (alpha_t = alpha sqrt(1-beta2^t)/"
+                            "(1-beta1^t)) and eps is added to sqrt(v) uncorrected, so the update differs from "
+                            "torch's by eps (1 - sqrt(1-beta2^t)) in the denominator")
+        if base.dtype() == "float16":
+            # without it m and v are float16: v = (1-beta2) g^2 underflows and the step becomes alpha_t / eps
+            defaults["fp32_update"] = ("use_fp32_update(): a float32 master copy of the float16 parameter, its m "
+                                       "and v in float32 (chainer's default keeps them float16, where v underflows "
+                                       "and a step of alpha_t / eps moved the parameter by 11 here)")
+    if defaults:
+        info["defaults"] = defaults
+    return info
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     base.check_shape(primitive, shape)
     dev = chainer.get_device(device)
-    x = chainer.Variable(dev.send(base.array(shape)))
-    run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
-    leaves = [x, *params]
-    grad = dev.send(dev.xp.ones(base.output_shape(primitive, shape), dtype=dev.xp.float32))
+    dtype = _dtype()
+    sync = dev.device.synchronize if isinstance(dev, chainer.backend.GpuDevice) else base._noop
+    info = _info(primitive, api)
+    with chainer.using_config("dtype", dtype):  # the links' own parameters (BatchNormalization's)
+        if primitive == "adam":
+            step, how = _adam(api, dev, shape)
+            info["update"] = how
+            return base.Case(forward=step, backward=_no_backward, sync=sync, info=info)
+        if primitive == "embedding":  # integer ids: no gradient, not a leaf
+            ids = dev.send(base.token_ids(shape))
+            run, leaves = (_functional if api == "functional" else _layer)(primitive, ids, dev)
+        else:
+            x = chainer.Variable(dev.send(base.array(shape).astype(dtype)))
+            run, params = (_functional if api == "functional" else _layer)(primitive, x, dev)
+            leaves = [x, *params]
+    grad = dev.send(dev.xp.ones(base.output_shape(primitive, shape), dtype=dtype))
 
     def backward(y: chainer.Variable) -> None:
         for v in leaves:
@@ -110,8 +272,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
         y.grad = grad
         y.backward()
 
-    sync = dev.device.synchronize if isinstance(dev, chainer.backend.GpuDevice) else base._noop
-    return base.Case(forward=run, backward=backward, sync=sync)
+    return base.Case(forward=run, backward=backward, sync=sync, info=info, private={"leaves": leaves})
 
 
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
@@ -215,6 +376,31 @@ class _Reached(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to
             self.classes.append(type(function))
 
 
+@contextlib.contextmanager
+def _rules_reached(classes: list[type]) -> Iterator[None]:
+    """The update rules a step runs (AdamRule...): an optimizer's work is array code in
+    each rule's update_core_cpu/gpu, never a FunctionNode, so no FunctionHook sees it."""
+    method = vars(chainer.optimizer.UpdateRule)["update"]
+
+    @functools.wraps(method)
+    def update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(self) not in classes:
+            classes.append(type(self))
+        return method(self, *args, **kwargs)
+
+    chainer.optimizer.UpdateRule.update = update
+    try:
+        yield
+    finally:
+        chainer.optimizer.UpdateRule.update = method
+
+
+def _entry(cls: type) -> str:
+    """Where a class's device path starts: an update rule's update_core_gpu (cpu), a
+    function's forward_gpu (cpu)."""
+    return "update_core" if issubclass(cls, chainer.optimizer.UpdateRule) else "forward"
+
+
 def _methods(cls: type) -> dict[str, tuple[type, ast.FunctionDef]]:
     """name -> (defining class, ast.FunctionDef) for the methods ``cls`` defines or
     inherits from chainer's own function classes (not FunctionNode's machinery)."""
@@ -224,7 +410,8 @@ def _methods(cls: type) -> dict[str, tuple[type, ast.FunctionDef]]:
 
     out: dict[str, tuple[type, ast.FunctionDef]] = {}
     for klass in reversed(cls.__mro__):
-        if klass in (chainer.FunctionNode, chainer.Function, object) or not klass.__module__.startswith("chainer."):
+        if (klass in (chainer.FunctionNode, chainer.Function, chainer.optimizer.UpdateRule, object)
+                or not klass.__module__.startswith("chainer.")):
             continue
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
@@ -283,11 +470,12 @@ def _lib(call: str) -> str:
 
 
 def _path_methods(cls: type, device: str = "gpu") -> list[str]:
-    """The methods on a device's path: forward_gpu (forward_cpu) and the helpers it
-    calls on self, transitively; a class without it runs ``forward`` (array-module
-    generic)."""
+    """The methods on a device's path: forward_gpu (forward_cpu), an update rule's
+    update_core_gpu (cpu), and the helpers it calls on self, transitively; a class
+    without it runs ``forward`` (array-module generic)."""
     methods = _methods(cls)
-    start = f"forward_{device}" if f"forward_{device}" in methods else "forward"
+    entry = _entry(cls)
+    start = f"{entry}_{device}" if f"{entry}_{device}" in methods else entry
     todo, seen = [start], []
     while todo:
         name = todo.pop(0)
@@ -368,12 +556,13 @@ def _function_doc(cls: type) -> tuple[dict[str, Any], dict[str, Any], list[str]]
             kids.append({"name": f"{impl.__name__}.{name}", "module": impl.__module__, "lib": "chainer",
                          "children": [_call(c) for c in calls if _lib(c) or _is_decision(c)]})
             implement.append(f"{impl.__name__}.{name}")
-    generic = "forward_gpu" not in methods and not any(c.get("lib") for k in kids for c in k["children"])
+    gpu_entry = f"{_entry(cls)}_gpu"
+    generic = gpu_entry not in methods and not any(c.get("lib") for k in kids for c in k["children"])
     cpu = list(dict.fromkeys(c for m in _path_methods(cls, "cpu") for c in _calls(methods[m][1])
                              if c.startswith(("numpy.", "np.", "xp.", "intel64.", "conv.", "chainer.utils.conv."))))
     need: dict[str, Any] = {
         "must": not generic, "implement": implement[:1] if generic else
-        [i for i in implement if "forward_gpu" in i or "Impl." in i] or implement[:1],
+        [i for i in implement if gpu_entry in i or "Impl." in i] or implement[:1],
         "others": {"cuDNN": ", ".join(sorted({c["name"] for k in kids for c in k["children"]
                                               if c.get("lib") == "cuDNN"})),
                    "decision": "; ".join(dict.fromkeys(decisions))},
@@ -383,26 +572,29 @@ def _function_doc(cls: type) -> tuple[dict[str, Any], dict[str, Any], list[str]]
 
 
 def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
-    """For every FunctionNode the step runs (a backward runs FunctionNodes of its own):
-    its GPU methods read from the installed source (forward_gpu and the helpers it
-    calls), the CuPy and cuDNN calls they make, the chainer.should_use_cudnn decision
-    that picks cuDNN, and forward_cpu's NumPy calls beside them. Chainer has no
-    backend interface below its array modules: these methods are what a new device
-    module's arrays must serve."""
+    """For every FunctionNode the step runs (a backward runs FunctionNodes of its own)
+    and every optimizer update rule (AdamRule): its GPU methods read from the installed
+    source (forward_gpu or update_core_gpu and the helpers it calls), the CuPy and cuDNN
+    calls they make, the chainer.should_use_cudnn decision that picks cuDNN, and the CPU
+    method's NumPy calls beside them. Chainer has no backend interface below its array
+    modules: these methods are what a new device module's arrays must serve."""
     hook = _Reached()
-    with hook:
+    rules: list[type] = []
+    with hook, _rules_reached(rules):
         run()
         case.sync()
     ops, needs, cpu = [], {}, {}
-    for cls in hook.classes:
+    for cls in [*hook.classes, *rules]:
         doc, need, cpu_calls = _function_doc(cls)
         ops.append(doc)
         needs[cls.__name__] = need
         cpu[cls.__name__] = cpu_calls
-    files = sorted({c.__module__.replace(".", "/") + ".py" for c in hook.classes})
+    files = sorted({c.__module__.replace(".", "/") + ".py" for c in [*hook.classes, *rules]})
     return {"evidence": "source", "ops": ops,
             "provenance": {"read": f"chainer {chainer.__version__} source: {', '.join(files)}",
-                           "how": "ast of the installed modules: forward_gpu and the self.* helpers it calls",
-                           "reached": "the FunctionNodes the step ran on this CPU (a FunctionHook)"},
+                           "how": "ast of the installed modules: forward_gpu (update_core_gpu) and the self.* "
+                                  "helpers it calls",
+                           "reached": "the FunctionNodes the step ran on this CPU (a FunctionHook) and the "
+                                      "optimizer's update rules"},
             "backend": {"key": "a Chainer device module (array module + each function's GPU methods)", "ops": needs},
             "info": {f"forward_cpu_calls_{pass_}": cpu}}

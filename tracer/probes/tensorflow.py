@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from tracer.probes import base, tensorflow_models
+from tracer.contract import PRIMITIVES
+from tracer.probes import base, tensorflow_models, tensorflow_transformer
 
 if TYPE_CHECKING:  # the annotations only (tensorflow is Any to mypy: not installed where it runs)
     from tensorflow.core.framework.kernel_def_pb2 import KernelDef
 
 _NHWC = ("conv2d", "maxpool2d", "avgpool2d", "batchnorm")
+#: the primitives tracer/probes/tensorflow_transformer.py builds (adam: its own case)
+_TRANSFORMER = tuple(p.name for p in PRIMITIVES.values() if p.family == "transformer" and p.name != "adam")
 
 
 def gpu_available() -> bool:
@@ -32,9 +35,10 @@ def _bn_scale(c: int) -> np.ndarray:
 
 
 def _functional(primitive: str, x: tf.Tensor) -> tuple[Callable[[], tf.Tensor], list[tf.Variable]]:
-    """(run, params): ``run()`` applies the tf.nn primitive to ``x``."""
+    """(run, params): ``run()`` applies the tf.nn primitive to ``x``; the parameters are
+    the seeded float32 data in ``x``'s dtype (TensorFlow's own cast)."""
     c = int(x.shape[-1])
-    var: Callable[[np.ndarray], tf.Variable] = lambda a: tf.Variable(a)  # noqa: E731
+    var: Callable[[np.ndarray], tf.Variable] = lambda a: tf.Variable(tf.cast(a, x.dtype))  # noqa: E731
     if primitive == "dense":
         w, b = var(base.dense_weight(c).T), var(base.bias(base.DENSE_OUT))  # (in, out)
         return (lambda: tf.nn.bias_add(tf.matmul(x, w), b)), [w, b]
@@ -66,27 +70,29 @@ def _functional(primitive: str, x: tf.Tensor) -> tuple[Callable[[], tf.Tensor], 
 
 
 def _layer(primitive: str, x: tf.Tensor) -> tuple[Callable[[], tf.Tensor], list[tf.keras.Variable]]:
-    """(run, params): ``run()`` calls a built keras layer on ``x`` in training mode."""
+    """(run, params): ``run()`` calls a built keras layer on ``x`` in training mode, the
+    layer's dtype policy ``x``'s dtype (its variables and its computation)."""
     L = tf.keras.layers
     c = int(x.shape[-1])
+    dt = x.dtype.name
     if primitive == "dense":
-        layer = L.Dense(base.DENSE_OUT)
+        layer = L.Dense(base.DENSE_OUT, dtype=dt)
         weights = [base.dense_weight(c).T, base.bias(base.DENSE_OUT)]
     elif primitive == "conv2d":
-        layer = L.Conv2D(base.CONV_OUT, base.CONV_K, strides=1, padding="same", data_format="channels_last")
+        layer = L.Conv2D(base.CONV_OUT, base.CONV_K, strides=1, padding="same", data_format="channels_last", dtype=dt)
         weights = [base.conv_weight(c).transpose(2, 3, 1, 0), base.bias(base.CONV_OUT)]
     elif primitive == "batchnorm":
         # momentum 0.9 is torch's 0.1; the running averages are not what is compared.
-        layer = L.BatchNormalization(axis=-1, momentum=base.BN_MOMENTUM, epsilon=base.BN_EPS)
+        layer = L.BatchNormalization(axis=-1, momentum=base.BN_MOMENTUM, epsilon=base.BN_EPS, dtype=dt)
         weights = None  # gamma, beta, moving mean, moving variance
     else:
         layer = {
-            "relu": L.ReLU,
-            "sigmoid": lambda: L.Activation("sigmoid"),
-            "tanh": lambda: L.Activation("tanh"),
-            "softmax": lambda: L.Softmax(axis=-1),
-            "maxpool2d": lambda: L.MaxPooling2D(base.POOL_K, data_format="channels_last"),
-            "avgpool2d": lambda: L.AveragePooling2D(base.POOL_K, data_format="channels_last"),
+            "relu": lambda: L.ReLU(dtype=dt),
+            "sigmoid": lambda: L.Activation("sigmoid", dtype=dt),
+            "tanh": lambda: L.Activation("tanh", dtype=dt),
+            "softmax": lambda: L.Softmax(axis=-1, dtype=dt),
+            "maxpool2d": lambda: L.MaxPooling2D(base.POOL_K, data_format="channels_last", dtype=dt),
+            "avgpool2d": lambda: L.AveragePooling2D(base.POOL_K, data_format="channels_last", dtype=dt),
         }[primitive]()
         weights = []
     layer.build(tuple(x.shape))
@@ -97,25 +103,64 @@ def _layer(primitive: str, x: tf.Tensor) -> tuple[Callable[[], tf.Tensor], list[
     return (lambda: layer(x, training=True)), list(layer.trainable_variables)
 
 
+def _adam_case(api: str, device: str, shape: tuple[int, ...], info: dict[str, Any]) -> base.Case:
+    """One Adam update per forward (each call one more step); no backward: the update is
+    the forward (tracer.contract: adam's passes)."""
+    with tf.device(device):
+        p = tf.Variable(tf.cast(base.array(shape), getattr(tf, base.dtype())))
+        build = tensorflow_transformer.adam_functional if api == "functional" else tensorflow_transformer.adam_layer
+        update, more = build(p, shape)
+    if base.dtype() == "bfloat16":
+        more["numerics"] = ("bfloat16 scalars: ResourceApplyAdam's are of the parameter's type T and keras casts its "
+                            "beta powers to it; beta2 = 0.999 rounds to 1.0, so the step reaches the bfloat16 kernels "
+                            "but computes no Adam update (keras: none at all; the fused kernel: v stays 0 and its "
+                            "second step divides by epsilon)")
+
+    def forward() -> tf.Variable:
+        with tf.device(device):
+            return update()
+
+    def backward(state: object) -> None:
+        raise base.ProbeError("an optimizer step has no backward pass: its forward is the update")
+
+    return base.Case(forward=forward, backward=backward, info={**info, **more}, private={"param": p})
+
+
 def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
+    """The primitive's case: ``forward`` runs it under a fresh tape and returns (tape,
+    output); ``backward`` the gradients of the input (never of token ids) and the
+    parameters, seeded with ones (``case.private["sources"]``: what they are of)."""
     base.check_shape(primitive, shape)
     if api not in ("functional", "layer"):
         raise base.ProbeError(f"tensorflow has no api {api!r} (functional, layer)")
-    data = base.array(shape)
+    dtype = getattr(tf, base.dtype())
     nhwc = primitive in _NHWC
+    layout = PRIMITIVES[primitive].layout_name or ("NCHW" if len(shape) == 4 else "NF")
+    info: dict[str, Any] = {"layout": "NHWC" if nhwc else layout,
+                            "onednn_enabled": _onednn_enabled(), "dtype": base.dtype()}
+    if primitive == "adam":
+        return _adam_case(api, device, shape, info)
+    ids = PRIMITIVES[primitive].input_kind == "ids"
+    data = base.token_ids(shape) if ids else base.array(shape)
     if nhwc:
         data = np.ascontiguousarray(data.transpose(0, 2, 3, 1))
     with tf.device(device):
-        x = tf.constant(data)
-        run, params = (_functional if api == "functional" else _layer)(primitive, x)
+        x = tf.constant(data) if ids else tf.cast(data, dtype)
+        if primitive in _TRANSFORMER:
+            build = tensorflow_transformer.functional if api == "functional" else tensorflow_transformer.layer
+            run, params, more = build(primitive, x, shape, dtype)
+            info.update(more)
+        else:
+            run, params = (_functional if api == "functional" else _layer)(primitive, x)
         out = base.output_shape(primitive, shape)
-        grad = tf.ones(base.nhwc(out) if nhwc else out, tf.float32)
-    sources = [x, *params]
+        grad = tf.ones(base.nhwc(out) if nhwc else out, dtype)
+    sources = [*([] if ids else [x]), *params]
 
     def forward() -> tuple[tf.GradientTape, tf.Tensor]:
         with tf.device(device):
             with tf.GradientTape() as tape:
-                tape.watch(x)
+                if not ids:
+                    tape.watch(x)
                 y = run()
         return tape, y
 
@@ -125,8 +170,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
             grads: list[tf.Tensor] = tape.gradient(y, sources, output_gradients=grad)  # tensorflow is Any to mypy
             return grads
 
-    info = {"layout": "NHWC" if nhwc else "NCHW" if len(shape) == 4 else "NF", "onednn_enabled": _onednn_enabled()}
-    return base.Case(forward=forward, backward=backward, info=info)
+    return base.Case(forward=forward, backward=backward, info=info, private={"sources": sources})
 
 
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
@@ -215,14 +259,16 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a record name that is no op
             return []
 
+    computes = getattr(tf, base.dtype()).as_datatype_enum  # DT_FLOAT, or DT_BFLOAT16 in the bf16 variant
+
     def any_device_float(kernel: KernelDef) -> bool:
         """A DEFAULT kernel serves any device, but most are for int32 shapes in host
-        memory: only one whose type constraint admits float32 computes the probe's data."""
+        memory: only one whose type constraint admits the probe's float type computes its data."""
         if kernel.device_type != "DEFAULT":
             return False
         for c in kernel.constraint:
-            if c.name in ("T", "dtype") and c.allowed_values.list.type and 1 not in c.allowed_values.list.type:
-                return False  # 1: DT_FLOAT
+            if c.name in ("T", "dtype") and c.allowed_values.list.type and computes not in c.allowed_values.list.type:
+                return False
         return True
 
     out = {}

@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from tracer.collect.cases import make_case
-from tracer.contract import Exit
+from tracer.contract import Exit, workload_passes
 from tracer.probes import tensorflow as probe
 
 
@@ -54,10 +54,13 @@ def dtypes_of(cases: list[dict[str, Any]]) -> dict[str, list[list[list[str]]]]:
 
     for c in cases:
         case = make_case(probe, c["workload"], c["api"], "cpu", tuple(c["shape"]))
-        case.backward(case.forward())  # warm: first-call work is not what the step reaches
+        # an optimizer step has no backward: its forward is the update
+        step = case.forward if "backward" not in workload_passes(c["workload"]) else \
+            lambda: case.backward(case.forward())
+        step()  # warm: first-call work is not what the step reaches
         op_callbacks.add_op_callback(callback)
         try:
-            case.backward(case.forward())
+            step()
         finally:
             op_callbacks.remove_op_callback(callback)
     return {op: [[list(kv) for kv in sig] for sig in sigs] for op, sigs in seen.items()}

@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tracer.contract import CANDIDATE_MODULE, LOWERING_MODULE_PREFIX, PASSES, PRIMITIVES
+from tracer.contract import CANDIDATE_MODULE, LOWERING_MODULE_PREFIX, PRIMITIVES
 from tracer.knowledge import Knowledge, knowledge
 from tracer.process.diff.context import names_gpu_code, op_names
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
@@ -320,7 +320,7 @@ def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
         cpu = _cpu_trace(traces, prim)
         probe_ops = op_names(cpu) if cpu else frozenset()
         gpus = [t for t in traces if t.info.primitive == prim and t.info.device == "gpu"]
-        for pass_ in PASSES:
+        for pass_ in PRIMITIVES[prim].passes:
             mine = cpu_side(cpu, pass_, k) if cpu else None
             found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops, k) for t in gpus) if e]
             found.sort(key=lambda e: (EVIDENCE_ORDER.index(e.evidence), e.label))

@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.contract import MODELS, PASSES
+from tracer.contract import EVIDENCE, MODELS, PASSES
 from tracer.knowledge import Knowledge
+from tracer.process.evidence_class import evidence_class
 from tracer.process.portability import framework_report
+from tracer.process.reach import reach
 from tracer.process.scorecard import Figure, ScoreRow, decision_figures, needs_figures
 from tracer.trace import Node, Trace
 
@@ -40,6 +42,21 @@ class Level:
 
 
 @dataclass
+class GpuStep:
+    """A model's training step on a GPU path, as one trace shows it: its evidence class
+    (recorded on a GPU machine, compiled by XLA's GPU compiler here, read from the
+    source...), the GPU it names, the libraries it reaches and its leaf ops (the kernels
+    or the backend ops the framework chose), distinct over both passes."""
+
+    api: str
+    evidence: str
+    gpu: str
+    version: str
+    libraries: list[str]
+    ops: list[str]
+
+
+@dataclass
 class ModelRow:
     """One model in one framework: the scorecard's row for it."""
 
@@ -52,6 +69,7 @@ class ModelRow:
     libraries: list[str]
     levels: list[Level]
     gaps: list[str]
+    gpu: list[GpuStep] = field(default_factory=list)
 
     @property
     def ran(self) -> bool:
@@ -120,7 +138,22 @@ def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
     libraries = list(dict.fromkeys(lib for side, found in rep.libraries.items() if side == "cpu" for lib in found))
     versions = sorted({t.info.framework_version or "" for t in cpu} - {""})
     return ModelRow(model, framework, ", ".join(versions), implement, beyond, decisions, libraries, levels,
-                    [f"{g.api} on {g.device}: {g.error}" for g in gaps])
+                    [f"{g.api} on {g.device}: {g.error}" for g in gaps], gpu_steps(traces, k))
+
+
+def gpu_steps(traces: list[Trace], k: Knowledge | None = None) -> list[GpuStep]:
+    """Each GPU path of a model's step, strongest evidence first (a recorded step before
+    what a compiler or the source says of it)."""
+    out = []
+    for t in traces:
+        if t.info.device != "gpu":
+            continue
+        r = reach(t, k=k)
+        out.append(GpuStep(t.info.api, evidence_class(t.info) or "", t.info.machine.gpu or "",
+                           t.info.framework_version or "", list(r.libraries),
+                           list(dict.fromkeys(op for _, op in r.ops))))
+    return sorted(out, key=lambda g: (EVIDENCE.index(g.evidence) if g.evidence in EVIDENCE else len(EVIDENCE),
+                                      g.api, g.gpu))
 
 
 def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow],

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.contract import LAYERS, PASSES, PRIMITIVES
+from tracer.contract import LAYERS, PRIMITIVES, workload_passes
 from tracer.knowledge import Knowledge, knowledge
 from tracer.process.arm_audit import ArmAudit, arm_audit
 from tracer.process.backend_needs import BackendNeeds, PassNeeds, backend_needs, op_layer_needs, pass_needs
@@ -85,7 +85,7 @@ def _branch_code(branches: list[Branch], code: SideCode, libs: set[str], isa: se
 def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> PairReport:
     k = k or knowledge()
     diffs, errors = {}, []
-    for pass_ in PASSES:
+    for pass_ in workload_passes(pair.a.info.primitive):  # an optimizer step has a forward only
         try:
             diffs[pass_] = diff_traces(pair.a, pair.b, pass_=pass_, threshold=threshold, k=k)
         except DiffError as exc:

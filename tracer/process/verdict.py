@@ -231,7 +231,7 @@ def grid(reports: list[FrameworkReport]) -> list[GridCell]:
     for rep in reports:
         for prim in PRIMITIVES:
             gpu = {c.pass_: c for c in rep.gpu_cells_of(prim)}
-            for pass_ in PASSES:
+            for pass_ in PRIMITIVES[prim].passes:
                 parts, anchor = _parts(rep, prim, pass_)
                 strongest = gpu[pass_].strongest if pass_ in gpu else None
                 ev = strongest.evidence if strongest else ""

@@ -10,7 +10,7 @@ from typing import Callable
 
 from markupsafe import Markup
 
-from tracer.contract import PASSES, PRIMITIVES
+from tracer.contract import PRIMITIVES
 from tracer.process.evidence_class import EVIDENCE_ORDER
 from tracer.process.verdict import GridCell
 
@@ -34,14 +34,14 @@ _W, _H, _LEFT, _TOP = 22, 20, 90, 64
 def grid_svg(cells: list[GridCell], page: Callable[[str], str]) -> Markup:
     """The grid, ``page(framework)`` naming each framework's file."""
     frameworks = list(dict.fromkeys(c.framework for c in cells))
-    cols = [(p, s) for p in PRIMITIVES for s in PASSES]
+    cols = [(p, s) for p in PRIMITIVES for s in PRIMITIVES[p].passes]
     width, height = _LEFT + len(cols) * _W + 60, _TOP + len(frameworks) * _H + 10
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="verdict-grid" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="framework x primitive x pass grid" '
            'font-family="system-ui, sans-serif" font-size="11">']
     for i, (prim, pass_) in enumerate(cols):
         x = _LEFT + i * _W + _W / 2
-        if pass_ == PASSES[0]:
+        if pass_ == PRIMITIVES[prim].passes[0]:
             out.append(f'<text x="{x + _W / 2:.0f}" y="{_TOP - 22}" text-anchor="start" '
                        f'transform="rotate(-35 {x + _W / 2:.0f} {_TOP - 22})">{escape(prim)}</text>')
         out.append(f'<text x="{x:.0f}" y="{_TOP - 4}" text-anchor="middle" fill="#777" font-size="9">'

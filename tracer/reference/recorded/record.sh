@@ -29,18 +29,27 @@ done
 "$py" -m tracer survey "$@" --devices cpu,gpu --no-arm --no-imports --no-derive --no-variants --fresh \
     --jobs "${JOBS:-8}" -o "$out/survey"
 # The reduced-precision pass (each framework's bf16 variant) of the primitives with GPU
-# library kernels for it, on the GPU: traces/FRAMEWORK/gpu-bf16/PRIMITIVE-functional.json
+# library kernels for it, on the GPU: traces/FRAMEWORK/gpu-bf16/PRIMITIVE-functional.json,
+# one probe process per case, JOBS at a time
+bf16=${BF16_PRIMITIVES:-dense conv2d batchnorm layernorm gelu attention embedding crossentropy adam}
+bf16_case() {
+    "$py" -m tracer probe "$1" "$2" --device gpu --variant bf16 --max-nodes 1 \
+        -o "$out/survey/traces/$1/gpu-bf16/$2-functional.json" >/dev/null \
+        || echo "record.sh: $1 $2 bf16 on the GPU failed" >&2
+}
+running=0
 for fw in "$@"; do
     mkdir -p "$out/survey/traces/$fw/gpu-bf16"
-    for prim in ${BF16_PRIMITIVES:-dense conv2d batchnorm}; do
-        "$py" -m tracer probe "$fw" "$prim" --device gpu --variant bf16 --max-nodes 1 \
-            -o "$out/survey/traces/$fw/gpu-bf16/$prim-functional.json" >/dev/null \
-            || echo "record.sh: $fw $prim bf16 on the GPU failed" >&2
+    for prim in $bf16; do
+        bf16_case "$fw" "$prim" &
+        running=$((running + 1))
+        if [ "$running" -ge "${JOBS:-8}" ]; then wait -n; running=$((running - 1)); fi
     done
 done
+wait
 # JAX's op layer against XLA's own dump of the programs the step ran on the GPU
 # (tests/jax_step_programs.py): OUT/jax_step_programs.json, "ran" and "recorded" per case
 case " $* " in *" jax "*)
     "$py" tests/jax_step_programs.py "$out/xla-dump" gpu dense conv2d relu sigmoid tanh softmax maxpool2d avgpool2d \
-        batchnorm >"$out/jax_step_programs.json" || echo "record.sh: the JAX step-program check failed" >&2 ;;
+        batchnorm layernorm gelu attention embedding crossentropy adam >"$out/jax_step_programs.json" || echo "record.sh: the JAX step-program check failed" >&2 ;;
 esac
