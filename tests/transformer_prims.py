@@ -1,8 +1,9 @@
 """Run inside a framework's environment: each transformer primitive's case (its probe's
-make_case), what its forward returned and the gradients its backward computed, beside a
-numpy reference computed here in float64 from the same seeded data (tracer.probes.base),
-so that a test (whose own environment has no numpy) can hold every framework to the same
-numbers. Adam has no backward: its forward is the update, run STEPS times.
+make_case), what its forward returned and the gradients its backward computed, beside the
+numpy reference of tests/prim_reference.py (float64, from the same seeded data), so that a
+test (whose own environment has no numpy) can hold every framework to the same numbers
+in every element type. Adam has no backward: its forward is the update, run as many
+times as the reference's steps.
 
 Prints one JSON line {DTYPE: {"PRIMITIVE-API": {"out": [...], "grads": [[...], ...],
 "ref_out": [...], "ref_grads": [[...], ...]}}}, every array flattened to float.
@@ -21,64 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from tests.prim_reference import reference
 from tracer.contract import DTYPE_ENV, default_shape
 from tracer.probes import base
-
-STEPS = 3  # Adam updates: the first makes the state, the others use it
 
 
 def _flat(a: Any) -> list[float]:
     return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
-
-
-def _softmax(s: np.ndarray) -> np.ndarray:
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def reference(primitive: str, shape: tuple[int, ...]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(output, gradients of the differentiated arguments in the probes' order) in float64,
-    the backward seeded with ones; for adam, the parameter after each of STEPS updates."""
-    x = base.array(shape).astype(np.float64)
-    if primitive == "layernorm":
-        g, b = base.ln_scale(shape[-1]).astype(np.float64), base.bias(shape[-1]).astype(np.float64)
-        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        rstd = 1 / np.sqrt(var + base.LN_EPS)
-        xhat = (x - mu) * rstd
-        dxhat = np.ones_like(x) * g
-        dx = rstd * (dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True))
-        return xhat * g + b, [dx, xhat.sum(0), np.full(shape[-1], float(shape[0]))]
-    if primitive == "gelu":
-        phi = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
-        return x * phi, [phi + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)]
-    if primitive == "attention":
-        k, v = (a.astype(np.float64) for a in base.attention_kv(shape))
-        scale = 1 / math.sqrt(shape[-1])
-        p = _softmax(x @ k.swapaxes(-1, -2) * scale)
-        dy = np.ones_like(x)
-        dp = dy @ v.swapaxes(-1, -2)
-        ds = p * (dp - (dp * p).sum(-1, keepdims=True))
-        return p @ v, [ds @ k * scale, ds.swapaxes(-1, -2) @ x * scale, p.swapaxes(-1, -2) @ dy]
-    if primitive == "embedding":
-        ids, table = base.token_ids(shape), base.embed_table().astype(np.float64)
-        dtable = np.zeros_like(table)
-        np.add.at(dtable, ids, 1.0)
-        return table[ids], [dtable]
-    if primitive == "crossentropy":
-        labels = base.class_labels(shape[0], shape[1])
-        logp = np.log(_softmax(x))
-        onehot = np.eye(shape[1])[labels]
-        return np.array(-logp[np.arange(shape[0]), labels].mean()), [(np.exp(logp) - onehot) / shape[0]]
-    if primitive == "adam":
-        a, g = base.ADAM, base.adam_grad(shape).astype(np.float64)
-        m, v, after = np.zeros_like(x), np.zeros_like(x), []
-        for t in range(1, STEPS + 1):
-            m = a["beta1"] * m + (1 - a["beta1"]) * g
-            v = a["beta2"] * v + (1 - a["beta2"]) * g * g
-            x = x - a["lr"] * (m / (1 - a["beta1"] ** t)) / (np.sqrt(v / (1 - a["beta2"] ** t)) + a["eps"])
-            after.append(x)
-        return np.stack(after), []
-    raise ValueError(f"no reference for {primitive}")
 
 
 def _grads(probe: Any, case: Any, state: Any) -> list[Any]:
@@ -98,11 +48,13 @@ def _host(y: Any) -> np.ndarray:
 def run(probe: Any, device: str, primitive: str, api: str) -> dict[str, list[Any]]:
     shape = default_shape(primitive)
     case = probe.make_case(primitive, api, device, shape)
-    ref_out, ref_grads = reference(primitive, shape)
-    if primitive == "adam":
-        out = np.stack([_host(case.forward()).copy() for _ in range(STEPS)])
+    ref = reference(primitive)
+    if primitive == "adam":  # the first update makes the state, the second uses it
+        ref_out, ref_grads = np.stack(ref["steps"]), []
+        out = np.stack([_host(case.forward()).copy() for _ in ref["steps"]])
         grads: list[Any] = []
     else:
+        ref_out, ref_grads = ref["out"], ref["grads"]
         state = case.forward()
         out = _host(state[0] if isinstance(state, tuple) else state)
         grads = _grads(probe, case, state)
