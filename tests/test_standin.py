@@ -31,6 +31,15 @@ KNOWN = {
     "maxpool2d": ("aten::max_pool2d_with_indices.out", "aten::max_pool2d_with_indices_backward.grad_input"),
     "avgpool2d": ("aten::avg_pool2d.out", "aten::avg_pool2d_backward.grad_input"),
     "batchnorm": ("aten::native_batch_norm", "aten::native_batch_norm_backward"),
+    # native_layer_norm's composite for a backend without its own kernel (math_native_layer_norm)
+    "layernorm": ("aten::native_batch_norm", "aten::native_layer_norm_backward"),
+    "gelu": ("aten::gelu.out", "aten::gelu_backward.grad_input"),
+    # SDPA's choice for a new backend is the math composite: matmuls and a softmax
+    "attention": ("aten::bmm.out", "aten::_softmax_backward_data.out"),
+    "embedding": ("aten::index_select", "aten::embedding_dense_backward"),
+    "crossentropy": ("aten::nll_loss_forward.output", "aten::nll_loss_backward.grad_input"),
+    # an optimizer step has no backward; the foreach ops' composites hand the backend per-tensor ops
+    "adam": ("aten::addcdiv.out", None),
 }
 GPU_EVIDENCE = {"recorded", "imported", "registered", "lowered", "compiled", "source"}
 
@@ -59,10 +68,11 @@ def test_every_primitive_runs_forward_and_backward_on_the_standin(standin_root, 
     assert t.meta["standin"]["evidence"] == "run on the stand-in device"
     reached = t.meta["standin"]["reached"]
     forward, backward = KNOWN[primitive]
-    assert forward in reached["forward"] and backward in reached["backward"], reached
+    assert forward in reached["forward"], reached
+    assert backward in reached["backward"] if backward else "backward" not in reached, reached
     # the inputs and parameters got there through the backend's own copy and allocation
     assert {"aten::empty_strided", "aten::_copy_from"} <= set(reached["setup"])
-    for pass_ in ("forward", "backward"):
+    for pass_ in PRIMITIVES[primitive].passes:
         run = t.run(pass_, "warm")
         leaves = [n.frame.name for _, n in run.layers["op"].walk() if n.frame.lib == STANDIN_LIB]
         assert sorted(set(leaves)) == sorted(set(reached[pass_])), (pass_, leaves, reached[pass_])
@@ -144,7 +154,8 @@ def test_the_scorecard_counts_what_reached_the_standin(standin_root):
     traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
     (row,) = scorecard([framework_report("torch", traces, [])], traces)
     must = row.figures["implement"]
-    assert "run on the standin device: 9 primitive(s)" in must.explain and not must.thin, (must.explain, must.thin)
+    assert f"run on the standin device: {len(PRIMITIVES)} primitive(s)" in must.explain and not must.thin, \
+        (must.explain, must.thin)
     ran = {op for t in traces if t.meta["device"] == "standin" for ops in t.meta["standin"]["reached"].values()
            for op in ops}
     assert int(must.value) == len(ran), (must.value, sorted(ran))
