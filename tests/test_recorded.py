@@ -12,7 +12,7 @@ import pytest
 
 from tracer import registry
 from tracer.collect.vendor_log import CUBLAS, CUBLASLT, CUDNN, parse
-from tracer.contract import PRIMITIVES
+from tracer.contract import PRIMITIVES, WORKLOADS
 from tracer.process.diff import diff_traces
 from tracer.process.diff.result import walk_splits
 from tracer.process.evidence_class import evidence_class
@@ -79,7 +79,8 @@ def test_recorded_traces_say_where_a_gpu_ran_them(traces):
     for name, ts in traces.items():
         gpu = [t for t in ts if t.info.device == "gpu"]
         cpu = [t for t in ts if t.info.device == "cpu"]
-        assert {t.info.primitive for t in gpu} == set(PRIMITIVES) == {t.info.primitive for t in cpu}, name
+        # every primitive and every model's training step, on the GPU and the machine's own CPU
+        assert {t.info.primitive for t in gpu} == set(WORKLOADS) == {t.info.primitive for t in cpu}, name
         for t in gpu:
             m = t.info.machine
             assert m.gpu.startswith("NVIDIA") and m.gpu_driver and m.gpu_runtime, (name, m)
@@ -155,3 +156,38 @@ def test_scorecard_names_the_strongest_gpu_evidence_first(traces):
     coverage = row.figures["coverage"]
     assert "GPU recorded/imported" in coverage.value, coverage.value
     assert [d.split(":")[0] for d in coverage.details[1:3]] == ["GPU (recorded)", "GPU (imported)"], coverage.details
+
+
+def test_torch_attention_on_the_h100_runs_the_backend_sdpa_picks(traces):
+    """F.scaled_dot_product_attention chooses its backend at run time (sdp_utils'
+    select_sdp_backend): in float32 CUTLASS's memory-efficient kernels (flash and cuDNN
+    take half types only), in bfloat16 cuDNN's fused flash attention for sm90; the CPU
+    runs its own flash kernel. The registered reading names the same float32 choice."""
+    cells = {(c.primitive, c.pass_): c for c in gpu_cells(traces["torch"])}
+    fwd, bwd = cells[("attention", "forward")].strongest, cells[("attention", "backward")].strongest
+    assert fwd.evidence == "recorded" and fwd.op == "aten::_efficient_attention_forward" and fwd.library == "CUTLASS"
+    assert fwd.kernels[0].startswith("fmha_cutlassF_f32") and bwd.op == "aten::_efficient_attention_backward"
+    bf16 = next(t for t in traces["torch"] if t.info.device == "gpu" and t.info.variant == "bf16"
+                and t.info.primitive == "attention")
+    kernels = {n.frame.name for p in ("forward", "backward") for _, n in bf16.layer(p, "op").walk()}
+    assert any(k.startswith("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") for k in kernels), kernels
+    assert any(k.startswith("cudnn_generated_fort_native_sdpa_sm90_flash_bprop") for k in kernels), kernels
+    cpu = case(traces["torch"], "cpu", "attention")
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in {
+        n.frame.name for _, n in cpu.layer("forward", "op").walk()}
+
+
+def test_model_steps_on_the_h100_name_their_gpu_libraries(traces):
+    """The models' training steps recorded on the GPU: LeNet reaches cuDNN for its
+    convolutions and cuBLAS for its dense layers; the transformer block's attention is
+    the memory-efficient kernel, its layer norms torch's own."""
+    from tracer.process.models import gpu_steps
+
+    steps = {s.api: s for s in gpu_steps([t for t in traces["torch"] if t.info.primitive == "lenet"])}
+    assert set(steps) == {"functional", "layer"}
+    for s in steps.values():
+        assert s.evidence == "recorded" and s.gpu == "NVIDIA H100 80GB HBM3"
+        assert {"cuDNN", "cuBLAS"} <= set(s.libraries), s.libraries
+    (block,) = gpu_steps([t for t in traces["torch"] if t.info.primitive == "transformer"])
+    assert any(o.startswith("fmha_cutlassF_f32") for o in block.ops)
+    assert any("layer_norm_kernel" in o for o in block.ops)

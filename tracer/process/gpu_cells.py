@@ -319,7 +319,11 @@ def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
     for prim in PRIMITIVES:
         cpu = _cpu_trace(traces, prim)
         probe_ops = op_names(cpu) if cpu else frozenset()
-        gpus = [t for t in traces if t.info.primitive == prim and t.info.device == "gpu"]
+        # the functional API at the default shape first, as the CPU side: of two traces
+        # with one claim, the cell names the first (MultiheadAttention's projections are
+        # matmuls; the attention is F.scaled_dot_product_attention's kernel)
+        gpus = sorted((t for t in traces if t.info.primitive == prim and t.info.device == "gpu"),
+                      key=lambda t: (t.info.api != "functional", tuple(t.info.shape) != PRIMITIVES[prim].shape))
         for pass_ in PRIMITIVES[prim].passes:
             mine = cpu_side(cpu, pass_, k) if cpu else None
             found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops, k) for t in gpus) if e]
