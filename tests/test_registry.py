@@ -189,3 +189,34 @@ def test_every_primitive_has_a_kernel_shape_of_its_rank():
 
     for p in PRIMITIVES.values():
         assert len(p.kernel_shape) == p.rank == len(p.shape)
+
+
+def test_a_survey_plans_each_variant_what_its_question_needs():
+    """The default survey (tracer.survey.plan): the transformer family in the default
+    variant and the stand-in; a library or compilation switch asks the CNN family; a
+    reduced precision every primitive at the first level, no native stacks; the emulated
+    CPUs the CNN family; --all-variants and --arm-all everything."""
+    from tracer import survey as sv
+    from tracer.contract import PRIMITIVES
+
+    fws = registry.load()
+    cnn = {p for p in PRIMITIVES if PRIMITIVES[p].family == "cnn"}
+
+    def planned(**kw):
+        return {j.folder: j.cases for j in sv.plan(fws.values(), devices=("cpu", "standin"), native=True, arm=True,
+                                                   **kw)}
+
+    jobs = planned()
+    assert {c.primitive for c in jobs["torch/cpu-default"]} == set(PRIMITIVES)
+    assert {c.primitive for c in jobs["torch/standin-default"]} == set(PRIMITIVES)
+    for folder in ("torch/cpu-onednn-off", "tensorflow/cpu-onednn-on", "mxnet/cpu-onednn-off", "jax/cpu-nojit"):
+        assert {c.primitive for c in jobs[folder]} == cnn, folder
+    for folder in ("torch/cpu-bf16", "tensorflow/cpu-bf16", "mxnet/cpu-bf16", "chainer/cpu-fp16", "jax/cpu-bf16"):
+        assert sorted((c.primitive, c.api) for c in jobs[folder]) == sorted((p, "functional") for p in PRIMITIVES)
+        assert not any("native" in c.layers for c in jobs[folder]), folder
+    assert {c.primitive for c in jobs["torch/aarch64-a64fx-default"]} == cnn
+    adam = next(c for c in jobs["torch/cpu-default"] if c.primitive == "adam")
+    assert adam.resolved_passes() == ("forward",)
+    every = planned(all_variants=True, arm_all=True)
+    assert every["torch/cpu-bf16"] == every["torch/cpu-onednn-off"] and len(every["torch/cpu-bf16"]) == 45
+    assert {c.primitive for c in every["torch/aarch64-a64fx-default"]} == set(PRIMITIVES)

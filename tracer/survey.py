@@ -116,7 +116,8 @@ class SurveyEvent:
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
-         arm: bool = False, arm_all: bool = False, models: Iterable[str] = ()) -> list[Job]:
+         arm: bool = False, arm_all: bool = False, models: Iterable[str] = (),
+         all_variants: bool = False) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -140,7 +141,14 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     variant of each device (a stand-in backend included: what reaches it is what a
     port must implement for the network); not to
     the CPU switches, the native layer or the emulated CPUs, which the primitives
-    cover at a fraction of the time."""
+    cover at a fraction of the time.
+
+    A CPU switch variant runs what its question needs, unless ``all_variants``: a
+    library or compilation switch (oneDNN off, jit off) the CNN family, the primitives
+    that switch was asked of (which library a switch moves); a reduced-precision one
+    every primitive at the first API level and the default shapes (which kernels the
+    type reaches: the library layer names them; the layer API adds Python, not kernels).
+    Every variant of everything would double a survey past its 15 minutes."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -157,7 +165,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             nets = tuple(CaseSpec(m, api, layers=("python", "op") if device == "standin" else EXACT_LAYERS)
                          for m in models if m in fw.models for api in MODELS[m].apis)
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
-                jobs.append(Job(fw, device, variant, mine + (nets if variant == "default" else ())))
+                jobs.append(Job(fw, device, variant, mine + nets if variant == "default"
+                                else mine if all_variants else _variant_cases(fw, variant, mine)))
         if arm and fw.aarch64 is not None:
             some = fw.aarch64.primitives or tuple(p for p in PRIMITIVES if PRIMITIVES[p].family == "cnn")
             emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if arm_all or p in some)
@@ -165,6 +174,13 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             on_arm = ["default", *(listed if variants else ())]
             jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
     return jobs
+
+
+def _variant_cases(fw: Framework, variant: str, cases: tuple[CaseSpec, ...]) -> tuple[CaseSpec, ...]:
+    """The cases a CPU switch variant runs by default (:func:`plan`)."""
+    if fw.variants[variant].switches == "precision":
+        return tuple(c for c in cases if c.api == fw.apis[0] and "native" not in c.layers)
+    return tuple(c for c in cases if PRIMITIVES[c.primitive].family == "cnn")
 
 
 def case_path(root: Path, job: Job, spec: CaseSpec) -> Path:

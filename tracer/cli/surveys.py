@@ -72,6 +72,10 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
 @click.option("--arm-all", is_flag=True,
               help="The whole emulated part (slow under QEMU): every primitive (the transformer family too, and "
                    "all of those of frameworks whose aarch64 entry lists a few: JAX), and every variant (JAX's nojit).")
+@click.option("--all-variants", is_flag=True,
+              help="Every case in every CPU variant: by default a library or compilation switch (oneDNN off, "
+                   "nojit) runs the CNN primitives and a reduced-precision variant (bf16, fp16) every primitive at "
+                   "the first API level, without native stacks (about twice the survey's time).")
 @click.option("--imports/--no-imports", default=True, show_default=True,
               help="Set the CPU path against each framework's reference GPU paths: the profiles recorded on real "
                    "GPUs by others (frameworks.yaml: imported), imported, and dltrace's own traces recorded on a "
@@ -89,7 +93,8 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
 def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], models: tuple[tuple[str, ...], ...],
            no_models: bool, devices: tuple[tuple[str, ...], ...],
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
-           arm: bool, arm_all: bool, imports: bool, derived: bool, timeout: float, scheduler: str | None,
+           arm: bool, arm_all: bool, all_variants: bool, imports: bool, derived: bool, timeout: float,
+           scheduler: str | None,
            tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT; OUTPUT/survey.json
@@ -116,7 +121,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
                   highlight=False, soft_wrap=True)
     nets = [] if no_models else list(flat(models)) or list(MODELS)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
-                        arm_all=arm_all, models=nets)
+                        arm_all=arm_all, models=nets, all_variants=all_variants)
     host = describe_machine()
     record = sv.SurveyRecord(command_line(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                              {k: host[k] for k in ("cpu", "arch", "cores", "python")}, [fw.name for fw in chosen],
