@@ -19,6 +19,7 @@ from typing import Any
 from tracer.contract import EVIDENCE, MODELS, PASSES
 from tracer.knowledge import Knowledge
 from tracer.process.evidence_class import evidence_class
+from tracer.process.pairs import reference_cpus
 from tracer.process.portability import framework_report
 from tracer.process.reach import reach
 from tracer.process.scorecard import Figure, ScoreRow, decision_figures, needs_figures
@@ -133,7 +134,10 @@ def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
     decisions, _ = decision_figures(rep, k)
     known = set(primitive_card.figures["implement"].items) if primitive_card is not None else set()
     beyond = [e for e in implement.items if e not in known] if primitive_card is not None else []
-    cpu = sorted((t for t in traces if _cpu_default(t)), key=lambda t: t.info.api)
+    # the GPU machine's own CPU path (a recorded folder's cpu-default) is its GPU path's
+    # baseline, not one of this survey's CPU paths: its levels would be counted twice
+    ref = {id(t) for t in reference_cpus(traces)}
+    cpu = sorted((t for t in traces if _cpu_default(t) and id(t) not in ref), key=lambda t: t.info.api)
     levels = [_level(t) for t in cpu]
     libraries = list(dict.fromkeys(lib for side, found in rep.libraries.items() if side == "cpu" for lib in found))
     versions = sorted({t.info.framework_version or "" for t in cpu} - {""})

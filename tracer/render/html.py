@@ -185,6 +185,13 @@ class Drawing:
     shown: int = 0
     error: str = ""
     same_as: str = ""  # the page's section that already shows this very graph (drawn once per page)
+    apart: bool = False  # drawn, but past the page's inline budget: linked, not embedded
+
+
+#: The inline SVG a framework page embeds at most (characters), in its reading order;
+#: the graphs past it are linked (their files are in graphs/): a page a browser opens at
+#: once stays under 3 MB (torch's, fifteen primitives at two levels: 1.7 MB of graphs).
+INLINE_BUDGET = 1_000_000
 
 
 #: A drawing, and the full graph's file name and SVG where there is one; or why none is drawn.
@@ -291,12 +298,17 @@ def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environ
     for rep, jobs, problem in started:
         graphs_for = {}
         drawn: dict[str, str] = {}  # inline SVG -> the section that shows it
+        inline = 0
         for key, anchor, job in jobs:
             drawing = graphs_for[key] = drawer.result(job)
             if drawing is not None and drawing.svg is not None:  # the same graph is drawn once a page
                 first = drawn.setdefault(str(drawing.svg), anchor)
                 if first != anchor:
                     drawing.svg, drawing.same_as = None, first
+                elif inline + len(drawing.svg) > INLINE_BUDGET and drawing.full:
+                    drawing.svg, drawing.apart = None, True
+                else:
+                    inline += len(drawing.svg)
         page = env.get_template("framework.html").render(**common, fw=rep, graphs=graphs_for,
                                                          graph_problem=problem or drawer.problem)
         write_text(out / pages[rep.name], page)

@@ -51,7 +51,8 @@ def _models(models: list[ModelReport]) -> dict[str, Any]:
         "implement": {"value": r.implement.value, "unit": r.implement.unit, "evidence": r.implement.evidence,
                       "thin": r.implement.thin, "items": r.implement.items},
         "beyond_primitives": r.beyond, "decision_sites": r.decisions.items, "libraries": r.libraries,
-        "levels": [dataclasses.asdict(lv) for lv in r.levels], "gaps": r.gaps} for r in m.rows}} for m in models}
+        "levels": [dataclasses.asdict(lv) for lv in r.levels], "gaps": r.gaps,
+        "gpu": [dataclasses.asdict(g) for g in r.gpu]} for r in m.rows}} for m in models}
 
 
 def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts: list[FrameworkVerdict],
