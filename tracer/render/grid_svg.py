@@ -28,7 +28,7 @@ PARTS = {
 _STROKES = ("#08306b", "#2171b5", "#6baed6", "#9e9ac8", "#bcbddc", "#dadaeb")
 STROKE = {ev: _STROKES[min(i, len(_STROKES) - 1)] for i, ev in enumerate(EVIDENCE_ORDER)}
 
-_W, _H, _LEFT, _TOP = 22, 20, 90, 64
+_W, _H, _LEFT, _TOP = 18, 20, 90, 80
 
 
 def grid_svg(cells: list[GridCell], page: Callable[[str], str]) -> Markup:
@@ -43,7 +43,7 @@ def grid_svg(cells: list[GridCell], page: Callable[[str], str]) -> Markup:
         x = _LEFT + i * _W + _W / 2
         if pass_ == PRIMITIVES[prim].passes[0]:
             out.append(f'<text x="{x + _W / 2:.0f}" y="{_TOP - 22}" text-anchor="start" '
-                       f'transform="rotate(-35 {x + _W / 2:.0f} {_TOP - 22})">{escape(prim)}</text>')
+                       f'transform="rotate(-50 {x + _W / 2:.0f} {_TOP - 22})">{escape(prim)}</text>')
         out.append(f'<text x="{x:.0f}" y="{_TOP - 4}" text-anchor="middle" fill="#777" font-size="9">'
                    f'{escape(pass_[0])}</text>')
     at = {(c.framework, c.primitive, c.pass_): c for c in cells}
