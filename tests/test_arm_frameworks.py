@@ -11,6 +11,7 @@ import pytest
 
 from tracer import registry
 from tracer import survey as sv
+from tracer.contract import PRIMITIVES
 from tracer.process.arm_audit import arm_audit
 from tracer.process.diff import diff_traces
 from tracer.process.portability import survey_reports
@@ -120,7 +121,7 @@ def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):
     assert all({c.primitive for c in j.cases} == {"conv2d", "dense"} for j in jobs)
     every = [j for j in sv.plan([jax], arm=True, arm_all=True) if j.cpu]
     assert {(j.cpu, j.variant) for j in every} == {(c, v) for c in jax.aarch64.cpus for v in ("default", *jax.variants)}
-    assert all(len(j.cases) == 9 for j in every)
+    assert all(len(j.cases) == len(PRIMITIVES) for j in every)  # the transformer family too
 
 
 @pytest.mark.parametrize("line, bad", [("primitives: [conv2d, dense]", "primitives: [conv3d]"),
