@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracer.contract import PASSES, PRIMITIVES
+from tracer.contract import PRIMITIVES
 from tracer.importers import import_file
 from tracer.process.diff import diff_traces
 from tracer.process.diff.context import ARTEFACTS, MODEL_CONTEXT
@@ -94,7 +94,7 @@ def test_dispatch_table_keeps_decisions_only_and_the_diffs_keep_the_artefacts(gp
 def test_every_gpu_cell_says_its_evidence_and_source(gpu, torch_cpu):
     traces = list(torch_cpu.values()) + [t for by_prim in gpu.values() for t in by_prim.values()]
     cells = gpu_cells(traces)
-    assert [(c.primitive, c.pass_) for c in cells] == [(p, q) for p in PRIMITIVES for q in PASSES]
+    assert [(c.primitive, c.pass_) for c in cells] == [(p, q) for p in PRIMITIVES for q in PRIMITIVES[p].passes]
     conv = next(c for c in cells if (c.primitive, c.pass_) == ("conv2d", "forward"))
     assert conv.cpu.op == "aten::mkldnn_convolution" and conv.cpu.library == "oneDNN"
     assert {e.label for e in conv.gpu} >= {"gpu alexnet-a100", "gpu resnet-train-mi300x"}
