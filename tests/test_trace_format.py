@@ -145,9 +145,10 @@ def test_lone_surrogates_become_replacement_characters(tmp_path):
 
 
 def test_version_history_and_old_traces(tmp_path):
-    """The writer says the last version of HISTORY; version-1 traces (the reference
-    traces of tracer/reference, written before versions were declared, carrying fields of
-    later versions) still load, unchanged on disk."""
+    """The writer says the last version of HISTORY; version-1 traces (the H100 reference
+    traces of 2026-11-26 08:46, written before versions were declared, carrying fields of
+    later versions; one is kept in tests/data/version1 as it was recorded) still load,
+    unchanged on disk."""
     from pathlib import Path
 
     from tracer.trace import HISTORY
@@ -156,8 +157,7 @@ def test_version_history_and_old_traces(tmp_path):
     out = tmp_path / "t.json"
     save(_trace(), out)
     assert json.loads(out.read_text())["version"] == VERSION
-    root = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "recorded"
-    old = sorted(root.glob("torch/h100/gpu-default/conv2d-*.json.gz"))
+    old = sorted((Path(__file__).resolve().parent / "data" / "version1").glob("*.json.gz"))
     assert old
     for path in old:
         doc = json.loads(gzip.decompress(path.read_bytes()))
