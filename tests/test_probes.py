@@ -29,12 +29,16 @@ def test_every_primitive_every_api_both_passes(cpu_traces, frameworks, fw):
             assert (t.meta["framework"], t.meta["primitive"], t.meta["api"], t.meta["device"]) == \
                 (fw, primitive, api, "cpu")
             assert t.meta["machine"]["arch"] and "python" in t.meta["machine"]
+            assert {r.pass_ for r in t.runs} == set(PRIMITIVES[primitive].passes)
             for pass_ in PRIMITIVES[primitive].passes:  # an optimizer step (adam) has only a forward
                 for phase in ("cold", "warm"):
                     tree = t.layer(pass_, "python", phase)
                     assert tree is not None and tree.frame.name == f"{primitive}.{pass_}"
-                    # each primitive reaches the framework: Python frames or a C hand-off
-                    assert summarize(tree).python_functions + summarize(tree).c_handoffs > 0, \
+                    # each primitive reaches the framework: Python frames or a C hand-off; a warm
+                    # call of a jitted JAX function alone (its Adam update) is C++ that CPython
+                    # 3.11's profile hook does not report: then its op layer has the program
+                    seen = summarize(tree).python_functions + summarize(tree).c_handoffs
+                    assert seen > 0 or (fw == "jax" and phase == "warm" and t.layer(pass_, "op", phase)), \
                         (fw, primitive, api, pass_, phase)
                 st = t.run(pass_, "warm").stats
                 assert st["untraced_s"] > 0 and st["traced_s"] > 0
