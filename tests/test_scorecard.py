@@ -45,7 +45,10 @@ def test_native_capture_records_the_shared_objects_and_jit_code(native_traces):
     libs = trace.meta["native"]["lib_paths"]
     assert "libtorch_cpu.so" in libs and libs["libtorch_cpu.so"]["bytes"] > 0
     jit = [row for run in trace.runs for row in run.stats.get("layers", {}).get("native", {}).get("jit_code", [])]
-    assert jit and all(name.startswith(("jit_", "brg")) and size > 0 for name, size, _ in jit)
+    # oneDNN's JIT kernels as its perf map names them (jit_uni_reorder_kernel_f32, brgemm..., and
+    # a reorder's direct_copy_kernel_t), each with its code size
+    assert jit and all(name and size > 0 for name, size, _ in jit)
+    assert any(name.startswith(("jit_", "brg")) for name, _, _ in jit)
 
 
 def test_elf_code_bytes_come_from_the_real_shared_objects(native_traces):
