@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import dltrace, one_line_error
 from tests.test_ctrace import runner_env
+from tests.test_standin import KNOWN
 from tracer import envs
 from tracer.contract import CANDIDATE_MODULE, PRIMITIVES, STANDIN_LIB, Exit
 from tracer.derive import derive
@@ -188,18 +189,6 @@ def test_jax_op_layer_names_its_jaxpr_and_hlo(traces, primitive):
     assert backward <= set(_ops(t, "backward"))
 
 
-#: one op each must reach the stand-in backend, forward and backward (None: no backward)
-STANDIN_OPS = {
-    # native_layer_norm's composite for a backend without its own (math_native_layer_norm)
-    "layernorm": ("aten::native_batch_norm", "aten::native_layer_norm_backward"),
-    "gelu": ("aten::gelu.out", "aten::gelu_backward.grad_input"),
-    # SDPA's choice for PrivateUse1 is the math composite: matmuls and a softmax
-    "attention": ("aten::bmm.out", "aten::_softmax_backward_data.out"),
-    "embedding": ("aten::index_select", "aten::embedding_dense_backward"),
-    "crossentropy": ("aten::nll_loss_forward.output", "aten::nll_loss_backward.grad_input"),
-    # foreach on a new device; its ops' composite kernels hand the backend the per-tensor ones
-    "adam": ("aten::addcdiv.out", None),
-}
 
 
 @pytest.mark.parametrize("api", APIS["torch"])
@@ -208,7 +197,7 @@ def test_torch_standin_runs_each_new_primitive(traces, primitive, api):
     t = traces[("torch", "standin", primitive, api)].load()
     assert t.meta["device"] == "standin" and t.meta["standin"]["evidence"] == "run on the stand-in device"
     reached = t.meta["standin"]["reached"]
-    forward, backward = STANDIN_OPS[primitive]
+    forward, backward = KNOWN[primitive]  # test_standin: one op each must reach the stand-in
     assert forward in reached["forward"], reached["forward"]
     if backward is None:
         assert "backward" not in reached
