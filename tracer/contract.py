@@ -141,6 +141,8 @@ PRIMITIVES: dict[str, Primitive] = {p.name: p for p in (
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "gelu")
 ANY_RANK = (*ACTIVATIONS, "adam")
 FAMILIES = ("cnn", "transformer")
+#: The CNN family: what the emulated CPUs and the library and compilation switches run by default
+CNN_PRIMITIVES = tuple(p for p, prim in PRIMITIVES.items() if prim.family == "cnn")
 
 #: Parameters every probe uses, so that all frameworks compute the same numbers.
 CONV_OUT, CONV_K = 4, 3  # output channels, kernel size (stride 1, padding 1)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
-from tracer.contract import EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES
+from tracer.contract import CNN_PRIMITIVES, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
@@ -168,7 +168,7 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 jobs.append(Job(fw, device, variant, mine + nets if variant == "default"
                                 else mine if all_variants else _variant_cases(fw, variant, mine)))
         if arm and fw.aarch64 is not None:
-            some = fw.aarch64.primitives or tuple(p for p in PRIMITIVES if PRIMITIVES[p].family == "cnn")
+            some = fw.aarch64.primitives or CNN_PRIMITIVES
             emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if arm_all or p in some)
             listed = fw.variants if arm_all else fw.aarch64.variants
             on_arm = ["default", *(listed if variants else ())]
@@ -180,7 +180,7 @@ def _variant_cases(fw: Framework, variant: str, cases: tuple[CaseSpec, ...]) -> 
     """The cases a CPU switch variant runs by default (:func:`plan`)."""
     if fw.variants[variant].switches == "precision":
         return tuple(c for c in cases if c.api == fw.apis[0] and "native" not in c.layers)
-    return tuple(c for c in cases if PRIMITIVES[c.primitive].family == "cnn")
+    return tuple(c for c in cases if c.primitive in CNN_PRIMITIVES)
 
 
 def case_path(root: Path, job: Job, spec: CaseSpec) -> Path:
