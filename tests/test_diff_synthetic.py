@@ -501,6 +501,16 @@ def test_differences_and_json():
     assert "a_root" not in doc["layers"][0]
 
 
+def test_two_builds_of_one_release_are_no_version_difference():
+    """torch's x86 CPU build (+cpu) and its aarch64 CUDA build (+cu130) are one release:
+    the builds differ, the versions do not; another release does."""
+    a, _ = forward_trees()
+    same = diff_traces(trace(a, framework_version="2.13.0+cpu"), trace(a, framework_version="2.13.0+cu130"))
+    assert same.differs == {"framework_build": ["cpu", "cu130"]}
+    other = diff_traces(trace(a, framework_version="2.13.0+cpu"), trace(a, framework_version="2.9.1"))
+    assert other.differs["framework_version"] == ["2.13.0", "2.9.1"]
+
+
 def test_console_rendering_shows_decision_and_threshold():
     a, b = forward_trees()
     console = Console(record=True, width=120, color_system=None)

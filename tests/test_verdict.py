@@ -286,6 +286,18 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     assert "versions differ (x86 2.13.0, ARM 2.9.1)" in cell and not re.search(r"\d+ splits", cell)
     verdict = page[page.index('id="verdict-table"'):page.index("</table>", page.index('id="verdict-table"'))]
     assert "reference: conv2d backward on neoverse-n1: convolution gemm:ref (backward_data)" in verdict
+    # one release in two builds (x86's CPU build, aarch64's CUDA build) is like with like: the split counts
+    x86b = cpu_trace("2.13.0+cpu", {"arch": "x86_64", "cpu": "here"}, ["convolution brgconv:avx512_core"],
+                     ["convolution brgconv_bwd_d:avx512_core"])
+    n1b = cpu_trace("2.13.0+cu130", n1_cpu, ["reorder jit:uni", "convolution indirect_gemm:acl"],
+                    ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
+    rep = framework_report("torch", [x86b, n1b], [])
+    write_report([rep], tmp_path / "builds", cards=scorecard([rep], [x86b, n1b]))
+    page = (tmp_path / "builds" / "index.html").read_text()
+    cell = page[page.index('class="small arm-cross"'):]
+    cell = cell[: cell.index("</td>")]
+    assert "versions differ" not in cell and re.search(r"library, \d+ splits", cell), cell
+    assert "one release, two builds: x86 cpu, ARM cu130" in cell
 
 
 def test_a_call_graph_is_drawn_once_a_page(tmp_path):

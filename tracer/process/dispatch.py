@@ -12,9 +12,10 @@ What a porting team reads first, so each row must be a real decision:
 * an op-level split at the step itself, where one side's op is the other's renamed
   for a vendor library (TensorFlow's ``Conv2D`` and ``_MklNativeConv2D``), is
   reported at the op that was replaced, with both names;
-* between two versions of the framework (x86 torch 2.13 against the aarch64 wheels'
-  2.9), the python layer's differences are the versions' own, not a dispatch: they
-  stay in the pair's diff and are not rows here;
+* between two releases of the framework (an imported profile of torch 2.6 against
+  this machine's 2.13), the python layer's differences are the releases' own, not a
+  dispatch: they stay in the pair's diff and are not rows here (two builds of one
+  release, x86's +cpu and aarch64's +cu130, are one release);
 * a split that is no decision (tracer.process.diff.context: the model around an
   imported profile's slice, two framework versions' own code) stays in the pair's
   diff and is not a row: every row is a decision of the framework, a library or an ISA;
@@ -28,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from tracer.knowledge import Knowledge, knowledge
-from tracer.process.diff.context import ARTEFACTS
+from tracer.process.diff.context import ARTEFACTS, UNEXPLAINED
 from tracer.process.diff.result import Branch, Classification, DiffResult, LayerDiff, Split, walk_splits
 from tracer.process.symbols import display
 
@@ -194,7 +195,9 @@ class DispatchTable:
                 for s in (s for s in layer.splits if s.classification not in ARTEFACTS):
                     row = named[0] if named else self._row(layer.layer, _library_frame(s), s, primitive, pair)
                     row.evidence.append(_evidence(layer, s, pass_))
-                    if row.classification == "other":  # what the libraries ran says what kind of decision it is
+                    # what the libraries ran says what kind of decision it is, where the op
+                    # layer could not (a layout copy on one side only, an unnamed frame)
+                    if row.classification in UNEXPLAINED and s.classification not in UNEXPLAINED:
                         row.classification = s.classification
                     first = first or row
             self._kernels(first, pass_, (kernels or {}).get(pass_, ([], [])))

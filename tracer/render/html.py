@@ -412,8 +412,8 @@ _EMULATED_CPU = re.compile(r"aarch64 (.*?) \(emulated\)")
 def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]]:
     """primitive -> one entry per framework and emulated ARM CPU: the ARM verdict per
     pass (ISA kernel, ACL or reference fallback, named) and the libraries only the ARM
-    side reached. Where the two sides are two versions of the framework (an aarch64
-    wheel of another version), the diff's splits are the versions' own: the entry says
+    side reached. Where the two sides are two releases of the framework (an aarch64
+    wheel of another release), the diff's splits are the releases' own: the entry says
     so and shows no split count, never as a finding."""
     table: dict[str, list[dict[str, Any]]] = {}
     for rep in reports:
@@ -429,10 +429,16 @@ def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]
                 result = next(iter(pr.diffs.values()), None)
                 arm_is_a = result is not None and str(result.a.get("arch", "")).startswith(("aarch64", "arm64"))
                 versions = result.differs.get("framework_version") if result is not None else None
+                builds = result.differs.get("framework_build") if result is not None else None
+
+                def x86_first(pair: list[Any] | None) -> list[str] | None:
+                    return ([str(pair[1]), str(pair[0])] if arm_is_a else [str(v) for v in pair]) if pair else None
+
                 table.setdefault(case.primitive, []).append({
                     "framework": rep.name, "cpu": cpus[0], "first": pr.first_layer, "splits": pr.splits,
-                    "versions": ([str(versions[1]), str(versions[0])] if arm_is_a else [str(v) for v in versions])
-                    if versions else None,
+                    "versions": x86_first(versions),
+                    # one release in two builds (torch's +cpu on x86, +cu130 on aarch64)
+                    "builds": None if versions else x86_first(builds),
                     # the audit names a CPU by its model (neoverse-n1), the pair by its description
                     "verdicts": [v for v in verdicts if v.primitive == case.primitive
                                  and v.cpu.split(" (")[0].lower() in cpus[0].lower()],

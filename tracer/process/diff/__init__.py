@@ -66,7 +66,7 @@ from tracer.trace import Frame, Node, Run, Trace
 #: Meta fields that must agree unless forced: diffing conv2d against relu finds nothing useful.
 MUST_MATCH = ("framework", "primitive")
 #: Meta fields whose difference is the point of the diff, shown in the header.
-COMPARED = ("framework_version", "api", "device", "variant", "shape")
+COMPARED = ("framework_version", "framework_build", "api", "device", "variant", "shape")
 
 
 class DiffError(DltraceError):
@@ -76,9 +76,14 @@ class DiffError(DltraceError):
 def describe(trace: Trace) -> dict[str, Any]:
     """What a trace is, in the fields a diff header shows."""
     m = trace.info
+    release, _, build = (m.framework_version or "").partition("+")
     return {
         "framework": m.framework,
-        "framework_version": m.framework_version or "",
+        # the release (PEP 440's public version): two builds of one release (torch's
+        # x86 +cpu and aarch64 +cu130 wheels) run one source, so they are no version
+        # difference; the build label (local version) is compared apart
+        "framework_version": release,
+        "framework_build": build,
         "primitive": m.primitive,
         "api": m.api,
         "device": m.device,

@@ -13,9 +13,11 @@ structure, not where the framework chose the GPU, so they get their own class,
 ``model context``: they stay in the pair's diff, and the dispatch-point table
 (tracer.process.dispatch) leaves them out.
 
-Two CPU paths of different framework versions (the aarch64 wheels' torch 2.9
-against x86's 2.13) also part where nothing names a device, a library or an
-ISA: the versions' own code differs. Those splits are ``version difference``.
+Two paths of different framework releases (an imported torch 2.6 profile against
+this machine's 2.13) also part where nothing names a device, a library or an ISA:
+the releases' own code differs. Those splits are ``version difference``. Two builds
+of one release (torch's x86 +cpu and aarch64 +cu130 wheels) are one release: the
+diff compares the build label apart (``framework_build``).
 
 A stand-in backend (``--device standin``) is played in Python on this CPU: torch's
 dispatcher calls its fallback back from C, and what the fallback runs (storage
@@ -51,7 +53,7 @@ EVIDENCE_SHAPE: Final = "evidence shape"
 #: Classes that are no decision of a framework, a library or an ISA.
 ARTEFACTS = frozenset({MODEL_CONTEXT, VERSION_DIFFERENCE, STANDIN_IMPLEMENTATION, EVIDENCE_SHAPE})
 #: What classify() says when no device, library, ISA or compilation word tells the sides apart.
-_UNEXPLAINED: frozenset[Classification] = frozenset({"other", "allocation/transfer"})
+UNEXPLAINED: frozenset[Classification] = frozenset({"other", "allocation/transfer"})
 _UNKNOWN_VERSIONS = frozenset({"", "unknown", "?"})
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -110,7 +112,7 @@ def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], class
 
     1. model context: one side is an imported model slice, and every frame on either
        side only is the model's (see :func:`_model_branch`);
-    2. version difference: the two sides' framework versions differ (both known) and
+    2. version difference: the two sides' framework releases differ (both known) and
        classify() found no device, library, ISA or compilation word that tells them apart.
     """
     a, b, k = list(branches_a), list(branches_b), k or knowledge()
@@ -123,7 +125,7 @@ def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], class
                                "model around the primitive (ops the CPU probe never reaches, reshapes, autograd "
                                "bookkeeping), not a device decision")
     versions = _versions(result)
-    if versions and classification in _UNEXPLAINED:
+    if versions and classification in UNEXPLAINED:
         return VERSION_DIFFERENCE, (f"framework versions differ ({versions[0]} against {versions[1]}) and no device, "
                                     "library or ISA word tells the sides apart")
     return None
