@@ -38,12 +38,15 @@ def test_emulated_traces_say_what_they_are(emulated):
     assert "A64FX" in t.meta["machine"]["cpu"] and "(emulated)" in t.meta["machine"]["cpu"]
     assert t.meta["emulated"]["by"].startswith("QEMU ") and t.meta["library"]["oneDNN"]["isa"].startswith("AArch64 SVE")
     assert t.layer("forward", "native") is None
+    # PyPI's aarch64 torch links NVIDIA's NVPL BLAS, which reports no calls: the trace names it
+    assert t.meta["blas"] == "nvpl" and t.meta["framework_version"].endswith("+cu130")
 
 
 def test_x86_against_each_arm_cpu_names_both_sides_implementations(cpu_traces, emulated):
     x86 = cpu_traces[("torch", "default", "conv2d", "functional")].load()
     x86_impl = [c for c in calls(x86, "forward") if c.startswith("convolution ")]
     assert x86_impl, calls(x86, "forward")
+    assert x86.meta["blas"] == "mkl"
     # A64FX: oneDNN's SVE 512 kernels, forward and both backward passes
     a64fx = emulated["a64fx"]["conv2d"]
     assert any("sve_512" in c for c in calls(a64fx, "forward") if c.startswith("convolution "))
@@ -68,6 +71,7 @@ def test_default_report_has_the_arm_audit(survey_report):
     assert 'id="arm-table"' in page
     assert "a64fx (emulated)" in page and "neoverse-n1 (emulated)" in page
     assert "brgconv:sve_512" in page and "gemm:ref (backward_data)" in page and "reference code" in page
+    assert "BLAS: NVPL, the build&#39;s (it reports no calls)" in page and "BLAS: MKL, the build" in page
     traces, _, _ = sv.collect([survey_report.parent / "traces" / "torch"])
     assert {t.meta["emulated"]["cpu"] for t in traces if isinstance(t.meta.get("emulated"), dict)} == set(CPUS)
 

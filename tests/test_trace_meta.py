@@ -32,7 +32,7 @@ def test_every_field_a_stage_reads():
         "native": native_not_finished("killed"), "dispatch": {"ops": {"aten::relu": {}}, "new_backend_key": "PU1"},
         "library": {"OpenBLAS": {"core": "neoversen1"}}, "evidence": "registered",
         "backend": {"key": "k", "passes": {"forward": {}}}, "standin": {"reached": {"forward": ["aten::relu"]}},
-        "recorded_by": {"worker": "arm-1"}, "collector": {"python": "c"}, "cpu_capability": "SVE",
+        "recorded_by": {"worker": "arm-1"}, "collector": {"python": "c"}, "cpu_capability": "SVE", "blas": "nvpl",
         "onednn_enabled": True,
     })
     assert m.imported and m.variant == "onednn-on" and m.shape == (2, 3) and m.framework_version == "1.2"
@@ -46,7 +46,7 @@ def test_every_field_a_stage_reads():
     assert m.backend is not None and m.backend.key == "k" and "forward" in m.backend.passes
     assert m.standin is not None and m.standin.reached == {"forward": ["aten::relu"]} and m.standin.evidence is None
     assert m.worker == "arm-1" and m.collector is not None and m.collector.python == "c"
-    assert m.cpu_capability == "SVE" and m.onednn_enabled is True
+    assert m.cpu_capability == "SVE" and m.blas == "nvpl" and m.onednn_enabled is True
 
 
 @pytest.mark.parametrize("meta, message", [

@@ -181,6 +181,8 @@ class TraceMeta:
     recorded_by: Mapping[str, str] = field(default_factory=_empty)
     collector: Collector | None = None
     cpu_capability: str = ""
+    #: the BLAS the framework's build links, as the build says (torch: BLAS_INFO), "" where unknown
+    blas: str = ""
     onednn_enabled: bool | None = None
     #: a model's training step (tracer.contract.MODELS): its layers, level, defaults...
     model: Mapping[str, Any] = field(default_factory=_empty)
@@ -294,6 +296,7 @@ def parse_meta(meta: Any) -> TraceMeta:
         evidence=_str(meta.get("evidence")), backend=_backend(meta.get("backend")),
         standin=_standin(meta.get("standin")), recorded_by=_recorded_by(meta.get("recorded_by")),
         collector=_collector(meta.get("collector")), cpu_capability=_str(meta.get("cpu_capability")),
+        blas=_str(meta.get("blas")),
         onednn_enabled=onednn if isinstance(onednn, bool) else None, model=_dict(meta.get("model")))
 
 

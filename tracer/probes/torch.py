@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -248,11 +249,20 @@ def _made_on(device: str, build: Callable[[torch.device], base.Case]) -> base.Ca
                       "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
                       "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
                       # the vector ISA torch's own CPU kernels dispatched to (DEFAULT, AVX2, AVX512, SVE256...)
-                      "cpu_capability": torch.backends.cpu.get_cpu_capability()})
+                      "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                      "blas": _build_blas()})
     if device == STANDIN:
         case.info["standin"] = torch_standin.describe()
         case.info["standin"]["reached"]["setup"] = setup
     return case
+
+
+def _build_blas() -> str:
+    """The BLAS this torch build links (its BLAS_INFO: mkl on x86, nvpl in PyPI's aarch64
+    2.13 build, open in its 2.9 one): where oneDNN reports no call (a small addmm, an mm
+    in a backward), torch's own gemm hands the matrix product to it, and it reports nothing."""
+    found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return found.group(1) if found else ""
 
 
 def _defaults(primitive: str, api: str, leaves: list[torch.Tensor]) -> dict[str, Any]:

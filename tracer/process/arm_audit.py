@@ -32,7 +32,9 @@ class ArmCell:
     calls: dict[str, list[str]] = field(default_factory=dict)  # pass -> distinct library calls, in order
     reference: list[str] = field(default_factory=list)  # calls that are reference implementations
     capability: str = ""  # the ISA the framework's own kernels dispatched to (torch: SVE256, AVX512...)
-    blas: str = ""  # the BLAS kernels OpenBLAS chose for this CPU (it reports no calls)
+    #: the BLAS that computes where no library reports a call: the kernels numpy's OpenBLAS
+    #: chose for this CPU (a pure-Python framework), or the BLAS the framework's build links
+    blas: str = ""
     failed: str = ""  # why the case could not run there (a gap)
     #: pass -> what a compiler chose, where the framework compiles (XLA's compiled HLO
     #: instructions: convolution, fusion(kCustom):__ynn_fusion for YNNPACK)
@@ -99,6 +101,11 @@ def _compiled(trace: Trace, pass_: str) -> list[str]:
                               for k in n.children))
 
 
+#: BLAS_INFO's words as the libraries call themselves
+_BLAS_NAMES = {"mkl": "MKL", "nvpl": "NVPL", "open": "OpenBLAS", "armpl": "Arm Performance Libraries",
+               "accelerate": "Accelerate", "blis": "BLIS", "flexi": "FlexiBLAS"}
+
+
 def _numpy_blas_computes(trace: Trace, k: Knowledge) -> bool:
     """NumPy's OpenBLAS is the framework's BLAS only where the framework has no native
     core of its own (Chainer: its kernels are NumPy's); elsewhere (torch's oneDNN and
@@ -109,7 +116,10 @@ def _numpy_blas_computes(trace: Trace, k: Knowledge) -> bool:
 
 def _cell(trace: Trace, k: Knowledge) -> ArmCell:
     core = trace.info.openblas_core if _numpy_blas_computes(trace, k) else ""
-    cell = ArmCell(capability=trace.info.cpu_capability, blas=f"OpenBLAS, {core} kernels" if core else "")
+    blas = (f"OpenBLAS, {core} kernels" if core else
+            f"{_BLAS_NAMES.get(trace.info.blas, trace.info.blas)}, the build's (it reports no calls)"
+            if trace.info.blas else "")
+    cell = ArmCell(capability=trace.info.cpu_capability, blas=blas)
     for pass_ in PASSES:
         layer = trace.layer(pass_, "library")
         if layer is None:
