@@ -32,9 +32,10 @@ class ArmCell:
     calls: dict[str, list[str]] = field(default_factory=dict)  # pass -> distinct library calls, in order
     reference: list[str] = field(default_factory=list)  # calls that are reference implementations
     capability: str = ""  # the ISA the framework's own kernels dispatched to (torch: SVE256, AVX512...)
-    #: the BLAS that computes where no library reports a call: the kernels numpy's OpenBLAS
-    #: chose for this CPU (a pure-Python framework), or the BLAS the framework's build links
-    blas: str = ""
+    blas: str = ""  # the BLAS kernels OpenBLAS chose for this CPU (it reports no calls)
+    #: the BLAS the framework's build links, as it says (torch's BLAS_INFO): shown, never a
+    #: verdict, since which primitives reach it the trace cannot tell (it reports no calls)
+    linked_blas: str = ""
     failed: str = ""  # why the case could not run there (a gap)
     #: pass -> what a compiler chose, where the framework compiles (XLA's compiled HLO
     #: instructions: convolution, fusion(kCustom):__ynn_fusion for YNNPACK)
@@ -116,10 +117,8 @@ def _numpy_blas_computes(trace: Trace, k: Knowledge) -> bool:
 
 def _cell(trace: Trace, k: Knowledge) -> ArmCell:
     core = trace.info.openblas_core if _numpy_blas_computes(trace, k) else ""
-    blas = (f"OpenBLAS, {core} kernels" if core else
-            f"{_BLAS_NAMES.get(trace.info.blas, trace.info.blas)}, the build's (it reports no calls)"
-            if trace.info.blas else "")
-    cell = ArmCell(capability=trace.info.cpu_capability, blas=blas)
+    cell = ArmCell(capability=trace.info.cpu_capability, blas=f"OpenBLAS, {core} kernels" if core else "",
+                   linked_blas=_BLAS_NAMES.get(trace.info.blas, trace.info.blas))
     for pass_ in PASSES:
         layer = trace.layer(pass_, "library")
         if layer is None:
