@@ -64,6 +64,10 @@ def test_x86_against_each_arm_cpu_names_both_sides_implementations(cpu_traces, e
     (lib,) = [ld for ld in diff_traces(x86, n1).layers if ld.layer == "library"]
     (split,) = lib.splits
     assert split.classification == "library choice" and "Arm Compute Library" in split.reason
+    # dense on Neoverse-N1: no oneDNN call; torch's BLAS, NVIDIA's NVPL, reports its SGEMM and platform
+    dense = emulated["neoverse-n1"]["dense"]
+    assert [(n.frame.module, n.frame.name) for n in dense.layer("forward", "library").children] == [("NVPL", "SGEMM")]
+    assert dense.meta["library"]["NVPL"]["platform"]
 
 
 def test_default_report_has_the_arm_audit(survey_report):
@@ -72,6 +76,7 @@ def test_default_report_has_the_arm_audit(survey_report):
     assert "a64fx (emulated)" in page and "neoverse-n1 (emulated)" in page
     assert "brgconv:sve_512" in page and "gemm:ref (backward_data)" in page and "reference code" in page
     assert "BLAS the build links: NVPL" in page and "BLAS the build links: MKL" in page
+    assert "SGEMM (NVPL, " in page
     traces, _, _ = sv.collect([survey_report.parent / "traces" / "torch"])
     assert {t.meta["emulated"]["cpu"] for t in traces if isinstance(t.meta.get("emulated"), dict)} == set(CPUS)
 

@@ -48,6 +48,23 @@ def test_vendor_logs_are_parsed_into_calls_and_facts():
     assert log.info["MKL"]["version"] == "2024.0 Update 2"
 
 
+NVPL = """\
+NVPL_BLAS_VERBOSE: NVPL BLAS version 0.3.0
+NVPL_BLAS_VERBOSE: Platform: Generic ASIMD, cores:2 sve_width:0. Cache: L1:64 KB (cl:64 ways:4 sets:256) L2:1024 KB (cl:64 ways:16 sets:1024) L3:32768 KB (cl:64 ways:16 sets:32768)
+NVPL_BLAS_VERBOSE: sgemm_(T,N,8,4,16,1,0x5fa7c020200,16,0x5fa7c010100,16,1,0x5fa7c040080,8) time_us:12872.1 int:lp64 max_nthr:2 tid:5500b48420
+NVPL_BLAS_VERBOSE: sgemm_(N,N,16,4,8,1,0x5fa7c020200,16,0x5fa7c040100,8,0,0x5fa7c010200,16) time_us:nan int:lp64
+"""  # noqa: E501 - verbatim log lines, as NVPL BLAS 0.3.0 printed them under torch 2.13's aarch64 build
+
+
+def test_nvpl_blas_log_is_parsed_like_mkl():
+    """PyPI's aarch64 torch computes a small addmm with NVIDIA's NVPL BLAS: its verbose
+    log names the call, the problem and the platform it chose kernels for."""
+    log = parse(NVPL)
+    assert [(c.library, c.name, c.detail, c.time_ns) for c in log.calls] == [("NVPL", "SGEMM", "T,N,8,4,16", 12872100)]
+    assert log.unreadable == 1  # the time of nan
+    assert log.info["NVPL"] == {"version": "0.3.0", "platform": "Generic ASIMD", "sve_width": "0"}
+
+
 def lib_tree(label, *calls):
     return Node(Frame("root", "", label), 1,
                 children=[Node(Frame("library", lib, name, "", 0, lib), 1) for lib, name in calls])

@@ -1,6 +1,6 @@
 """The library layer: what the vendor libraries say they ran in one step.
 
-oneDNN and MKL print one line per execution when asked (tracer.collect.vendor_log's
+oneDNN, MKL and NVPL BLAS print one line per execution when asked (tracer.collect.vendor_log's
 VERBOSE_ENV, set for the whole probe process). They print from C, to file
 descriptor 1, with C stdio buffering: :class:`StdoutLog` points fd 1 at a file for
 the probe process's life, and a step's lines are the bytes written between two

@@ -1,7 +1,8 @@
 """What vendor libraries report they ran, parsed from the lines they print when
 asked (:data:`VERBOSE_ENV`): oneDNN's verbose log (``onednn_verbose`` v3,
 ``dnnl_verbose``/``mkldnn_verbose`` v1-v2: the primitive, its implementation and
-ISA, the pass) and MKL's (``MKL_VERBOSE SGEMM(...)``). Evidence without sampling:
+ISA, the pass), MKL's (``MKL_VERBOSE SGEMM(...)``) and NVIDIA's NVPL BLAS's
+(``NVPL_BLAS_VERBOSE: sgemm_(...)``, the BLAS of PyPI's aarch64 torch). Evidence without sampling:
 every primitive the step executed, in order.
 
 Parsing lives apart from capturing (tracer.collect.library), so that it is tested
@@ -16,15 +17,17 @@ from dataclasses import dataclass, field
 
 #: Set for a probe process whose library layer is recorded, before the framework loads
 #: the libraries: oneDNN reads ONEDNN_VERBOSE (v3), DNNL_VERBOSE and MKLDNN_VERBOSE
-#: (v1-v2, as in MXNet 1.9); MKL reads MKL_VERBOSE. Level 1: one line per execution.
+#: (v1-v2, as in MXNet 1.9); MKL reads MKL_VERBOSE, NVPL BLAS NVPL_BLAS_VERBOSE. Level 1:
+#: one line per execution.
 #: On a CUDA machine: cuDNN's API log at level 3 (info: every call with its arguments,
 #: the execution plan's engine among them), cuBLAS's API log, and cuBLASLt's trace
 #: level (one line per matmul with the algorithm it ran), all to standard output.
 VERBOSE_ENV = {"ONEDNN_VERBOSE": "1", "DNNL_VERBOSE": "1", "MKLDNN_VERBOSE": "1", "MKL_VERBOSE": "1",
+               "NVPL_BLAS_VERBOSE": "1",
                "CUDNN_LOGLEVEL_DBG": "3", "CUDNN_LOGDEST_DBG": "stdout",
                "CUBLAS_LOGINFO_DBG": "1", "CUBLAS_LOGDEST_DBG": "stdout", "CUBLASLT_LOG_LEVEL": "2"}
 
-ONEDNN, MKL, CUDNN, CUBLAS, CUBLASLT = "oneDNN", "MKL", "cuDNN", "cuBLAS", "cuBLASLt"
+ONEDNN, MKL, NVPL, CUDNN, CUBLAS, CUBLASLT = "oneDNN", "MKL", "NVPL", "cuDNN", "cuBLAS", "cuBLASLt"
 #: The first line of a cuDNN or cuBLAS API-log block (I!/W!/E! by severity); the
 #: block's lines that follow start with the lower-case letter.
 _CUDA_BLOCK = re.compile(r"^([IWE])! (CuDNN|cuBLAS) \(v([\d.]+)[^)]*\) function (?:\w+ )?(\w+)\(.*\) called:$")
@@ -40,6 +43,11 @@ _ONEDNN_PREFIX = re.compile(r"^(?:onednn|dnnl|mkldnn)_verbose,")
 _MKL_CALL = re.compile(r"^MKL_VERBOSE\s+([A-Za-z_][\w]*)\(([^)]*)\)\s+([\d.]+)(ns|us|ms|s)\b")
 _MKL_INFO = re.compile(r"^MKL_VERBOSE\s+(?:Intel\(R\) MKL|oneMKL)\s+(.*)$")
 _UNIT_NS = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
+#: NVPL BLAS: a call (the Fortran name, its arguments, the time in microseconds), its
+#: version, and the platform it chose its kernels for ("Neoverse V2", "Generic ASIMD")
+_NVPL_CALL = re.compile(r"^NVPL_BLAS_VERBOSE:\s+([A-Za-z]\w*?)_?\(([^)]*)\)\s+time_us:(\S+)")
+_NVPL_VERSION = re.compile(r"^NVPL_BLAS_VERBOSE:\s+NVPL BLAS version\s+(\S+)")
+_NVPL_PLATFORM = re.compile(r"^NVPL_BLAS_VERBOSE:\s+Platform:\s+([^,]+),.*?sve_width:(\d+)")
 
 
 @dataclass(frozen=True)
@@ -198,3 +206,23 @@ def _line(line: str, log: VendorLog) -> None:
     m = _MKL_INFO.match(line)
     if m:
         log.info.setdefault(MKL, {})["version"] = m.group(1).split(" Product build")[0].strip()
+        return
+    if line.startswith("NVPL_BLAS_VERBOSE:"):
+        _nvpl(line, log)
+
+
+def _nvpl(line: str, log: VendorLog) -> None:
+    m = _NVPL_CALL.match(line)
+    if m:
+        fn, args, value = m.groups()
+        detail = ",".join(a.strip() for a in args.split(",")[:5])  # transposes and sizes, not pointers
+        log.calls.append(LibraryCall(NVPL, fn.upper(), detail, _ns(value, 1e3)))
+        return
+    m = _NVPL_VERSION.match(line)
+    if m:
+        log.info.setdefault(NVPL, {})["version"] = m.group(1)
+        return
+    m = _NVPL_PLATFORM.match(line)
+    if m:
+        facts = log.info.setdefault(NVPL, {})
+        facts["platform"], facts["sve_width"] = m.group(1).strip(), m.group(2)

@@ -123,12 +123,20 @@ def _cell(trace: Trace, k: Knowledge) -> ArmCell:
         layer = trace.layer(pass_, "library")
         if layer is None:
             continue
-        names = list(dict.fromkeys(n.frame.name for n in layer.children))
+        names = list(dict.fromkeys(_call_name(n.frame.name, n.frame.module, trace) for n in layer.children))
         cell.calls[pass_] = names
         if _compiled(trace, pass_):
             cell.compiled[pass_] = _compiled(trace, pass_)
         cell.reference += [n for n in names if _REFERENCE.search(n) and n not in cell.reference]
     return cell
+
+
+def _call_name(name: str, library: str, trace: Trace) -> str:
+    """A library call as the audit names it: NVPL's BLAS calls carry the platform it chose
+    its kernels for (its verbose log says it once: "Generic ASIMD", "Neoverse V2")."""
+    facts = trace.info.library.get(library) if library == "NVPL" else None
+    platform = str(facts.get("platform") or "") if isinstance(facts, dict) else ""
+    return f"{name} (NVPL, {platform})" if platform else name
 
 
 def arm_audit(traces: list[Trace], gaps: list[Any], k: Knowledge | None = None) -> ArmAudit | None:

@@ -106,8 +106,8 @@ def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes:
 
 def _library_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
     calls = len(tree.children)
-    what = f"{calls} calls the vendor libraries reported (oneDNN, MKL verbose)" if calls else \
-        "no oneDNN or MKL call reported: the kernels are the framework's own or another library's"
+    what = f"{calls} calls the vendor libraries reported (oneDNN, MKL, NVPL verbose)" if calls else \
+        "no oneDNN, MKL or NVPL call reported: the kernels are the framework's own or another library's"
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [library]  ", (what, "dim"))
     console.print(tree_view(tree, title, max_depth, max_nodes))
 
