@@ -297,7 +297,7 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     cell = page[page.index('class="small arm-cross"'):]
     cell = cell[: cell.index("</td>")]
     assert "versions differ" not in cell and re.search(r"library, \d+ splits", cell), cell
-    assert "one release, two builds: x86 cpu, ARM cu130" in cell
+    assert "torch: one release in two builds (x86 cpu, ARM cu130): its splits count" in page
 
 
 def test_a_call_graph_is_drawn_once_a_page(tmp_path):

@@ -320,8 +320,12 @@ def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environ
     cards = cards or []
     ranked = verdicts(reports, cards)
     cells = grid(reports)
+    arm_cross = _arm_cross(reports)
+    # one release in two builds, said once per framework above the column, not in every cell
+    arm_builds = sorted({(e["framework"], *e["builds"]) for entries in arm_cross.values() for e in entries
+                         if e["builds"]})
     write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
-                                                            arm_cross=_arm_cross(reports),
+                                                            arm_cross=arm_cross, arm_builds=arm_builds,
                                                             graph_problem=drawer.problem, cards=cards,
                                                             columns=COLUMNS, explain=EXPLAIN, headline=HEADLINE,
                                                             verdicts=ranked, rule=RULE,
