@@ -84,8 +84,8 @@ def test_default_report_has_the_arm_audit(survey_report):
 def test_x86_and_arm_run_one_torch_release_and_their_splits_are_decisions_or_shown_apart(cpu_traces, emulated):
     """The aarch64 wheels are x86's torch release in another build (+cu130 against
     +cpu): no split is a version difference. What aarch64's mkldnn_convolution adds (a
-    contiguous() copy before oneDNN) is an allocation in the diff; its dispatch row is
-    oneDNN's ISA choice, which the library layer names."""
+    contiguous() copy before oneDNN) is an allocation, no decision: oneDNN's ISA choice
+    between the two is the library's own row."""
     from tracer.process.diff.context import VERSION_DIFFERENCE
     from tracer.process.diff.result import walk_splits
     from tracer.process.portability import framework_report
@@ -99,8 +99,9 @@ def test_x86_and_arm_run_one_torch_release_and_their_splits_are_decisions_or_sho
     classes = {s.frame: s.classification for ld in result.layers for s in walk_splits(ld.splits)}
     assert VERSION_DIFFERENCE not in classes.values(), classes
     assert classes.get("aten::mkldnn_convolution") == "allocation/transfer", classes
-    # the row at mkldnn_convolution is oneDNN's ISA choice, which the library layer names
+    # the copy names no decision: oneDNN's ISA choice is the library's own row and site
     rep = framework_report("torch", [x86, a64fx], [])
     (row,) = [d for d in rep.dispatch_points if d.frame == "aten::mkldnn_convolution"]
-    assert row.classification == "ISA-specific code", row
-    assert any("library layer" in e and "sve_512" in e for e in row.evidence), row.evidence
+    assert row.classification == "allocation/transfer", row
+    (isa,) = [d for d in rep.dispatch_points if d.layer == "library" and d.classification == "ISA-specific code"]
+    assert isa.site == "ISA dispatch inside oneDNN" and any("sve_512" in e for e in isa.evidence), isa

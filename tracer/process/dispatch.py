@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from tracer.knowledge import Knowledge, knowledge
-from tracer.process.diff.context import ARTEFACTS, UNEXPLAINED
+from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Branch, Classification, DiffResult, LayerDiff, Split, walk_splits
 from tracer.process.symbols import display
 
@@ -142,7 +142,8 @@ def library_site(split: Split) -> str:
     b = sorted({x.library for x in split.only_b if x.library})
     if split.classification == "ISA-specific code":
         return f"ISA dispatch inside {', '.join(sorted({*a, *b})) or 'a library'}"
-    return f"library choice: {', '.join(a) or '—'} / {', '.join(b) or '—'}"
+    # the same choice whichever side a comparison put first (MKL / — and — / MKL are one site)
+    return "library choice: " + " / ".join(sorted((", ".join(a) or "—", ", ".join(b) or "—")))
 
 
 def _library_frame(split: Split) -> str:
@@ -154,14 +155,17 @@ class DispatchTable:
     """Collects the rows over a framework's pair reports, with the knowledge ``k``."""
 
     def __init__(self, k: Knowledge | None = None) -> None:
-        self.rows: dict[tuple[str, str], DispatchPoint] = {}
+        self.rows: dict[tuple[str, str, str], DispatchPoint] = {}
         self.k = k or knowledge()
 
     def _row(self, layer: str, frame: str, split: Split, primitive: str, pair: str) -> DispatchPoint:
-        row = self.rows.get((layer, frame))
+        # a library's rows are one per site: oneDNN's ISA dispatch on A64FX and its hand-off
+        # to the Arm Compute Library on Neoverse-N1 are two decisions about the same calls
+        key = (layer, frame, "" if layer in NAMING else library_site(split))
+        row = self.rows.get(key)
         if row is None:
             site, kind = decision_site(layer, split, self.k) if layer in NAMING else (library_site(split), "library")
-            row = self.rows[(layer, frame)] = DispatchPoint(
+            row = self.rows[key] = DispatchPoint(
                 frame, display(frame), layer, split.classification, split.file, split.line, [], [], [], [],
                 site=site, site_kind=kind)
         if primitive not in row.primitives:
@@ -189,15 +193,16 @@ class DispatchTable:
                     row.evidence.append(_evidence(layer, s, pass_))
                     named.append(row)
             first = named[0] if named else None
+            # a copy on one side only (aarch64 torch's contiguous() before oneDNN) names no
+            # decision: what the libraries then chose is their own row, as with no op split
+            deciding = [r for r in named if r.classification != "allocation/transfer"]
             for layer in result.layers:
                 if layer.layer in NAMING or not layer.splits:
                     continue
                 for s in (s for s in layer.splits if s.classification not in ARTEFACTS):
-                    row = named[0] if named else self._row(layer.layer, _library_frame(s), s, primitive, pair)
+                    row = deciding[0] if deciding else self._row(layer.layer, _library_frame(s), s, primitive, pair)
                     row.evidence.append(_evidence(layer, s, pass_))
-                    # what the libraries ran says what kind of decision it is, where the op
-                    # layer could not (a layout copy on one side only, an unnamed frame)
-                    if row.classification in UNEXPLAINED and s.classification not in UNEXPLAINED:
+                    if row.classification == "other":  # what the libraries ran says what kind of decision it is
                         row.classification = s.classification
                     first = first or row
             self._kernels(first, pass_, (kernels or {}).get(pass_, ([], [])))
