@@ -186,6 +186,27 @@ def test_the_dispatch_table_lists_first_decisions_with_their_evidence():
     assert row.layer == "library" and row.frame == "library: convolution" and row.classification == "ISA-specific code"
 
 
+def test_a_sampled_native_split_is_evidence_of_the_row_another_layer_names():
+    """The native stacks part above a library's call (TensorFlow's gen_nn_ops.conv2d over
+    oneDNN's ISA dispatch): one decision, counted once, whether or not sampling caught it."""
+    def both(library_a, library_b):
+        halves = [side(ONEDNN_KERNEL, 10), side(ONEDNN_KERNEL, 10)], [side(MKL_KERNEL, 10), side(MKL_KERNEL, 10)]
+        a = trace({"native": side(ONEDNN_KERNEL, 20), **library_a}, {"native": halves[0]})
+        b = trace({"native": side(MKL_KERNEL, 20), **library_b}, {"native": halves[1]}, variant="off")
+        table = DispatchTable()
+        table.add("conv2d", "cpu vs cpu off", {"forward": diff_traces(a, b)})
+        return table.points()
+
+    # the library layer shows the choice: its row, the native split its evidence
+    (row,) = both({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution jit:avx2 (forward_training)"))},
+                  {"library": lib_tree("conv2d.forward", ("MKL", "SGEMM"))})
+    assert row.layer == "library" and row.site == "library choice: MKL / oneDNN"
+    assert any(e.startswith("forward, native layer") for e in row.evidence), row.evidence
+    # nothing else shows it: the native split is the row
+    (row,) = both({}, {})
+    assert row.layer == "native" and row.classification == "library choice"
+
+
 @pytest.mark.parametrize("symbol, shown", [
     ("at::internal::invoke_parallel<at::parallel_for<at::native::(anonymous namespace)::cpu_max_pool<float, false>("
      "at::Tensor const&, int)::{lambda(long, long)#1}>(long, long, long, at::native::(anonymous namespace)::"

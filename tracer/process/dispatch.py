@@ -3,8 +3,10 @@ deciding frame across primitives and comparisons, each with its evidence.
 
 What a porting team reads first, so each row must be a real decision:
 
-* a row is a first decision (a top-level split) of the python, op or native layer;
-  the splits nested under it are its consequences, counted in the row;
+* a row is a first decision (a top-level split) of the python or op layer, or of the
+  sampled native layer where no other layer shows one (elsewhere the native split is
+  the evidence of the row the others name); the splits nested under it are its
+  consequences, counted in the row;
 * the library layer (what oneDNN and MKL say they ran) is evidence: it is attached
   to the pass's named decision; where there is none, the library chose by itself
   (oneDNN's ISA dispatch: jit:avx2 on one machine, brgconv:sve_512 on another) and
@@ -37,6 +39,12 @@ from tracer.process.symbols import display
 MAX_NAMES = 8
 #: The layers whose splits can name where the decision is made, in reading order.
 NAMING = ("python", "op", "native")
+#: Of those, the ones that record every call (the native layer is sampled)
+EXACT = ("python", "op")
+
+
+def _decisive(layer: LayerDiff) -> list[Split]:
+    return [s for s in layer.splits if s.classification not in ARTEFACTS]
 
 
 @dataclass
@@ -183,29 +191,50 @@ class DispatchTable:
         for pass_, result in diffs.items():
             named: list[DispatchPoint] = []
             versions_differ = "framework_version" in result.differs
-            for layer in result.layers:
-                if layer.layer not in NAMING or (layer.layer == "python" and versions_differ):
+            layers = {ld.layer: ld for ld in result.layers}
+            for name in EXACT:
+                layer = layers.get(name)
+                if layer is None or (name == "python" and versions_differ):
                     continue
-                for s in (s for s in layer.splits if s.classification not in ARTEFACTS):
-                    frame = (layer.layer == "op" and _renamed(s, self.k)) or s.frame
-                    row = self._row(layer.layer, frame, s, primitive, pair)
-                    row.consequences += sum(1 for _ in walk_splits(s.children))
-                    row.evidence.append(_evidence(layer, s, pass_))
-                    named.append(row)
+                for s in _decisive(layer):
+                    frame = (name == "op" and _renamed(s, self.k)) or s.frame
+                    named.append(self._named_row(layer, s, frame, primitive, pair, pass_))
             first = named[0] if named else None
             # a copy on one side only (aarch64 torch's contiguous() before oneDNN) names no
             # decision: what the libraries then chose is their own row, as with no op split
             deciding = [r for r in named if r.classification != "allocation/transfer"]
+            owners = list(deciding)
             for layer in result.layers:
                 if layer.layer in NAMING or not layer.splits:
                     continue
-                for s in (s for s in layer.splits if s.classification not in ARTEFACTS):
+                for s in _decisive(layer):
                     row = deciding[0] if deciding else self._row(layer.layer, _library_frame(s), s, primitive, pair)
                     row.evidence.append(_evidence(layer, s, pass_))
                     if row.classification == "other":  # what the libraries ran says what kind of decision it is
                         row.classification = s.classification
+                    owners += [row] if row not in owners else []
                     first = first or row
+            # the sampled native stacks part where the code above a library's call differs
+            # (TensorFlow's gen_nn_ops.conv2d above oneDNN's ISA dispatch): evidence of the
+            # decision an exact layer or a library names, a row of their own only where
+            # nothing else shows one (else one decision would count twice, and as often as
+            # sampling happens to catch it)
+            native = layers.get("native")
+            for s in [] if native is None else _decisive(native):
+                assert native is not None  # for mypy: no split without its layer
+                if owners:
+                    owners[0].evidence.append(_evidence(native, s, pass_))
+                    continue
+                row = self._named_row(native, s, s.frame, primitive, pair, pass_)
+                first = first or row
             self._kernels(first, pass_, (kernels or {}).get(pass_, ([], [])))
+
+    def _named_row(self, layer: LayerDiff, s: Split, frame: str, primitive: str, pair: str,
+                   pass_: str) -> DispatchPoint:
+        row = self._row(layer.layer, frame, s, primitive, pair)
+        row.consequences += sum(1 for _ in walk_splits(s.children))
+        row.evidence.append(_evidence(layer, s, pass_))
+        return row
 
     @staticmethod
     def _kernels(row: DispatchPoint | None, pass_: str, kernels: tuple[list[str], list[str]]) -> None:
