@@ -75,7 +75,9 @@ def test_default_report_has_the_arm_audit(survey_report):
     assert 'id="arm-table"' in page
     assert "a64fx (emulated)" in page and "neoverse-n1 (emulated)" in page
     assert "brgconv:sve_512" in page and "gemm:ref (backward_data)" in page and "reference code" in page
-    assert "BLAS the build links: NVPL" in page and "BLAS the build links: MKL" in page
+    head = page[page.index('id="arm-table"'):]
+    head = head[:head.index("</tr>")]
+    assert "BLAS the build links: NVPL" in head and "BLAS the build links: MKL" in head
     assert "SGEMM (NVPL, " in page
     traces, _, _ = sv.collect([survey_report.parent / "traces" / "torch"])
     assert {t.meta["emulated"]["cpu"] for t in traces if isinstance(t.meta.get("emulated"), dict)} == set(CPUS)

@@ -33,9 +33,6 @@ class ArmCell:
     reference: list[str] = field(default_factory=list)  # calls that are reference implementations
     capability: str = ""  # the ISA the framework's own kernels dispatched to (torch: SVE256, AVX512...)
     blas: str = ""  # the BLAS kernels OpenBLAS chose for this CPU (it reports no calls)
-    #: the BLAS the framework's build links, as it says (torch's BLAS_INFO): shown, never a
-    #: verdict, since which primitives reach it the trace cannot tell (it reports no calls)
-    linked_blas: str = ""
     failed: str = ""  # why the case could not run there (a gap)
     #: pass -> what a compiler chose, where the framework compiles (XLA's compiled HLO
     #: instructions: convolution, fusion(kCustom):__ynn_fusion for YNNPACK)
@@ -46,6 +43,9 @@ class ArmCell:
 class ArmAudit:
     machines: list[str]  # column labels: this machine first, then each emulated CPU
     rows: dict[str, dict[str, ArmCell]]  # primitive -> machine -> cell
+    #: machine -> the BLAS the framework's build there links, as the build says (torch's
+    #: BLAS_INFO: MKL on x86, NVPL in PyPI's aarch64 2.13): context, never a verdict
+    linked_blas: dict[str, str] = field(default_factory=dict)
 
 
 #: The architecture names of ARM machines (Linux, macOS).
@@ -117,8 +117,7 @@ def _numpy_blas_computes(trace: Trace, k: Knowledge) -> bool:
 
 def _cell(trace: Trace, k: Knowledge) -> ArmCell:
     core = trace.info.openblas_core if _numpy_blas_computes(trace, k) else ""
-    cell = ArmCell(capability=trace.info.cpu_capability, blas=f"OpenBLAS, {core} kernels" if core else "",
-                   linked_blas=_BLAS_NAMES.get(trace.info.blas, trace.info.blas))
+    cell = ArmCell(capability=trace.info.cpu_capability, blas=f"OpenBLAS, {core} kernels" if core else "")
     for pass_ in PASSES:
         layer = trace.layer(pass_, "library")
         if layer is None:
@@ -162,8 +161,11 @@ def arm_audit(traces: list[Trace], gaps: list[Any], k: Knowledge | None = None) 
     machines = list(dict.fromkeys([*map(_label, _by_variant(host)), *map(_label, _by_variant(arm)),
                                    *gap_label.values()]))
     rows: dict[str, dict[str, ArmCell]] = {}
+    linked: dict[str, str] = {}
     for t in host + arm:
         rows.setdefault(t.info.primitive, {})[_label(t)] = _cell(t, k or knowledge())
+        if t.info.blas:
+            linked.setdefault(_label(t), _BLAS_NAMES.get(t.info.blas, t.info.blas))
     for g in arm_gaps:
         rows.setdefault(g.primitive or "(all)", {}).setdefault(gap_label[id(g)], ArmCell()).failed = g.error
-    return ArmAudit(machines, rows)
+    return ArmAudit(machines, rows, linked)
