@@ -259,8 +259,9 @@ def _made_on(device: str, build: Callable[[torch.device], base.Case]) -> base.Ca
 
 def _build_blas() -> str:
     """The BLAS this torch build links (its BLAS_INFO: mkl on x86, nvpl in PyPI's aarch64
-    2.13 build, open in its 2.9 one): where oneDNN reports no call (a small addmm, an mm
-    in a backward), torch's own gemm hands the matrix product to it, and it reports nothing."""
+    2.13 build, open in its 2.9 one): where oneDNN takes no call (a small addmm, an mm in
+    a backward), torch's own gemm hands the matrix product to it; OpenBLAS says nothing
+    of which calls it ran, so the build's own word is what the audit can show."""
     found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
     return found.group(1) if found else ""
 

@@ -169,10 +169,11 @@ class DispatchTable:
     def _row(self, layer: str, frame: str, split: Split, primitive: str, pair: str) -> DispatchPoint:
         # a library's rows are one per site: oneDNN's ISA dispatch on A64FX and its hand-off
         # to the Arm Compute Library on Neoverse-N1 are two decisions about the same calls
-        key = (layer, frame, "" if layer in NAMING else library_site(split))
+        library = "" if layer in NAMING else library_site(split)
+        key = (layer, frame, library)
         row = self.rows.get(key)
         if row is None:
-            site, kind = decision_site(layer, split, self.k) if layer in NAMING else (library_site(split), "library")
+            site, kind = decision_site(layer, split, self.k) if layer in NAMING else (library, "library")
             row = self.rows[key] = DispatchPoint(
                 frame, display(frame), layer, split.classification, split.file, split.line, [], [], [], [],
                 site=site, site_kind=kind)

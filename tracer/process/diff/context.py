@@ -53,7 +53,7 @@ EVIDENCE_SHAPE: Final = "evidence shape"
 #: Classes that are no decision of a framework, a library or an ISA.
 ARTEFACTS = frozenset({MODEL_CONTEXT, VERSION_DIFFERENCE, STANDIN_IMPLEMENTATION, EVIDENCE_SHAPE})
 #: What classify() says when no device, library, ISA or compilation word tells the sides apart.
-UNEXPLAINED: frozenset[Classification] = frozenset({"other", "allocation/transfer"})
+_UNEXPLAINED: frozenset[Classification] = frozenset({"other", "allocation/transfer"})
 _UNKNOWN_VERSIONS = frozenset({"", "unknown", "?"})
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -125,7 +125,7 @@ def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], class
                                "model around the primitive (ops the CPU probe never reaches, reshapes, autograd "
                                "bookkeeping), not a device decision")
     versions = _versions(result)
-    if versions and classification in UNEXPLAINED:
+    if versions and classification in _UNEXPLAINED:
         return VERSION_DIFFERENCE, (f"framework versions differ ({versions[0]} against {versions[1]}) and no device, "
                                     "library or ISA word tells the sides apart")
     return None
