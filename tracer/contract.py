@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -248,6 +249,73 @@ def workload_passes(workload: str) -> tuple[str, ...]:
     return PRIMITIVES[workload].passes if workload in PRIMITIVES else PASSES
 
 
+# ----------------------------------------------------------------------------- the user's own workload
+
+#: The function dltrace calls in a workload file unless ``FILE.py:FUNCTION`` names another.
+WORKLOAD_FUNCTION = "workload"
+#: The API level a user's workload is recorded at: it is the user's own code, at whatever
+#: level it is written (a torchvision model, a Keras application...).
+USER_API = "user"
+#: A workload's name (the file's stem, or ``--name``): what its traces, pages and files are called.
+_WORKLOAD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+class WorkloadError(ValueError):
+    """A workload reference that cannot name a workload (one line)."""
+
+
+@dataclass(frozen=True)
+class UserWorkload:
+    """A porting team's own training step: ``function`` in the Python file ``file``,
+    called in the framework's environment with the device to use and returning the
+    step's two passes (``forward() -> loss``, ``backward(loss)``: the gradients and the
+    optimizer's update), optionally the parameters, or one callable for the whole step
+    (docs/workloads.md). ``name`` is what its cases are called, never a primitive's or a
+    built-in model's name."""
+
+    name: str
+    file: str  # absolute
+    function: str = WORKLOAD_FUNCTION
+
+    @property
+    def ref(self) -> str:
+        return f"{self.file}:{self.function}"
+
+    @classmethod
+    def parse(cls, text: str, name: str | None = None, base: str = "") -> "UserWorkload":
+        """``FILE.py[:FUNCTION]`` (relative to ``base``, else the working folder) ->
+        the workload; a WorkloadError names what is wrong. The file is only named here,
+        not read: it is the probe process that imports it."""
+        import os
+
+        path, function = text, WORKLOAD_FUNCTION
+        if ":" in text and text.rsplit(":", 1)[0].endswith(".py"):
+            path, function = text.rsplit(":", 1)
+        if not path.endswith(".py"):
+            raise WorkloadError(f"workload {text!r}: give a Python file, FILE.py or FILE.py:FUNCTION")
+        if not function.isidentifier():
+            raise WorkloadError(f"workload {text!r}: {function!r} is not a Python function name")
+        full = os.path.abspath(os.path.join(base or os.getcwd(), path))
+        stem = os.path.splitext(os.path.basename(full))[0]
+        chosen = name if name is not None else (stem if function == WORKLOAD_FUNCTION else f"{stem}-{function}")
+        if not _WORKLOAD_NAME.fullmatch(chosen):
+            raise WorkloadError(f"workload name {chosen!r}: letters, digits, '_' and '-' only, a letter first, at "
+                                "most 64 (rename the file or give --name)")
+        if chosen in WORKLOADS or chosen.lower() in {w.lower() for w in WORKLOADS}:
+            raise WorkloadError(f"workload name {chosen!r} is a built-in primitive's or model's (rename the file "
+                                "or give --name)")
+        return cls(chosen, full, function)
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "UserWorkload | None":
+        if not doc:
+            return None
+        return cls(str(doc["name"]), str(doc["file"]), str(doc.get("function") or WORKLOAD_FUNCTION))
+
+
 def default_shape(workload: str) -> tuple[int, ...]:
     """The input a case of ``workload`` (a primitive or a model) gets unless asked otherwise."""
     return MODELS[workload].shape if workload in MODELS else PRIMITIVES[workload].shape
@@ -294,6 +362,8 @@ class CaseRequest:
     passes: tuple[str, ...]
     layers: tuple[str, ...]
     out: str  # where the probe writes this case's trace (or OUT.error)
+    #: the user's own workload (UserWorkload.to_json), when ``primitive`` names one
+    workload: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -408,6 +478,19 @@ class ModelProbe(Protocol):
     model case is a gap saying so."""
 
     def make_model_case(self, model: str, api: str, device: str, shape: tuple[int, ...]) -> Any: ...
+
+
+@runtime_checkable
+class WorkloadProbe(Protocol):
+    """A probe module that runs a user's own workload (:class:`UserWorkload`):
+    ``workload_case(build, device)`` calls ``build(dev)`` with its framework's own
+    device object for the selector ``device`` (torch: a ``torch.device``; TensorFlow: a
+    device string; JAX: a ``jax.Device``; Chainer: a ``chainer`` device; MXNet: a
+    ``Context``), under whatever makes that device the default, and returns the
+    tracer.probes.base.Case ``build`` made, its passes run there, with ``sync`` and the
+    facts its own cases record in ``info``."""
+
+    def workload_case(self, build: Callable[[Any], Any], device: str) -> Any: ...
 
 
 @runtime_checkable

@@ -22,6 +22,8 @@ class EnvNotReady(DltraceError):
 class ProbeFailed(DltraceError):
     """A probe subprocess crashed, hung, or could not run the case."""
 
-    def __init__(self, message: str, kind: FailureKind = "failed"):
+    def __init__(self, message: str, kind: FailureKind = "failed", detail: str = ""):
         super().__init__(message)
         self.kind: FailureKind = kind
+        #: what the probe said beyond the line: a user's workload's own frames (--verbose)
+        self.detail = detail

@@ -19,7 +19,8 @@ from tracer.emulation.layout import bindable, emulated_home
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, MODELS, PASSES, WORKLOADS, CaseError,
-                             CaseRequest, EmulatedCpu, Exit, THREAD_ENV, ProbeRequest, default_shape, workload_passes)
+                             CaseRequest, EmulatedCpu, Exit, THREAD_ENV, ProbeRequest, UserWorkload, default_shape,
+                             workload_passes)
 from tracer.emulation.guest import Bind
 from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
 from tracer.paths import code_path, package_bind
@@ -59,12 +60,19 @@ class CaseSpec:
     #: "python" is always traced; "op" and "library" are cheap; "native" costs seconds
     #: per case (py-spy sampling), so it is asked for: `dltrace probe` does by default.
     layers: tuple[str, ...] = EXACT_LAYERS
+    #: the user's own workload, when ``primitive`` is its name (its api is USER_API)
+    user: UserWorkload | None = None
 
     def resolved_shape(self) -> tuple[int, ...]:
+        if self.user is not None:  # the user's code makes its own inputs
+            return ()
         return self.shape or default_shape(self.primitive)
 
     def resolved_passes(self) -> tuple[str, ...]:
-        """The passes asked for that the workload has (an optimizer step has no backward)."""
+        """The passes asked for that the workload has (an optimizer step has no backward;
+        a user's single step callable says so when it runs)."""
+        if self.user is not None:
+            return tuple(p for p in PASSES if p in self.passes)
         return tuple(p for p in self.passes if p in workload_passes(self.primitive))
 
     def slug(self) -> str:
@@ -90,11 +98,15 @@ def _choices(kind: str, value: str, valid: Iterable[str]) -> UsageError:
 
 
 def check(frameworks: dict[str, Framework], framework: str, primitive: str | None = None,
-          device: str = "cpu", variant: str | None = None, api: str | None = None) -> Framework:
+          device: str = "cpu", variant: str | None = None, api: str | None = None,
+          user: UserWorkload | None = None) -> Framework:
     """Validate a request against the registry; each problem is one line naming the choices."""
     if framework not in frameworks:
         raise _choices("framework", framework, frameworks)
     fw = frameworks[framework]
+    if user is not None:
+        check_workload(user)
+        primitive, api = None, None  # the user's code: its name is its own, its level its own
     if primitive is not None and primitive not in WORKLOADS:
         raise _choices("primitive or model", primitive, WORKLOADS)
     if device not in fw.devices:
@@ -105,6 +117,19 @@ def check(frameworks: dict[str, Framework], framework: str, primitive: str | Non
         # a model's levels are its own (tracer.contract.MODELS); a probe that lacks one says so
         raise _choices(f"API level for {framework}", api, fw.apis)
     return fw
+
+
+def check_workload(user: UserWorkload) -> UserWorkload:
+    """A workload file that is there to be read, said in one line before any probe
+    starts (the probe process imports it; what goes wrong in it is said there)."""
+    path = Path(user.file)
+    if not path.exists():
+        raise UsageError(f"workload {user.file}: no such file")
+    if not path.is_file():
+        raise UsageError(f"workload {user.file}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"workload {user.file}: not readable")
+    return user
 
 
 def find_pyspy() -> str:
@@ -197,7 +222,8 @@ def run_probe(
             native=nat.request(find_pyspy() if pyspy is None else pyspy) if wants_native else None,
             native_env=dict(nat.env) if wants_native else {},
             cases=tuple(CaseRequest(c.primitive, c.api, c.resolved_shape(), c.resolved_passes(), tuple(c.layers),
-                                    str(o)) for c, o in zip(cases, outs)), kind=kind,
+                                    str(o), c.user.to_json() if c.user else None)
+                        for c, o in zip(cases, outs)), kind=kind,
         )
         (tmpdir / "request.json").write_text(request.to_json())
         wants_library = any("library" in c.layers for c in cases)
@@ -218,7 +244,9 @@ def run_probe(
         if own_perfmap:  # the probe lists its own perf map too (under emulation it is not proc.pid)
             env["DLTRACE_PERFMAP_LIST"] = str(tmpdir / tempdirs.PERFMAPS)
         if cpu:
-            python, extra = _emulated(fw, cpu, [tmpdir, out_dir, package_bind(code)])
+            # a user's workload is read where it is: its folder is bound at the same path
+            folders = list(dict.fromkeys(Path(c.user.file).parent for c in cases if c.user is not None))
+            python, extra = _emulated(fw, cpu, [tmpdir, out_dir, package_bind(code), *folders])
             env.update(extra)
         stderr_path = tmpdir / "stderr.txt"
         if _stopping.is_set():
@@ -290,7 +318,8 @@ def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str =
     with tempdirs.owned("dltrace-out-") as tmp:
         (res,) = run_probe(fw, [spec], tmp, device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu)
         if res.error:
-            raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}")
+            raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}",
+                              detail=res.detail)
         try:
             trace = res.load()
         except TraceFormatError as exc:

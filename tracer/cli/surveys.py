@@ -13,7 +13,7 @@ from tracer import fleet
 from tracer import survey as sv
 from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds,
                                collect, command_line, err, flat, frameworks, main, out)
-from tracer.contract import MODELS
+from tracer.contract import MODELS, USER_API
 from tracer.derive import survey_evidence
 from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
@@ -202,10 +202,10 @@ def _render(folders: list[Path], output: Path) -> None:
     k = knowledge()  # loaded once, handed to every stage
     nets = [t for t in traces if is_model_trace(t)]
     prims = [t for t in traces if not is_model_trace(t)]
-    net_gaps = [g for g in gaps if g.primitive in MODELS]
-    reports = survey_reports(prims, [g for g in gaps if g.primitive not in MODELS], k=k)
+    whole = [g for g in gaps if g.primitive in MODELS or g.api == USER_API]  # a model's or a workload's step
+    reports = survey_reports(prims, [g for g in gaps if g not in whole], k=k)
     cards = scorecard(reports, prims, ElfCode().sizes, k)
-    index = write_report(reports, output, cards=cards, models=model_reports(nets, net_gaps, cards, k))
+    index = write_report(reports, output, cards=cards, models=model_reports(nets, whole, cards, k, prims))
     out.print(f"report: {index}", markup=False, highlight=False)
 
 

@@ -8,7 +8,8 @@ import click
 
 from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, WORKLOAD, OutPath,
                                Seconds, Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
-from tracer.contract import LAYERS, MODELS, PASSES, PHASES, workload_passes
+from tracer.cli.workloads import user_workload, verbose_failure, workload_options
+from tracer.contract import LAYERS, MODELS, PASSES, PHASES, USER_API, workload_passes
 from tracer.contract import check_shape
 from tracer.derive import derive as run_derive
 from tracer.errors import DltraceError, UsageError
@@ -30,7 +31,8 @@ from tracer.trace import load, save
 # --------------------------------------------------------------------------- probe
 @main.command()
 @click.argument("framework", type=FRAMEWORK)
-@click.argument("primitive", type=WORKLOAD)
+@click.argument("primitive", type=WORKLOAD, required=False)
+@workload_options
 @click.option("--device", type=DEVICE, default="cpu", show_default=True,
               help="cpu, gpu, or standin (torch's stand-in backend); the framework must declare it.")
 @click.option("--variant", default="default", show_default=True,
@@ -55,15 +57,22 @@ from tracer.trace import load, save
 @click.option("--cpu", type=CPU_MODEL, default=None,
               help="Run on this emulated aarch64 CPU (see dltrace list): the framework's aarch64 wheels under QEMU; "
                    "no native layer there.")
-def probe(framework: str, primitive: str, device: str, variant: str, pass_: str, api: str | None,
+def probe(framework: str, primitive: str | None, workload: str | None, name: str | None, verbose: bool,
+          device: str, variant: str, pass_: str, api: str | None,
           shape: tuple[int, ...] | None, phase: str, output: Path | None, timeout: float, max_depth: int,
           max_nodes: int, layers: tuple[tuple[str, ...], ...], cpu: str | None) -> None:
-    """Trace PRIMITIVE (or a model's training step: lenet, cifar, transformer) under
+    """Trace PRIMITIVE (or a model's training step: lenet, cifar, transformer), or your
+    own training step (--workload FILE.py[:FUNCTION], docs/workloads.md), under
     FRAMEWORK and print the call tree of its warm path."""
+    user = user_workload(primitive, workload, name, api, shape)
+    if user is not None:
+        primitive, api = user.name, USER_API
+    if primitive is None:
+        raise UsageError("give a PRIMITIVE or model, or --workload FILE.py (see: dltrace list)")
     api = api or (MODELS[primitive].apis[0] if primitive in MODELS else "functional")
     if primitive in MODELS and api not in MODELS[primitive].apis:
         raise UsageError(f"{primitive} is written at the {' and '.join(MODELS[primitive].apis)} level only, not {api}")
-    fw = check(frameworks(), framework, primitive, device, variant, api)
+    fw = check(frameworks(), framework, None if user else primitive, device, variant, None if user else api, user)
     if shape:  # the rank before anything: a wrong one must not first meet the file system (the trace's name)
 
         wrong = check_shape(primitive, shape)
@@ -80,15 +89,15 @@ def probe(framework: str, primitive: str, device: str, variant: str, pass_: str,
             raise UsageError("the standin device records the python and op layers only: its library calls and "
                              "native stacks are the CPU computation it stands in with")
         chosen = tuple(layer for layer in chosen if layer in ("python", "op"))
-    passes = workload_passes(primitive)
+    passes = PASSES if user else workload_passes(primitive)
     if pass_ != "both" and pass_ not in passes:
         raise UsageError(f"{primitive} has no {pass_} pass (it has: {', '.join(passes)})")
     spec = CaseSpec(primitive, api, shape or (),
                     passes if pass_ == "both" else (pass_,),
-                    layers=("python", *(layer for layer in chosen if layer != "python")))
+                    layers=("python", *(layer for layer in chosen if layer != "python")), user=user)
     if output:
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
-    with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"):
+    with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"), verbose_failure(verbose):
         trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu or "")
 
     print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
@@ -33,9 +33,10 @@ from tracer.collect.gpu_evidence import derive_case
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
+from tracer.collect.user_workload import WorkloadFailed
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, THREAD_ENV, CaseError, CaseRequest, DeviceCheck,
                              DeviceInfo, DispatchTable, EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder,
-                             Probe, ProbeRequest)
+                             Probe, ProbeRequest, UserWorkload)
 from tracer.trace import Frame, Node, Run, Trace, save
 from tracer.trace_meta import native_not_finished
 
@@ -157,8 +158,10 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     """``tracer`` is shared by the cases of one request, so that each function is
     classified once per process, not once per case."""
     shape = tuple(case_req.shape)
-    case = make_case(probe, case_req.primitive, case_req.api, req.device_select, shape)
-    passes = case_req.passes
+    user = UserWorkload.from_json(case_req.workload)
+    case = make_case(probe, case_req.primitive, case_req.api, req.device_select, shape, user)
+    # a user's single step callable is one pass: the whole step
+    passes = ("forward",) if case.private.get("single_step") else case_req.passes
     layers = case_req.layers
     runs: list[Run] = []
 
@@ -372,7 +375,7 @@ def main(argv: list[str]) -> int:
             trace, case = _trace_case(req, case_req, probe, version, applied, tracer, log)
             save(trace, out)
             if "native" in case_req.layers:
-                pending.append((case_req, trace, case))
+                pending.append((replace(case_req, passes=tuple(trace.meta["passes"])), trace, case))
         except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
             _write_error(out, exc)
         print(f"done {case_req.primitive} {case_req.api}", file=sys.stderr, flush=True)
@@ -406,8 +409,14 @@ def _gpu_evidence(req: ProbeRequest, probe: Probe, version: str) -> int:
 
 
 def _write_error(out: str, exc: BaseException) -> None:
+    """The case's error record: a user's workload that failed says so in its own words
+    (its file and line) with its own frames only; anything else, the exception."""
+    if isinstance(exc, WorkloadFailed):
+        record = CaseError(exc.one_line, exc.user_traceback)
+    else:
+        record = CaseError(f"{type(exc).__name__}: {exc}", traceback.format_exc())
     with open(out + ERROR_SUFFIX, "w") as fh:
-        fh.write(CaseError(f"{type(exc).__name__}: {exc}", traceback.format_exc()).to_json())
+        fh.write(record.to_json())
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ __all__ = [
     "embed_table", "adam_grad",
     "CIFAR", "CLASSES", "LENET", "MODELS", "TRANSFORMER", "model_data", "model_info", "model_weight", "check_model",
     "Case", "ProbeError", "array", "conv_weight", "dense_weight", "bias", "nhwc", "check_shape", "dtype",
-    "OpEvent", "OpRecord", "op_node", "merge_siblings", "nest",
+    "OpEvent", "OpRecord", "op_node", "merge_siblings", "nest", "within",
 ]
 
 if TYPE_CHECKING:  # the annotations only: the tool's own environment has no numpy
@@ -65,6 +65,27 @@ class Case:
     #: Objects the probe's own hooks need (the jitted function, its arguments...);
     #: never written to the trace.
     private: dict[str, Any] = field(default_factory=dict)
+
+
+def within(case: Case, context: Callable[[], Any], sync: Callable[[Any], Any] | None = None) -> Case:
+    """``case`` with each pass run inside ``context()`` (a framework's default-device
+    scope: what a user's workload was built under must also be where its steps run),
+    and ``sync(result)`` applied to each pass's result (an asynchronous framework's
+    wait), so that a pass's time is its work's."""
+    forward, backward = case.forward, case.backward
+
+    def fwd() -> Any:
+        with context():
+            y = forward()
+        return sync(y) if sync is not None else y
+
+    def bwd(state: Any) -> Any:
+        with context():
+            r = backward(state)
+        return sync(r) if sync is not None else r
+
+    case.forward, case.backward = fwd, bwd
+    return case
 
 
 class ProbeError(Exception):

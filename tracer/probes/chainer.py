@@ -275,6 +275,24 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return base.Case(forward=run, backward=backward, sync=sync, info=info, private={"leaves": leaves})
 
 
+def workload_case(build: Callable[[Any], base.Case], device: str) -> base.Case:
+    """A user's own workload (tracer.contract.WorkloadProbe): ``build`` gets the
+    chainer device (``chainer.get_device("@numpy")``, "@cupy:0") and runs, as its passes
+    do, under ``chainer.using_device`` of it, in training mode."""
+    dev = chainer.get_device(device)
+    np.random.seed(0)
+    with chainer.using_device(dev), chainer.using_config("train", True):
+        case = build(dev)
+    case.info.update({"use_ideep": chainer.config.use_ideep})
+
+    @contextlib.contextmanager
+    def scope() -> Iterator[None]:
+        with chainer.using_device(dev), chainer.using_config("train", True):
+            yield
+
+    return base.within(case, scope)
+
+
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe): chainer.functions or links,
     the loss, the gradients and the optimizer's update (tracer/probes/chainer_models.py)."""

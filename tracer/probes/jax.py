@@ -268,6 +268,20 @@ def _device(device: str) -> Any:
         raise base.ProbeError(f"jax has no {device!r} device: {exc}") from exc
 
 
+def workload_case(build: Callable[[Any], base.Case], device: str) -> base.Case:
+    """A user's own workload (tracer.contract.WorkloadProbe): ``build`` gets the
+    ``jax.Device`` and runs, as its passes do, with it as JAX's default device; each
+    pass waits for what it computed (JAX dispatches asynchronously). The op layer reads
+    the programs the pass compiles (:func:`record_ops`)."""
+    dev = _device(device)
+    with jax.default_device(dev):
+        case = build(dev)
+    case.private["device"] = dev
+    case.private["workload"] = True
+    case.info.update({"jit": not jax.config.jax_disable_jit})
+    return base.within(case, lambda: jax.default_device(dev), jax.block_until_ready)
+
+
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe): tracer/probes/jax_models.py."""
     base.check_model(model, api, shape)

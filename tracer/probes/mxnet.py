@@ -308,6 +308,19 @@ def _make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) ->
                      sync=nd.waitall, info=info, private={"leaves": leaves})
 
 
+def workload_case(build: Callable[[Any], base.Case], device: str) -> base.Case:
+    """A user's own workload (tracer.contract.WorkloadProbe): ``build`` gets the
+    ``Context`` (mx.cpu(), mx.gpu(0)) and runs, as its passes do, with it as the default
+    context; the seeds are set first, and ``sync`` waits for MXNet's engine."""
+    ctx = mx.gpu(0) if device == "gpu" else mx.cpu()
+    mx.random.seed(0)
+    with ctx:
+        case = build(ctx)
+    case.sync = nd.waitall
+    case.info.update({"mkldnn_built": mkldnn_built(), "backward_bulk": backward_bulk()})
+    return base.within(case, lambda: ctx)
+
+
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe): mx.nd or gluon, the loss,
     the gradients and the optimizer's update (tracer/probes/mxnet_models.py)."""

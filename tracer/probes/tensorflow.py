@@ -173,6 +173,17 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return base.Case(forward=forward, backward=backward, info=info, private={"sources": sources})
 
 
+def workload_case(build: Callable[[str], base.Case], device: str) -> base.Case:
+    """A user's own workload (tracer.contract.WorkloadProbe): ``build`` gets the device
+    string ("/CPU:0", "/GPU:0") and runs, as its passes do, under ``tf.device`` of it;
+    the seeds are set first, so that two runs start from the same weights."""
+    tf.keras.utils.set_random_seed(0)
+    with tf.device(device):
+        case = build(device)
+    case.info.update({"onednn_enabled": _onednn_enabled(), "device_string": device})
+    return base.within(case, lambda: tf.device(device))
+
+
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe), eager under a tape as the
     primitives are: tf.nn and the update by hand (functional), keras (layer)."""

@@ -318,6 +318,18 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return _made_on(device, lambda dev: primitive_step(primitive, api, dev, shape))
 
 
+def workload_case(build: Callable[[torch.device], base.Case], device: str) -> base.Case:
+    """A user's own workload (tracer.contract.WorkloadProbe): ``build`` gets the
+    ``torch.device``; torch's generator is seeded first, so that two runs (the CPU and a
+    backend under check) start from the same weights. On the stand-in backend, what
+    reaches it is what a port must implement to train that network."""
+    def seeded(dev: torch.device) -> base.Case:
+        torch.manual_seed(0)
+        return build(dev)
+
+    return _made_on(device, seeded)
+
+
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe): on the stand-in backend,
     what reaches it is what a port must implement to train that network."""

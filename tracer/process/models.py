@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.contract import EVIDENCE, MODELS, PASSES
+from tracer.contract import EVIDENCE, MODELS, PASSES, USER_API
 from tracer.knowledge import Knowledge
 from tracer.process.evidence_class import evidence_class
 from tracer.process.pairs import reference_cpus
 from tracer.process.portability import framework_report
 from tracer.process.reach import reach
 from tracer.process.scorecard import Figure, ScoreRow, decision_figures, needs_figures
+from tracer.process.workload_coverage import WorkloadCoverage, coverage
 from tracer.trace import Node, Trace
 
 
@@ -71,6 +72,8 @@ class ModelRow:
     levels: list[Level]
     gaps: list[str]
     gpu: list[GpuStep] = field(default_factory=list)
+    #: a user's workload: its list op by op against the built-in cases, and each layer's cost
+    coverage: WorkloadCoverage | None = None
 
     @property
     def ran(self) -> bool:
@@ -85,10 +88,18 @@ class ModelReport:
     loss: str
     optimizer: str
     rows: list[ModelRow]
+    #: a user's own workload: its file's name and function (docs/workloads.md); None for a built-in model
+    workload: dict[str, str] | None = None
+
+
+def is_workload_trace(trace: Trace) -> bool:
+    """A trace of a user's own workload (tracer.contract.UserWorkload)."""
+    return trace.info.api == USER_API
 
 
 def is_model_trace(trace: Trace) -> bool:
-    return trace.info.primitive in MODELS
+    """A whole training step's trace: a built-in model's or a user's workload's."""
+    return trace.info.primitive in MODELS or is_workload_trace(trace)
 
 
 def _tree_counts(tree: Node | None, kind: str) -> tuple[int, int]:
@@ -161,8 +172,10 @@ def gpu_steps(traces: list[Trace], k: Knowledge | None = None) -> list[GpuStep]:
 
 
 def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow],
-                  k: Knowledge | None = None) -> list[ModelReport]:
-    """One report per model with any trace or gap, one row per framework that has either."""
+                  k: Knowledge | None = None, primitives: list[Trace] | None = None) -> list[ModelReport]:
+    """One report per model with any trace or gap, one row per framework that has either;
+    then one per user workload (its rows' ``beyond`` and ``coverage`` set against the
+    built-in primitives' traces, ``primitives``, and models')."""
     by_card = {c.framework: c for c in cards}
     out = []
     for name, m in MODELS.items():
@@ -174,4 +187,32 @@ def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow],
         rows = [model_row(name, fw, [t for t in mine if t.info.framework == fw],
                           [g for g in my_gaps if g.framework == fw], by_card.get(fw), k) for fw in frameworks]
         out.append(ModelReport(name, m.title, list(m.layers), m.loss, m.optimizer, rows))
+    return out + workload_reports(traces, gaps, cards, out, k, primitives or [])
+
+
+def workload_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow], built_in: list[ModelReport],
+                     k: Knowledge | None, primitives: list[Trace]) -> list[ModelReport]:
+    """The user's own workloads: what each needs, and what of it no built-in case reaches."""
+    by_card = {c.framework: c for c in cards}
+    names = list(dict.fromkeys([*(t.info.primitive for t in traces if is_workload_trace(t)),
+                                *(g.primitive for g in gaps if g.api == USER_API)]))
+    builtin_traces = [*primitives, *(t for t in traces if t.info.primitive in MODELS)]
+    out = []
+    for name in names:
+        mine = [t for t in traces if t.info.primitive == name and is_workload_trace(t)]
+        my_gaps = [g for g in gaps if g.primitive == name and g.api == USER_API]
+        frameworks = list(dict.fromkeys([*(t.info.framework for t in mine), *(g.framework for g in my_gaps)]))
+        rows = []
+        for fw in frameworks:
+            row = model_row(name, fw, [t for t in mine if t.info.framework == fw],
+                            [g for g in my_gaps if g.framework == fw], by_card.get(fw), k)
+            known = set(by_card[fw].figures["implement"].items) if fw in by_card else set()
+            known.update(e for m in built_in for r in m.rows if r.framework == fw for e in r.implement.items)
+            row.beyond = [e for e in row.implement.items if e not in known]
+            row.coverage = coverage(fw, name, row.implement.items, [t for t in mine if t.info.framework == fw],
+                                    [t for t in builtin_traces if t.info.framework == fw])
+            rows.append(row)
+        about = next((dict(t.info.model.get("workload") or {}) for t in mine), {})
+        out.append(ModelReport(name, name, [], "the workload's own", "the workload's own", rows,
+                               {"file": str(about.get("file", "")), "function": str(about.get("function", ""))}))
     return out

@@ -28,6 +28,7 @@ from tracer.process.diff.context import ARTEFACTS
 from tracer.process.diff.result import Fragment, LayerDiff
 from tracer.process.graph import focused_graph, merged_walk
 from tracer.process.models import Level, ModelReport
+from tracer.render import coverage_export
 from tracer.process.pairs import KIND_NAMES
 from tracer.process.evidence_class import EVIDENCE_MEANING
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
@@ -314,8 +315,9 @@ def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environ
         write_text(out / pages[rep.name], page)
     if models:
         overhead = _overhead(models)
+        exports = _coverage_files(models, out)
         write_text(out / "models.html", env.get_template("models.html").render(
-            **common, overhead=overhead, overhead_plots=_overhead_plots(overhead)))
+            **common, overhead=overhead, overhead_plots=_overhead_plots(overhead), exports=exports))
     index = out / "index.html"
     cards = cards or []
     ranked = verdicts(reports, cards)
@@ -354,6 +356,25 @@ def _start_drawings(drawer: _Graphs, rep: FrameworkReport) -> list[tuple[tuple[A
                     jobs.append(((case.primitive, case.api, i, pass_, layer.layer),
                                  slug(f"{case.primitive}-{case.api}-{i}-{pass_}"), job))
     return jobs
+
+
+#: Where a survey's workload coverage tables are written, beside the pages.
+COVERAGE_FOLDER = "workloads"
+
+
+def _coverage_files(models: list[ModelReport], out: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """Each user workload's coverage table as CSV and JSON in ``out``/workloads/; (workload,
+    framework) -> their paths relative to the pages."""
+    files = {}
+    for m in models:
+        for r in m.rows:
+            if r.coverage is None or not r.coverage.rows:
+                continue
+            folder = out / COVERAGE_FOLDER
+            folder.mkdir(exist_ok=True)
+            csv_path, json_path = coverage_export.write(r.coverage, folder)
+            files[(m.model, r.framework)] = (f"{COVERAGE_FOLDER}/{csv_path.name}", f"{COVERAGE_FOLDER}/{json_path.name}")
+    return files
 
 
 #: The model whose levels the abstraction-overhead plot compares.

@@ -14,6 +14,7 @@ from tracer import __version__
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.process.decisions import decisions
 from tracer.process.models import ModelReport
+from tracer.render import coverage_export
 from tracer.process.portability import FrameworkReport
 from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
 from tracer.process.verdict import RULE, FrameworkVerdict, GridCell
@@ -52,7 +53,9 @@ def _models(models: list[ModelReport]) -> dict[str, Any]:
                       "thin": r.implement.thin, "items": r.implement.items},
         "beyond_primitives": r.beyond, "decision_sites": r.decisions.items, "libraries": r.libraries,
         "levels": [dataclasses.asdict(lv) for lv in r.levels], "gaps": r.gaps,
-        "gpu": [dataclasses.asdict(g) for g in r.gpu]} for r in m.rows}} for m in models}
+        "gpu": [dataclasses.asdict(g) for g in r.gpu],
+        **({"coverage": coverage_export.to_json(r.coverage)} if r.coverage is not None else {})}
+        for r in m.rows}, **({"workload": m.workload} if m.workload is not None else {})} for m in models}
 
 
 def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts: list[FrameworkVerdict],

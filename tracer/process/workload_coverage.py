@@ -1,0 +1,153 @@
+"""What a user's own workload needs beyond dltrace's built-in cases, op by op: the
+table a porting team pastes into its tracker (op, overload, passes, calls, which
+built-in cases also reach it), and what each recorded layer cost on that workload.
+
+A must-implement list is true only for the code that was traced: a torchvision
+ResNet's in-place ReLU (``aten::relu_``) and adaptive pooling (``aten::mean.out``)
+reach no built-in case. The rows are the workload's own list (tracer.process.models:
+the entries of its framework's unit, from its strongest source); an op "also in" a
+built-in case is one whose trace of the same kind (a stand-in run against a stand-in
+run, a CPU path against a CPU path) names it in its op layer. Pure: reads traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tracer.contract import PASSES, STANDIN
+from tracer.trace import Node, Trace
+
+#: The passes of a stand-in run's list: putting the inputs and parameters on the device first.
+_PASSES = ("setup", *PASSES)
+
+
+@dataclass
+class CoverageRow:
+    op: str  # the entry as the list names it (aten::addmm.out, Conv2D, conv_general_dilated)
+    name: str  # without its overload
+    overload: str  # torch's overload name ("out", "Tensor"), "" where the unit has none
+    passes: list[str]
+    calls: int  # how often the workload's warm step called it, over its passes
+    also_in: list[str]  # built-in cases (primitives, models) whose traces reach it too
+
+    @property
+    def beyond(self) -> bool:
+        return not self.also_in
+
+
+@dataclass
+class LayerCost:
+    """What recording a layer cost on one pass of the workload, against its untraced
+    step: a factor (×1.6: the step took 1.6 times as long), or None where not measured."""
+
+    pass_: str
+    untraced_s: float | None
+    python: float | None  # the Python tracer's traced step / the untraced step
+    op: float | None  # the framework's profiler's recorded step / the untraced step
+    native: float | None  # py-spy's sampled loop / the unsampled loop
+
+
+@dataclass
+class WorkloadCoverage:
+    framework: str
+    workload: str
+    device: str  # where the list's trace ran (the stand-in device, or the CPU)
+    rows: list[CoverageRow] = field(default_factory=list)
+    costs: list[LayerCost] = field(default_factory=list)
+
+    @property
+    def beyond(self) -> list[str]:
+        return [r.op for r in self.rows if r.beyond]
+
+
+def _split(op: str) -> tuple[str, str]:
+    name = op.split(" (")[0]
+    if "::" in name and "." in name.split("::", 1)[1]:
+        head, overload = name.rsplit(".", 1)
+        return head, overload
+    return name, ""
+
+
+def _op_counts(trace: Trace) -> dict[str, dict[str, int]]:
+    """pass -> op name -> calls, over the warm runs' op layers (iteratively: a deep tree
+    is no recursion)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in trace.runs:
+        if r.phase != "warm" or "op" not in r.layers:
+            continue
+        counts = out.setdefault(r.pass_, {})
+        stack: list[Node] = [r.layers["op"]]
+        while stack:
+            n = stack.pop()
+            if n.frame.kind == "op":
+                counts[n.frame.name] = counts.get(n.frame.name, 0) + n.count
+            stack.extend(n.children)
+    return out
+
+
+def _reached(trace: Trace) -> dict[str, list[str]]:
+    """pass -> the ops a stand-in run says reached its backend (meta ``standin``), else {}."""
+    standin = trace.meta.get("standin")
+    reached = standin.get("reached") if isinstance(standin, dict) else None
+    if not isinstance(reached, dict):
+        return {}
+    return {p: [str(o) for o in ops] for p, ops in reached.items() if p in _PASSES and isinstance(ops, list)}
+
+
+def _names(trace: Trace) -> set[str]:
+    names = {name for counts in _op_counts(trace).values() for name in counts}
+    names.update(op for ops in _reached(trace).values() for op in ops)
+    return names
+
+
+def _default(t: Trace, device: str) -> bool:
+    return t.info.device == device and t.info.variant == "default" and t.info.emulated is None
+
+
+def layer_costs(trace: Trace) -> list[LayerCost]:
+    """Each pass's cost of each layer on the workload's CPU trace."""
+    out = []
+    for r in trace.runs:
+        if r.phase != "warm":
+            continue
+        st = r.stats
+        untraced = st.get("untraced_s") if isinstance(st.get("untraced_s"), (int, float)) else None
+        layers = st.get("layers") if isinstance(st.get("layers"), dict) else {}
+        op = layers.get("op") if isinstance(layers.get("op"), dict) else {}
+        native = layers.get("native") if isinstance(layers.get("native"), dict) else {}
+        op_s = op.get("seconds") if isinstance(op.get("seconds"), (int, float)) else None
+        slow = native.get("slowdown") if isinstance(native.get("slowdown"), (int, float)) else None
+        over = st.get("overhead") if isinstance(st.get("overhead"), (int, float)) else None
+        out.append(LayerCost(r.pass_, untraced, over, op_s / untraced if op_s is not None and untraced else None,
+                             slow))
+    return out
+
+
+def coverage(framework: str, workload: str, items: list[str], traces: list[Trace],
+             builtin: list[Trace]) -> WorkloadCoverage:
+    """``items``: the workload's must-implement list in its framework's unit;
+    ``traces``: the workload's traces in that framework; ``builtin``: the framework's
+    traces of its built-in primitives and models."""
+    standin = next((t for t in traces if _default(t, STANDIN)), None)
+    cpu = next((t for t in traces if _default(t, "cpu")), None)
+    source = standin or cpu
+    device = source.info.device if source is not None else ""
+    cov = WorkloadCoverage(framework, workload, device)
+    if cpu is not None:
+        cov.costs = layer_costs(cpu)
+    if source is None:
+        return cov
+    counts = _op_counts(source)
+    reached = _reached(source)
+    others: dict[str, set[str]] = {}
+    for t in builtin:
+        if _default(t, device):
+            others.setdefault(t.info.primitive, set()).update(_names(t))
+    for op in items:
+        name, overload = _split(op)
+        bare = op.split(" (")[0]
+        passes = [p for p in _PASSES if bare in reached.get(p, []) or bare in counts.get(p, {})]
+        calls = sum(c.get(bare, 0) for c in counts.values())
+        also = [case for case, names in others.items() if bare in names]
+        cov.rows.append(CoverageRow(op, name, overload, passes, calls, also))
+    return cov
