@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from tracer import envs
-from tracer.contract import MODELS, PASSES, PRIMITIVES, STANDIN
+from tracer.contract import MODELS, PASSES, PRIMITIVES, STANDIN, USER_API, UserWorkload
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.registry import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
@@ -35,14 +35,17 @@ def environment(fw: Framework) -> Framework:
 
 
 def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str, ...] | None = None,
-           timeout: float = DEFAULT_TIMEOUT, command: str = "", models: list[str] | None = None) -> list[CaseResult]:
+           timeout: float = DEFAULT_TIMEOUT, command: str = "", models: list[str] | None = None,
+           workloads: list[UserWorkload] | None = None) -> list[CaseResult]:
     """One gpu-evidence trace per primitive and API level (``SLUG-gpu-evidence.json``
-    in ``out_dir``), and per model at each level it is written at, all from one probe
-    process. ``primitives`` empty and ``models`` None: every primitive."""
-    prims = primitives or ([] if models else list(PRIMITIVES))
+    in ``out_dir``), per model at each level it is written at, and per user workload,
+    all from one probe process. ``primitives`` empty and neither ``models`` nor
+    ``workloads``: every primitive."""
+    prims = primitives or ([] if models or workloads else list(PRIMITIVES))
     cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in prims for api in (apis or fw.apis)]
     cases += [CaseSpec(m, api, (), PASSES, ("op",)) for m in models or [] for api in MODELS[m].apis
               if apis is None or api in apis]
+    cases += [CaseSpec(w.name, USER_API, (), PASSES, ("op",), user=w) for w in workloads or []]
     return run_probe(environment(fw), cases, out_dir, "cpu", "default", timeout, command=command,
                      kind="gpu-evidence")
 
@@ -50,7 +53,7 @@ def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str,
 def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[str] | None = None, fresh: bool = False,
                     timeout: float = DEFAULT_TIMEOUT,
                     on_done: Callable[[str, int, str], None] = lambda name, n, error: None,
-                    models: list[str] | None = None) -> list[Gap]:
+                    models: list[str] | None = None, workloads: list[UserWorkload] | None = None) -> list[Gap]:
     """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
     gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
     build not set up, a case that failed), never a stop. ``models``: also their
@@ -71,7 +74,7 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
         try:
             nets = [m for m in models or [] if m in fw.models] if STANDIN not in fw.devices else []
             results = derive(fw, list(primitives or PRIMITIVES), folder, timeout=timeout, command="dltrace survey",
-                             models=nets)
+                             models=nets, workloads=workloads)
         except DltraceError as exc:
             gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
             write_gap(folder / "derive.json", gap)

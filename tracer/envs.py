@@ -211,6 +211,7 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
     if st.ready and not force:
         if st.python is not None and not st.note:
             build_collector(fw, st.python, log)
+            install_extras(fw, tuple(fw.extras), log)
         return st
     d = env_dir(fw)
     if d.exists():
@@ -233,7 +234,59 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
               "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_text(d / MARKER, json.dumps(marker, indent=1))
     build_collector(fw, python, log)
+    install_extras(fw, tuple(fw.extras), log)
     return status(fw)
+
+
+#: The extras installed into an environment, each with the hash of its install step.
+EXTRAS_MARKER = "dltrace-extras.json"
+
+
+def _extra_hash(fw: Framework, name: str) -> str:
+    step = fw.extras[name]
+    return hashlib.sha256(json.dumps([list(step.requirements), list(step.options)]).encode()).hexdigest()[:16]
+
+
+def missing_extras(fw: Framework, names: tuple[str, ...]) -> list[str]:
+    """Of ``names`` (frameworks.yaml ``extras``), those fw's environment lacks."""
+    try:
+        done = json.loads((env_dir(fw) / EXTRAS_MARKER).read_text())
+    except (OSError, ValueError, RecursionError):
+        done = {}
+    done = done if isinstance(done, dict) else {}
+    return [n for n in names if n in fw.extras and done.get(n) != _extra_hash(fw, n)]
+
+
+def install_extras(fw: Framework, names: tuple[str, ...], log: Callable[[str], None] = lambda s: None) -> None:
+    """Install the extras ``names`` into fw's environment where missing (the examples'
+    torchvision, keras...): pinned to the framework's build, so that nothing it has is
+    replaced (a check after each step says so if it was). An external interpreter (`env
+    use`) is the user's to equip: it is left alone."""
+    todo = missing_extras(fw, names)
+    st = status(fw)
+    if not todo or st.note == "external interpreter":
+        return
+    python = python_for(fw)
+    d = env_dir(fw)
+    log_dir().mkdir(parents=True, exist_ok=True)
+    for name in todo:
+        step = fw.extras[name]
+        args = [*step.options, *step.requirements]
+        log(f"{fw.name}: extra {name}: pip install {' '.join(args)}")
+        run_logged(f"{fw.name}: extra {name} (pip install {' '.join(args)})",
+                   [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args],
+                   log_dir() / f"{fw.name}-extra-{name}.log")
+        version = _import_version(fw, python)
+        if version.split("+")[0] != fw.version:
+            raise DltraceError(f"{fw.name}: extra {name} replaced the framework ({version} now, frameworks.yaml "
+                               f"declares {fw.version}); pin the extra to the framework's release")
+        try:
+            done = json.loads((d / EXTRAS_MARKER).read_text())
+        except (OSError, ValueError, RecursionError):
+            done = {}
+        done = done if isinstance(done, dict) else {}
+        done[name] = _extra_hash(fw, name)
+        write_text(d / EXTRAS_MARKER, json.dumps(done, indent=1))
 
 
 def build_collector(fw: Framework, python: Path, log: Callable[[str], None] = lambda s: None) -> bool:

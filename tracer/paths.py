@@ -14,6 +14,8 @@ from pathlib import Path
 #: the tracer package itself: the probe process runs its harness and probes, and the
 #: real GPU profiles the registry names ship in it (an installed wheel's survey has them)
 PACKAGE = Path(__file__).resolve().parent
+#: the project the package is part of (its examples/ folder: real models run as workloads)
+PROJECT = PACKAGE.parent
 
 
 def code_path(folder: Path, link: bool = True) -> Path:

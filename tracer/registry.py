@@ -19,7 +19,7 @@ import yaml
 
 from tracer.contract import (APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, MODELS, PRIMITIVES, PROFILE_FORMATS,
                              NativeRequest)
-from tracer.paths import PACKAGE
+from tracer.paths import PACKAGE, PROJECT
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -66,6 +66,22 @@ class RegistryError(Exception):
 class InstallStep:
     requirements: tuple[str, ...]
     options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Example:
+    """A real model from the framework's own model zoo, in the project's examples/
+    folder, run as a user's workload (tracer.contract.UserWorkload): its file (relative
+    to the project), the extras it needs beyond the framework (``extras``: names of the
+    entry's ``extras``), and what it is, in a few words."""
+
+    file: str
+    extras: tuple[str, ...] = ()
+    about: str = ""
+
+    @property
+    def path(self) -> Path:
+        return PROJECT / self.file
 
 
 @dataclass(frozen=True)
@@ -266,6 +282,18 @@ class Framework:
     #: "" when it derives none), and whether only the GPU build can derive it
     gpu_evidence: str = ""
     gpu_evidence_needs_build: bool = False
+    #: what the examples need beyond the framework (frameworks.yaml ``extras``: name ->
+    #: an install step), installed into its environment by the set-up or on first use
+    extras: dict[str, InstallStep] = field(default_factory=dict)
+    #: real models from its own model zoo, run as workloads (frameworks.yaml ``examples``)
+    examples: dict[str, Example] = field(default_factory=dict)
+
+    def extras_for(self, file: str) -> tuple[str, ...]:
+        """The extras the example at ``file`` (an absolute path) declares; () for any other file."""
+        for ex in self.examples.values():
+            if str(ex.path.resolve()) == str(Path(file).resolve()):
+                return ex.extras
+        return ()
 
 
 @dataclass(frozen=True)
@@ -511,6 +539,34 @@ def _options(e: _Entry, where: str, value: Any) -> tuple[str, ...]:
     return items
 
 
+def _named_mapping(e: _Entry, key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and _NAME.fullmatch(k) for k in value):
+        raise e.error(key, "must map short names (letters, digits, - and _) to entries")
+    return value
+
+
+def _extras(e: _Entry, key: str, value: Any) -> dict[str, InstallStep]:
+    return {k: _read(InstallStep, e, v, f"{key}.{k}", closed=True) for k, v in _named_mapping(e, key, value).items()}
+
+
+def _examples(e: _Entry, key: str, value: Any) -> dict[str, Example]:
+    """Each example's file is a Python file under the project's examples/ folder, and the
+    extras it names are the entry's own."""
+    declared = e.data.get("extras") if isinstance(e.data.get("extras"), dict) else {}
+    out = {}
+    for name, spec in _named_mapping(e, key, value).items():
+        ex = _read(Example, e, spec, f"{key}.{name}", closed=True)
+        parts = Path(ex.file).parts
+        if Path(ex.file).is_absolute() or ".." in parts or parts[:1] != ("examples",) or not ex.file.endswith(".py"):
+            raise e.error(f"{key}.{name}.file", "must be a Python file under examples/ (a relative path)")
+        unknown = [x for x in ex.extras if x not in declared]
+        if unknown:
+            raise e.error(f"{key}.{name}.extras", f"names extra '{unknown[0][:60]}', which the entry's 'extras' "
+                                                  "does not declare")
+        out[name] = ex
+    return out
+
+
 def _framework(source: str, name: str, data: Any) -> Framework:
     if not _NAME.fullmatch(name):  # fullmatch: "evil\n" is no name ($ matches before a final newline)
         raise RegistryError(f"{source}: framework name {name[:60]!r} must be a short name of letters, digits, - and _")
@@ -540,6 +596,7 @@ _CHECKS: dict[tuple[type, str], Check] = {
     (Framework, "imported"): lambda e, key, value: tuple(PACKAGE / p for p in e.strings(key, value)),
     (Framework, "recorded"): lambda e, key, value: tuple(PACKAGE / p for p in e.strings(key, value)),
     (Framework, "profiles"): _known("format", lambda e: PROFILE_FORMATS), (Framework, "profile_ops"): _profile_ops,
+    (Framework, "extras"): _extras, (Framework, "examples"): _examples, (Example, "about"): _is_text,
     (Framework, "profile_vocab"): lambda e, key, value: {
         str(fmt): _read(ProfileVocab, e, spec, f"{key}.{fmt}", closed=True)
         for fmt, spec in _formats(e, key, value).items()},

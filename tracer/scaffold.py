@@ -30,7 +30,7 @@ from typing import Any
 import jinja2
 
 from tracer import __version__, envs, tempdirs
-from tracer.contract import MODELS, PASSES, Exit
+from tracer.contract import MODELS, PASSES, USER_API, Exit, UserWorkload
 from tracer.errors import DltraceError, ProbeFailed, UsageError
 from tracer.files import OutputError, ensure_dir, write_text
 from tracer.paths import PACKAGE, code_path
@@ -70,10 +70,11 @@ def check_name(name: str) -> str:
     return name
 
 
-def plan(fw: Framework, workloads: list[str], api: str | None) -> list[CaseSpec]:
+def plan(fw: Framework, workloads: list[str], api: str | None, users: list[UserWorkload] | None = None) -> list[CaseSpec]:
     """The cases to stand in: each workload at ``api``, or at every level it is written
-    at (a model's own levels; a primitive's are the framework's)."""
-    specs = []
+    at (a model's own levels; a primitive's are the framework's), then the user's own
+    workloads (their level is their own)."""
+    specs = [CaseSpec(u.name, USER_API, layers=("python", "op"), user=u) for u in users or []]
     for w in workloads:
         levels = MODELS[w].apis if w in MODELS else tuple(fw.apis)
         if api is not None and api not in levels:
@@ -120,6 +121,16 @@ class Kernel:
         name = self.op.split("::", 1)[1]
         return name.split(".", 1)[1] if "." in name else "default"
 
+    @property
+    def target(self) -> str:
+        """The Python expression of the op's overload packet (``torch.ops.aten.addmm.out``),
+        reached by getattr where a part is no identifier or is a keyword (``random_.from``)."""
+        expr = "torch.ops"
+        for part in (self.namespace, self.packet, self.overload):
+            plain = part.isidentifier() and part.isascii() and not keyword.iskeyword(part)
+            expr = f"{expr}.{part}" if plain else f"getattr({expr}, {part!r})"
+        return expr
+
 
 def kernels(needs: StandinNeeds) -> list[Kernel]:
     """One kernel per op on the list, in the order the passes first reached them, each
@@ -140,12 +151,14 @@ def describe_cases(specs: list[CaseSpec]) -> str:
     by: dict[str, list[str]] = {}
     for s in specs:
         by.setdefault(s.primitive, []).append(s.api)
-    parts = [f"{w}'s training step" if w in MODELS else w for w in by]
-    levels = sorted({a for apis in by.values() for a in apis}, key=["functional", "layer"].index)
+    users = {s.primitive for s in specs if s.user is not None}
+    parts = [f"{w}'s training step" if w in MODELS or w in users else w for w in by]
+    levels = sorted({a for apis in by.values() for a in apis}, key=["functional", "layer", USER_API].index)
     what = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-    if not any(w in MODELS for w in by):
+    if not any(w in MODELS or w in users for w in by):
         what = f"the primitives {what}, forward and backward"
-    return f"{what} ({', '.join(levels)} level{'s' if len(levels) > 1 else ''})"
+    said = [{USER_API: "your workload's own"}.get(a, a) for a in levels]
+    return f"{what} ({', '.join(said)} level{'s' if len(levels) > 1 else ''})"
 
 
 def template_env() -> jinja2.Environment:
@@ -182,7 +195,7 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,
                            "command": command, "torch_version": torch_version, "folder": folder.name or str(folder),
-                           "steps": 2, "models": any(s.primitive in MODELS for s in specs),
+                           "steps": 2, "models": any(s.primitive in MODELS or s.user is not None for s in specs),
                            "random": any(_RANDOM.search(k.op) for k in ks), "cases": _case_rows(specs, traces)}
     env = template_env()
     pkg = folder / name
@@ -198,7 +211,8 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
          f"# (dltrace {__version__}, torch {torch_version}, a run on the stand-in device)\n",
          *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
     manifest = {"framework": "torch", "package": name, "what": what,
-                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape())} for s in specs],
+                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
+                           **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs],
                 "ops": {k.op: list(k.passes) for k in ks},
                 "made_by": {"dltrace": __version__, "command": command, "torch": torch_version,
                             "evidence": needs.evidence, "passes": list(PASSES)}}

@@ -15,7 +15,9 @@ from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPat
 from tracer.derive import environment
 from tracer.errors import DltraceError, UsageError
 from tracer.registry import Framework
-from tracer.runner import DEFAULT_TIMEOUT
+from tracer.cli.workloads import WORKLOAD_HELP, parse
+from tracer.contract import UserWorkload
+from tracer.runner import DEFAULT_TIMEOUT, check_workload
 
 
 @main.command()
@@ -24,6 +26,8 @@ from tracer.runner import DEFAULT_TIMEOUT
               "must run: lenet, cifar, transformer (comma-separated).")
 @click.option("--primitives", type=PRIMITIVE_LIST, default=(),
               help="The primitives the backend must run forward and backward (comma-separated).")
+@click.option("--workload", "workloads", metavar="FILE.py[:FUNCTION]", multiple=True,
+              help=WORKLOAD_HELP + " Repeatable.")
 @click.option("--api", type=API, default=None, help="One API level (default: every level each is written at).")
 @click.option("-o", "--output", "folder", type=OutPath(file_okay=False, path_type=Path), required=True,
               help="The folder to write the skeleton in (with --check alone: the skeleton to check).")
@@ -34,8 +38,8 @@ from tracer.runner import DEFAULT_TIMEOUT
 @click.option("--force", is_flag=True, help="Write into a folder that is not empty.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the stand-in run, or the check, is stopped.")
-def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...], api: str | None, folder: Path,
-             run_check: bool, name: str, force: bool, timeout: float) -> None:
+def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...], workloads: tuple[str, ...],
+             api: str | None, folder: Path, run_check: bool, name: str, force: bool, timeout: float) -> None:
     """Write a minimal torch backend (PrivateUse1, in Python) that registers exactly the
     ops the stand-in device says a backend must implement for MODEL's training step
     (or PRIMITIVES), each computing on the CPU, every other op refused; with --check,
@@ -47,22 +51,29 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     points and the StableHLO ops its compiler must lower); no --check."""
     tables.check_framework(framework, run_check)
     fw = frameworks()[framework]
-    workloads = [*models, *primitives]
+    users = [check_workload(parse(w)) for w in workloads]
+    if len({u.name for u in users}) != len(users):
+        raise UsageError("two workloads have one name: give each file a name of its own")
+    if users:
+        envs.install_extras(fw, tuple(x for u in users for x in fw.extras_for(u.file)))
+    cases = [*models, *primitives]
     if framework in tables.TABLES:
-        if not workloads:
-            raise UsageError("give --model or --primitives")
-        _table(fw, workloads, api, folder, name, force, timeout)
+        if not cases and not users:
+            raise UsageError("give --model, --primitives or --workload")
+        _table(fw, cases, api, folder, name, force, timeout, users)
         return
-    if not workloads and not run_check:
-        raise UsageError("give --model or --primitives (or --check alone to check the skeleton in the folder)")
-    if workloads:
+    if not cases and not users and not run_check:
+        raise UsageError("give --model, --primitives or --workload (or --check alone to check the skeleton in the "
+                         "folder)")
+    if cases or users:
         sc.check_name(name)
-        specs = sc.plan(fw, workloads, api)
+        specs = sc.plan(fw, cases, api, users)
+        running = ", ".join([*cases, *(u.name for u in users)])
         made = not folder.exists()
         sc.prepare(folder, force)  # before the run: its result must not be lost to a bad folder
         try:
             envs.python_for(fw)
-            with err.status(f"running {', '.join(workloads)} on torch's stand-in device…"):
+            with err.status(f"running {running} on torch's stand-in device…"):
                 traces = sc.stand_in(fw, specs, timeout, command_line())
         except BaseException:  # a run that could not start or failed leaves no folder it made
             if made and not any(folder.iterdir()):
@@ -74,7 +85,8 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
                   f"({', '.join(f'{p} {n}' for p, n in passes.items())}; ops.txt lists them)",
                   markup=False, highlight=False, soft_wrap=True)
     elif api is not None or force or name != "mydevice":
-        raise UsageError("--api, --name and --force shape a skeleton being written: give --model or --primitives")
+        raise UsageError("--api, --name and --force shape a skeleton being written: give --model, --primitives or "
+                         "--workload")
     if run_check:
         with err.status("checking the skeleton…"):
             result = sc.check(fw, folder, timeout)
@@ -85,10 +97,11 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
 
 
 def _table(fw: Framework, workloads: list[str], api: str | None, folder: Path, name: str, force: bool,
-           timeout: float) -> None:
+           timeout: float, users: list[UserWorkload]) -> None:
     """TensorFlow's or JAX's registration table, from the report's evidence, NOT RUN."""
     sc.check_name(name)
-    specs = sc.plan(fw, workloads, api)
+    specs = sc.plan(fw, workloads, api, users)
+    workloads = [*workloads, *(u.name for u in users)]
     made = not folder.exists()
     sc.prepare(folder, force)
     try:

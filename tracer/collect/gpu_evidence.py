@@ -15,7 +15,7 @@ import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
-from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest
+from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest, UserWorkload
 from tracer.collect.cases import make_case
 from tracer.trace import Frame, Node, Run, Trace
 
@@ -47,16 +47,19 @@ def _step(case: Case, pass_: str) -> Callable[[], Any]:
 
 def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe, version: str) -> Trace:
     """The GPU evidence of one case, its passes (an optimizer step: forward only), as a trace (device "gpu")."""
-    case = make_case(probe, case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape))
+    case = make_case(probe, case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape),
+                     UserWorkload.from_json(case_req.workload))
+    # a user's single step callable is one pass: the whole step
+    passes = ("forward",) if case.private.get("single_step") else case_req.passes
     state = case.forward()  # warm: first-call work is not what the step reaches
-    if "backward" in case_req.passes:  # an optimizer step has none
+    if "backward" in passes:  # an optimizer step has none
         case.backward(state)
     runs: list[Run] = []
     evidence: set[str] = set()
     provenance: dict[str, Any] = {}
     backend: dict[str, Any] = {"key": "", "ops": {}, "passes": {}}
     info: dict[str, Any] = {}
-    for pass_ in case_req.passes:
+    for pass_ in passes:
         doc = probe.gpu_evidence(case, pass_, _step(case, pass_))
         if doc.get("evidence") not in DERIVED_EVIDENCE:
             raise ValueError(f"gpu_evidence returned evidence {doc.get('evidence')!r} (one of {DERIVED_EVIDENCE})")
@@ -76,7 +79,7 @@ def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe,
         "primitive": case_req.primitive,
         "api": case_req.api, "device": "gpu", "variant": cls, "evidence": cls,
         "provenance": {**provenance, "evidence": cls, "ran_on_gpu": False},
-        "shape": list(case_req.shape), "passes": list(case_req.passes), "source_roots": list(req.source_roots),
+        "shape": list(case_req.shape), "passes": list(passes), "source_roots": list(req.source_roots),
         "machine": machine.describe(), "tool": "dltrace", "tool_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": req.command, "layers_requested": ["op"], "backend": backend,

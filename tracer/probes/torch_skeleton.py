@@ -24,11 +24,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import torch
 
-from tracer.contract import MODELS, Exit, workload_passes
+from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import torch_models
 from tracer.probes import torch as torch_probe
 
@@ -45,6 +46,8 @@ class Spec:
     workload: str
     api: str
     shape: tuple[int, ...]
+    #: a user's own workload (tracer.contract.UserWorkload.to_json), where ``workload`` names one
+    user: dict[str, str] | None = None
 
     @property
     def label(self) -> str:
@@ -55,7 +58,7 @@ class Spec:
 class Step:
     """One step's results, on the host."""
 
-    out: torch.Tensor  # the loss (a model) or the output (a primitive)
+    out: torch.Tensor | None  # the loss (a model) or the output (a primitive); None: the step returned none
     grads: list[torch.Tensor | None]  # each parameter's (input's) gradient
     after: list[torch.Tensor]  # a model's parameters after the update
 
@@ -73,11 +76,31 @@ def _host(t: torch.Tensor) -> torch.Tensor:
         return t.detach().to("cpu", copy=True)
 
 
+def _user_case(spec: Spec, dev: torch.device) -> tuple[Any, list[torch.Tensor], list[str], bool]:
+    """A user's workload on ``dev``, built as the probe builds it (torch's generator
+    seeded first): (case, its parameters, their names, whether it is one step callable)."""
+    from tracer.collect import user_workload
+
+    w = UserWorkload.from_json(spec.user)
+    assert w is not None
+    fn = user_workload.load(w)
+    torch.manual_seed(0)
+    forward, backward, params = user_workload.steps(w, fn, dev)
+    tensors = [p for p in params or [] if isinstance(p, torch.Tensor)]
+    case = SimpleNamespace(forward=forward, backward=backward)
+    return case, tensors, [f"parameter #{i}" for i in range(len(tensors))], backward is None
+
+
 def _run(spec: Spec, dev: torch.device, observe: bool = True) -> Run:
     """``STEPS`` steps of the case on ``dev``; with ``observe``, what they computed. A
-    model's gradients are read as each is accumulated (its update then clears them)."""
-    model = spec.workload in MODELS
-    if model:
+    model's (and a user's workload's) gradients are read as each is accumulated (its
+    update then clears them)."""
+    model = spec.workload in MODELS or spec.user is not None
+    single = False
+    if spec.user is not None:
+        case, tensors, names, single = _user_case(spec, dev)
+        lr = None
+    elif model:
         case = torch_models.training_step(spec.workload, spec.api, dev, spec.shape)
         tensors, names, lr = case.private["parameters"], case.private["names"], case.private["adaptive_lr"]
     else:
@@ -90,14 +113,15 @@ def _run(spec: Spec, dev: torch.device, observe: bool = True) -> Run:
         hooks = [t.register_post_accumulate_grad_hook(lambda t, i=i: grads.__setitem__(i, _host(t.grad)))
                  for i, t in enumerate(tensors)] if model and observe else []
         y = case.forward()
-        if "backward" in workload_passes(spec.workload):  # an optimizer step's forward is the update
-            case.backward(y)
+        if not single and (spec.user is not None or "backward" in workload_passes(spec.workload)):
+            case.backward(y)  # an optimizer step's forward is the update, as a single step callable's
         for h in hooks:
             h.remove()
         if observe:
             if not model:
                 grads = {i: _host(t.grad) for i, t in enumerate(tensors) if t.grad is not None}
-            steps.append(Step(_host(y), [grads.get(i) for i in range(len(tensors))],
+            steps.append(Step(_host(y) if isinstance(y, torch.Tensor) else None,
+                              [grads.get(i) for i in range(len(tensors))],
                               [_host(t) for t in tensors] if model else []))
     return Run(steps, names, lr)
 
@@ -141,7 +165,11 @@ def _update_differs(a: torch.Tensor, b: torch.Tensor, grad: torch.Tensor | None,
 
 def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType) -> str:
     """Raise CheckFailed unless ``spec`` runs on the skeleton as on the CPU; a summary."""
-    want = _run(spec, torch.device("cpu"))  # first: each build seeds torch's generator (dropout masks match)
+    try:  # first: each build seeds torch's generator (dropout masks match)
+        want = _run(spec, torch.device("cpu"))
+    except Exception as exc:  # noqa: BLE001 - a workload that does not run on the CPU proves nothing
+        raise CheckFailed(f"{spec.label}: the step fails on the CPU too: {exc if spec.user else _first_line(exc)}") \
+            from None
     skeleton.REFUSED.clear()
     try:
         got = _run(spec, dev)
@@ -150,7 +178,7 @@ def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType) -> str:
     if skeleton.REFUSED:
         raise CheckFailed(f"{spec.label}: reached {', '.join(dict.fromkeys(skeleton.REFUSED))}, which the skeleton "
                           "refuses (the step went on: torch caught the error)")
-    model = spec.workload in MODELS
+    model = spec.workload in MODELS or spec.user is not None
     out, loose = "loss" if model else "output", 0
     for n, (g, w) in enumerate(zip(got.steps, want.steps), 1):
         wrong = _differs(g.out, w.out)
@@ -208,7 +236,7 @@ def main(folder: Path) -> int:
     try:
         skeleton = importlib.import_module(manifest["package"])
         dev = skeleton.install()
-        specs = [Spec(c["workload"], c["api"], tuple(c["shape"])) for c in manifest["cases"]]
+        specs = [Spec(c["workload"], c["api"], tuple(c["shape"]), c.get("user")) for c in manifest["cases"]]
         lines = [f"{dev.type}: {len(skeleton.KERNELS)} ops registered ({manifest['package']}/kernels.py), "
                  "every other op refused"]
         lines += [check_case(s, dev, skeleton) for s in specs]
