@@ -488,7 +488,9 @@ class WorkloadProbe(Protocol):
     device string; JAX: a ``jax.Device``; Chainer: a ``chainer`` device; MXNet: a
     ``Context``), under whatever makes that device the default, and returns the
     tracer.probes.base.Case ``build`` made, its passes run there, with ``sync`` and the
-    facts its own cases record in ``info``."""
+    facts its own cases record in ``info``. It may also have ``before_workload()``,
+    called before the file is imported, for what the framework's own add-ons need
+    here (torch's CPU build and PyPI's torchvision), returning what it did in words."""
 
     def workload_case(self, build: Callable[[Any], Any], device: str) -> Any: ...
 

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from tracer import emulation, envs, registry
 from tracer.cli.common import err, frameworks, main, out
-from tracer.contract import PASSES, PRIMITIVES
+from tracer.contract import MODELS, PASSES, PRIMITIVES
 from tracer.errors import DltraceError
 from tracer.render.terminal import message, table_or_records
 from tracer.runner import check
@@ -28,7 +28,7 @@ def _statuses(fws: list[registry.Framework], sizes: bool = False) -> list[envs.E
 
 @main.command("list")
 def list_cmd() -> None:
-    """Frameworks, primitives, devices, variants, and which environments are ready."""
+    """Frameworks, primitives, models, examples, devices, variants, and which environments are ready."""
     rows = []
     fws = list(frameworks().values())
     for fw, st in zip(fws, _statuses(fws)):
@@ -38,7 +38,17 @@ def list_cmd() -> None:
     out.print(table_or_records("frameworks (frameworks.yaml)", ["framework", "version", "devices", "variants", "APIs",
                                                                   "environment"], rows, out.width))
     out.print(f"primitives: {', '.join(PRIMITIVES)}")
+    nets = ", ".join(f"{n} ({m.title}; {'/'.join(m.apis)})" for n, m in MODELS.items())
+    out.print(escape(f"models (built-in networks' training steps): {nets}"))
     out.print(f"passes: {', '.join(PASSES)}  (each primitive is traced forward and backward, cold and warm)")
+    examples = [[escape(fw.name), escape(name), escape(ex.file), escape(", ".join(ex.extras) or "none"),
+                 escape(ex.about)] for fw in fws for name, ex in fw.examples.items()]
+    if examples:
+        out.print(table_or_records("examples: real models from each framework's own zoo (dltrace probe FRAMEWORK "
+                                   "--workload FILE)", ["framework", "example", "file", "extras", "what"], examples,
+                                   out.width))
+    out.print("your own workload: --workload FILE.py[:FUNCTION] on probe, audit, scaffold and survey "
+              "(docs/workloads.md)")
 
 
 # --------------------------------------------------------------------------- env

@@ -13,7 +13,17 @@ from tracer import fleet
 from tracer import survey as sv
 from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds,
                                collect, command_line, err, flat, frameworks, main, out)
-from tracer.contract import MODELS, USER_API
+from tracer import tempdirs
+from tracer.cli.workloads import equip, parse, verbose_failure, workload_options
+from tracer.contract import MODELS, USER_API, UserWorkload
+from tracer.errors import UsageError
+from tracer.files import ensure_file_parent
+from tracer.process.scorecard import decision_figures, needs_figures
+from tracer.process.workload_coverage import coverage
+from tracer.render import coverage_export
+from tracer.render.audit_console import print_coverage
+from tracer.runner import check
+from tracer.workload_record import record as record_workload
 from tracer.derive import survey_evidence
 from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
@@ -22,7 +32,7 @@ from tracer.importers import ImportFailed, file_suffixes, import_file, importabl
 from tracer.importers.source import short_name
 from tracer.knowledge import knowledge
 from tracer.machine import describe as describe_machine
-from tracer.process.models import is_model_trace, model_reports
+from tracer.process.models import is_model_trace, is_workload_trace, model_reports
 from tracer.process.portability import framework_report, survey_reports
 from tracer.process.scorecard import scorecard
 from tracer.render.audit_console import print_audit, print_pass_needs
@@ -211,12 +221,29 @@ def _render(folders: list[Path], output: Path) -> None:
 
 @main.command()
 @click.argument("framework", type=FRAMEWORK)
-@click.option("--traces", "folders", multiple=True, type=click.Path(exists=True, path_type=Path),
+@click.option("--traces", "folders", multiple=True, type=click.Path(path_type=Path),
               default=(Path("reports/survey/traces"),), show_default=True,
-              help="Trace folders (a survey's, a GPU machine's...).")
-def audit(framework: str, folders: tuple[Path, ...]) -> None:
+              help="Trace folders (a survey's, a GPU machine's...); with --workload, the built-in cases' traces its "
+                   "ops are set against (where there are none, it is said).")
+@workload_options
+@click.option("-o", "--output", type=OutPath(dir_okay=False, path_type=Path), default=None,
+              help="With --workload: write its per-op table here too (.csv or .json).")
+@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
+              help="With --workload: seconds per probe subprocess.")
+def audit(framework: str, folders: tuple[Path, ...], workload: str | None, name: str | None, verbose: bool,
+          output: Path | None, timeout: float) -> None:
     """The porting audit of FRAMEWORK from its traces: the dispatch points a new
-    backend must hook into, and what each primitive needs from it."""
+    backend must hook into, and what each primitive needs from it. With --workload:
+    your own training step, run here (the CPU, the stand-in device, the GPU path
+    derived), its must-implement list and decision sites, op by op."""
+    if workload is not None:
+        _audit_workload(framework, list(folders), parse(workload, name), verbose, output, timeout)
+        return
+    if output is not None or name is not None:
+        raise UsageError("-o and --name go with --workload")
+    missing = [f for f in folders if not f.exists()]
+    if missing:
+        raise DltraceError(f"no such folder: {missing[0]}; run: dltrace survey {framework}")
     traces, gaps = collect(list(folders))
     mine = [t for t in traces if t.info.framework == framework and not is_model_trace(t)]
     if not mine:
@@ -224,6 +251,39 @@ def audit(framework: str, folders: tuple[Path, ...]) -> None:
     rep = framework_report(framework, mine, gaps, k=knowledge())
     print_audit(rep, out)
     print_pass_needs(rep, out)
+
+
+def _audit_workload(framework: str, folders: list[Path], user: UserWorkload, verbose: bool, output: Path | None,
+                    timeout: float) -> None:
+    """The audit of one user workload: recorded here, set against the built-in cases'
+    traces in ``folders`` where there are any."""
+    fw = check(frameworks(), framework, device="cpu", user=user)
+    equip(fw, [user])
+    if output is not None:
+        if output.suffix not in (".csv", ".json"):
+            raise UsageError(f"-o {output}: name a .csv or .json file")
+        ensure_file_parent(output)  # before running: a result must not be lost to a bad path
+    with tempdirs.owned("dltrace-audit-") as tmp, verbose_failure(verbose):
+        with err.status(f"running {user.name} under {framework}…") as status:
+            traces, gaps = record_workload(fw, user, tmp, timeout, command_line(), lambda s: status.update(s + "…"))
+    for g in gaps:
+        err.print(message("!", "yellow", f"{g.device}: {g.error}"), highlight=False, soft_wrap=True)
+    k = knowledge()
+    rep = framework_report(framework, traces, gaps, k=k)
+    print_audit(rep, out)
+    print_pass_needs(rep, out)
+    builtin = [t for t in collect([f for f in folders if f.is_dir()])[0]
+               if t.info.framework == framework and not is_workload_trace(t)] if folders else []
+    implement, _ = needs_figures(rep, k)
+    sites, _ = decision_figures(rep, k)
+    out.print(f"decision sites on {user.name}'s path: {sites.value} ({sites.explain})", markup=False, highlight=False,
+              soft_wrap=True)
+    cov = coverage(framework, user.name, implement.items, traces, builtin)
+    print_coverage(cov, implement, out)
+    if output is not None:
+        write_text(output, coverage_export.to_csv(cov) if output.suffix == ".csv"
+                   else json.dumps(coverage_export.to_json(cov), indent=1) + "\n")
+        err.print(f"table written to {output}", style="dim", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- import

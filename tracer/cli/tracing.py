@@ -8,7 +8,7 @@ import click
 
 from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, WORKLOAD, OutPath,
                                Seconds, Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
-from tracer.cli.workloads import user_workload, verbose_failure, workload_options
+from tracer.cli.workloads import equip, user_workload, verbose_failure, workload_options
 from tracer.contract import LAYERS, MODELS, PASSES, PHASES, USER_API, workload_passes
 from tracer.contract import check_shape
 from tracer.derive import derive as run_derive
@@ -73,6 +73,8 @@ def probe(framework: str, primitive: str | None, workload: str | None, name: str
     if primitive in MODELS and api not in MODELS[primitive].apis:
         raise UsageError(f"{primitive} is written at the {' and '.join(MODELS[primitive].apis)} level only, not {api}")
     fw = check(frameworks(), framework, None if user else primitive, device, variant, None if user else api, user)
+    if user is not None:
+        equip(fw, [user])
     if shape:  # the rank before anything: a wrong one must not first meet the file system (the trace's name)
 
         wrong = check_shape(primitive, shape)

@@ -11,9 +11,11 @@ from typing import Any
 
 import click
 
+from tracer import envs
 from tracer.cli.common import err
 from tracer.contract import UserWorkload, WorkloadError
 from tracer.errors import ProbeFailed, UsageError
+from tracer.registry import Framework
 
 WORKLOAD_HELP = ("Your own training step: a Python file whose function (default: workload) takes the device and "
                  "returns (forward, backward) (docs/workloads.md); FILE.py:FUNCTION names another function.")
@@ -50,6 +52,15 @@ def user_workload(primitive: str | None, workload: str | None, name: str | None,
     if shape is not None:
         raise UsageError("--shape is a built-in case's input: a workload makes its own inputs")
     return parse(workload, name)
+
+
+def equip(fw: Framework, users: list[UserWorkload]) -> None:
+    """Install the extras the workloads need (an example's, frameworks.yaml) where missing."""
+    needed = tuple(dict.fromkeys(x for u in users for x in fw.extras_for(u.file)))
+    missing = envs.missing_extras(fw, needed) if needed else []
+    if missing:
+        with err.status(f"installing {fw.name}'s {', '.join(missing)} (the examples' extras)…"):
+            envs.install_extras(fw, tuple(missing))
 
 
 @contextlib.contextmanager

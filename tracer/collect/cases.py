@@ -35,6 +35,8 @@ def make_user_case(probe: Probe, w: UserWorkload, device: str) -> Any:
 
     if not isinstance(probe, WorkloadProbe):
         raise NoModels("this framework's probe runs no user workloads (it lacks workload_case)")
+    # what the probe does so that the framework's own add-ons import here (torch's CPU build: torchvision)
+    prepared = str(getattr(probe, "before_workload", lambda: "")())
     fn = user_workload.load(w)
 
     def build(dev: Any) -> Any:
@@ -44,7 +46,7 @@ def make_user_case(probe: Probe, w: UserWorkload, device: str) -> Any:
             raise base.ProbeError("a single step callable has no backward pass: its forward is the whole step")
 
         return base.Case(forward=forward, backward=backward or no_backward,
-                         info=user_workload.info(w, backward is None, {}),
+                         info=user_workload.info(w, backward is None, {"prepared": prepared} if prepared else {}),
                          private={"parameters": params, "single_step": backward is None})
 
     return probe.workload_case(build, device)

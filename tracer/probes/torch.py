@@ -318,6 +318,38 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     return _made_on(device, lambda dev: primitive_step(primitive, api, dev, shape))
 
 
+#: torchvision's C operators, declared here where its compiled extension cannot load (the
+#: schema its C++ would register): kept alive for the process.
+_TORCHVISION_DECLARED: list[Any] = []
+
+
+def before_workload() -> str:
+    """Let a workload import torchvision on torch's CPU build. PyPI's torchvision wheel
+    carries its C operators (nms, roi_align...) built against the CUDA build
+    (libtorch_cuda.so), so on the CPU build they do not load, and torchvision 0.28 then
+    fails at import (its fake kernels for ``torchvision::nms`` and ``qnms`` are registered
+    unconditionally). Its models need none of those operators: declaring those
+    operators' schemas, as its C++ would, makes the import succeed; calling a detection operator still
+    fails, saying torchvision's C operators are not loaded. What was done, in words ("" when nothing)."""
+    import importlib.util
+
+    if torch.version.cuda is not None or _TORCHVISION_DECLARED or importlib.util.find_spec("torchvision") is None:
+        return ""
+    lib = torch.library.Library("torchvision", "FRAGMENT")
+    try:
+        for op in _TORCHVISION_UNGUARDED:
+            lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    except RuntimeError:  # declared already (its extension loaded after all)
+        return ""
+    _TORCHVISION_DECLARED.append(lib)
+    return (f"torchvision's C operators not loaded (its wheel is built for the CUDA build); "
+            f"{', '.join(_TORCHVISION_UNGUARDED)} declared")
+
+
+#: The operators whose fake kernels torchvision 0.28 registers whether its C operators loaded or not.
+_TORCHVISION_UNGUARDED = ("nms", "qnms")
+
+
 def workload_case(build: Callable[[torch.device], base.Case], device: str) -> base.Case:
     """A user's own workload (tracer.contract.WorkloadProbe): ``build`` gets the
     ``torch.device``; torch's generator is seeded first, so that two runs (the CPU and a

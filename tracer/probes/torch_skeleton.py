@@ -83,6 +83,7 @@ def _user_case(spec: Spec, dev: torch.device) -> tuple[Any, list[torch.Tensor], 
 
     w = UserWorkload.from_json(spec.user)
     assert w is not None
+    torch_probe.before_workload()  # as the probe does (torchvision on torch's CPU build)
     fn = user_workload.load(w)
     torch.manual_seed(0)
     forward, backward, params = user_workload.steps(w, fn, dev)

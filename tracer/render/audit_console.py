@@ -9,6 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tracer.process.portability import LAYER_NAMES, FrameworkReport
+from tracer.process.scorecard import Figure
+from tracer.process.workload_coverage import WorkloadCoverage
 from tracer.render.terminal import clip
 
 
@@ -119,3 +121,24 @@ def print_pass_needs(rep: FrameworkReport, console: Console) -> None:
         table.add_row(n.primitive, n.pass_, Text(f"{n.evidence}\n{clip(n.provenance, 160)}"), must, others,
                       _lines([f"{op} ({why})" if why else op for op, why in n.free]))
     console.print(table)
+
+
+def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -> None:
+    """A user's workload: its must-implement list op by op, and which built-in cases reach each."""
+    table = Table(title=f"{cov.workload}: what a {cov.framework} backend must implement ({implement.value} "
+                        f"{implement.unit or 'entries'}; {implement.evidence or 'evidence as the report says'})",
+                  title_justify="left")
+    for col in ("op", "overload", "passes", "calls", "also reached by (built-in)"):
+        table.add_column(col, overflow="fold")
+    for r in cov.rows:
+        table.add_row(Text(clip(r.name)), Text(clip(r.overload)), ", ".join(r.passes), str(r.calls),
+                      Text(", ".join(r.also_in)) if r.also_in else Text("no built-in case", style="yellow"))
+    console.print(table)
+    known = "built-in traces given" if any(r.also_in for r in cov.rows) else "no built-in trace to compare with"
+    console.print(Text(f"{len(cov.beyond)} of {len(cov.rows)} reached by no built-in case ({known})"), highlight=False)
+    for c in cov.costs:
+        def factor(x: float | None) -> str:
+            return "not measured" if x is None else f"×{x:.2f}"
+        untraced = "not timed" if c.untraced_s is None else f"{c.untraced_s * 1e3:.2f} ms"
+        console.print(Text(f"{c.pass_}: untraced step {untraced}; recording cost: python {factor(c.python)}, "
+                           f"op {factor(c.op)}, native {factor(c.native)}", style="dim"), highlight=False)
