@@ -50,10 +50,29 @@ def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str,
                      kind="gpu-evidence")
 
 
+def _derive_workloads(fw: Framework, workloads: list[UserWorkload], folder: Path, timeout: float) -> list[Gap]:
+    """The user's workloads' derived GPU paths, in the framework's gpu-derived folder; a gap each that failed."""
+    gaps = []
+    for w in workloads:
+        for old in folder.glob(f"{w.name}-{USER_API}*") if folder.is_dir() else ():
+            old.unlink()
+    try:
+        results = derive(fw, [], folder, timeout=timeout, command="dltrace survey", workloads=workloads)
+    except DltraceError as exc:
+        results = [CaseResult(CaseSpec(w.name, USER_API, user=w), None, str(exc)) for w in workloads]
+    for r in results:
+        if r.error:
+            gap = Gap(fw.name, "gpu", fw.gpu_evidence, r.spec.primitive, r.spec.api, r.error, "derive")
+            write_gap(folder / f"{r.spec.slug()}.json", gap)
+            gaps.append(gap)
+    return gaps
+
+
 def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[str] | None = None, fresh: bool = False,
                     timeout: float = DEFAULT_TIMEOUT,
                     on_done: Callable[[str, int, str], None] = lambda name, n, error: None,
-                    models: list[str] | None = None, workloads: list[UserWorkload] | None = None) -> list[Gap]:
+                    models: list[str] | None = None,
+                    workloads: dict[str, list[UserWorkload]] | None = None) -> list[Gap]:
     """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
     gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
     build not set up, a case that failed), never a stop. ``models``: also their
@@ -65,16 +84,21 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
             continue
         folder = root / "traces" / fw.name / "gpu-derived"
         name = f"{fw.name}/{folder.name}"
-        done = [p for p in folder.glob("*-gpu-evidence.json")] if folder.is_dir() else []
+        mine = [w for w in (workloads or {}).get(fw.name, [])]
+        if mine:  # a user's workload is derived again each time: its code may have changed
+            gaps += _derive_workloads(fw, mine, folder, timeout)
+        done = [p for p in folder.glob("*-gpu-evidence.json") if not p.name.endswith(f"-{USER_API}-gpu-evidence.json")] \
+            if folder.is_dir() else []
         if done and not fresh:
             on_done(name, len(done), "")
             continue
         for stale in folder.glob(f"*{GAP_SUFFIX}") if folder.is_dir() else ():
-            stale.unlink()
+            if not stale.name.endswith(f"-{USER_API}{GAP_SUFFIX}"):
+                stale.unlink()
         try:
             nets = [m for m in models or [] if m in fw.models] if STANDIN not in fw.devices else []
             results = derive(fw, list(primitives or PRIMITIVES), folder, timeout=timeout, command="dltrace survey",
-                             models=nets, workloads=workloads)
+                             models=nets)
         except DltraceError as exc:
             gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
             write_gap(folder / "derive.json", gap)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, read_regular
-from tracer.contract import CNN_PRIMITIVES, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES
+from tracer.contract import CNN_PRIMITIVES, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES, USER_API, UserWorkload
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
@@ -117,7 +117,7 @@ class SurveyEvent:
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
          arm: bool = False, arm_all: bool = False, models: Iterable[str] = (),
-         all_variants: bool = False) -> list[Job]:
+         all_variants: bool = False, workloads: dict[str, list[UserWorkload]] | None = None) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -141,7 +141,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     variant of each device (a stand-in backend included: what reaches it is what a
     port must implement for the network); not to
     the CPU switches, the native layer or the emulated CPUs, which the primitives
-    cover at a fraction of the time.
+    cover at a fraction of the time. ``workloads`` (framework -> the user's own
+    workloads, the examples among them) are added as the models are, each as one case
+    at its own level, with native stacks on the CPU (what each layer costs on it).
 
     A CPU switch variant runs what its question needs, unless ``all_variants``: a
     library or compilation switch (oneDNN off, jit off) the CNN family, the primitives
@@ -164,6 +166,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 if device == "standin" else cases
             nets = tuple(CaseSpec(m, api, layers=("python", "op") if device == "standin" else EXACT_LAYERS)
                          for m in models if m in fw.models for api in MODELS[m].apis)
+            nets += tuple(CaseSpec(w.name, USER_API, layers=("python", "op") if device == "standin" else LAYERS,
+                                   user=w) for w in (workloads or {}).get(fw.name, []))
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + nets if variant == "default"
                                 else mine if all_variants else _variant_cases(fw, variant, mine)))
@@ -209,7 +213,7 @@ def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_
     for spec in job.cases:
         path = case_path(root, job, spec)
         gap_path = path.with_name(path.name[: -len(".json")] + GAP_SUFFIX)
-        if fresh:
+        if fresh or spec.user is not None:  # a user's workload is the user's code: it may have changed
             path.unlink(missing_ok=True)
         if gap_path.is_file() or gap_path.is_symlink():
             gap_path.unlink()

@@ -22,7 +22,8 @@ from tracer.process.scorecard import decision_figures, needs_figures
 from tracer.process.workload_coverage import coverage
 from tracer.render import coverage_export
 from tracer.render.audit_console import print_coverage
-from tracer.runner import check
+from tracer.registry import Framework
+from tracer.runner import check, check_workload
 from tracer.workload_record import record as record_workload
 from tracer.derive import survey_evidence
 from tracer.elf_code import ElfCode
@@ -63,6 +64,12 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
 @click.option("--models", type=MODEL_LIST, multiple=True,
               help="Comma-separated models whose training step is probed (default: all; see --no-models).")
 @click.option("--no-models", is_flag=True, help="No models: the primitives only.")
+@click.option("--workload", "workloads", metavar="[FRAMEWORK=]FILE.py[:FUNCTION]", multiple=True,
+              help="Your own training step (docs/workloads.md), on the models page beside the built-in networks; "
+                   "FRAMEWORK= says which framework runs it (needed when several are surveyed). Repeatable.")
+@click.option("--examples/--no-examples", default=True, show_default=True,
+              help="Run each framework's examples (real models from its own model zoo, frameworks.yaml examples) "
+                   "as workloads.")
 @click.option("--devices", type=DEVICE_LIST, multiple=True, default=("cpu,standin",), show_default=True,
               help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
                    "stand-in backend).")
@@ -101,7 +108,7 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
                    "tls:// with certificates, or tcp:// on this machine only (docs/fleet.md).")
 @tls_options("client")
 def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], models: tuple[tuple[str, ...], ...],
-           no_models: bool, devices: tuple[tuple[str, ...], ...],
+           no_models: bool, workloads: tuple[str, ...], examples: bool, devices: tuple[tuple[str, ...], ...],
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
            arm: bool, arm_all: bool, all_variants: bool, imports: bool, derived: bool, timeout: float,
            scheduler: str | None,
@@ -130,8 +137,15 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
                           f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
                   highlight=False, soft_wrap=True)
     nets = [] if no_models else list(flat(models)) or list(MODELS)
+    users = _survey_workloads(chosen, workloads, examples)
+    for fw in chosen:
+        if fw in ready and users.get(fw.name):
+            try:
+                equip(fw, users[fw.name])
+            except DltraceError as exc:  # its workloads' cases then say what is missing: a gap each
+                err.print(message("!", "yellow", f"{fw.name}: {exc}"), highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
-                        arm_all=arm_all, models=nets, all_variants=all_variants)
+                        arm_all=arm_all, models=nets, all_variants=all_variants, workloads=users)
     host = describe_machine()
     record = sv.SurveyRecord(command_line(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                              {k: host[k] for k in ("cpu", "arch", "cores", "python")}, [fw.name for fw in chosen],
@@ -176,7 +190,8 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
             err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
 
         t1 = time.monotonic()
-        gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done, nets)
+        gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done, nets,
+                                users)
         record.seconds["derive"] = round(time.monotonic() - t1, 1)
         out.print(f"GPU evidence derived in {record.seconds['derive']:.0f} s")
     # what the report reads from outside the survey's folder is kept in it, and named in
@@ -202,6 +217,38 @@ def report(traces: tuple[Path, ...], output: Path) -> None:
     """Render the HTML report from TRACES folders alone (no framework needed)."""
     ensure_dir(output)
     _render(list(traces), output)
+
+
+def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples: bool) -> dict[str, list[UserWorkload]]:
+    """framework -> the workloads a survey runs under it: each framework's examples
+    (frameworks.yaml) and the user's own (``[FRAMEWORK=]FILE.py[:FUNCTION]``), each
+    checked before anything runs."""
+    names = [fw.name for fw in chosen]
+    out: dict[str, list[UserWorkload]] = {n: [] for n in names}
+    for text in given:
+        fw_name, sep, ref = text.partition("=")
+        if not sep or "/" in fw_name or fw_name.endswith(".py"):
+            fw_name, ref = "", text
+        if not fw_name:
+            if len(names) != 1:
+                raise UsageError(f"--workload {text}: say which framework runs it, FRAMEWORK={text} (this survey "
+                                 f"has {', '.join(names)})")
+            fw_name = names[0]
+        if fw_name not in out:
+            raise UsageError(f"--workload {text}: {fw_name} is not one of this survey's frameworks "
+                             f"({', '.join(names)})")
+        out[fw_name].append(check_workload(parse(ref)))
+    if examples:
+        for fw in chosen:
+            for ex in fw.examples.values():
+                if ex.path.is_file():
+                    out[fw.name].append(UserWorkload.parse(str(ex.path)))
+    for fw_name, ws in out.items():
+        seen = [w.name for w in ws]
+        dup = next((n for n in seen if seen.count(n) > 1), None)
+        if dup:
+            raise UsageError(f"two {fw_name} workloads are named {dup}: give each file a name of its own")
+    return out
 
 
 def _render(folders: list[Path], output: Path) -> None:

@@ -392,7 +392,37 @@ def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
     return base.merge_siblings(out)
 
 
-def _pass_programs(case: base.Case, pass_: str) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
+def _ran_programs(run: Callable[[], object]) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
+    """The programs ``run()`` (a user's pass, whose programs dltrace cannot name in
+    advance) dispatches, as (function, argument shapes): JAX's caches are cleared first,
+    so that each jitted program (a ``jax.jit``, a pullback, an eager primitive's own
+    little program) passes once through JAX's Python dispatch, where its closed jaxpr is
+    read. The pass runs once more for it (one more step of the user's training)."""
+    from jax._src import core as jcore
+    from jax._src import pjit as jpjit
+
+    seen: list[Any] = []
+    original = jpjit._pjit_call_impl_python
+
+    def capture(*args: Any, jaxpr: Any, **params: Any) -> Any:
+        seen.append(jaxpr)
+        return original(*args, jaxpr=jaxpr, **params)
+
+    jax.clear_caches()
+    jpjit._pjit_call_impl_python = capture
+    try:
+        jax.block_until_ready(run())
+    finally:
+        jpjit._pjit_call_impl_python = original
+    out = []
+    for closed in seen:
+        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
+        out.append((jcore.jaxpr_as_fun(closed), structs))  # curried: a function of the arguments
+    return out
+
+
+def _pass_programs(case: base.Case, pass_: str,
+                   run: Callable[[], object] | None = None) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
     """(function, arguments) of each program a pass runs: forward is ``jax.vjp``'s forward
     (the primal and the residuals the pullback keeps), backward the pullback with those
     residuals as parameters, then, for a model (``private["update"]``), the optimizer's
@@ -405,6 +435,14 @@ def _pass_programs(case: base.Case, pass_: str) -> list[tuple[Callable[..., Any]
     given: a model's data are arguments of its program, never differentiated), and
     ``ones``, the output's cotangent."""
     p = case.private
+    if p.get("workload"):  # a user's own step: the programs it ran, read once per pass
+        key = f"programs:{pass_}"
+        if key not in p:
+            if run is None:
+                raise base.ProbeError("a workload's programs are read from a run of its pass")
+            p[key] = _ran_programs(run)
+        programs: list[tuple[Callable[..., Any], Sequence[Any]]] = p[key]
+        return programs
     f = p["f"]
     args = tuple(p["args"]() if callable(p["args"]) else p["args"])
     if not p.get("differentiable", True):  # an optimizer step: its one program is the update
@@ -456,7 +494,7 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
     the pullback and the update, two programs, whose instructions are listed together),
     compiled here as a whole (``run`` is not needed: nothing is learnt from running it
     again)."""
-    programs = _pass_programs(case, pass_)
+    programs = _pass_programs(case, pass_, run)
     ops = base.merge_siblings([n for jaxpr in _jaxpr(programs) for n in _jaxpr_nodes(jaxpr)])
     platform = case.private["device"].platform
     info = {"platform": platform, "jit": not jax.config.jax_disable_jit}
@@ -588,7 +626,7 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
     backward: its pullback): the lowering rule JAX registers per platform and the
     StableHLO it lowers to for cuda and rocm, lowered here without a GPU. Which
     kernels run (cuDNN, cuBLAS, fusions) is decided later, by XLA's GPU compiler."""
-    programs = _pass_programs(case, pass_)
+    programs = _pass_programs(case, pass_, run)
     eqns = [e for jaxpr in _jaxpr(programs) for e in _leaf_eqns(jaxpr)]
     ops, needs, seen = [], {}, set()
     for eqn in eqns:

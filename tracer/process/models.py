@@ -212,7 +212,8 @@ def workload_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow]
             row.coverage = coverage(fw, name, row.implement.items, [t for t in mine if t.info.framework == fw],
                                     [t for t in builtin_traces if t.info.framework == fw])
             rows.append(row)
-        about = next((dict(t.info.model.get("workload") or {}) for t in mine), {})
+        about = next((dict(t.info.model["workload"]) for t in mine if isinstance(t.info.model.get("workload"), dict)),
+                     {})
         out.append(ModelReport(name, name, [], "the workload's own", "the workload's own", rows,
                                {"file": str(about.get("file", "")), "function": str(about.get("function", ""))}))
     return out
