@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from tracer import tempdirs
 import asyncio
+import os
 import concurrent.futures
 import ipaddress
 import logging
@@ -207,6 +208,8 @@ def needs(job: Job, here: str | None = None) -> dict[str, float]:
     if job.cpu:
         return {f"emu-{job.framework.name}-{job.cpu}": 1}
     req: dict[str, float] = {f"fw-{job.framework.name}": 1}
+    if any(s.user is not None for s in job.cases):
+        req[WORKLOAD_RESOURCE] = 1  # only a worker started with --workloads runs a user's code
     if job.device == "gpu":
         req["gpu"] = 1
     else:
@@ -260,6 +263,10 @@ def run_remote(job: Job, fresh: bool, timeout: float) -> tuple[dict[str, str], d
     if job.arch and job.arch != who["arch"]:
         raise DltraceError(f"worker {who['worker']} is {who['arch']}, the job needs {job.arch}")
 
+    refused = [s.user.file for s in job.cases if s.user is not None and not _allowed(s.user.file)]
+    if refused:
+        raise DltraceError(f"worker {who['worker']} runs only the workload files under its --workloads folders, "
+                           f"not {refused[0]}")
     with tempdirs.owned("dltrace-fleet-") as root:
         run_job(job, root, fresh=True, timeout=timeout)
         files = {str(p.relative_to(root)): p.read_bytes() for p in (root / "traces").rglob("*") if p.is_file()}
@@ -408,8 +415,23 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
     return gaps
 
 
+#: The folders whose workload files this worker process runs (``dltrace worker --workloads``).
+WORKLOADS_ENV = "DLTRACE_FLEET_WORKLOADS"
+#: The resource a worker that runs users' workloads declares.
+WORKLOAD_RESOURCE = "workloads"
+
+
+def _allowed(file: str) -> bool:
+    """Whether this worker runs the workload ``file``: one under a folder it was started
+    with (its own side's files; a client names a path, never sends code)."""
+    folders = [Path(f) for f in os.environ.get(WORKLOADS_ENV, "").split(os.pathsep) if f]
+    real = Path(file).resolve()
+    return any(real.is_relative_to(f) for f in folders)
+
+
 def start_worker(address: str | Scheduler, frameworks: Iterable[Framework], nthreads: int = 2,
-                 name: str | None = None, emulation: bool = True, gpu: bool = True) -> None:
+                 name: str | None = None, emulation: bool = True, gpu: bool = True,
+                 workloads: Iterable[Path] = ()) -> None:
     """Run a Dask worker in this process until interrupted, declaring this machine's
     resources (of ``frameworks``; ``emulation``/``gpu`` False leave those out). The
     scheduler is checked first (one line if it does not answer); on a loopback
@@ -419,6 +441,10 @@ def start_worker(address: str | Scheduler, frameworks: Iterable[Framework], nthr
     sched = address if isinstance(address, Scheduler) else scheduler(address, "worker")
     check_reachable(sched, "worker")
     res = resources_here(frameworks, emulation=emulation, gpu=gpu)
+    folders = [str(Path(f).resolve()) for f in workloads]
+    if folders:  # workload files under these folders, and no others, run here
+        os.environ[WORKLOADS_ENV] = os.pathsep.join(folders)
+        res[WORKLOAD_RESOURCE] = SLOTS
     host = ("::1" if ":" in sched.host else "127.0.0.1") if sched.loopback else None
 
     async def main() -> None:

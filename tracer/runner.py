@@ -5,11 +5,13 @@ missing GPU in the probe becomes a ProbeFailed with one readable line."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Iterable
 from pathlib import Path
@@ -261,12 +263,19 @@ def run_probe(
             if own_perfmap:  # removed below; by the next dltrace's sweep if this one is killed first
                 tempdirs.note_perfmap(tmpdir, perfmap_path(proc.pid))
             try:
-                rc = proc.wait(timeout=timeout)
+                rc = _wait(proc, timeout, memory_limit())
             except subprocess.TimeoutExpired:
+                where = _stuck_in(proc, stderr_path, [c.user.file for c in cases if c.user is not None])
                 _kill(proc)
                 proc.wait()
-                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s; "
-                                  f"stderr: {_tail(stderr_path) or '(empty)'}", "timeout") from None
+                said = f"stderr: {_tail(stderr_path) or '(empty)'}" if not where else "its stack said where"
+                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s{where}; {said}", "timeout") from None
+            except MemoryError as exc:
+                _kill(proc)
+                proc.wait()
+                raise ProbeFailed(f"{fw.name} probe used more than {exc} of memory and was stopped "
+                                  f"({MEMORY_ENV} sets the bound); stderr: {_tail(stderr_path) or '(empty)'}",
+                                  "crashed") from None
             except BaseException:  # Ctrl-C, SIGTERM: the probe must not outlive dltrace
                 _kill(proc)
                 proc.wait()
@@ -291,6 +300,78 @@ def run_probe(
             raise ProbeFailed(f"{what} failed with exit status {rc}; stderr: {_tail(stderr_path) or '(empty)'}",
                               "failed")
     return [_result(spec, out) for spec, out in zip(cases, outs)]
+
+
+#: The most memory a probe's processes may hold together, in GiB (default: three
+#: quarters of this machine's): a workload that allocates without bound is stopped
+#: with a line, before the kernel's out-of-memory killer picks a process of its own.
+MEMORY_ENV = "DLTRACE_PROBE_MEMORY_GB"
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def memory_limit() -> int:
+    """The bound in bytes (MEMORY_ENV, else 3/4 of the machine's memory; 0: none known)."""
+    try:
+        return int(float(os.environ[MEMORY_ENV]) * (1 << 30))
+    except (KeyError, ValueError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * _PAGE * 3 // 4)
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _stuck_in(proc: subprocess.Popen[bytes], stderr_path: Path, files: list[str]) -> str:
+    """Where a probe running a user's workload is stuck, as " in FILE:LINE" (its
+    Python stack, which the harness writes on SIGUSR1), or ""."""
+    if not files:
+        return ""
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+        proc.wait(timeout=2)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    try:
+        text = stderr_path.read_text(errors="replace")[-65536:]
+    except OSError:
+        return ""
+    for line in text.splitlines():  # faulthandler writes the innermost frame first
+        found = re.match(r'\s*File "(.+)", line (\d+)', line)
+        if found and found.group(1) in files:
+            return f" in {found.group(1)}:{found.group(2)}"
+    return ""
+
+
+def _group_rss(pgid: int) -> int:
+    """Resident bytes of the processes in process group ``pgid`` (a probe and its children)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # after the command: state ppid pgrp ... rss is the 24th field (index 21 here)
+        if len(fields) > 21 and int(fields[2]) == pgid:
+            total += int(fields[21]) * _PAGE
+    return total
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> int:
+    """``proc``'s exit status; TimeoutExpired after ``timeout`` s, MemoryError (its
+    text the bound) once its process group holds more than ``limit`` bytes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return proc.wait(timeout=max(min(left, 0.5), 0.01))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        if limit and _group_rss(proc.pid) > limit:
+            raise MemoryError(f"{limit / (1 << 30):.1f} GiB")
 
 
 def _result(spec: CaseSpec, out: Path) -> CaseResult:

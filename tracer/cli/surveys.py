@@ -385,8 +385,12 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 @click.option("--emulation/--no-emulation", default=True, show_default=True,
               help="Offer the emulated aarch64 CPUs (the ARM-audit jobs) where their environments are built.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Offer the GPUs nvidia-smi lists.")
+@click.option("--workloads", "workload_dirs", multiple=True, type=click.Path(exists=True, file_okay=False,
+              path_type=Path), help="Run users' workloads (--workload) whose files are under this folder, on this "
+              "machine: a workload is code, run with this worker's rights (default: none). Repeatable.")
 def worker(address: str, tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, nthreads: int,
-           name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool, gpu: bool) -> None:
+           name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool, gpu: bool,
+           workload_dirs: tuple[Path, ...]) -> None:
     """Serve the Dask scheduler at ADDRESS (tls://HOST:PORT with certificates, or
     tcp://127.0.0.1:PORT on this machine; docs/fleet.md) as a survey worker, declaring
     this machine's architecture, GPUs, ready framework environments and emulated CPUs;
@@ -395,7 +399,7 @@ def worker(address: str, tls_ca_file: str | None, tls_cert: str | None, tls_key:
     fws = frameworks()
     names = flat(only)
     fleet.start_worker(sched, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
-                       emulation=emulation, gpu=gpu)
+                       emulation=emulation, gpu=gpu, workloads=workload_dirs)
 
 
 

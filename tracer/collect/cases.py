@@ -37,6 +37,7 @@ def make_user_case(probe: Probe, w: UserWorkload, device: str) -> Any:
         raise NoModels("this framework's probe runs no user workloads (it lacks workload_case)")
     # what the probe does so that the framework's own add-ons import here (torch's CPU build: torchvision)
     prepared = str(getattr(probe, "before_workload", lambda: "")())
+    user_workload.bound_output()  # a print in a loop must not fill the disk
     fn = user_workload.load(w)
 
     def build(dev: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import faulthandler
 import gc
 import importlib
 import os
@@ -334,6 +335,9 @@ def _list_own_perfmap() -> None:
 
 def main(argv: list[str]) -> int:
     die_with_parent()
+    # where a case is stuck, when the runner asks before it stops one that timed out
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else sys.stderr,
+                          all_threads=False)
     _list_own_perfmap()
     with open(argv[0]) as fh:
         req = ProbeRequest.from_json(fh.read())

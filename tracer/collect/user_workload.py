@@ -16,6 +16,7 @@ Imported inside framework environments: the standard library and tracer.contract
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import sys
 import traceback
@@ -38,6 +39,48 @@ class WorkloadFailed(Exception):
         super().__init__(one_line)
         self.one_line = one_line
         self.user_traceback = user_traceback
+
+
+#: What a workload may write to each of its standard streams, from Python, before the
+#: rest is dropped (counted): a print in a loop must not fill the disk the traces go to.
+OUTPUT_BOUND = 1 << 20
+
+
+class _Bounded(io.TextIOBase):
+    """A text stream that passes the first OUTPUT_BOUND characters on and counts the rest."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.passed, self.dropped = inner, 0, 0
+
+    def write(self, text: str) -> int:
+        room = max(OUTPUT_BOUND - self.passed, 0)
+        if room:
+            self.inner.write(text[:room])
+            self.passed += min(len(text), room)
+        self.dropped += max(len(text) - room, 0)
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def fileno(self) -> int:
+        return int(self.inner.fileno())
+
+    def isatty(self) -> bool:
+        return False
+
+
+def bound_output() -> dict[str, _Bounded]:
+    """Bound what Python code writes to standard output and error from here on (the
+    user's workload runs in this process); the bounded streams, to read what was dropped."""
+    out: dict[str, _Bounded] = {}
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _Bounded):
+            stream = _Bounded(stream)
+            setattr(sys, name, stream)
+        out[name] = stream
+    return out
 
 
 def _first_line(exc: BaseException) -> str:
