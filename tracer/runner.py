@@ -268,8 +268,8 @@ def run_probe(
                 where = _stuck_in(proc, stderr_path, [c.user.file for c in cases if c.user is not None])
                 _kill(proc)
                 proc.wait()
-                said = f"stderr: {_tail(stderr_path) or '(empty)'}" if not where else "its stack said where"
-                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s{where}; {said}", "timeout") from None
+                said = f"; stderr: {_tail(stderr_path) or '(empty)'}" if not where else ""
+                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s{where}{said}", "timeout") from None
             except MemoryError as exc:
                 _kill(proc)
                 proc.wait()
@@ -322,7 +322,7 @@ def memory_limit() -> int:
 
 
 def _stuck_in(proc: subprocess.Popen[bytes], stderr_path: Path, files: list[str]) -> str:
-    """Where a probe running a user's workload is stuck, as " in FILE:LINE" (its
+    """Where a probe running a user's workload is stuck, as ", stuck in FILE:LINE" (its
     Python stack, which the harness writes on SIGUSR1), or ""."""
     if not files:
         return ""
@@ -338,7 +338,7 @@ def _stuck_in(proc: subprocess.Popen[bytes], stderr_path: Path, files: list[str]
     for line in text.splitlines():  # faulthandler writes the innermost frame first
         found = re.match(r'\s*File "(.+)", line (\d+)', line)
         if found and found.group(1) in files:
-            return f" in {found.group(1)}:{found.group(2)}"
+            return f", stuck in {found.group(1)}:{found.group(2)}"
     return ""
 
 

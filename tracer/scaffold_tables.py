@@ -117,7 +117,8 @@ def tensorflow_dtypes(fw: Framework, specs: list[CaseSpec], timeout: float = DEF
     """op -> its type signatures in the cases' steps (tracer.probes.tensorflow_dtypes,
     in TensorFlow's environment)."""
     python = envs.python_for(fw)
-    cases = json.dumps([{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape())} for s in specs])
+    cases = json.dumps([{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
+                         **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs])
     with tempdirs.owned("dltrace-dtypes-") as tmp:
         env = {**os.environ, **fw.env}
         env["PYTHONPATH"] = os.pathsep.join([str(code_path(tmp)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

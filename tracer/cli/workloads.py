@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tracer import envs
+from tracer import envs, registry
 from tracer.cli.common import err
 from tracer.contract import UserWorkload, WorkloadError
 from tracer.errors import ProbeFailed, UsageError
@@ -55,12 +55,16 @@ def user_workload(primitive: str | None, workload: str | None, name: str | None,
 
 
 def equip(fw: Framework, users: list[UserWorkload]) -> None:
-    """Install the extras the workloads need (an example's, frameworks.yaml) where missing."""
+    """Install the extras the workloads need (an example's, frameworks.yaml) where missing:
+    in the framework's environment, and in its GPU build's where that is set up (the GPU
+    path of a workload is derived there)."""
     needed = tuple(dict.fromkeys(x for u in users for x in fw.extras_for(u.file)))
-    missing = envs.missing_extras(fw, needed) if needed else []
-    if missing:
-        with err.status(f"installing {fw.name}'s {', '.join(missing)} (the examples' extras)…"):
-            envs.install_extras(fw, tuple(missing))
+    build = registry.gpu_build_env(fw)
+    for target in (fw, *([build] if build is not None and envs.status(build).ready else [])):
+        missing = envs.missing_extras(target, needed) if needed else []
+        if missing:
+            with err.status(f"installing {target.name}'s {', '.join(missing)} (the examples' extras)…"):
+                envs.install_extras(target, tuple(missing))
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@ per type constraint (``T=float32``), and neither the profiler's host trace nor t
 kernel registry says which types a step used.
 
 Run inside TensorFlow's environment as ``python -m tracer.probes.tensorflow_dtypes
-CASES`` (CASES: a JSON list of {"workload", "api", "shape"}): each case is built by
+CASES`` (CASES: a JSON list of {"workload", "api", "shape"}, and "user" for a user's
+own workload, tracer.contract.UserWorkload): each case is built by
 the probe's own code, stepped once to warm it, then stepped once more (forward and
 backward) with an op callback (``op_callbacks.add_op_callback``, TensorFlow's hook
 for tf.debugging's dumps) that reads each executed op's type attributes from its
@@ -22,7 +23,7 @@ import sys
 from typing import Any
 
 from tracer.collect.cases import make_case
-from tracer.contract import Exit, workload_passes
+from tracer.contract import Exit, UserWorkload, workload_passes
 from tracer.probes import tensorflow as probe
 
 
@@ -53,10 +54,11 @@ def dtypes_of(cases: list[dict[str, Any]]) -> dict[str, list[list[list[str]]]]:
         seen.setdefault(name, {})[_signature(name, attrs)] = None
 
     for c in cases:
-        case = make_case(probe, c["workload"], c["api"], "cpu", tuple(c["shape"]))
-        # an optimizer step has no backward: its forward is the update
-        step = case.forward if "backward" not in workload_passes(c["workload"]) else \
-            lambda: case.backward(case.forward())
+        user = UserWorkload.from_json(c.get("user"))
+        case = make_case(probe, c["workload"], c["api"], "/CPU:0" if user else "cpu", tuple(c["shape"]), user)
+        # an optimizer step has no backward: its forward is the update (as a user's single step callable's)
+        one = case.private.get("single_step") if user else "backward" not in workload_passes(c["workload"])
+        step = case.forward if one else lambda: case.backward(case.forward())
         step()  # warm: first-call work is not what the step reaches
         op_callbacks.add_op_callback(callback)
         try:
