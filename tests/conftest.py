@@ -194,7 +194,7 @@ def survey_report(frameworks, survey_root) -> Path:
     """`dltrace survey` over the finished survey: every case is reused, then the report is
     rendered (--no-native: the session survey samples native stacks only where tests read them)."""
     # the emulated ARM jobs, the stand-in device, the derived evidence and the report: minutes
-    proc = dltrace("survey", "--no-native", "-o", str(survey_root), timeout=2400)
+    proc = dltrace("survey", "--no-native", "--no-examples", "-o", str(survey_root), timeout=2400)
     assert proc.returncode == 0, proc.stderr
     cases = 2 * len(PRIMITIVES) + sum(len(MODELS[m].apis) for m in frameworks["torch"].models)  # two levels
     assert f"torch/cpu-default: {cases} cases, {cases} reused" in proc.stderr

@@ -198,7 +198,7 @@ class Processes:
 #: Two workers on this machine that differ: one offers torch and no emulation, one
 #: torch and its emulated aarch64 CPUs; the survey has both kinds of job.
 SURVEY = ("survey", "torch", "--primitives", "relu,conv2d", "--devices", "cpu", "--no-variants", "--no-native",
-          "--no-imports", "--no-derive")
+          "--no-imports", "--no-derive", "--no-examples")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from tracer.contract import PRIMITIVES, THREAD_ENV
 
 
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
-    proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "--no-native", "-o", str(survey_root))
+    proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "--no-native", "--no-examples", "-o",
+                   str(survey_root))
     assert proc.returncode == 0, proc.stderr
     # conv2d and relu at two levels, and torch's models' steps, which the session survey ran too
     assert "torch/cpu-default: 8 cases, 8 reused" in proc.stderr

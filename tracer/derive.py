@@ -87,8 +87,8 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
         mine = [w for w in (workloads or {}).get(fw.name, [])]
         if mine:  # a user's workload is derived again each time: its code may have changed
             gaps += _derive_workloads(fw, mine, folder, timeout)
-        done = [p for p in folder.glob("*-gpu-evidence.json") if not p.name.endswith(f"-{USER_API}-gpu-evidence.json")] \
-            if folder.is_dir() else []
+        mark = f"-{USER_API}-gpu-evidence.json"  # a workload's, derived above
+        done = [p for p in folder.glob("*-gpu-evidence.json") if not p.name.endswith(mark)] if folder.is_dir() else []
         if done and not fresh:
             on_done(name, len(done), "")
             continue

@@ -70,7 +70,8 @@ def check_name(name: str) -> str:
     return name
 
 
-def plan(fw: Framework, workloads: list[str], api: str | None, users: list[UserWorkload] | None = None) -> list[CaseSpec]:
+def plan(fw: Framework, workloads: list[str], api: str | None,
+         users: list[UserWorkload] | None = None) -> list[CaseSpec]:
     """The cases to stand in: each workload at ``api``, or at every level it is written
     at (a model's own levels; a primitive's are the framework's), then the user's own
     workloads (their level is their own)."""

@@ -143,7 +143,7 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     the CPU switches, the native layer or the emulated CPUs, which the primitives
     cover at a fraction of the time. ``workloads`` (framework -> the user's own
     workloads, the examples among them) are added as the models are, each as one case
-    at its own level, with native stacks on the CPU (what each layer costs on it).
+    at its own level, with native stacks on the CPU where ``native`` (what each layer costs on it).
 
     A CPU switch variant runs what its question needs, unless ``all_variants``: a
     library or compilation switch (oneDNN off, jit off) the CNN family, the primitives
@@ -166,7 +166,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 if device == "standin" else cases
             nets = tuple(CaseSpec(m, api, layers=("python", "op") if device == "standin" else EXACT_LAYERS)
                          for m in models if m in fw.models for api in MODELS[m].apis)
-            nets += tuple(CaseSpec(w.name, USER_API, layers=("python", "op") if device == "standin" else LAYERS,
+            on_cpu = LAYERS if native else EXACT_LAYERS
+            nets += tuple(CaseSpec(w.name, USER_API, layers=("python", "op") if device == "standin" else on_cpu,
                                    user=w) for w in (workloads or {}).get(fw.name, []))
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + nets if variant == "default"

@@ -1,7 +1,8 @@
 """Keras's MobileNetV2 (keras.applications, ``weights=None``: random weights, 10 classes,
 64x64 images) on JAX: Keras 3 with its JAX backend, trained as JAX trains, with a
 stateless step: the forward is ``jax.vjp`` of the jitted loss (``model.stateless_call``),
-the backward applies its pullback and the optimizer's jitted ``stateless_apply``. A workload for dltrace (docs/workloads.md):
+the backward applies its pullback and the optimizer's jitted ``stateless_apply``. A
+workload for dltrace (docs/workloads.md):
 ``dltrace probe jax --workload examples/jax/mobilenet_v2.py``.
 
 keras is the environment's ``keras`` extra (frameworks.yaml). Synthetic data, made
@@ -9,7 +10,8 @@ here: nothing is downloaded."""
 
 import os
 
-os.environ.setdefault("KERAS_BACKEND", "jax")  # before keras is imported: Keras 3 picks its backend once
+# before keras is imported: Keras 3 picks its backend once
+os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -63,7 +63,7 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
               help="Comma-separated primitives (default: all).")
 @click.option("--models", type=MODEL_LIST, multiple=True,
               help="Comma-separated models whose training step is probed (default: all; see --no-models).")
-@click.option("--no-models", is_flag=True, help="No models: the primitives only.")
+@click.option("--no-models", is_flag=True, help="No models, nor examples: the primitives only (and --workload's).")
 @click.option("--workload", "workloads", metavar="[FRAMEWORK=]FILE.py[:FUNCTION]", multiple=True,
               help="Your own training step (docs/workloads.md), on the models page beside the built-in networks; "
                    "FRAMEWORK= says which framework runs it (needed when several are surveyed). Repeatable.")
@@ -137,7 +137,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
                           f"{fw.name}: environment not set up (dltrace env setup {fw.name}); marked as a gap"),
                   highlight=False, soft_wrap=True)
     nets = [] if no_models else list(flat(models)) or list(MODELS)
-    users = _survey_workloads(chosen, workloads, examples)
+    users = _survey_workloads(chosen, workloads, examples and not no_models)
     for fw in chosen:
         if fw in ready and users.get(fw.name):
             try:

@@ -414,7 +414,7 @@ def _ran_programs(run: Callable[[], object]) -> list[tuple[Callable[..., Any], S
         jax.block_until_ready(run())
     finally:
         jpjit._pjit_call_impl_python = original
-    out = []
+    out: list[tuple[Callable[..., Any], Sequence[Any]]] = []
     for closed in seen:
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
         out.append((jcore.jaxpr_as_fun(closed), structs))  # curried: a function of the arguments
@@ -441,8 +441,8 @@ def _pass_programs(case: base.Case, pass_: str,
             if run is None:
                 raise base.ProbeError("a workload's programs are read from a run of its pass")
             p[key] = _ran_programs(run)
-        programs: list[tuple[Callable[..., Any], Sequence[Any]]] = p[key]
-        return programs
+        ran: list[tuple[Callable[..., Any], Sequence[Any]]] = p[key]
+        return ran
     f = p["f"]
     args = tuple(p["args"]() if callable(p["args"]) else p["args"])
     if not p.get("differentiable", True):  # an optimizer step: its one program is the update

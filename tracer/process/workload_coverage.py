@@ -13,6 +13,7 @@ run, a CPU path against a CPU path) names it in its op layer. Pure: reads traces
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tracer.contract import PASSES, STANDIN
 from tracer.trace import Node, Trace
@@ -104,22 +105,28 @@ def _default(t: Trace, device: str) -> bool:
     return t.info.device == device and t.info.variant == "default" and t.info.emulated is None
 
 
+def _number(doc: Any, key: str) -> float | None:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _mapping(doc: Any, key: str) -> dict[str, Any]:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def layer_costs(trace: Trace) -> list[LayerCost]:
     """Each pass's cost of each layer on the workload's CPU trace."""
     out = []
     for r in trace.runs:
         if r.phase != "warm":
             continue
-        st = r.stats
-        untraced = st.get("untraced_s") if isinstance(st.get("untraced_s"), (int, float)) else None
-        layers = st.get("layers") if isinstance(st.get("layers"), dict) else {}
-        op = layers.get("op") if isinstance(layers.get("op"), dict) else {}
-        native = layers.get("native") if isinstance(layers.get("native"), dict) else {}
-        op_s = op.get("seconds") if isinstance(op.get("seconds"), (int, float)) else None
-        slow = native.get("slowdown") if isinstance(native.get("slowdown"), (int, float)) else None
-        over = st.get("overhead") if isinstance(st.get("overhead"), (int, float)) else None
-        out.append(LayerCost(r.pass_, untraced, over, op_s / untraced if op_s is not None and untraced else None,
-                             slow))
+        untraced = _number(r.stats, "untraced_s")
+        layers = _mapping(r.stats, "layers")
+        op_s = _number(_mapping(layers, "op"), "seconds")
+        out.append(LayerCost(r.pass_, untraced, _number(r.stats, "overhead"),
+                             op_s / untraced if op_s is not None and untraced else None,
+                             _number(_mapping(layers, "native"), "slowdown")))
     return out
 
 

@@ -373,7 +373,8 @@ def _coverage_files(models: list[ModelReport], out: Path) -> dict[tuple[str, str
             folder = out / COVERAGE_FOLDER
             folder.mkdir(exist_ok=True)
             csv_path, json_path = coverage_export.write(r.coverage, folder)
-            files[(m.model, r.framework)] = (f"{COVERAGE_FOLDER}/{csv_path.name}", f"{COVERAGE_FOLDER}/{json_path.name}")
+            files[(m.model, r.framework)] = (f"{COVERAGE_FOLDER}/{csv_path.name}",
+                                             f"{COVERAGE_FOLDER}/{json_path.name}")
     return files
 
 
