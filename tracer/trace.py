@@ -40,6 +40,7 @@ HISTORY: tuple[tuple[int, str, str], ...] = (
     (5, "2026-11-24", "meta.recorded_by: the fleet worker that recorded the trace"),
     (6, "2026-11-24", "meta.collector: which Python-level collector recorded the python layer"),
     (7, "2026-11-26", "meta.model: a model's training step (the network, its level, the framework's defaults)"),
+    (8, "2026-11-28", "meta.api \"user\" and meta.model.workload: a user's own workload (its file's name, function)"),
 )
 VERSION = HISTORY[-1][0]
 
