@@ -1,0 +1,160 @@
+"""The user's workload without a framework: how a reference names a file and function
+(tracer.contract.UserWorkload), what the registry accepts as an example or an extra,
+the per-op table's files (tracer.render.coverage_export), the workload's
+coverage and layer costs read from traces (tracer.process.workload_coverage), and
+the fleet's rule that a worker runs only workloads its own side has. Fast tier."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from tracer import fleet, registry
+from tracer import survey as sv
+from tracer.contract import USER_API, UserWorkload, WorkloadError
+from tracer.process.workload_coverage import CoverageRow, WorkloadCoverage, coverage, layer_costs
+from tracer.registry import RegistryError
+from tracer.render import coverage_export
+from tracer.runner import CaseSpec
+from tracer.trace import Frame, Node, Run, Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("text, file, name, function", [
+    ("model.py", "model.py", "model", "workload"),
+    ("dir/my-net.py:train_step", "dir/my-net.py", "my-net-train_step", "train_step"),
+    ("a:b/model.py", "a:b/model.py", "model", "workload"),  # a colon in a folder's name is the path's
+])
+def test_a_reference_names_its_file_and_function(tmp_path, text, file, name, function):
+    w = UserWorkload.parse(text, base=str(tmp_path))
+    assert (w.file, w.name, w.function) == (str(tmp_path / file), name, function)
+    assert UserWorkload.from_json(w.to_json()) == w
+
+
+@pytest.mark.parametrize("text, name, said", [
+    ("model.txt", None, "give a Python file"),
+    ("model.py:1bad", None, "not a Python function name"),
+    ("relu.py", None, "built-in primitive's or model's"),
+    ("LeNet.py", None, "built-in primitive's or model's"),
+    ("x.py", "two words", "letters, digits"),
+    ("x.py", "a" * 65, "at most 64"),
+    ("x.py", "../escape", "letters, digits"),
+])
+def test_a_reference_that_names_no_workload_is_refused(text, name, said):
+    with pytest.raises(WorkloadError, match=said):
+        UserWorkload.parse(text, name)
+
+
+def test_the_registry_declares_an_example_per_framework_with_its_extras():
+    fws = registry.load()
+    for name, fw in fws.items():
+        assert fw.examples, f"{name} has no example"
+        for ex in fw.examples.values():
+            assert ex.path.is_file() and ex.path.is_relative_to(ROOT / "examples")
+            assert all(x in fw.extras for x in ex.extras)
+    # what an example needs beyond the framework is pinned to the framework's build
+    assert fws["torch"].extras["torchvision"].requirements == ("torchvision==0.28.0",)
+    assert fws["torch"].extras_for(str(fws["torch"].examples["resnet18"].path)) == ("torchvision",)
+    assert fws["torch"].extras_for("/elsewhere/resnet18.py") == ()
+
+
+@pytest.mark.parametrize("entry, said", [
+    ("examples: {x: {file: /etc/passwd.py}}", "must be a Python file under examples/"),
+    ("examples: {x: {file: examples/../../x.py}}", "must be a Python file under examples/"),
+    ("examples: {x: {file: examples/x.py, extras: [nope]}}", "names extra 'nope'"),
+    ("extras: {tv: {requirements: ['--index-url=http://x/ tv']}}", "is not a requirement specifier"),
+    ("extras: {tv: {requirements: [tv], unknown: 1}}", "unknown field 'unknown'"),
+])
+def test_the_registry_refuses_a_bad_example_or_extra(tmp_path, entry, said):
+    reg = tmp_path / "frameworks.yaml"
+    reg.write_text("frameworks:\n  fw:\n    import: json\n    version: '0'\n    probe: tests.crashprobe\n"
+                   "    install: [{requirements: [nothing]}]\n    devices: {cpu: cpu}\n    source_roots: [json]\n"
+                   f"    apis: [functional]\n    {entry}\n")
+    with pytest.raises(RegistryError, match=said):
+        registry.load(reg)
+
+
+def test_the_table_is_csv_a_spreadsheet_will_not_run():
+    cov = WorkloadCoverage("torch", "net", "standin", [
+        CoverageRow("aten::relu_", "aten::relu_", "", ["forward"], 3, []),
+        CoverageRow("=HYPERLINK(1)", "=HYPERLINK(1)", "", ["backward"], 1, ["lenet", "relu"]),
+    ])
+    rows = list(csv.reader(io.StringIO(coverage_export.to_csv(cov))))
+    assert rows[0] == list(coverage_export.COLUMNS)
+    assert rows[1] == ["aten::relu_", "aten::relu_", "", "forward", "3", "", "yes"]
+    assert rows[2][0] == "'=HYPERLINK(1)" and rows[2][5] == "lenet;relu" and rows[2][6] == "no"
+    doc = coverage_export.to_json(cov)
+    assert doc["coverage_version"] == coverage_export.COVERAGE_VERSION and doc["rows"][0]["beyond_built_in"]
+
+
+def _trace(primitive: str, device: str, ops: dict[str, list[str]], reached: dict[str, list[str]] | None = None,
+           stats: dict | None = None) -> Trace:
+    runs = []
+    for pass_, names in ops.items():
+        root = Node(Frame("root", "", f"{primitive}.{pass_}"), 1, 0,
+                    children=[Node(Frame("op", "aten", n), 2, 0) for n in names])
+        runs.append(Run(pass_, "warm", {"op": root}, dict(stats or {})))
+    meta = {"framework": "torch", "primitive": primitive, "api": USER_API if primitive == "net" else "functional",
+            "device": device, "variant": "default", "passes": list(ops)}
+    if reached is not None:
+        meta["standin"] = {"reached": reached}
+    return Trace(meta, runs)
+
+
+def test_coverage_names_the_builtin_cases_of_the_same_device():
+    net = _trace("net", "standin", {"forward": ["aten::relu_", "aten::addmm.out"]},
+                 {"setup": ["aten::_copy_from"], "forward": ["aten::relu_", "aten::addmm.out"]})
+    dense = _trace("dense", "standin", {"forward": ["aten::addmm.out"]}, {"setup": ["aten::_copy_from"]})
+    dense_cpu = _trace("relu", "cpu", {"forward": ["aten::relu_"]})  # another device: not the same evidence
+    cov = coverage("torch", "net", ["aten::_copy_from", "aten::relu_", "aten::addmm.out"], [net], [dense, dense_cpu])
+    by = {r.op: r for r in cov.rows}
+    assert by["aten::addmm.out"].also_in == ["dense"] and by["aten::addmm.out"].overload == "out"
+    assert by["aten::addmm.out"].name == "aten::addmm" and by["aten::addmm.out"].calls == 2
+    assert by["aten::relu_"].also_in == [] and cov.beyond == ["aten::relu_"]
+    assert by["aten::_copy_from"].passes == ["setup"] and by["aten::_copy_from"].also_in == ["dense"]
+
+
+def test_layer_costs_read_each_layers_factor_and_tolerate_odd_stats():
+    t = _trace("net", "cpu", {"forward": ["aten::relu"]},
+               stats={"untraced_s": 0.01, "overhead": 1.5, "layers": {"op": {"seconds": 0.02},
+                                                                      "native": {"slowdown": 3.0}}})
+    (c,) = layer_costs(t)
+    assert (c.pass_, c.untraced_s, c.python, c.op, c.native) == ("forward", 0.01, 1.5, 2.0, 3.0)
+    odd = _trace("net", "cpu", {"forward": ["x"]}, stats={"untraced_s": True, "layers": {"op": "nope"}})
+    (c,) = layer_costs(odd)
+    assert (c.untraced_s, c.python, c.op, c.native) == (None, None, None, None)
+
+
+def test_a_fleet_worker_runs_only_workloads_under_its_folders(tmp_path, monkeypatch):
+    fw = registry.load()["torch"]
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    mine.mkdir(), other.mkdir()
+    (mine / "net.py").write_text("")
+    (other / "net.py").write_text("")
+    job = sv.Job(fw, "cpu", "default", (CaseSpec("net", USER_API, user=UserWorkload.parse(str(mine / "net.py"))),))
+    assert fleet.needs(job)[fleet.WORKLOAD_RESOURCE] == 1
+    assert fleet.WORKLOAD_RESOURCE not in fleet.needs(sv.Job(fw, "cpu", "default", (CaseSpec("relu"),)))
+    monkeypatch.delenv(fleet.WORKLOADS_ENV, raising=False)
+    assert not fleet._allowed(str(mine / "net.py"))
+    monkeypatch.setenv(fleet.WORKLOADS_ENV, str(mine))
+    assert fleet._allowed(str(mine / "net.py")) and not fleet._allowed(str(other / "net.py"))
+    link = mine / "link.py"
+    link.symlink_to(other / "net.py")  # a link out of the folder is where it points
+    assert not fleet._allowed(str(link))
+
+
+def test_a_survey_plan_runs_workloads_where_models_run(tmp_path):
+    fw = registry.load()["torch"]
+    w = UserWorkload.parse(str(tmp_path / "net.py"))
+    jobs = sv.plan([fw], ["relu"], ["cpu", "standin"], native=True, workloads={"torch": [w]})
+    where = {(j.device, j.variant): [c for c in j.cases if c.user is not None] for j in jobs}
+    assert [c.layers for c in where[("cpu", "default")]] == [("python", "op", "library", "native")]
+    assert [c.layers for c in where[("standin", "default")]] == [("python", "op")]
+    assert not where[("cpu", "onednn-off")] and all(c.slug() == "net-user" for c in where[("cpu", "default")])
+    no_native = sv.plan([fw], ["relu"], ["cpu"], native=False, variants=False, workloads={"torch": [w]})
+    assert [c.layers for c in no_native[0].cases if c.user] == [("python", "op", "library")]
