@@ -76,7 +76,8 @@ def test_a_tensorflow_workload_from_the_docs_is_traced(workload_traces):
     assert t.meta["device_string"] == "/CPU:0"
     forward, backward = _ops(t, "forward"), _ops(t, "backward")
     assert {"MatMul", "Relu"} <= forward, forward
-    assert "ReluGrad" in backward and any("Adam" in op for op in backward), backward
+    # the gradients, then Keras 3's Adam, written from TensorFlow's ops: its variables assigned
+    assert "ReluGrad" in backward and {"AssignSubVariableOp", "AssignVariableOp"} <= backward, backward
 
 
 def test_a_single_step_callable_is_one_pass(frameworks, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import IO, Any, Iterator
 
@@ -27,12 +28,36 @@ def describe(exc: OSError, path: str | os.PathLike[str]) -> str:
     return f"cannot write{' ' + name if name else ''}: {exc.strerror or exc}"
 
 
+def _special(path: str) -> str:
+    """What ``path`` is when it is neither a regular file, nor a link, nor absent: a
+    "character device" (written into as such: /dev/null), or the kind that is refused
+    (a FIFO would block with no reader, a socket or block device is no file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return ""
+    if stat.S_ISCHR(st.st_mode):
+        return "character device"
+    return "FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "block device"
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
     """A file handle on a temporary name beside ``path``, renamed to ``path`` when the
     block ends: a reader never sees half a file, and a failure (ENOSPC, an
-    interrupt) removes the temporary file and leaves ``path`` as it was."""
+    interrupt) removes the temporary file and leaves ``path`` as it was. A device is
+    never replaced: a character device (``-o /dev/null``) is written into as it is,
+    a FIFO, socket or block device refused in one line."""
     path = os.fspath(path)
+    special = _special(path)
+    if special == "character device":
+        with open(path, mode.replace("x", "w"), encoding=None if "b" in mode else "utf-8") as fh:
+            yield fh
+        return
+    if special:
+        raise OutputError(f"cannot write {path}: it is a {special}, not a file")
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as fh:
@@ -76,6 +101,11 @@ def ensure_file_parent(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder")
+    special = _special(str(path))
+    if special == "character device":  # written into as it is (/dev/null): its folder is not ours to check
+        return path
+    if special:
+        raise OutputError(f"cannot write {path}: it is a {special}, not a file")
     ensure_dir(path.parent if str(path.parent) else Path("."))
     return path
 

@@ -17,22 +17,21 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
-from tracer.bounded import NotRegular, TooLarge, read_regular
+from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_regular
 from tracer.contract import CNN_PRIMITIVES, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES, USER_API, UserWorkload
 from tracer.errors import DltraceError, ProbeFailed
-from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
+from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_bytes, write_text
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
 from tracer.importers.source import short_name
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
-from tracer.trace import Trace, TraceFormatError, load, save
+from tracer.trace import MAX_TRACE_MIB, Trace, TraceFormatError, load, save
 from tracer.trace_meta import native_not_finished
 
 GAP_SUFFIX = ".gap.json"
@@ -384,23 +383,51 @@ def trace_files(folders: Iterable[Path]) -> Iterator[Path]:
 INPUTS = "inputs"
 
 
+def _publishable(path: Path, inside: Path) -> bytes | None:
+    """The bytes of ``path`` when they may go into a report's published inputs: a
+    regular file (never a link: a folder someone else filled may hold ``x.json ->
+    /etc/shadow``) under ``inside``, that loads as what its name says (a trace, a gap
+    record); None otherwise. The bytes checked are the bytes copied."""
+    try:
+        if path.is_symlink() or not path.resolve().is_relative_to(inside):
+            return None
+        data = read_regular(path, limit_from_env("DLTRACE_MAX_TRACE_MB", MAX_TRACE_MIB))
+    except (OSError, NotRegular, TooLarge, RuntimeError):
+        return None
+    try:
+        if path.name.endswith(GAP_SUFFIX):
+            load_gap(path)
+        else:
+            load(path)
+    except (ValueError, TraceFormatError):
+        return None
+    return data
+
+
 def keep_inputs(folders: Iterable[tuple[str, Path]], root: Path) -> list[dict[str, Any]]:
     """Copy each (name, folder)'s traces and gap records, bytes unchanged, into
     ``root/traces/inputs/NAME/``, and return what was kept: the same ``dltrace report
     root/traces`` then gives the report the survey wrote. A file already there with the
-    same bytes is not copied again."""
+    same bytes is not copied again. Only regular files inside the folder given that
+    load as traces or gaps are kept (that folder is made to be published); what was
+    left out is counted (``skipped``)."""
     kept = []
     for name, folder in folders:
         dest = root / "traces" / INPUTS / name
-        n = 0
+        n = skipped = 0
+        inside = folder.resolve() if folder.is_dir() else folder.resolve().parent
         files = [*trace_files([folder]), *(sorted(folder.rglob(f"*{GAP_SUFFIX}")) if folder.is_dir() else [])]
         for path in files:
+            data = _publishable(path, inside)
+            if data is None:
+                skipped += 1
+                continue
             target = dest / (path.relative_to(folder) if folder.is_dir() else path.name)
-            if not (target.exists() and target.read_bytes() == path.read_bytes()):
+            if not (target.is_file() and not target.is_symlink() and target.read_bytes() == data):
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
+                write_bytes(target, data)
             n += 1
-        kept.append({"name": name, "source": str(folder), "files": n})
+        kept.append({"name": name, "source": str(folder), "files": n, **({"skipped": skipped} if skipped else {})})
     return kept
 
 

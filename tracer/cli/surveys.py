@@ -201,6 +201,11 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
     outside += [(f"with-{i}-{Path(f).name}", Path(f)) for i, f in enumerate(with_traces)
                 if not Path(f).resolve().is_relative_to(inside)]
     kept = sv.keep_inputs(outside, output)
+    for k in kept:
+        if k.get("skipped"):
+            err.print(message("!", "yellow", f"{k['name']}: {k['skipped']} files left out of the report's inputs "
+                                             "(links, files outside the folder given, files that are not traces)"),
+                      highlight=False, soft_wrap=True)
     write_text(output / "inputs.json", json.dumps({"kept_in": f"traces/{sv.INPUTS}", "inputs": kept}, indent=1) + "\n")
     t1 = time.monotonic()
     _render([output / "traces"], output)
