@@ -31,3 +31,27 @@ def test_inputs_are_kept_in_the_survey_folder_byte_for_byte(tmp_path):
     # kept twice, it is one copy
     sv.keep_inputs([("torch-recorded", elsewhere)], root)
     assert len(list((root / "traces" / sv.INPUTS).rglob("*.json"))) == 2
+
+
+def test_inputs_never_copy_what_a_folder_links_to_nor_what_is_no_trace(tmp_path):
+    """A folder someone else filled (`--with-traces`): links to secrets, a link out of the
+    folder, a file that is not a trace: none of it reaches the report's published inputs."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:$6$hash:19000:0:99999:7:::\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cpu, gpu = torch_pair()
+    save(gpu, outside / "elsewhere.json")
+    given = tmp_path / "given"
+    given.mkdir()
+    save(cpu, given / "conv2d-functional.json")
+    (given / "shadow.json").symlink_to(secret)
+    (given / "out.json").symlink_to(outside / "elsewhere.json")  # a real trace, but outside the folder
+    (given / "notes.json").write_text('{"not": "a trace"}')
+    (given / "sub").symlink_to(outside, target_is_directory=True)
+    root = tmp_path / "survey"
+    kept = sv.keep_inputs([("with-0-given", given)], root)
+    assert kept == [{"name": "with-0-given", "source": str(given), "files": 1, "skipped": 3}]
+    copied = sorted(p.relative_to(root) for p in (root / "traces").rglob("*") if p.is_file())
+    assert [str(p) for p in copied] == [f"traces/{sv.INPUTS}/with-0-given/conv2d-functional.json"]
+    assert all(secret.read_text() not in p.read_text(errors="replace") for p in (root / "traces").rglob("*.json"))
