@@ -26,7 +26,7 @@ from tracer.contract import Exit
         (["survey", "--primitives", "conv2d,conv3d"], "unknown primitive 'conv3d'"),
         (["survey", "torch", "--devices", "cpu,tpu"], "unknown device 'tpu'"),
         (["probe", "torch", "relu", "--cpu", "m1"], "unknown emulated CPU 'm1' (choose from: a64fx, neoverse-n1"),
-        (["probe", "torch", "conv2d", "--bogus"], "No such option '--bogus'. (see: dltrace probe --help)"),
+        (["probe", "torch", "conv2d", "--bogus"], "No such option '--bogus'."),
         (["diff"], "Missing argument 'A.json'. (see: dltrace diff --help)"),
         (["diff-nothing"], "No such command 'diff-nothing'."),
         (["probe", "jax", "conv2d", "--variant", "onednn-off"],

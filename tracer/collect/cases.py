@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracer.collect import user_workload
 from tracer.contract import MODELS, ModelProbe, Probe, UserWorkload, WorkloadProbe
+from tracer.probes import base
 
 
 class NoModels(Exception):
@@ -30,9 +32,6 @@ def make_case(probe: Probe, workload: str, api: str, device: str, shape: tuple[i
 def make_user_case(probe: Probe, w: UserWorkload, device: str) -> Any:
     """The user's workload as a case on ``device``: its function called with the
     framework's device object, its passes guarded so that a failure names the user's line."""
-    from tracer.collect import user_workload
-    from tracer.probes import base
-
     if not isinstance(probe, WorkloadProbe):
         raise NoModels("this framework's probe runs no user workloads (it lacks workload_case)")
     # what the probe does so that the framework's own add-ons import here (torch's CPU build: torchvision)

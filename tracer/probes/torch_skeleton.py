@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from tracer.collect import user_workload
 from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import torch_models
 from tracer.probes import torch as torch_probe
@@ -79,8 +80,6 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 def _user_case(spec: Spec, dev: torch.device) -> tuple[Any, list[torch.Tensor], list[str], bool]:
     """A user's workload on ``dev``, built as the probe builds it (torch's generator
     seeded first): (case, its parameters, their names, whether it is one step callable)."""
-    from tracer.collect import user_workload
-
     w = UserWorkload.from_json(spec.user)
     assert w is not None
     torch_probe.before_workload()  # as the probe does (torchvision on torch's CPU build)
