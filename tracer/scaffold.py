@@ -162,6 +162,14 @@ def describe_cases(specs: list[CaseSpec]) -> str:
     return f"{what} ({', '.join(said)} level{'s' if len(levels) > 1 else ''})"
 
 
+def code_text(text: str) -> str:
+    """``text`` (a command line, a path: what a user supplies) made safe to stand in a
+    generated file's comment or docstring: backslashes, quotes, newlines, control and
+    non-ASCII characters escaped (``\\n``, ``\\"``, ``\\u202e``), so that it can end no
+    comment, string or docstring and becomes no code."""
+    return text.encode("unicode_escape").decode("ascii").replace('"', '\\"').replace("'", "\\'")
+
+
 def template_env() -> jinja2.Environment:
     # Python and Markdown, not HTML: nothing to escape
     return jinja2.Environment(loader=jinja2.PackageLoader("tracer", "templates/scaffold"), autoescape=False,
@@ -195,7 +203,8 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     torch_version = traces[0].info.framework_version
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,
-                           "command": command, "torch_version": torch_version, "folder": folder.name or str(folder),
+                           "command": code_text(command), "torch_version": torch_version,
+                           "folder": code_text(folder.name or str(folder)),
                            "steps": 2, "models": any(s.primitive in MODELS or s.user is not None for s in specs),
                            "random": any(_RANDOM.search(k.op) for k in ks), "cases": _case_rows(specs, traces)}
     env = template_env()

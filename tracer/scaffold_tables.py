@@ -38,7 +38,7 @@ from tracer.process.backend_needs import backend_needs, pass_needs
 from tracer.process.scorecard import interface_entries
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
-from tracer.scaffold import INTERFACES, MANIFEST, describe_cases, template_env
+from tracer.scaffold import INTERFACES, MANIFEST, code_text, describe_cases, template_env
 from tracer.trace import Trace
 
 #: The frameworks whose registration table is written, and the interface's name.
@@ -202,8 +202,8 @@ def write(folder: Path, framework: str, name: str, specs: list[CaseSpec], table:
     what = describe_cases(specs)
     env = template_env()
     ctx: dict[str, Any] = {"name": name, "device_type": name.upper(), "what": what, "table": table,
-                           "entries": table.entries, "tool_version": __version__, "command": command,
-                           "not_run": NOT_RUN, "models": any(s.primitive in MODELS for s in specs),
+                           "entries": table.entries, "tool_version": __version__, "command": code_text(command),
+                           "not_run": NOT_RUN, "models": any(s.primitive in MODELS or s.user is not None for s in specs),
                            "interface": INTERFACES[framework]}
     if framework == "tensorflow":
         ctx["builders"] = [{"entry": e, "signatures": [{"text": sig, "kernel": _kernel_name(e.op, sig),

@@ -1,0 +1,59 @@
+"""What a user supplies never becomes code in a generated skeleton (tracer.scaffold,
+tracer.scaffold_tables): a command line or folder holding quotes, a triple quote, a
+newline and C++ is written into kernels.py's docstrings and the C++ files' comments
+escaped, so that the Python still compiles to the same module and no line of C++ is
+added. Fast tier: the templates are rendered without a framework."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tracer import scaffold as sc
+from tracer import scaffold_tables as tables
+from tracer.contract import USER_API, UserWorkload
+from tracer.runner import CaseSpec
+
+HOSTILE = ('dltrace scaffold torch -o \'x"""+str(__import__("os").system("touch /tmp/pwned"))+"""\' --check\n'
+           '__attribute__((constructor)) static void own() { system("id"); }\n\\N{BAD} \u202e\'\'\'')
+
+
+def test_code_text_ends_no_comment_string_or_docstring():
+    text = sc.code_text(HOSTILE)
+    assert "\n" not in text and '"""' not in text and "'''" not in text and text.isascii()
+    # in a docstring it is the user's text again, as text
+    assert ast.literal_eval('"""' + text + '"""') == HOSTILE
+
+
+def test_a_torch_skeleton_written_from_a_hostile_command_compiles_to_the_same_module(tmp_path):
+    ks = [sc.Kernel("aten::relu", ("forward",), "relu"), sc.Kernel("aten::random_.from", ("setup",), "random__from")]
+    ctx = {"name": "mydevice", "what": "net's training step (your workload's own level)", "kernels": ks, "ops": ks,
+           "tool_version": "0", "command": sc.code_text(HOSTILE), "torch_version": "2.13.0",
+           "folder": sc.code_text(HOSTILE), "steps": 2, "models": True, "random": True,
+           "cases": [{"label": "net (user)", "setup": "1 ops", "forward": "1 ops", "backward": "0 ops"}]}
+    env = sc.template_env()
+    for template in ("kernels.py.j2", "__init__.py.j2", "check.py.j2"):
+        source = env.get_template(template).render(ctx)
+        tree = ast.parse(source)  # it compiles
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "str"]
+        assert not calls, template  # the payload's str(__import__(...)) is no code
+        assert "touch /tmp/pwned" not in "".join(ast.unparse(n) for n in tree.body if not isinstance(n, ast.Expr))
+    kernels = env.get_template("kernels.py.j2").render(ctx)
+    assert 'getattr(torch.ops.aten.random_, \'from\')' in kernels  # an overload named by a keyword
+
+
+@pytest.mark.parametrize("framework, file", [("tensorflow", "kernels.cc"), ("jax", "pjrt_plugin.cc")])
+def test_the_cc_skeletons_take_no_line_from_the_command(tmp_path, framework, file):
+    w = UserWorkload.parse(str(tmp_path / "net.py"))
+    specs = [CaseSpec("net", USER_API, user=w)]
+    entry = tables.Entry("MatMul" if framework == "tensorflow" else "stablehlo.dot_general", ("forward",),
+                         ("T=float32",) if framework == "tensorflow" else ("dot_general",))
+    table = tables.Table(framework, "1", "registry", "a test", [entry])
+    tables.write(tmp_path, framework, "mydevice", specs, table, HOSTILE)
+    text = (tmp_path / file).read_text()
+    assert not [line for line in text.splitlines() if "__attribute__" in line and not line.lstrip().startswith("//")]
+    assert "__attribute__((constructor))" in text.splitlines()[0]  # said, in the first comment's one line
+    readme = (tmp_path / "README.md").read_text()
+    assert "\n__attribute__" not in readme
