@@ -57,3 +57,35 @@ def test_the_cc_skeletons_take_no_line_from_the_command(tmp_path, framework, fil
     assert "__attribute__((constructor))" in text.splitlines()[0]  # said, in the first comment's one line
     readme = (tmp_path / "README.md").read_text()
     assert "\n__attribute__" not in readme
+
+
+def test_force_writes_only_over_a_skeleton_and_never_through_links(tmp_path):
+    from tracer.files import OutputError
+
+    with pytest.raises(OutputError, match="holds no skeleton dltrace wrote"):
+        sc.prepare(Path("/"), force=True)  # `scaffold -o / --force` wrote five entries into the root
+    other = tmp_path / "theirs"
+    other.mkdir()
+    (other / "kernels.py").write_text("their kernels\n")
+    link = tmp_path / "link"
+    link.symlink_to(other, target_is_directory=True)
+    with pytest.raises(OutputError, match="it is a link"):
+        sc.prepare(link, force=True)
+    folder = tmp_path / "skeleton"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    with pytest.raises(OutputError, match="is not empty"):
+        sc.prepare(folder, force=False)
+    with pytest.raises(OutputError, match="no scaffold.json"):
+        sc.prepare(folder, force=True)
+    (folder / sc.MANIFEST).write_text("{}")
+    assert sc.prepare(folder, force=True) == folder
+    # a skeleton whose package folder and files are links to elsewhere: replaced, never followed
+    (folder / "mydevice").symlink_to(other, target_is_directory=True)
+    pkg = sc.own_folder(folder / "mydevice")
+    assert pkg.is_dir() and not pkg.is_symlink() and (other / "kernels.py").read_text() == "their kernels\n"
+    (folder / "README.md").symlink_to(other / "kernels.py")
+    from tracer.files import write_text
+
+    write_text(folder / "README.md", "the skeleton's\n")
+    assert not (folder / "README.md").is_symlink() and (other / "kernels.py").read_text() == "their kernels\n"

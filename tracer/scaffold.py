@@ -20,7 +20,6 @@ import json
 import keyword
 import os
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ import jinja2
 from tracer import __version__, envs, tempdirs
 from tracer.contract import MODELS, PASSES, USER_API, Exit, UserWorkload
 from tracer.errors import DltraceError, ProbeFailed, UsageError
-from tracer.files import OutputError, ensure_dir, write_text
+from tracer.files import OutputError, ensure_dir, write_bytes, write_text
 from tracer.paths import PACKAGE, code_path
 from tracer.process.standin_needs import PASS_ORDER, StandinNeeds, standin_needs
 from tracer.registry import Framework
@@ -188,12 +187,30 @@ def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str
 
 def prepare(folder: Path, force: bool) -> Path:
     """``folder``, created and writable; one that holds other files is refused unless
-    ``force`` (a team's edited kernels are not written over by accident)."""
+    ``force`` (a team's edited kernels are not written over by accident), and even then
+    unless it is a skeleton dltrace wrote (its scaffold.json: never ``-o / --force``). A
+    folder that is a link is refused: a skeleton is written where it is named."""
+    if folder.is_symlink():
+        raise OutputError(f"cannot write {folder}: it is a link (name the folder itself)")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"cannot write {folder}: it is a file")
-    if folder.is_dir() and any(folder.iterdir()) and not force:
-        raise OutputError(f"{folder} is not empty (--force writes the skeleton over what is there)")
+    if folder.is_dir() and any(folder.iterdir()):
+        if not force:
+            raise OutputError(f"{folder} is not empty (--force writes the skeleton over what is there)")
+        manifest = folder / MANIFEST
+        if manifest.is_symlink() or not manifest.is_file():
+            raise OutputError(f"{folder} holds no skeleton dltrace wrote (no {MANIFEST}): --force writes only over "
+                              "one")
     return ensure_dir(folder)
+
+
+def own_folder(path: Path) -> Path:
+    """``path`` as a folder of the skeleton's own: a link there (to a folder elsewhere)
+    is replaced by a folder, never followed; a file there is replaced."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
@@ -208,11 +225,11 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
                            "steps": 2, "models": any(s.primitive in MODELS or s.user is not None for s in specs),
                            "random": any(_RANDOM.search(k.op) for k in ks), "cases": _case_rows(specs, traces)}
     env = template_env()
-    pkg = folder / name
-    pkg.mkdir(exist_ok=True)
+    pkg = own_folder(folder / name)
+    # each file written to a new name and renamed over what is there: a link there is replaced, never followed
     write_text(pkg / "kernels.py", env.get_template("kernels.py.j2").render(ctx))
     write_text(pkg / "__init__.py", env.get_template("__init__.py.j2").render(ctx))
-    shutil.copyfile(DEVICE_SOURCE, pkg / "device.py")
+    write_bytes(pkg / "device.py", DEVICE_SOURCE.read_bytes())
     write_text(folder / "check.py", env.get_template("check.py.j2").render(ctx))
     write_text(folder / "README.md", env.get_template("README.md.j2").render(ctx))
     width = max(len(k.op) for k in ks)
