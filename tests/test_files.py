@@ -54,3 +54,20 @@ def test_export_onto_dev_null_and_a_fifo(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     line = one_line_error(dltrace("export", str(trace), "--format", "collapsed", "-o", str(tmp_path / "pipe")))
     assert "it is a FIFO, not a file" in line
+
+
+def test_a_shared_json_file_that_is_not_one_reads_as_none(tmp_path):
+    """`dltrace report -o OUT` reads OUT/survey.json: nested 200,000 deep, a FIFO, a link
+    to /dev/zero: each is read as no record at once, never a hang or a traceback."""
+    from tracer.files import read_json_object
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    good = tmp_path / "good.json"
+    good.write_text('{"report": {"x": 1}}')
+    assert [read_json_object(p) for p in (deep, fifo, zero, tmp_path / "none.json")] == [{}, {}, {}, {}]
+    assert read_json_object(good) == {"report": {"x": 1}}

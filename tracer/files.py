@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from tracer.bounded import NotRegular, TooLarge, read_regular
 from tracer.errors import DltraceError
 
 
@@ -116,12 +117,18 @@ SURVEY_JSON = "survey.json"
 REPORT_KEY = "report"
 
 
+#: The most a shared JSON file (survey.json) is read to: a survey's is a few MiB.
+MAX_JSON_BYTES = 64 << 20
+
+
 def read_json_object(path: Path) -> dict[str, Any]:
     """What a JSON file holds when it is an object, {} where there is none or it is not
     one (a survey interrupted before its record was written): each writer of a shared
-    file keeps the other's part."""
+    file keeps the other's part. Only a regular file is read, and at most
+    MAX_JSON_BYTES of it (a FIFO would block, a link to /dev/zero never end); one nested
+    too deeply to parse is none."""
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = json.loads(read_regular(path, MAX_JSON_BYTES))
+    except (OSError, ValueError, RecursionError, NotRegular, TooLarge):
         return {}
     return doc if isinstance(doc, dict) else {}
