@@ -102,3 +102,51 @@ def test_case_error_and_emulated_cpu_round_trip():
     assert CaseError.from_json(record.to_json()) == record
     cpu = EmulatedCpu("neoverse-n1", "Arm Neoverse-N1", "0x413fd0c1", "neoverse-n1", "QEMU")
     assert EmulatedCpu.from_json(cpu.to_json()) == cpu and json.loads(cpu.to_json())["emulated"] is True
+
+
+def test_a_standin_record_and_a_model_record_of_the_wrong_shape_read_as_none():
+    """Fields a file someone else wrote may hold anything: a pass's list of ops an
+    integer, a model's defaults a string or its built_from_primitives a list read as
+    nothing, never a TypeError or ValueError in a later stage."""
+    from tracer.trace_meta import parse_meta
+
+    meta = {"framework": "torch", "primitive": "lenet", "api": "layer", "device": "standin",
+            "standin": {"reached": {"forward": 7, "backward": ["aten::mm.out", 3, ["x"]]}, "registered_by_name": 5},
+            "model": {"defaults": "a string", "built_from_primitives": ["a", "list"], "layers": [1, "conv"],
+                      "workload": "x", "title": 3}}
+    info = parse_meta(meta)
+    assert info.standin is not None and dict(info.standin.reached) == {"backward": ["aten::mm.out"]}
+    assert info.standin.registered_by_name == ()
+    assert (info.model["defaults"], info.model["built_from_primitives"], info.model["workload"]) == ({}, {}, {})
+    assert info.model["layers"] == ["conv"] and info.model["title"] == "3"
+
+
+def test_deep_op_chains_and_stacks_cost_no_recursion_and_bounded_text(tmp_path):
+    """A stand-in trace whose op layer is a 5,000-deep chain, and a python layer 30,000
+    deep exported as collapsed stacks: no RecursionError, and each stack line bounded."""
+    import io
+
+    from tracer.process.standin_needs import standin_needs
+    from tracer.render import collapsed
+    from tracer.render.export import select_trees
+    from tracer.trace import Frame, Node, Run, Trace
+
+    def chain(kind: str, depth: int, lib: str = "") -> Node:
+        root = node = Node(Frame("root", "", "x.forward"), 1, 1)
+        for i in range(depth):
+            child = Node(Frame(kind, "aten", f"aten::op{i}", lib=lib), 1, depth - i)
+            node.children.append(child)
+            node = child
+        return root
+
+    meta = {"framework": "torch", "primitive": "relu", "api": "functional", "device": "standin",
+            "passes": ["forward"], "standin": {"reached": {"forward": ["aten::op4999"]}}}
+    t = Trace(meta, [Run("forward", "warm", {"op": chain("op", 5000, "standin backend")}, {})])
+    needs = standin_needs([t], [], None)
+    assert needs is not None and needs.must_implement == ["aten::op4999"]
+    deep = Trace({**meta, "device": "cpu"}, [Run("forward", "warm", {"python": chain("python", 30000)}, {})])
+    out = io.StringIO()
+    collapsed.write(deep, select_trees(deep, ("python",), ("forward",)), out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 30000 and max(line.count(";") for line in lines) < collapsed.MAX_STACK
+    assert "… 29746 frames …" in lines[-1]

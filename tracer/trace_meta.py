@@ -270,12 +270,36 @@ def _backend(value: Any) -> Backend | None:
     return Backend(str(value.get("key", "")), _dict(value.get("ops")), _dict(value.get("passes")))
 
 
+def _strings(value: Any) -> tuple[str, ...]:
+    """A list of strings; anything else (an integer, a list of lists) is none."""
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
 def _standin(value: Any) -> Standin | None:
+    """The stand-in's record, each pass's list of ops a list of strings (a pass whose
+    list is not one is no list: a file someone else wrote is read, not trusted)."""
     if not isinstance(value, dict) or not isinstance(value.get("reached"), dict):
         return None
     evidence = value.get("evidence")
-    return Standin(value["reached"], tuple(value.get("registered_by_name") or ()),
-                   None if evidence is None else str(evidence))
+    reached = {str(p): list(_strings(ops)) for p, ops in value["reached"].items() if isinstance(ops, list)}
+    return Standin(reached, _strings(value.get("registered_by_name")), None if evidence is None else str(evidence))
+
+
+def _model(value: Any) -> Mapping[str, Any]:
+    """A model's (or a user's workload's) record, its mappings mappings and its lists
+    lists of strings, whatever the file held."""
+    if not isinstance(value, dict):
+        return _EMPTY
+    out = dict(value)
+    for key in ("defaults", "built_from_primitives", "workload", "passes"):
+        if key in out and not isinstance(out[key], dict):
+            out[key] = {}
+    if "layers" in out:
+        out["layers"] = list(_strings(out["layers"]))
+    for key in ("name", "title", "api", "loss", "optimizer"):
+        if key in out and not isinstance(out[key], str):
+            out[key] = str(out[key])[:200]
+    return out
 
 
 def parse_meta(meta: Any) -> TraceMeta:
@@ -297,7 +321,7 @@ def parse_meta(meta: Any) -> TraceMeta:
         standin=_standin(meta.get("standin")), recorded_by=_recorded_by(meta.get("recorded_by")),
         collector=_collector(meta.get("collector")), cpu_capability=_str(meta.get("cpu_capability")),
         blas=_str(meta.get("blas")),
-        onednn_enabled=onednn if isinstance(onednn, bool) else None, model=_dict(meta.get("model")))
+        onednn_enabled=onednn if isinstance(onednn, bool) else None, model=_model(meta.get("model")))
 
 
 # ----------------------------------------------------------------------------- run stats

@@ -59,19 +59,23 @@ def _base(op: str) -> str:
     return op.split(".", 1)[0]
 
 
+#: How many of an op's ancestors are kept (a chain thousands deep, from a file someone
+#: else wrote, must not cost memory by the square of its depth).
+_ANCESTORS = 256
+
+
 def _op_nodes(traces: list[Trace]) -> list[tuple[Node, list[str]]]:
     """Every op-layer node of the traces' warm runs with the names of its ancestors."""
-    out = []
-
-    def walk(n: Node, up: list[str]) -> None:
-        out.append((n, up))
-        for c in n.children:
-            walk(c, [*up, n.frame.name])
-
+    out: list[tuple[Node, list[str]]] = []
     for t in traces:
         for r in t.runs:
             if r.phase == "warm" and "op" in r.layers:
-                walk(r.layers["op"], [])
+                stack: list[tuple[Node, list[str]]] = [(r.layers["op"], [])]  # iterative: a deep chain is no recursion
+                while stack:
+                    n, up = stack.pop()
+                    out.append((n, up))
+                    above = [*up[-_ANCESTORS:], n.frame.name]  # an op's nearest ancestors: op trees are shallow
+                    stack.extend((c, above) for c in reversed(n.children))
     return out
 
 

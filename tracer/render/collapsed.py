@@ -15,6 +15,19 @@ def _clean(name: str) -> str:
     return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
 
 
+#: The most frames a stack line names: a deeper one keeps its outermost and innermost
+#: frames and names how many were left out between them. Each line repeats its whole
+#: stack, so a chain 30,000 deep written in full was 3.7 GB of text.
+MAX_STACK = 256
+
+
+def _stack(names: list[str]) -> str:
+    if len(names) <= MAX_STACK:
+        return ";".join(names)
+    half = MAX_STACK // 2
+    return ";".join([*names[:half], f"… {len(names) - 2 * half + 1} frames …", *names[-half + 1:]])
+
+
 def write(trace: Trace, trees: list[Tree], out: TextSink) -> None:
     for tree in trees:
         names: list[str] = []
@@ -24,5 +37,5 @@ def write(trace: Trace, trees: list[Tree], out: TextSink) -> None:
                 continue
             names.append(_clean(frame_name(node.frame, tree)))
             if own > 0:
-                out.write(";".join(names))
+                out.write(_stack(names))
                 out.write(f" {own}\n")
