@@ -203,7 +203,8 @@ def write(folder: Path, framework: str, name: str, specs: list[CaseSpec], table:
     env = template_env()
     ctx: dict[str, Any] = {"name": name, "device_type": name.upper(), "what": what, "table": table,
                            "entries": table.entries, "tool_version": __version__, "command": code_text(command),
-                           "not_run": NOT_RUN, "models": any(s.primitive in MODELS or s.user is not None for s in specs),
+                           "not_run": NOT_RUN,
+                           "models": any(s.primitive in MODELS or s.user is not None for s in specs),
                            "interface": INTERFACES[framework]}
     if framework == "tensorflow":
         ctx["builders"] = [{"entry": e, "signatures": [{"text": sig, "kernel": _kernel_name(e.op, sig),
