@@ -293,7 +293,8 @@ def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environ
         "model_frameworks": list(dict.fromkeys(r.framework for m in models or [] for r in m.rows)),
     }
     pages = page_names([r.name for r in reports])
-    env.filters["page"] = pages.__getitem__
+    # a framework with only model or workload traces has no page of its own: "" (no link)
+    env.filters["page"] = lambda name: pages.get(name, "")
     # every page's drawings are started first; each page then waits for its own
     started = [(rep, _start_drawings(drawer, rep), drawer.problem) for rep in reports]
     for rep, jobs, problem in started:
