@@ -6,7 +6,6 @@ error. Fast tier: synthetic traces and gap records."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
