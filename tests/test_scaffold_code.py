@@ -89,3 +89,32 @@ def test_force_writes_only_over_a_skeleton_and_never_through_links(tmp_path):
 
     write_text(folder / "README.md", "the skeleton's\n")
     assert not (folder / "README.md").is_symlink() and (other / "kernels.py").read_text() == "their kernels\n"
+
+
+@pytest.mark.parametrize("op", ['aten::x"); import os; os.system("id")  #', "aten::relu\n__import__('os')",
+                                "aten::\u202erelu", "aten::\u0663relu", "aten::relu.out'"])
+def test_an_op_name_that_cannot_be_code_is_refused(op):
+    from tracer.errors import DltraceError
+    from tracer.process.standin_needs import StandinNeeds
+
+    needs = StandinNeeds("standin", "run", "torch", by_pass={"forward": ["aten::relu", op]})
+    with pytest.raises(DltraceError, match="cannot be written into a skeleton"):
+        sc.kernels(needs)
+
+
+@pytest.mark.parametrize("op", ['MatMul"); system("id', "Mat\nMul", "stablehlo.dot general"])
+def test_a_table_op_name_that_cannot_be_code_is_refused(tmp_path, op):
+    from tracer.errors import DltraceError
+
+    table = tables.Table("tensorflow", "1", "registry", "a test", [tables.Entry(op, ("forward",), ())])
+    with pytest.raises(DltraceError, match="cannot be written into a skeleton"):
+        tables.write(tmp_path, "tensorflow", "mydevice", [CaseSpec("relu")], table, "dltrace scaffold")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["os", "json", "typing", "numpy", "torch", "check"])
+def test_a_backend_name_that_shadows_a_module_is_refused(name):
+    from tracer.errors import UsageError
+
+    with pytest.raises(UsageError, match="is taken"):
+        sc.check_name(name)

@@ -51,6 +51,7 @@ def test_deep_tree_round_trip(tmp_path):
         (b'{"format": "dltrace-trace", "version": 1, "meta": {}, "frames": [', "corrupt or truncated"),
         (b'{"hello": "world"}', "not a dltrace trace"),
         (json.dumps({"format": "dltrace-trace", "version": VERSION + 1}).encode(), "not supported"),
+        (json.dumps({"format": "dltrace-trace", "version": True}).encode(), "version 'True' is not supported"),
         (json.dumps({"format": "dltrace-trace", "version": 1, "meta": {}, "frames": [],
                      "runs": [{"pass": "forward"}]}).encode(), "malformed"),
         (gzip.compress(b"not json", mtime=0), "corrupt or truncated"),

@@ -21,6 +21,7 @@ import keyword
 import os
 import re
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +62,16 @@ _RESERVED = frozenset({"annotations", "Any", "torch", "device", "NAME", "KERNELS
 _RANDOM = re.compile(r"bernoulli|dropout|rand|normal_|uniform_|multinomial")
 
 
+#: What an op's name must be to be written into generated code (``aten::addmm.out``).
+OP_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(?:\.\w+)?", re.ASCII)
+
+
 def check_name(name: str) -> str:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
         raise UsageError(f"--name {name!r}: a backend's name is a lower-case Python identifier (e.g. mydevice)")
-    if name in _TAKEN:
-        raise UsageError(f"--name {name!r} is taken (a torch device type or a module the skeleton imports)")
+    if name in _TAKEN or name in sys.stdlib_module_names:
+        raise UsageError(f"--name {name!r} is taken (a torch device type, or a module the skeleton or its check "
+                         "imports: the package would shadow it)")
     return name
 
 
@@ -138,6 +144,9 @@ def kernels(needs: StandinNeeds) -> list[Kernel]:
     out: list[Kernel] = []
     taken = set(_RESERVED)
     for op in needs.must_implement:
+        if not OP_NAME.fullmatch(op):  # it is written into Python as a string and an attribute path
+            raise DltraceError(f"op name {op[:80]!r} cannot be written into a skeleton (namespace::name[.overload], "
+                               "ASCII letters, digits and '_'): refused")
         name = re.sub(r"\W", "_", op.split("::", 1)[1] if op.startswith("aten::") else op)
         while name in taken or keyword.iskeyword(name):
             name += "_"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,8 +198,17 @@ def _constraints(signature: str) -> list[tuple[str, str]]:
     return out
 
 
+#: What an op's name must be to be written into C++ (TensorFlow's ``Conv2DBackpropInput``,
+#: StableHLO's ``stablehlo.dot_general``).
+TABLE_OP = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?", re.ASCII)
+
+
 def write(folder: Path, framework: str, name: str, specs: list[CaseSpec], table: Table, command: str) -> None:
     """Write the table's skeleton into ``folder`` (made by tracer.scaffold.prepare)."""
+    bad = [e.op for e in table.entries if not TABLE_OP.fullmatch(e.op)]
+    if bad:  # written into C++ as identifiers and strings
+        raise DltraceError(f"op name {bad[0][:80]!r} cannot be written into a skeleton (ASCII letters, digits, '_' "
+                           "and a dotted dialect): refused")
     what = describe_cases(specs)
     env = template_env()
     ctx: dict[str, Any] = {"name": name, "device_type": name.upper(), "what": what, "table": table,

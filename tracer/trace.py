@@ -369,7 +369,7 @@ def from_json(doc: Any, where: str = "trace") -> Trace:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise TraceFormatError(f"{where}: not a dltrace trace (no '\"format\": \"{FORMAT}\"' header)")
     version = doc.get("version")
-    if not isinstance(version, int) or version > VERSION or version < 1:
+    if type(version) is not int or version > VERSION or version < 1:  # true is no version (bool is an int)
         raise TraceFormatError(
             f"{where}: trace format version {str(version)[:20]!r} is not supported (this dltrace reads 1..{VERSION})"
         )
