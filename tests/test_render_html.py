@@ -58,3 +58,15 @@ def test_a_report_of_only_gaps_more_of_one_reason_than_a_page_lists(tmp_path):
     assert "… 35 more" in index and "… 15 more" in page
     assert "the fleet&#39;s scheduler went away" in page or "the fleet's scheduler went away" in page
 
+
+
+@pytest.mark.slow
+def test_a_report_says_which_files_it_could_not_read(tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    save(_model_trace("mynet", "user"), folder / "mynet.json")
+    (folder / "broken.json").write_text("{not json")
+    proc = dltrace("report", str(folder), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    index = (tmp_path / "r" / "index.html").read_text()
+    assert 'id="skipped-files">1 file of the trace folders could not be read' in index and "broken.json" in index

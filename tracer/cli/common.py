@@ -233,11 +233,14 @@ def command_line() -> str:
     return "dltrace " + shlex.join(sys.argv[1:])
 
 
-def collect(folders: list[Path]) -> tuple[list[Trace], list[Gap]]:
-    """The traces and gaps under ``folders``; each unreadable file is one line, skipped."""
-    traces, gaps, problems = sv.collect(folders)
-    for p in problems:
+def collect(folders: list[Path], problems: list[str] | None = None) -> tuple[list[Trace], list[Gap]]:
+    """The traces and gaps under ``folders``; each unreadable file is one line, skipped
+    (and added to ``problems``, for a report to say)."""
+    traces, gaps, found = sv.collect(folders)
+    for p in found:
         err.print(message("!", "yellow", f"skipped {p}"), highlight=False, soft_wrap=True)
+    if problems is not None:
+        problems.extend(found)
     return traces, gaps
 
 

@@ -257,7 +257,8 @@ def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples:
 
 
 def _render(folders: list[Path], output: Path) -> None:
-    traces, gaps = collect(folders)
+    skipped: list[str] = []
+    traces, gaps = collect(folders, skipped)
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
     # the primitives make the portability report; the models' steps their own page
@@ -267,7 +268,8 @@ def _render(folders: list[Path], output: Path) -> None:
     whole = [g for g in gaps if g.primitive in MODELS or g.api == USER_API]  # a model's or a workload's step
     reports = survey_reports(prims, [g for g in gaps if g not in whole], k=k)
     cards = scorecard(reports, prims, ElfCode().sizes, k)
-    index = write_report(reports, output, cards=cards, models=model_reports(nets, whole, cards, k, prims))
+    index = write_report(reports, output, cards=cards, models=model_reports(nets, whole, cards, k, prims),
+                         skipped=skipped)
     out.print(f"report: {index}", markup=False, highlight=False)
 
 

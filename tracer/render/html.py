@@ -264,13 +264,16 @@ def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.Sv
 
 
 def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD,
-                 cards: list[ScoreRow] | None = None, models: list[ModelReport] | None = None) -> Path:
+                 cards: list[ScoreRow] | None = None, models: list[ModelReport] | None = None,
+                 skipped: list[str] | None = None) -> Path:
     """Render the report of the portability model (tracer.process.portability) into
     ``out``, the scorecard (tracer.process.scorecard) first on the index, and the
     models' page (tracer.process.models) where model steps were traced; returns the
-    index page."""
+    index page. ``skipped``: the files of the folders that could not be read (the index
+    says how many and why, so that a report of part of its traces says so)."""
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
+    env.globals["skipped"] = skipped or []
     pool = ThreadPoolExecutor(max_workers=graphs.WORKERS)
     try:
         return _write_report(reports, out, env, _Graphs(out, pool), threshold, cards, models)
