@@ -5,6 +5,7 @@ aarch64 machine is at hand, so a native ARM worker is a resource dict here)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -317,5 +318,26 @@ def test_worker_killed_mid_job_becomes_a_gap(frameworks, tmp_path):
         assert isinstance(gaps, list), repr(gaps)
         assert gaps and all(g.kind == "scheduler" for g in gaps)
         assert any("worker" in g.error for g in gaps)
+    finally:
+        procs.stop()
+
+
+def test_a_worker_told_to_stop_ends_within_seconds_when_its_scheduler_is_gone(frameworks, tmp_path):
+    """Two workers were sent SIGTERM as their loopback scheduler stopped and hung for 47
+    minutes in asyncio's shutdown: a worker told to stop ends within seconds, and one
+    whose scheduler is gone ends by itself."""
+    procs = Processes(tmp_path)
+    try:
+        told = procs.worker("--frameworks", "torch", "--no-emulation", "--nthreads", "1")
+        left = procs.worker("--frameworks", "torch", "--no-emulation", "--nthreads", "1")
+        with distributed.Client(procs.address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=120)
+        procs.procs[0].terminate()  # the scheduler goes away
+        procs.procs[0].wait(timeout=30)
+        told.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        told.wait(timeout=fleet.STOP_S + 20)
+        assert time.monotonic() - t0 < fleet.STOP_S + 15
+        left.wait(timeout=fleet.STOP_S * 6 + 60)  # no signal: its scheduler's absence ends it
     finally:
         procs.stop()

@@ -15,19 +15,22 @@ from __future__ import annotations
 
 from tracer import tempdirs
 import asyncio
-import os
 import concurrent.futures
 import ipaddress
 import logging
+import os
 import platform
 import shutil
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from tracer import envs
+from tracer.contract import Exit
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, write_bytes
 from tracer.registry import Framework
@@ -449,8 +452,9 @@ def start_worker(address: str | Scheduler, frameworks: Iterable[Framework], nthr
 
     async def main() -> None:
         local = "[::1]" if host == "::1" else "127.0.0.1"
+        # death_timeout: a scheduler gone for that long ends the worker (it would retry for ever)
         w = Worker(sched.address, nthreads=nthreads, resources=res, name=name, security=sched.security, host=host,
-                   dashboard=False, dashboard_address=f"{local}:0")  # its HTTP endpoints: this machine only
+                   dashboard=False, dashboard_address=f"{local}:0", death_timeout=STOP_S * 6)
         try:
             await asyncio.wait_for(w, CONNECT_S * 3)
         except Exception as exc:
@@ -460,4 +464,30 @@ def start_worker(address: str | Scheduler, frameworks: Iterable[Framework], nthr
         async with w:
             await w.finished()
 
-    asyncio.run(main())
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _stopping)
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        _stop_within(STOP_S)  # asyncio's shutdown cancels Dask's tasks, one of which may not end when cancelled
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+#: Seconds a worker told to stop (SIGTERM, Ctrl-C) has to end before it ends itself.
+STOP_S = 10.0
+
+
+def _stop_within(seconds: float) -> None:
+    """End this process after ``seconds`` unless it has ended by then: a worker told to
+    stop must not hang in asyncio's shutdown (it did, 47 minutes, waiting for a
+    cancelled Dask task that never ended)."""
+    timer = threading.Timer(seconds, lambda: os._exit(Exit.INTERRUPTED))
+    timer.daemon = True
+    timer.start()
+
+
+def _stopping(signum: int, frame: object) -> None:
+    _stop_within(STOP_S)
+    raise KeyboardInterrupt
