@@ -80,8 +80,8 @@ def test_the_registry_refuses_a_bad_example_or_extra(tmp_path, entry, said):
 
 def test_the_table_is_csv_a_spreadsheet_will_not_run():
     cov = WorkloadCoverage("torch", "net", "standin", [
-        CoverageRow("aten::relu_", "aten::relu_", "", ["forward"], 3, []),
-        CoverageRow("=HYPERLINK(1)", "=HYPERLINK(1)", "", ["backward"], 1, ["lenet", "relu"]),
+        CoverageRow("aten::relu_", "aten::relu_", "", ["forward"], 3, [], True),
+        CoverageRow("=HYPERLINK(1)", "=HYPERLINK(1)", "", ["backward"], 1, ["lenet", "relu"], False),
     ])
     rows = list(csv.reader(io.StringIO(coverage_export.to_csv(cov))))
     assert rows[0] == list(coverage_export.COLUMNS)
@@ -105,17 +105,23 @@ def _trace(primitive: str, device: str, ops: dict[str, list[str]], reached: dict
     return Trace(meta, runs)
 
 
-def test_coverage_names_the_builtin_cases_of_the_same_device():
+def test_coverage_names_the_builtin_cases_that_name_each_entry():
     net = _trace("net", "standin", {"forward": ["aten::relu_", "aten::addmm.out"]},
                  {"setup": ["aten::_copy_from"], "forward": ["aten::relu_", "aten::addmm.out"]})
     dense = _trace("dense", "standin", {"forward": ["aten::addmm.out"]}, {"setup": ["aten::_copy_from"]})
-    dense_cpu = _trace("relu", "cpu", {"forward": ["aten::relu_"]})  # another device: not the same evidence
-    cov = coverage("torch", "net", ["aten::_copy_from", "aten::relu_", "aten::addmm.out"], [net], [dense, dense_cpu])
+    relu_cpu = _trace("relu", "cpu", {"forward": ["aten::relu"]})  # the CPU path's op: no overload, not relu_
+    emulated = _trace("tanh", "cpu", {"forward": ["aten::relu_"]})
+    emulated.set_meta("emulated", {"cpu": "a64fx", "model": "A64FX"})  # an emulated path is no list's source
+    items = ["aten::_copy_from", "aten::relu_", "aten::addmm.out"]
+    cov = coverage("torch", "net", items, [net], [dense, relu_cpu, emulated])
     by = {r.op: r for r in cov.rows}
     assert by["aten::addmm.out"].also_in == ["dense"] and by["aten::addmm.out"].overload == "out"
     assert by["aten::addmm.out"].name == "aten::addmm" and by["aten::addmm.out"].calls == 2
     assert by["aten::relu_"].also_in == [] and cov.beyond == ["aten::relu_"]
     assert by["aten::_copy_from"].passes == ["setup"] and by["aten::_copy_from"].also_in == ["dense"]
+    # the lists set apart upstream (the same unit) decide what is beyond, where given
+    given = coverage("torch", "net", items, [net], [dense], beyond=["aten::addmm.out"])
+    assert given.beyond == ["aten::addmm.out"]
 
 
 def test_layer_costs_read_each_layers_factor_and_tolerate_odd_stats():

@@ -29,11 +29,9 @@ class CoverageRow:
     overload: str  # torch's overload name ("out", "Tensor"), "" where the unit has none
     passes: list[str]
     calls: int  # how often the workload's warm step called it, over its passes
-    also_in: list[str]  # built-in cases (primitives, models) whose traces reach it too
-
-    @property
-    def beyond(self) -> bool:
-        return not self.also_in
+    also_in: list[str]  # built-in cases (primitives, models) whose traces name it too
+    #: on no built-in case's list (in the framework's unit): what the workload adds
+    beyond: bool = False
 
 
 @dataclass
@@ -105,6 +103,12 @@ def _default(t: Trace, device: str) -> bool:
     return t.info.device == device and t.info.variant == "default" and t.info.emulated is None
 
 
+def _evidence(t: Trace) -> bool:
+    """A trace a list is read from: a default path on this machine (the CPU, the
+    stand-in), or a GPU path derived here (its variant is its evidence class)."""
+    return t.info.emulated is None and (t.info.variant == "default" or t.info.device == "gpu")
+
+
 def _number(doc: Any, key: str) -> float | None:
     value = doc.get(key) if isinstance(doc, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
@@ -130,31 +134,40 @@ def layer_costs(trace: Trace) -> list[LayerCost]:
     return out
 
 
-def coverage(framework: str, workload: str, items: list[str], traces: list[Trace],
-             builtin: list[Trace]) -> WorkloadCoverage:
+def coverage(framework: str, workload: str, items: list[str], traces: list[Trace], builtin: list[Trace],
+             beyond: list[str] | None = None) -> WorkloadCoverage:
     """``items``: the workload's must-implement list in its framework's unit;
     ``traces``: the workload's traces in that framework; ``builtin``: the framework's
-    traces of its built-in primitives and models."""
+    traces of its built-in primitives and models; ``beyond``: the entries on no built-in
+    case's list (tracer.process.models sets the lists apart; without it, the entries no
+    built-in trace names). An entry is counted and placed in its passes from the first of
+    the workload's stand-in run, CPU path and derived GPU path that names it."""
     standin = next((t for t in traces if _default(t, STANDIN)), None)
     cpu = next((t for t in traces if _default(t, "cpu")), None)
-    source = standin or cpu
-    device = source.info.device if source is not None else ""
-    cov = WorkloadCoverage(framework, workload, device)
+    gpu = [t for t in traces if t.info.device == "gpu" and t.info.emulated is None]
+    sources = [t for t in (standin, cpu, *gpu) if t is not None]
+    cov = WorkloadCoverage(framework, workload, sources[0].info.device if sources else "")
     if cpu is not None:
         cov.costs = layer_costs(cpu)
-    if source is None:
+    if not sources:
         return cov
-    counts = _op_counts(source)
-    reached = _reached(source)
-    others: dict[str, set[str]] = {}
+    seen = [(t.info.device, _reached(t), _op_counts(t)) for t in sources]
+    # what each built-in case's traces name, per device: an entry is set against the
+    # built-in cases' traces of the kind that named it in the workload (a stand-in run
+    # against stand-in runs, a derived GPU path against derived GPU paths)
+    others: dict[str, dict[str, set[str]]] = {}
     for t in builtin:
-        if _default(t, device):
-            others.setdefault(t.info.primitive, set()).update(_names(t))
+        if _evidence(t):
+            others.setdefault(t.info.device, {}).setdefault(t.info.primitive, set()).update(_names(t))
+    outside = set(beyond) if beyond is not None else None
     for op in items:
         name, overload = _split(op)
         bare = op.split(" (")[0]
+        device, reached, counts = next(((d, r, c) for d, r, c in seen if any(bare in ops for ops in r.values())
+                                        or any(bare in cs for cs in c.values())), ("", {}, {}))
         passes = [p for p in _PASSES if bare in reached.get(p, []) or bare in counts.get(p, {})]
         calls = sum(c.get(bare, 0) for c in counts.values())
-        also = [case for case, names in others.items() if bare in names]
-        cov.rows.append(CoverageRow(op, name, overload, passes, calls, also))
+        also = [case for case, names in others.get(device, {}).items() if bare in names]
+        cov.rows.append(CoverageRow(op, name, overload, passes, calls, also,
+                                    op in outside if outside is not None else not also))
     return cov
