@@ -9,6 +9,7 @@ Three TensorFlow processes in all: the float32 traces, the values, the bf16 trac
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -178,6 +179,10 @@ def test_adams_gpu_path_is_derived_from_its_forward_alone(frameworks, tmp_path):
 # ----------------------------------------------------------------------------- bfloat16
 
 
+#: oneDNN's kernels built for a CPU's bfloat16 instructions: AVX-512 BF16, or AMX where the CPU has it
+_BF16_ISA = re.compile(r":(?:avx512_core_bf16|avx512_core_amx\w*|avx10_\d+_512_amx\w*)")
+
+
 def _library(trace: Trace, pass_: str) -> list[str]:
     tree = trace.layer(pass_, "library")
     return [] if tree is None else [n.frame.name for _, n in tree.walk() if n.frame.kind == "library"]
@@ -197,7 +202,9 @@ def test_every_primitive_runs_in_bfloat16_and_reaches_onednns_bf16_kernels(bf16_
     assert any(n.startswith("matmul ") for n in dense) and any(n.startswith("matmul ") for n in attention)
     if bf16_traces[("dense", "functional")].meta["onednn_enabled"] and "avx512_bf16" in isa:
         # a bf16-capable CPU: the brgemm matmul built for its bf16 instructions, forward and backward
-        assert "matmul brg_matmul:avx512_core_bf16" in dense, dense
-        assert set(attention) == {"matmul brg_matmul:avx512_core_bf16"}, attention
+        # (avx512_core_bf16; on a CPU with AMX, oneDNN's AMX kernels: avx512_core_amx, avx10_1_512_amx)
+        assert any(n.startswith("matmul brg_matmul:") and _BF16_ISA.search(n) for n in dense), dense
+        assert attention and all(n.startswith("matmul brg_matmul:") and _BF16_ISA.search(n) for n in attention), \
+            attention
         conv = _library(bf16_traces[("conv2d", "functional")], "backward")
-        assert any("avx512_core_bf16" in n and "backward_weights" in n for n in conv), conv
+        assert any(_BF16_ISA.search(n) and "backward_weights" in n for n in conv), conv
