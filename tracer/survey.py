@@ -29,6 +29,7 @@ from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_bytes, write_text
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
 from tracer.importers.source import short_name
+from tracer.paths import PACKAGE
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
 from tracer.trace import MAX_TRACE_MIB, Trace, TraceFormatError, load, save
@@ -404,6 +405,16 @@ def _publishable(path: Path, inside: Path) -> bytes | None:
     return data
 
 
+def published_source(folder: Path) -> str:
+    """Where an input came from, as a report made to be published says it: inside the
+    tracer package, its path there (``tracer/reference/recorded/...``); elsewhere, the
+    folder's own name alone (its absolute path names this machine's users and folders)."""
+    try:
+        return f"tracer/{folder.resolve().relative_to(PACKAGE).as_posix()}"
+    except ValueError:
+        return folder.name or "."
+
+
 def keep_inputs(folders: Iterable[tuple[str, Path]], root: Path) -> list[dict[str, Any]]:
     """Copy each (name, folder)'s traces and gap records, bytes unchanged, into
     ``root/traces/inputs/NAME/``, and return what was kept: the same ``dltrace report
@@ -427,7 +438,8 @@ def keep_inputs(folders: Iterable[tuple[str, Path]], root: Path) -> list[dict[st
                 target.parent.mkdir(parents=True, exist_ok=True)
                 write_bytes(target, data)
             n += 1
-        kept.append({"name": name, "source": str(folder), "files": n, **({"skipped": skipped} if skipped else {})})
+        kept.append({"name": name, "source": published_source(folder), "files": n,
+                     **({"skipped": skipped} if skipped else {})})
     return kept
 
 
