@@ -15,7 +15,7 @@ from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPat
 from tracer.derive import environment
 from tracer.errors import DltraceError, UsageError
 from tracer.registry import Framework
-from tracer.cli.workloads import WORKLOAD_HELP, equip, parse
+from tracer.cli.workloads import WORKLOAD_HELP, distinct, equip, parse
 from tracer.contract import UserWorkload
 from tracer.runner import DEFAULT_TIMEOUT, check_workload
 
@@ -51,9 +51,7 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     points and the StableHLO ops its compiler must lower); no --check."""
     tables.check_framework(framework, run_check)
     fw = frameworks()[framework]
-    users = [check_workload(parse(w)) for w in workloads]
-    if len({u.name for u in users}) != len(users):
-        raise UsageError("two workloads have one name: give each file a name of its own")
+    users = distinct([check_workload(parse(w)) for w in workloads], framework)
     equip(fw, users)
     cases = [*models, *primitives]
     if framework in tables.TABLES:

@@ -14,7 +14,7 @@ from tracer import survey as sv
 from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds,
                                collect, command_line, err, flat, frameworks, main, out)
 from tracer import tempdirs
-from tracer.cli.workloads import equip, parse, verbose_failure, workload_options
+from tracer.cli.workloads import distinct, equip, parse, verbose_failure, workload_options
 from tracer.contract import MODELS, USER_API, UserWorkload
 from tracer.errors import UsageError
 from tracer.files import ensure_file_parent
@@ -248,12 +248,7 @@ def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples:
             for ex in fw.examples.values():
                 if ex.path.is_file():
                     out[fw.name].append(UserWorkload.parse(str(ex.path)))
-    for fw_name, ws in out.items():
-        seen = [w.name for w in ws]
-        dup = next((n for n in seen if seen.count(n) > 1), None)
-        if dup:
-            raise UsageError(f"two {fw_name} workloads are named {dup}: give each file a name of its own")
-    return out
+    return {fw_name: distinct(ws, fw_name) for fw_name, ws in out.items()}
 
 
 def _render(folders: list[Path], output: Path) -> None:

@@ -54,6 +54,15 @@ def user_workload(primitive: str | None, workload: str | None, name: str | None,
     return parse(workload, name)
 
 
+def distinct(users: list[UserWorkload], framework: str) -> list[UserWorkload]:
+    """``users``, refused when two share a name (their traces and pages would be one)."""
+    names = [u.name for u in users]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise UsageError(f"two {framework} workloads are named {dup}: give each file a name of its own")
+    return users
+
+
 def equip(fw: Framework, users: list[UserWorkload]) -> None:
     """Install the extras the workloads need (an example's, frameworks.yaml) where missing:
     in the framework's environment, and in its GPU build's where that is set up (the GPU

@@ -29,6 +29,12 @@ def make_case(probe: Probe, workload: str, api: str, device: str, shape: tuple[i
     return probe.make_model_case(workload, api, device, shape)
 
 
+def case_passes(case: Any, asked: tuple[str, ...]) -> tuple[str, ...]:
+    """The passes a made case runs of those ``asked``: a user's single step callable
+    has one, the whole step (its forward)."""
+    return ("forward",) if case.private.get("single_step") else asked
+
+
 def make_user_case(probe: Probe, w: UserWorkload, device: str) -> Any:
     """The user's workload as a case on ``device``: its function called with the
     framework's device object, its passes guarded so that a failure names the user's line."""

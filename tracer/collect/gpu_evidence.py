@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
 from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest, UserWorkload
-from tracer.collect.cases import make_case
+from tracer.collect.cases import case_passes, make_case
 from tracer.trace import Frame, Node, Run, Trace
 
 if TYPE_CHECKING:
@@ -49,8 +49,7 @@ def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe,
     """The GPU evidence of one case, its passes (an optimizer step: forward only), as a trace (device "gpu")."""
     case = make_case(probe, case_req.primitive, case_req.api, req.device_select, tuple(case_req.shape),
                      UserWorkload.from_json(case_req.workload))
-    # a user's single step callable is one pass: the whole step
-    passes = ("forward",) if case.private.get("single_step") else case_req.passes
+    passes = case_passes(case, case_req.passes)
     state = case.forward()  # warm: first-call work is not what the step reaches
     if "backward" in passes:  # an optimizer step has none
         case.backward(state)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tracer import __version__, machine
 from tracer.collect import library, sampler
 from tracer.collect.attribution import merge_stats, merge_trees
-from tracer.collect.cases import make_case
+from tracer.collect.cases import case_passes, make_case
 from tracer.collect.collector import CollectorError, python_tracer
 from tracer.collect.gpu_evidence import derive_case
 from tracer.collect.library import StdoutLog
@@ -161,8 +161,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     shape = tuple(case_req.shape)
     user = UserWorkload.from_json(case_req.workload)
     case = make_case(probe, case_req.primitive, case_req.api, req.device_select, shape, user)
-    # a user's single step callable is one pass: the whole step
-    passes = ("forward",) if case.private.get("single_step") else case_req.passes
+    passes = case_passes(case, case_req.passes)
     layers = case_req.layers
     runs: list[Run] = []
 

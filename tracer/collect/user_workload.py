@@ -10,7 +10,7 @@ goes wrong in the user's code is one line naming the user's file and line
 (:class:`WorkloadFailed`); its traceback keeps the user's frames only, never dltrace's.
 
 Imported inside framework environments: the standard library and tracer.contract only
-(tracer.probes.base, for the case, is imported when a case is built).
+(tracer.collect.cases makes the case).
 """
 
 from __future__ import annotations
@@ -70,17 +70,13 @@ class _Bounded(io.TextIOBase):
         return False
 
 
-def bound_output() -> dict[str, _Bounded]:
+def bound_output() -> None:
     """Bound what Python code writes to standard output and error from here on (the
-    user's workload runs in this process); the bounded streams, to read what was dropped."""
-    out: dict[str, _Bounded] = {}
+    user's workload runs in this process)."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if not isinstance(stream, _Bounded):
-            stream = _Bounded(stream)
-            setattr(sys, name, stream)
-        out[name] = stream
-    return out
+            setattr(sys, name, _Bounded(stream))
 
 
 def _first_line(exc: BaseException) -> str:

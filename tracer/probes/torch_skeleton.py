@@ -24,12 +24,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 import torch
 
-from tracer.collect import user_workload
+from tracer.collect.cases import make_user_case
 from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import torch_models
 from tracer.probes import torch as torch_probe
@@ -82,13 +82,9 @@ def _user_case(spec: Spec, dev: torch.device) -> tuple[Any, list[torch.Tensor], 
     seeded first): (case, its parameters, their names, whether it is one step callable)."""
     w = UserWorkload.from_json(spec.user)
     assert w is not None
-    torch_probe.before_workload()  # as the probe does (torchvision on torch's CPU build)
-    fn = user_workload.load(w)
-    torch.manual_seed(0)
-    forward, backward, params = user_workload.steps(w, fn, dev)
-    tensors = [p for p in params or [] if isinstance(p, torch.Tensor)]
-    case = SimpleNamespace(forward=forward, backward=backward)
-    return case, tensors, [f"parameter #{i}" for i in range(len(tensors))], backward is None
+    case = make_user_case(torch_probe, w, str(dev))  # the probe's own way: seeded, torchvision on the CPU build
+    tensors = [p for p in case.private["parameters"] or [] if isinstance(p, torch.Tensor)]
+    return case, tensors, [f"parameter #{i}" for i in range(len(tensors))], case.private["single_step"]
 
 
 def _run(spec: Spec, dev: torch.device, observe: bool = True) -> Run:
