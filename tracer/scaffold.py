@@ -97,7 +97,7 @@ def stand_in(fw: Framework, specs: list[CaseSpec], timeout: float = DEFAULT_TIME
         failed = [r for r in results if r.error]
         if failed:
             r = failed[0]
-            raise ProbeFailed(f"torch {r.spec.primitive} ({r.spec.api}) on the stand-in device: {r.error}")
+            raise ProbeFailed(f"{fw.name} {r.spec.primitive} ({r.spec.api}) on the stand-in device: {r.error}")
         return [r.load() for r in results]
 
 

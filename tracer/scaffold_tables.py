@@ -1,22 +1,16 @@
-"""The registration table of a backend interface that cannot be stood in here, as a
-skeleton that was NOT RUN (``dltrace scaffold tensorflow`` / ``dltrace scaffold jax``).
+"""The registration table of a backend interface that is not stood in here, as a
+skeleton that was NOT RUN (``dltrace scaffold tensorflow``).
 
-TensorFlow's PluggableDevice and a JAX PJRT plugin are C API plugins: nothing in
-Python can play them as torch's stand-in device plays PrivateUse1, so no skeleton of
-theirs can be checked here. What can be written is the list the report computes,
-from the same runs, as the skeleton of that interface's registration table:
+TensorFlow's PluggableDevice is a C API plugin that dltrace does not yet play (torch's
+and JAX's skeletons are run: tracer.scaffold, tracer.scaffold_jax). What is written is
+the list the report computes, from the same runs, as the skeleton of that interface's
+registration table:
 
-- TensorFlow: the CPU run's kernel registry over the ops the step executed (a
-  trace's ``dispatch`` meta, read by tracer.process.backend_needs as the report's
-  must-implement figure is), one ``TF_RegisterKernelBuilder`` per op and type
-  signature, the signatures read from a run of the same cases with TensorFlow's op
-  callback (tracer.probes.tensorflow_dtypes);
-- JAX: the StableHLO ops the step's primitives lower to for the GPU platforms (the
-  derived GPU evidence: tracer.probes.jax's gpu_evidence, read per pass by
-  tracer.process.backend_needs.pass_needs), which a PJRT plugin's
-  ``PJRT_Client_Compile`` must lower.
-
-Each skeleton's files say NOT RUN; ``--check`` is torch's only.
+the CPU run's kernel registry over the ops the step executed (a trace's ``dispatch``
+meta, read by tracer.process.backend_needs as the report's must-implement figure is),
+one ``TF_RegisterKernelBuilder`` per op and type signature, the signatures read from
+a run of the same cases with TensorFlow's op callback
+(tracer.probes.tensorflow_dtypes). Its files say NOT RUN; there is no ``--check``.
 """
 
 from __future__ import annotations
@@ -31,11 +25,10 @@ from typing import Any
 
 from tracer import __version__, envs, tempdirs
 from tracer.contract import MODELS, Exit
-from tracer.derive import environment
 from tracer.errors import DltraceError, ProbeFailed, UsageError
 from tracer.files import write_text
 from tracer.paths import code_path
-from tracer.process.backend_needs import backend_needs, pass_needs
+from tracer.process.backend_needs import backend_needs
 from tracer.process.scorecard import interface_entries
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
@@ -43,7 +36,7 @@ from tracer.scaffold import INTERFACES, MANIFEST, code_text, describe_cases, tem
 from tracer.trace import Trace
 
 #: The frameworks whose registration table is written, and the interface's name.
-TABLES = {"tensorflow": "PluggableDevice", "jax": "PJRT plugin"}
+TABLES = {"tensorflow": "PluggableDevice"}
 NOT_RUN = "NOT RUN"
 #: TensorFlow's dtype names as the C API's TF_DataType (tensorflow/c/tf_datatype.h).
 TF_DATATYPE = {"float32": "TF_FLOAT", "float64": "TF_DOUBLE", "int32": "TF_INT32", "uint8": "TF_UINT8",
@@ -59,12 +52,12 @@ def check_framework(framework: str, run_check: bool) -> None:
     if framework in TABLES and run_check:
         raise UsageError(f"--check runs a skeleton, and {framework}'s ({INTERFACES[framework]}) cannot be built "
                          f"or run here: dltrace scaffold {framework} writes its registration table, NOT RUN "
-                         "(--check is torch's only)")
-    if framework not in TABLES and framework != "torch":
+                         "(--check is torch's and JAX's)")
+    if framework not in TABLES and framework not in ("torch", "jax"):
         interface = INTERFACES.get(framework, "an interface dltrace does not know")
         raise UsageError(f"{framework}'s new-device interface is {interface}: it cannot be stood in from Python "
-                         "here, so dltrace scaffold writes torch's backend, and TensorFlow's and JAX's "
-                         "registration tables (not run)")
+                         "here, so dltrace scaffold writes torch's and JAX's backends, and TensorFlow's "
+                         "registration table (not run)")
 
 
 @dataclass(frozen=True)
@@ -101,11 +94,9 @@ def _passes(traces: list[Trace]) -> dict[str, tuple[str, ...]]:
 
 def run_cases(fw: Framework, specs: list[CaseSpec], kind: str, timeout: float, command: str) -> list[Trace]:
     """The cases' traces from one probe process: TensorFlow's CPU run (its kernel
-    registry in the traces' meta), or JAX's derived GPU evidence (``kind``
-    "gpu-evidence", in the environment ``dltrace derive`` uses)."""
-    env = environment(fw) if kind == "gpu-evidence" else fw
+    registry in the traces' meta)."""
     with tempdirs.owned("dltrace-scaffold-") as tmp:
-        results = run_probe(env, specs, tmp, timeout=timeout, command=command, kind=kind)
+        results = run_probe(fw, specs, tmp, timeout=timeout, command=command, kind=kind)
         failed = [r for r in results if r.error]
         if failed:
             r = failed[0]
@@ -152,31 +143,6 @@ def tensorflow_table(traces: list[Trace], dtypes: dict[str, list[list[list[str]]
                  "executed (its profiler's host trace)", entries)
 
 
-def jax_table(traces: list[Trace]) -> Table:
-    """The report's per-pass list (backend_needs.pass_needs over the derived GPU
-    evidence, interface entries only), with the primitives lowered to each op."""
-    found = pass_needs(traces)
-    if not found:
-        raise DltraceError("the run derived no GPU evidence (no backend meta in its traces)")
-    passes: dict[str, dict[str, None]] = {}
-    for pn in found:
-        for op in interface_entries(pn.must_implement):
-            passes.setdefault(op, {})[pn.pass_] = None
-    prims: dict[str, dict[str, None]] = {}
-    for t in traces:
-        for table in (t.info.backend.passes.values() if t.info.backend is not None else ()):
-            for prim, row in (table or {}).items():
-                if isinstance(row, dict) and row.get("must"):
-                    for op in row.get("implement") or ():
-                        prims.setdefault(str(op), {})[prim] = None
-    entries = [Entry(op, tuple(p), tuple(prims.get(op, {}))) for op, p in passes.items()]
-    if not entries:
-        raise DltraceError("the derived GPU evidence names no StableHLO op to lower")
-    evidence = min((pn.evidence for pn in found), key=("compiled", "lowered").index)
-    read = next((t.info.provenance.read for t in traces if t.info.provenance is not None), "")
-    return Table("jax", _version(traces), evidence, read, entries)
-
-
 def _version(traces: list[Trace]) -> str:
     return str(traces[0].info.framework_version or "?")
 
@@ -216,19 +182,13 @@ def write(folder: Path, framework: str, name: str, specs: list[CaseSpec], table:
                            "not_run": NOT_RUN,
                            "models": any(s.primitive in MODELS or s.user is not None for s in specs),
                            "interface": INTERFACES[framework]}
-    if framework == "tensorflow":
-        ctx["builders"] = [{"entry": e, "signatures": [{"text": sig, "kernel": _kernel_name(e.op, sig),
-                                                        "constraints": _constraints(sig)}
-                                                       for sig in (e.notes or ("",))]} for e in table.entries]
-        write_text(folder / "kernels.cc", env.get_template("tensorflow_kernels.cc.j2").render(ctx))
-        write_text(folder / "README.md", env.get_template("tensorflow_README.md.j2").render(ctx))
-        header = "op kernels a PluggableDevice registers"
-        notes = "type signatures the step ran"
-    else:
-        write_text(folder / "pjrt_plugin.cc", env.get_template("jax_pjrt_plugin.cc.j2").render(ctx))
-        write_text(folder / "README.md", env.get_template("jax_README.md.j2").render(ctx))
-        header = "StableHLO ops a PJRT plugin's compiler must lower"
-        notes = "the JAX primitives lowered to it"
+    ctx["builders"] = [{"entry": e, "signatures": [{"text": sig, "kernel": _kernel_name(e.op, sig),
+                                                    "constraints": _constraints(sig)}
+                                                   for sig in (e.notes or ("",))]} for e in table.entries]
+    write_text(folder / "kernels.cc", env.get_template("tensorflow_kernels.cc.j2").render(ctx))
+    write_text(folder / "README.md", env.get_template("tensorflow_README.md.j2").render(ctx))
+    header = "op kernels a PluggableDevice registers"
+    notes = "type signatures the step ran"
     width = max(len(e.op) for e in table.entries)
     write_text(folder / "ops.txt", "".join(
         [f"# {NOT_RUN}: the {header} for {what}: op, the passes that reached it, {notes}\n",

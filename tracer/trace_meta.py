@@ -147,6 +147,7 @@ class Standin:
     reached: Mapping[str, Any]
     registered_by_name: tuple[Any, ...] = ()
     evidence: str | None = None
+    unit: str | None = None  # what one op of its list is (torch: an op at the dispatch key; JAX: a StableHLO op)
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,9 @@ def _standin(value: Any) -> Standin | None:
         return None
     evidence = value.get("evidence")
     reached = {str(p): list(_strings(ops)) for p, ops in value["reached"].items() if isinstance(ops, list)}
-    return Standin(reached, _strings(value.get("registered_by_name")), None if evidence is None else str(evidence))
+    unit = value.get("unit")
+    return Standin(reached, _strings(value.get("registered_by_name")), None if evidence is None else str(evidence),
+                   unit if isinstance(unit, str) else None)
 
 
 def _model(value: Any) -> Mapping[str, Any]:

@@ -9,10 +9,10 @@ import click
 
 from tracer import envs
 from tracer import scaffold as sc
+from tracer import scaffold_jax
 from tracer import scaffold_tables as tables
 from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds, command_line, err, \
     frameworks, main, out
-from tracer.derive import environment
 from tracer.errors import DltraceError, UsageError
 from tracer.registry import Framework
 from tracer.cli.workloads import WORKLOAD_HELP, distinct, equip, parse
@@ -34,21 +34,23 @@ from tracer.runner import DEFAULT_TIMEOUT, check_workload
 @click.option("--check", "run_check", is_flag=True,
               help="Run the steps on the skeleton: exit 0 only when they match the CPU, no op outside the list is "
                    "reached and each op on it is needed.")
-@click.option("--name", default="mydevice", show_default=True, help="The backend's name (PrivateUse1 renamed).")
+@click.option("--name", default="mydevice", show_default=True,
+              help="The backend's name (torch: PrivateUse1 renamed; its package's name).")
 @click.option("--force", is_flag=True, help="Write into a folder that is not empty.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the stand-in run, or the check, is stopped.")
 def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...], workloads: tuple[str, ...],
              api: str | None, folder: Path, run_check: bool, name: str, force: bool, timeout: float) -> None:
-    """Write a minimal torch backend (PrivateUse1, in Python) that registers exactly the
-    ops the stand-in device says a backend must implement for MODEL's training step
-    (or PRIMITIVES), each computing on the CPU, every other op refused; with --check,
-    prove it. With --check and neither --model nor --primitives: check the skeleton
-    already in the folder (after editing its kernels).
+    """Write a minimal backend that holds exactly the ops the stand-in device says a
+    backend must implement for MODEL's training step (or PRIMITIVES, or your
+    workload), each computing on the CPU, every other op refused; with --check, prove
+    it. torch: a PrivateUse1 backend in Python; jax: the op table of the StableHLO ops
+    a PJRT plugin must execute, run by dltrace's consumer. With --check and neither
+    --model nor --primitives: check the skeleton already in the folder (after editing
+    its kernels).
 
-    tensorflow and jax: write the list as the skeleton of the interface's registration
-    table, NOT RUN (a PluggableDevice's kernel registrations in C; a PJRT plugin's entry
-    points and the StableHLO ops its compiler must lower); no --check."""
+    tensorflow: write the list as the skeleton of a PluggableDevice's kernel
+    registrations, NOT RUN; no --check."""
     tables.check_framework(framework, run_check)
     fw = frameworks()[framework]
     users = distinct([check_workload(parse(w)) for w in workloads], framework)
@@ -70,16 +72,21 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
         sc.prepare(folder, force)  # before the run: its result must not be lost to a bad folder
         try:
             envs.python_for(fw)
-            with err.status(f"running {running} on torch's stand-in device…"):
+            with err.status(f"running {running} on {framework}'s stand-in device…"):
                 traces = sc.stand_in(fw, specs, timeout, command_line())
         except BaseException:  # a run that could not start or failed leaves no folder it made
             if made and not any(folder.iterdir()):
                 folder.rmdir()
             raise
-        ks = sc.write(folder, name, specs, traces, command_line())
+        if framework == "jax":
+            ks = scaffold_jax.write(folder, name, specs, traces, command_line())
+            what = f"{name}/ops.py holds {len(ks)} StableHLO ops"
+        else:
+            ks = sc.write(folder, name, specs, traces, command_line())
+            what = f"{name}/kernels.py registers {len(ks)} ops"
         passes = {p: sum(p in k.passes for k in ks) for p in ("setup", "forward", "backward")}
-        out.print(f"{folder}: {name}/kernels.py registers {len(ks)} ops "
-                  f"({', '.join(f'{p} {n}' for p, n in passes.items())}; ops.txt lists them)",
+        out.print(f"{folder}: {what} "
+                  f"({', '.join(f'{p} {n}' for p, n in passes.items() if n or p != 'setup')}; ops.txt lists them)",
                   markup=False, highlight=False, soft_wrap=True)
     elif api is not None or force or name != "mydevice":
         raise UsageError("--api, --name and --force shape a skeleton being written: give --model, --primitives or "
@@ -95,28 +102,23 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
 
 def _table(fw: Framework, workloads: list[str], api: str | None, folder: Path, name: str, force: bool,
            timeout: float, users: list[UserWorkload]) -> None:
-    """TensorFlow's or JAX's registration table, from the report's evidence, NOT RUN."""
+    """TensorFlow's registration table, from the report's evidence, NOT RUN."""
     sc.check_name(name)
     specs = sc.plan(fw, workloads, api, users)
     workloads = [*workloads, *(u.name for u in users)]
     made = not folder.exists()
     sc.prepare(folder, force)
     try:
-        envs.python_for(environment(fw) if fw.name == "jax" else fw)
-        if fw.name == "tensorflow":
-            with err.status(f"running {', '.join(workloads)} on TensorFlow's CPU path…"):
-                traces = tables.run_cases(fw, specs, "trace", timeout, command_line())
-            with err.status("reading the dtypes the ops ran with…"):
-                table = tables.tensorflow_table(traces, tables.tensorflow_dtypes(fw, specs, timeout))
-        else:
-            with err.status(f"lowering {', '.join(workloads)} for JAX's GPU platforms…"):
-                traces = tables.run_cases(fw, specs, "gpu-evidence", timeout, command_line())
-            table = tables.jax_table(traces)
+        envs.python_for(fw)
+        with err.status(f"running {', '.join(workloads)} on TensorFlow's CPU path…"):
+            traces = tables.run_cases(fw, specs, "trace", timeout, command_line())
+        with err.status("reading the dtypes the ops ran with…"):
+            table = tables.tensorflow_table(traces, tables.tensorflow_dtypes(fw, specs, timeout))
     except BaseException:  # a run that could not start or failed leaves no folder it made
         if made and not any(folder.iterdir()):
             folder.rmdir()
         raise
     tables.write(folder, fw.name, name, specs, table, command_line())
-    what = "kernels.cc registers" if fw.name == "tensorflow" else "pjrt_plugin.cc's compiler must lower"
-    out.print(f"{folder}: {what} {len(table.entries)} ops ({table.evidence} evidence; ops.txt lists them), "
+    out.print(f"{folder}: kernels.cc registers {len(table.entries)} ops ({table.evidence} evidence; ops.txt lists "
+              "them), "
               f"{tables.NOT_RUN}: written, neither compiled nor run", markup=False, highlight=False, soft_wrap=True)

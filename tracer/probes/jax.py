@@ -29,7 +29,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 
-from tracer.probes import base, jax_models  # noqa: E402
+from tracer.contract import STANDIN_LIB  # noqa: E402
+from tracer.probes import base, jax_models, jax_standin  # noqa: E402
 
 if TYPE_CHECKING:  # the annotations only (jax is Any to mypy: not installed where it runs)
     from jax.extend.core import Jaxpr, JaxprEqn, Primitive
@@ -203,7 +204,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     info = {"jit": not jax.config.jax_disable_jit, "layout": "NCHW" if len(shape) == 4 else "NF",
             "dtype": base.dtype(), **({"defaults": _DEFAULTS[primitive]} if primitive in _DEFAULTS else {})}
     if primitive == "adam":
-        return _adam_case(f, put, shape, dev, info)
+        return _on(device, _adam_case(f, put, shape, dev, info))
     if primitive == "embedding":
         args = [put(base.embed_table()), *map(put, _data(primitive, shape))]
     else:
@@ -234,7 +235,7 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
             jax.block_until_ready(last[0])
 
     private = {"f": f, "args": args, "wrt": wrt, "ones": ones, "device": dev}
-    return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
+    return _on(device, base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private))
 
 
 def _adam_case(f: Callable[..., Any], put: Callable[[np.ndarray], jax.Array], shape: tuple[int, ...], dev: Any,
@@ -261,7 +262,21 @@ def _adam_case(f: Callable[..., Any], put: Callable[[np.ndarray], jax.Array], sh
     return base.Case(forward=forward, backward=backward, sync=sync, info=info, private=private)
 
 
+#: The device selector of the stand-in backend (frameworks.yaml devices: standin).
+STANDIN = "standin"
+
+
+def device_available(device: str) -> bool:
+    """The stand-in (``--device standin``) is always there: this process plays it; a GPU
+    is there when JAX sees one."""
+    return device == STANDIN or gpu_available()
+
+
 def _device(device: str) -> Any:
+    """JAX's device; the stand-in's arrays live on the host (its programs are run op by
+    op by tracer.probes.jax_standin in :func:`record_ops`)."""
+    if device == STANDIN:
+        return jax.devices("cpu")[0]
     try:
         return jax.devices(device)[0]
     except RuntimeError as exc:
@@ -279,13 +294,21 @@ def workload_case(build: Callable[[Any], base.Case], device: str) -> base.Case:
     case.private["device"] = dev
     case.private["workload"] = True
     case.info.update({"jit": not jax.config.jax_disable_jit})
-    return base.within(case, lambda: jax.default_device(dev), jax.block_until_ready)
+    return _on(device, base.within(case, lambda: jax.default_device(dev), jax.block_until_ready))
 
 
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe): tracer/probes/jax_models.py."""
     base.check_model(model, api, shape)
-    return jax_models.training_step(model, api, _device(device), shape)
+    return _on(device, jax_models.training_step(model, api, _device(device), shape))
+
+
+def _on(device: str, case: base.Case) -> base.Case:
+    """``case``, marked as the stand-in's where it runs there: its op layer then runs the
+    pass's programs on the stand-in (:func:`_standin_record`)."""
+    if device == STANDIN:
+        case.info["standin"] = jax_standin.describe()
+    return case
 
 
 _HLO_STRUCTURAL = {"parameter", "constant", "tuple", "get-tuple-element"}
@@ -392,20 +415,22 @@ def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
     return base.merge_siblings(out)
 
 
-def _ran_programs(run: Callable[[], object]) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
+def _ran_programs(run: Callable[[], object], values: bool = False) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
     """The programs ``run()`` (a user's pass, whose programs dltrace cannot name in
-    advance) dispatches, as (function, argument shapes): JAX's caches are cleared first,
-    so that each jitted program (a ``jax.jit``, a pullback, an eager primitive's own
-    little program) passes once through JAX's Python dispatch, where its closed jaxpr is
-    read. The pass runs once more for it (one more step of the user's training)."""
+    advance) dispatches, as (function, argument shapes), or with ``values`` the
+    arguments themselves (host copies, taken before the call: a donated buffer is gone
+    after it): JAX's caches are cleared first, so that each jitted program (a
+    ``jax.jit``, a pullback, an eager primitive's own little program) passes once
+    through JAX's Python dispatch, where its closed jaxpr is read. The pass runs once
+    more for it (one more step of the user's training)."""
     from jax._src import core as jcore
     from jax._src import pjit as jpjit
 
-    seen: list[Any] = []
+    seen: list[tuple[Any, Any]] = []
     original = jpjit._pjit_call_impl_python
 
     def capture(*args: Any, jaxpr: Any, **params: Any) -> Any:
-        seen.append(jaxpr)
+        seen.append((jaxpr, [np.array(a) for a in args] if values else None))
         return original(*args, jaxpr=jaxpr, **params)
 
     jax.clear_caches()
@@ -415,9 +440,10 @@ def _ran_programs(run: Callable[[], object]) -> list[tuple[Callable[..., Any], S
     finally:
         jpjit._pjit_call_impl_python = original
     out: list[tuple[Callable[..., Any], Sequence[Any]]] = []
-    for closed in seen:
+    for closed, held in seen:
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
-        out.append((jcore.jaxpr_as_fun(closed), structs))  # curried: a function of the arguments
+        # curried: a function of the arguments
+        out.append((jcore.jaxpr_as_fun(closed), structs if held is None else held))
     return out
 
 
@@ -440,7 +466,7 @@ def _pass_programs(case: base.Case, pass_: str,
         if key not in p:
             if run is None:
                 raise base.ProbeError("a workload's programs are read from a run of its pass")
-            p[key] = _ran_programs(run)
+            p[key] = _ran_programs(run, values=case.info.get("standin") is not None)
         ran: list[tuple[Callable[..., Any], Sequence[Any]]] = p[key]
         return ran
     f = p["f"]
@@ -493,7 +519,9 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
     programs are the ones the pass runs (:func:`_pass_programs`: a model's backward runs
     the pullback and the update, two programs, whose instructions are listed together),
     compiled here as a whole (``run`` is not needed: nothing is learnt from running it
-    again)."""
+    again). On the stand-in, the programs run there (:func:`_standin_record`)."""
+    if case.info.get("standin") is not None:
+        return _standin_record(case, pass_, run)
     programs = _pass_programs(case, pass_, run)
     ops = base.merge_siblings([n for jaxpr in _jaxpr(programs) for n in _jaxpr_nodes(jaxpr)])
     platform = case.private["device"].platform
@@ -504,6 +532,36 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
         if len(programs) > 1:
             info["programs"] = len(programs)
     return base.OpRecord(ops, "jax (jaxpr, compiled HLO)", info)
+
+
+def _standin_record(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
+    """The pass's programs (:func:`_pass_programs`) run op by op on the stand-in
+    (tracer.probes.jax_standin), each program's outputs checked against JAX's own run of
+    it: the ops it executed, per program, are what a PJRT plugin had to execute
+    (``standin.reached``, in first-run order)."""
+    consumer = jax_standin.Consumer()
+    ctx = jax_standin.context()
+    programs = []
+    for i, (fn, fargs) in enumerate(_pass_programs(case, pass_, run)):
+        before = dict(consumer.executed.counts)
+        try:
+            got = jax_standin.run_program(fn, fargs, consumer, ctx)
+        except Exception as exc:  # noqa: BLE001 - an op the stand-in cannot compute: the probe's one line
+            raise base.ProbeError(f"the stand-in could not run program {i + 1} of the {pass_} pass: "
+                                  f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}") \
+                from None
+        wrong = jax_standin.differs(got, jax.tree_util.tree_leaves(jax.jit(fn)(*fargs)))
+        if wrong:
+            raise base.ProbeError(f"the stand-in's run of program {i + 1} of the {pass_} pass is not JAX's: {wrong}")
+        ran = {op: n - before.get(op, 0) for op, n in consumer.executed.counts.items() if n > before.get(op, 0)}
+        kids = [base.op_node(op, op.split(".", 1)[0], STANDIN_LIB, n) for op, n in ran.items()]
+        programs.append(base.op_node(getattr(fn, "__name__", "program"), "jax", children=kids))
+    case.info["standin"]["reached"][pass_] = list(consumer.executed.counts)
+    nested = consumer.executed.nested
+    if nested:
+        case.info["standin"].setdefault("nested", {}).update(nested)
+    return base.OpRecord(base.merge_siblings(programs), "jax (StableHLO run op by op on the stand-in)",
+                         {"platform": STANDIN, "programs": len(programs)})
 
 
 #: The GPU platforms JAX lowers for: StableHLO for each is produced here, on the CPU.

@@ -84,6 +84,7 @@ def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
 def describe() -> dict[str, Any]:
     """What the trace's meta says of the stand-in: never a GPU, a run on this CPU."""
     return {"evidence": "run on the stand-in device",
+            "unit": "ops that reached the stand-in backend's dispatch key (PrivateUse1)",
             "backend": f"PrivateUse1 renamed '{NAME}': a Python boxed fallback (torch.library) that records each op "
                        "reaching the backend and computes it with torch's CPU kernels",
             "registered_by_name": [f"aten::{n}" for n in torch_device.ONLY_NEW_BACKENDS],

@@ -70,6 +70,28 @@ class Figure:
     unit: str = ""  # what one counted thing is, where the column's definition leaves it to the framework
     items: list[str] = field(default_factory=list)  # the whole list behind the figure (survey.json)
     evidence: str = ""  # what the figure rests on, where its sources differ in strength (LIST_EVIDENCE)
+    beside: Beside | None = None  # a run's list: what the registry or the compiler said, and the differences
+
+
+@dataclass
+class Beside:
+    """The list a run's list is set beside (the kernel registry's, the compiler's), and
+    the differences both ways."""
+
+    evidence: str
+    value: str
+    run_only: list[str]
+    other_only: list[str]
+
+    def said(self) -> str:
+        parts = [f"the {self.evidence} list: {self.value}"]
+        if self.run_only:
+            parts.append(f"run only: {', '.join(self.run_only)}")
+        if self.other_only:
+            parts.append(f"{self.evidence} only: {', '.join(self.other_only)}")
+        if not self.run_only and not self.other_only:
+            parts.append("the same ops")
+        return "; ".join(parts)
 
 
 #: What a must-implement list rests on, strongest first: a run on a stand-in backend, the
@@ -180,14 +202,28 @@ def decision_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[
 
 
 def needs_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Figure, Figure]:
-    """From the stand-in device's run where the framework has one (torch); else from its
+    """From the stand-in device's run where the framework has one (torch, JAX), with the
+    list read from its tables or its compiler beside it (:class:`Beside`); else from its
     own dispatch tables (TensorFlow's kernel registry); else from the audit's per-pass
     lists, whose evidence class the cell names (JAX's lowering, Chainer's forward_gpu
     source, MXNet's CPU operators)."""
     k = k or knowledge()
     ran = [r.standin for r in rep.audit if r.standin is not None]
     if ran:
-        return _run_needs(rep, ran, k)
+        implement, gets = _run_needs(rep, ran, k)
+        read = _read_needs(rep, k)
+        other = read[0] if read is not None else None
+        if other is not None and other.items and other.evidence != "recorded":
+            implement.beside = Beside(other.evidence, other.value,
+                                      [op for op in implement.items if op not in other.items],
+                                      [op for op in other.items if op not in implement.items])
+        return implement, gets
+    return _read_needs(rep, k) or _pass_needs(rep, k)
+
+
+def _read_needs(rep: FrameworkReport, k: Knowledge) -> tuple[Figure, Figure] | None:
+    """The list read without running on a backend: the framework's dispatch tables, or
+    its compiler's per-pass lists (None without either)."""
     with_table = [r.primitive for r in rep.audit if r.needs is not None]
     if with_table:
         return _table_needs(rep, with_table, k)
@@ -204,10 +240,11 @@ def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds], k: Knowledge) -> t
         free.update(dict.fromkeys(run.free))
     link = _page(rep, "audit-table")
     entries = interface_entries(must, k)
-    implement = Figure(str(len(entries)), f"run on the {ran[0].device} device: {len(ran)} primitive(s), "
-                       "setup (copies to the device) included", link, entries[:10],
-                       unit=f"ops that reached the {ran[0].device} backend's dispatch key", items=entries,
-                       evidence="run")
+    setup = any(run.by_pass.get("setup") for run in ran)
+    implement = Figure(str(len(entries)), f"run on the {ran[0].device} device: {len(ran)} primitive(s)"
+                       + (", setup (copies to the device) included" if setup else ""), link, entries[:10],
+                       unit=ran[0].unit or f"ops that reached the {ran[0].device} backend's dispatch key",
+                       items=entries, evidence="run")
     gets = Figure(str(len(free)), f"ops the run called that never reached the backend ({rep.name} computed them)",
                   link, list(free)[:10])
     if len(ran) < len(rep.primitives):

@@ -42,6 +42,7 @@ class StandinNeeds:
     device: str
     evidence: str
     framework: str = ""
+    unit: str = ""  # what one op of the list is, as the stand-in says
     by_pass: dict[str, list[str]] = field(default_factory=dict)  # pass -> ops reached, in first-call order
     by_name: list[str] = field(default_factory=list)  # ops the framework routes only to new backends
     free: list[str] = field(default_factory=list)  # its ops the step called that it computed itself
@@ -128,7 +129,7 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
     if not metas:
         return None
     out = StandinNeeds(standin[0].info.device, EVIDENCE if metas[0].evidence is None else metas[0].evidence,
-                       standin[0].info.framework)
+                       standin[0].info.framework, metas[0].unit or "")
     for m in metas:
         for pass_, ops in m.reached.items():
             have = out.by_pass.setdefault(str(pass_), [])

@@ -27,7 +27,8 @@ def _framework(rep: FrameworkReport, card: ScoreRow, verdict: FrameworkVerdict |
     found = decisions(rep)
     figures = {key: {"header": COLUMNS[key], "definition": EXPLAIN[key], "headline": key in HEADLINE,
                      "value": f.value, "unit": f.unit, "explain": f.explain, "thin": f.thin, "evidence": f.evidence,
-                     "items": f.items or f.details} for key, f in card.figures.items()}
+                     "items": f.items or f.details, **({"beside": dataclasses.asdict(f.beside)} if f.beside else {})}
+               for key, f in card.figures.items()}
     cells = [{"primitive": c.primitive, "pass": c.pass_,
               "cpu": {"op": c.cpu.op, "kernel": c.cpu.kernel, "library": c.cpu.library} if c.cpu else None,
               "gpu": ({"evidence": e.evidence, "op": e.op, "kernel": e.kernel, "library": e.library}
@@ -50,7 +51,8 @@ def _models(models: list[ModelReport]) -> dict[str, Any]:
     return {m.model: {"title": m.title, "frameworks": {r.framework: {
         "version": r.version,
         "implement": {"value": r.implement.value, "unit": r.implement.unit, "evidence": r.implement.evidence,
-                      "thin": r.implement.thin, "items": r.implement.items},
+                      "thin": r.implement.thin, "items": r.implement.items,
+                      **({"beside": dataclasses.asdict(r.implement.beside)} if r.implement.beside else {})},
         "beyond_primitives": r.beyond, "decision_sites": r.decisions.items, "libraries": r.libraries,
         "levels": [dataclasses.asdict(lv) for lv in r.levels], "gaps": r.gaps,
         "gpu": [dataclasses.asdict(g) for g in r.gpu],
