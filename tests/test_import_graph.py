@@ -30,7 +30,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer.runner",),
     ("tracer.importers", "tracer.elf_code"),
     ("tracer.survey",),
-    ("tracer.derive", "tracer.fleet", "tracer.scaffold", "tracer.scaffold_tables", "tracer.workload_record"),
+    ("tracer.derive", "tracer.fleet", "tracer.scaffold", "tracer.scaffold_jax", "tracer.scaffold_tensorflow",
+     "tracer.workload_record"),
     ("tracer.cli",),
     ("tracer.__main__",),
 )

@@ -54,6 +54,27 @@ def test_torch_lenet_needs_what_reached_the_standin_backend(survey_report, doc):
             "aten::nll_loss_forward.output"} <= set(torch["items"])
 
 
+def test_jax_lenet_needs_what_its_stand_in_executed_with_the_compilers_list_beside(survey_report, doc):
+    """JAX's count is its stand-in run's (the StableHLO ops the step's programs executed,
+    op by op), with the compiler's list and the differences both ways beside it."""
+    traces = survey_report.parent / "traces" / "jax" / "standin-default"
+    reached: set[str] = set()
+    for api in MODELS["lenet"].apis:
+        t = load(traces / f"lenet-{api}.json")
+        assert t.info.standin is not None and set(t.info.standin.reached) == {"forward", "backward"}
+        reached |= {op for ops in t.info.standin.reached.values() for op in ops}
+    jax = doc["lenet"]["frameworks"]["jax"]["implement"]
+    assert jax["evidence"] == "run" and "StableHLO" in jax["unit"]
+    assert set(jax["items"]) == reached and int(jax["value"]) == len(jax["items"])
+    assert {"stablehlo.convolution", "stablehlo.reduce_window", "stablehlo.select_and_scatter"} <= reached
+    beside = jax["beside"]
+    assert beside["evidence"] in ("compiled", "lowered") and int(beside["value"]) > 0
+    assert set(beside["run_only"]) <= reached and not set(beside["other_only"]) & reached
+    # the differences are the lists' own: what the run has that the compiler's list lacks, and back
+    read = {op for op in reached if op not in beside["run_only"]} | set(beside["other_only"])
+    assert len(read) == int(beside["value"])
+
+
 def test_beyond_the_primitives_is_the_loss_and_the_update_not_the_conv(doc):
     # LeNet's loss is the crossentropy primitive's; what is left is the SGD update written by hand
     lenet = doc["lenet"]["frameworks"]["torch"]["beyond_primitives"]

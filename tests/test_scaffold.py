@@ -139,7 +139,7 @@ def test_an_unknown_model_is_a_usage_error(tmp_path):
 
 
 def test_a_framework_that_cannot_be_stood_in_names_its_interface(tmp_path):
-    """Chainer and MXNet: named, not written (TensorFlow's and JAX's tables: test_scaffold_tables)."""
+    """Chainer and MXNet: named, not written (TensorFlow's table: test_scaffold_tables)."""
     line = one_line_error(dltrace("scaffold", "chainer", "--model", "lenet", "-o", str(tmp_path / "x")), Exit.USAGE)
     assert "ChainerX backend" in line
     line = one_line_error(dltrace("scaffold", "mxnet", "--model", "lenet", "-o", str(tmp_path / "x")), Exit.USAGE)

@@ -44,7 +44,31 @@ def test_a_torch_skeleton_written_from_a_hostile_command_compiles_to_the_same_mo
     assert 'getattr(torch.ops.aten.random_, \'from\')' in kernels  # an overload named by a keyword
 
 
-@pytest.mark.parametrize("framework, file", [("tensorflow", "kernels.cc"), ("jax", "pjrt_plugin.cc")])
+def test_a_jax_skeleton_written_from_a_hostile_command_compiles_to_the_same_module():
+    ks = [sc.Kernel("stablehlo.and", ("forward",), "and_"), sc.Kernel("chlo.erf", ("backward",), "chlo_erf")]
+    ctx = {"name": "mydevice", "what": "net's training step (your workload's own level)", "kernels": ks, "ops": ks,
+           "tool_version": "0", "command": sc.code_text(HOSTILE), "jax_version": sc.code_text(HOSTILE),
+           "folder": sc.code_text(HOSTILE), "steps": 2, "models": True,
+           "cases": [{"label": "net (user)", "forward": "1 ops", "backward": "1 ops"}]}
+    env = sc.template_env()
+    for template in ("jax_ops.py.j2", "jax_init.py.j2", "jax_check.py.j2"):
+        tree = ast.parse(env.get_template(template).render(ctx))  # it compiles
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "str"]
+    ops = ast.parse(env.get_template("jax_ops.py.j2").render(ctx))
+    assert [n.name for n in ops.body if isinstance(n, ast.FunctionDef)] == ["and_", "chlo_erf"]
+    readme = env.get_template("jax_README.md.j2").render(ctx)
+    assert "\n__attribute__" not in readme and "\\n__attribute__" in readme  # said, escaped, on one line
+
+
+def test_a_jax_op_name_that_is_no_stablehlo_name_is_refused():
+    from tracer import scaffold_jax
+
+    assert scaffold_jax.STABLEHLO_OP.fullmatch("stablehlo.dot_general")
+    for bad in ('stablehlo.add"); import os; ("', "stablehlo.add\n", "Stablehlo.add", "add"):
+        assert not scaffold_jax.STABLEHLO_OP.fullmatch(bad), bad
+
+
+@pytest.mark.parametrize("framework, file", [("tensorflow", "kernels.cc")])
 def test_the_cc_skeletons_take_no_line_from_the_command(tmp_path, framework, file):
     w = UserWorkload.parse(str(tmp_path / "net.py"))
     specs = [CaseSpec("net", USER_API, user=w)]

@@ -9,9 +9,9 @@ templates/scaffold/, and its check (tracer/probes/torch_skeleton.py) runs in tor
 environment: the steps match the CPU's, no op outside the list is reached, and each
 op on it is needed.
 
-Only torch's backend interface (PrivateUse1 through torch.library) can be stood in
-from Python here: TensorFlow's and JAX's are written as registration tables that are
-not run (tracer.scaffold_tables), the others are named (:data:`INTERFACES`).
+TensorFlow's and JAX's skeletons are written by tracer.scaffold_tensorflow and
+tracer.scaffold_jax from their own stand-ins' runs, through the same plan, run and
+check; Chainer's and MXNet's interfaces are named (:data:`INTERFACES`).
 """
 
 from __future__ import annotations
@@ -39,12 +39,9 @@ from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
 from tracer.trace import Trace
 
-#: The frameworks whose backend interface cannot be stood in from Python here: what a
-#: new device would implement instead.
+#: The frameworks whose backend interface dltrace does not stand in: what a new device
+#: would implement instead.
 INTERFACES = {
-    "tensorflow": "a PluggableDevice (a C API plugin: a StreamExecutor device and its kernels, registered from a "
-                  "shared library)",
-    "jax": "a PJRT plugin (a C API plugin that compiles and runs XLA's programs)",
     "chainer": "a ChainerX backend (C++, built into ChainerX) or a CuPy-like array module",
     "mxnet": "a C++ library of operators and a context (MXLoadLib's external library interface)",
 }
@@ -64,6 +61,14 @@ _RANDOM = re.compile(r"bernoulli|dropout|rand|normal_|uniform_|multinomial")
 
 #: What an op's name must be to be written into generated code (``aten::addmm.out``).
 OP_NAME = re.compile(r"[A-Za-z_]\w*::[A-Za-z_]\w*(?:\.\w+)?", re.ASCII)
+
+
+def check_framework(framework: str) -> None:
+    """torch, TensorFlow and JAX get a skeleton; Chainer and MXNet are named."""
+    if framework not in ("torch", "tensorflow", "jax"):
+        interface = INTERFACES.get(framework, "an interface dltrace does not know")
+        raise UsageError(f"{framework}'s new-device interface is {interface}: dltrace does not stand it in, so "
+                         "dltrace scaffold writes torch's, TensorFlow's and JAX's backends only")
 
 
 def check_name(name: str) -> str:

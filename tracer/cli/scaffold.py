@@ -9,14 +9,11 @@ import click
 
 from tracer import envs
 from tracer import scaffold as sc
-from tracer import scaffold_jax
-from tracer import scaffold_tables as tables
+from tracer import scaffold_jax, scaffold_tensorflow
 from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds, command_line, err, \
     frameworks, main, out
 from tracer.errors import DltraceError, UsageError
-from tracer.registry import Framework
 from tracer.cli.workloads import WORKLOAD_HELP, distinct, equip, parse
-from tracer.contract import UserWorkload
 from tracer.runner import DEFAULT_TIMEOUT, check_workload
 
 
@@ -44,23 +41,16 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     """Write a minimal backend that holds exactly the ops the stand-in device says a
     backend must implement for MODEL's training step (or PRIMITIVES, or your
     workload), each computing on the CPU, every other op refused; with --check, prove
-    it. torch: a PrivateUse1 backend in Python; jax: the op table of the StableHLO ops
-    a PJRT plugin must execute, run by dltrace's consumer. With --check and neither
-    --model nor --primitives: check the skeleton already in the folder (after editing
-    its kernels).
-
-    tensorflow: write the list as the skeleton of a PluggableDevice's kernel
-    registrations, NOT RUN; no --check."""
-    tables.check_framework(framework, run_check)
+    it. torch: a PrivateUse1 backend in Python; tensorflow: a PluggableDevice in C++
+    (its kernel registrations and its device, built by the check); jax: the op table
+    of the StableHLO ops a PJRT plugin must execute, run by dltrace's consumer. With
+    --check and neither --model nor --primitives: check the skeleton already in the
+    folder (after editing its kernels)."""
+    sc.check_framework(framework)
     fw = frameworks()[framework]
     users = distinct([check_workload(parse(w)) for w in workloads], framework)
     equip(fw, users)
     cases = [*models, *primitives]
-    if framework in tables.TABLES:
-        if not cases and not users:
-            raise UsageError("give --model, --primitives or --workload")
-        _table(fw, cases, api, folder, name, force, timeout, users)
-        return
     if not cases and not users and not run_check:
         raise UsageError("give --model, --primitives or --workload (or --check alone to check the skeleton in the "
                          "folder)")
@@ -81,6 +71,9 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
         if framework == "jax":
             ks = scaffold_jax.write(folder, name, specs, traces, command_line())
             what = f"{name}/ops.py holds {len(ks)} StableHLO ops"
+        elif framework == "tensorflow":
+            ks = scaffold_tensorflow.write(folder, name, specs, traces, command_line())
+            what = f"{name}/kernels.cc registers {len(ks)} op kernels"
         else:
             ks = sc.write(folder, name, specs, traces, command_line())
             what = f"{name}/kernels.py registers {len(ks)} ops"
@@ -98,27 +91,3 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
             out.print(line, markup=False, highlight=False, soft_wrap=True)
         if not result.ok:
             raise DltraceError(f"check failed: {result.reason}")
-
-
-def _table(fw: Framework, workloads: list[str], api: str | None, folder: Path, name: str, force: bool,
-           timeout: float, users: list[UserWorkload]) -> None:
-    """TensorFlow's registration table, from the report's evidence, NOT RUN."""
-    sc.check_name(name)
-    specs = sc.plan(fw, workloads, api, users)
-    workloads = [*workloads, *(u.name for u in users)]
-    made = not folder.exists()
-    sc.prepare(folder, force)
-    try:
-        envs.python_for(fw)
-        with err.status(f"running {', '.join(workloads)} on TensorFlow's CPU path…"):
-            traces = tables.run_cases(fw, specs, "trace", timeout, command_line())
-        with err.status("reading the dtypes the ops ran with…"):
-            table = tables.tensorflow_table(traces, tables.tensorflow_dtypes(fw, specs, timeout))
-    except BaseException:  # a run that could not start or failed leaves no folder it made
-        if made and not any(folder.iterdir()):
-            folder.rmdir()
-        raise
-    tables.write(folder, fw.name, name, specs, table, command_line())
-    out.print(f"{folder}: kernels.cc registers {len(table.entries)} ops ({table.evidence} evidence; ops.txt lists "
-              "them), "
-              f"{tables.NOT_RUN}: written, neither compiled nor run", markup=False, highlight=False, soft_wrap=True)

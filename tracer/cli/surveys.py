@@ -71,8 +71,8 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
               help="Run each framework's examples (real models from its own model zoo, frameworks.yaml examples) "
                    "as workloads.")
 @click.option("--devices", type=DEVICE_LIST, multiple=True, default=("cpu,standin",), show_default=True,
-              help="Comma-separated devices (a framework is probed on those it declares: standin is torch's "
-                   "stand-in backend).")
+              help="Comma-separated devices (a framework is probed on those it declares: standin is torch's and "
+                   "JAX's stand-in backend).")
 @click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path), default=Path("reports/survey"),
               show_default=True)
 @click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Probe subprocesses at a time.")

@@ -34,7 +34,7 @@ from tracer.trace import load, save
 @click.argument("primitive", type=WORKLOAD, required=False)
 @workload_options
 @click.option("--device", type=DEVICE, default="cpu", show_default=True,
-              help="cpu, gpu, or standin (torch's stand-in backend); the framework must declare it.")
+              help="cpu, gpu, or standin (torch's and JAX's stand-in backend); the framework must declare it.")
 @click.option("--variant", default="default", show_default=True,
               help="A variant from frameworks.yaml (see dltrace list).")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)

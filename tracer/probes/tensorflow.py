@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from tracer.contract import PRIMITIVES
+from tracer.contract import PRIMITIVES, STANDIN_LIB
 from tracer.probes import base, tensorflow_models, tensorflow_transformer
 
 if TYPE_CHECKING:  # the annotations only (tensorflow is Any to mypy: not installed where it runs)
@@ -28,6 +28,35 @@ _TRANSFORMER = tuple(p.name for p in PRIMITIVES.values() if p.family == "transfo
 
 def gpu_available() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
+
+
+#: The device selector of the stand-in backend (frameworks.yaml devices: standin).
+STANDIN = "standin"
+
+
+def device_available(device: str) -> bool:
+    """The stand-in (``--device standin``) is there where its library builds and loads
+    (tracer.probes.tensorflow_standin); a GPU where TensorFlow sees one."""
+    return device == STANDIN or gpu_available()
+
+
+def _placed(device: str, build: Callable[[str], base.Case]) -> base.Case:
+    """``build(device string)``'s case; on the stand-in, the PluggableDevice loaded first
+    and what putting the inputs and parameters there reached kept as its setup."""
+    if device != STANDIN:
+        return build(device)
+    from tracer.probes import tensorflow_standin
+
+    placed = tensorflow_standin.install()
+    tensorflow_standin.RECORDER.start()
+    try:
+        case = build(placed)
+    finally:
+        setup = tensorflow_standin.RECORDER.stop()
+    case.info["standin"] = tensorflow_standin.describe()
+    case.info["standin"]["reached"]["setup"] = setup
+    case.info["device_string"] = placed
+    return case
 
 
 def _bn_scale(c: int) -> np.ndarray:
@@ -130,6 +159,10 @@ def make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> 
     """The primitive's case: ``forward`` runs it under a fresh tape and returns (tape,
     output); ``backward`` the gradients of the input (never of token ids) and the
     parameters, seeded with ones (``case.private["sources"]``: what they are of)."""
+    return _placed(device, lambda placed: _make_case(primitive, api, placed, shape))
+
+
+def _make_case(primitive: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     base.check_shape(primitive, shape)
     if api not in ("functional", "layer"):
         raise base.ProbeError(f"tensorflow has no api {api!r} (functional, layer)")
@@ -177,18 +210,21 @@ def workload_case(build: Callable[[str], base.Case], device: str) -> base.Case:
     """A user's own workload (tracer.contract.WorkloadProbe): ``build`` gets the device
     string ("/CPU:0", "/GPU:0") and runs, as its passes do, under ``tf.device`` of it;
     the seeds are set first, so that two runs start from the same weights."""
-    tf.keras.utils.set_random_seed(0)
-    with tf.device(device):
-        case = build(device)
-    case.info.update({"onednn_enabled": _onednn_enabled(), "device_string": device})
-    return base.within(case, lambda: tf.device(device))
+    def built(placed: str) -> base.Case:
+        tf.keras.utils.set_random_seed(0)
+        with tf.device(placed):
+            case = build(placed)
+        case.info.update({"onednn_enabled": _onednn_enabled(), "device_string": placed})
+        return base.within(case, lambda: tf.device(placed))
+    return _placed(device, built)
 
 
 def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -> base.Case:
     """A model's training step (tracer.contract.ModelProbe), eager under a tape as the
     primitives are: tf.nn and the update by hand (functional), keras (layer)."""
     base.check_model(model, api, shape)
-    return tensorflow_models.training_step(model, api, device, shape, onednn=_onednn_enabled())
+    return _placed(device, lambda placed: tensorflow_models.training_step(model, api, placed, shape,
+                                                                          onednn=_onednn_enabled()))
 
 
 #: Eager-runtime bookkeeping in the profiler's host trace, not part of the op path.
@@ -207,15 +243,24 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
 
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
+    standin = case.info.get("standin")
     logdir = tempfile.mkdtemp(prefix="dltrace-tfprof-")
     try:
         opts = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
                                                         device_tracer_level=1)
+        if standin is not None:
+            from tracer.probes import tensorflow_standin
+
+            tensorflow_standin.RECORDER.start()
         tf.profiler.experimental.start(logdir, opts)
         try:
             run()
         finally:
             tf.profiler.experimental.stop()
+            if standin is not None:
+                standin["reached"][pass_] = tensorflow_standin.RECORDER.stop()
+                ran = [op for ops in standin["reached"].values() for op in ops]
+                standin["registrations"] = tensorflow_standin.registrations(ran)
         space = xplane_pb2.XSpace()
         for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
             with open(path, "rb") as fh:
@@ -235,7 +280,8 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
                 op = name.split(": ", 1)[1] if name.startswith("EagerLocalExecute: ") else name
                 module = "tensorflow" if op != name or not on_host else "tensorflow.eager"
                 start = line.timestamp_ns * 1000 + ev.offset_ps
-                events.append(base.OpEvent(op, start, start + ev.duration_ps, module, "", line.id))
+                lib = STANDIN_LIB if standin is not None and op != name and op in standin["reached"][pass_] else ""
+                events.append(base.OpEvent(op, start, start + ev.duration_ps, module, lib, line.id))
         if on_host:
             host.extend(events)
         elif events:

@@ -194,11 +194,13 @@ def training_step(model: str, api: str, device: str, shape: tuple[int, ...],
                 loss = loss_of(net(x))
         return tape, loss
 
-    def backward(state: tuple[tf.GradientTape, tf.Tensor]) -> None:
+    def backward(state: tuple[tf.GradientTape, tf.Tensor]) -> list[Any]:
         tape, loss = state
         with tf.device(device):
-            update(tape.gradient(loss, params))
+            grads = tape.gradient(loss, params)
+            update(grads)
+        return grads  # type: ignore[no-any-return]
 
     info = base.model_info(model, api, defaults, built)
     info["parameters"] = int(sum(np.prod(v.shape) for v in params))
-    return base.Case(forward=forward, backward=backward, info=info)
+    return base.Case(forward=forward, backward=backward, info=info, private={"parameters": params})

@@ -1,0 +1,130 @@
+"""JAX's stand-in device and `dltrace scaffold jax`: the step's StableHLO programs run
+op by op by dltrace's consumer (each op alone compiled by XLA:CPU), what they executed
+recorded per pass and checked against JAX's own run; the skeleton's op table holds
+exactly that list and its check proves it. One session-scoped LeNet skeleton, written
+and checked by the real command; the tests read it, check edited copies of it, and
+compare its list with a stand-in probe of their own."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dltrace, one_line_error
+from tracer.contract import STANDIN_LIB, Exit
+from tracer.paths import PACKAGE
+from tracer.trace import load
+
+
+def _ops(folder: Path) -> dict[str, list[str]]:
+    rows = [line.split() for line in (folder / "ops.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {op: passes.split(",") for op, passes in rows}
+
+
+@pytest.fixture(scope="session")
+def jax_lenet_skeleton(frameworks, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    folder = tmp_path_factory.mktemp("scaffold-jax") / "lenet"
+    return folder, dltrace("scaffold", "jax", "--model", "lenet", "-o", str(folder), "--check", timeout=900)
+
+
+def _edited(skeleton: Path, tmp_path: Path, old: str, new: str) -> Path:
+    copy = tmp_path / "edited"
+    shutil.copytree(skeleton, copy)
+    ops = copy / "mydevice" / "ops.py"
+    text = ops.read_text()
+    assert old in text, old
+    ops.write_text(text.replace(old, new))
+    return copy
+
+
+def _check(folder: Path) -> subprocess.CompletedProcess:
+    return dltrace("scaffold", "jax", "-o", str(folder), "--check", timeout=900)
+
+
+def test_the_jax_lenet_skeleton_passes_its_check(jax_lenet_skeleton):
+    folder, proc = jax_lenet_skeleton
+    assert proc.returncode == Exit.OK, proc.stderr
+    ops = _ops(folder)
+    for api in ("functional", "layer"):
+        assert re.search(rf"lenet \({api}\): 2 steps match JAX: each of the 3 program\(s\)", proc.stdout), proc.stdout
+    assert f"{len(ops)} ops, each needed" in proc.stdout, proc.stdout
+    assert f"mydevice/ops.py holds {len(ops)} StableHLO ops" in proc.stdout
+    # the consumer is dltrace's own file, as it is; the table is exactly ops.txt
+    assert (folder / "mydevice" / "consumer.py").read_bytes() == (PACKAGE / "probes" / "jax_standin.py").read_bytes()
+    table = re.findall(r'^    "([\w.]+)": (\w+),$', (folder / "mydevice" / "ops.py").read_text(), re.M)
+    assert [op for op, _ in table] == list(ops)
+    assert {"stablehlo.convolution", "stablehlo.reduce_window", "stablehlo.select_and_scatter",
+            "stablehlo.dot_general"} <= set(ops)
+    manifest = json.loads((folder / "scaffold.json").read_text())
+    assert manifest["framework"] == "jax" and manifest["made_by"]["evidence"] == "run on the stand-in device"
+    assert "NOT RUN" not in (folder / "README.md").read_text()
+
+
+def test_the_list_is_the_standin_probes(jax_lenet_skeleton, tmp_path):
+    """A stand-in probe of LeNet's two levels reaches exactly the skeleton's ops, per pass;
+    its op layer names each op under the program that ran it, marked as the stand-in's."""
+    folder, _ = jax_lenet_skeleton
+    reached: dict[str, set[str]] = {}
+    for api in ("functional", "layer"):
+        out = tmp_path / f"{api}.json"
+        proc = dltrace("probe", "jax", "lenet", "--api", api, "--device", "standin", "--layers", "python,op",
+                       "-o", str(out), timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        t = load(out)
+        assert t.info.standin is not None and t.info.standin.evidence == "run on the stand-in device"
+        for pass_, ops in t.info.standin.reached.items():
+            reached.setdefault(pass_, set()).update(ops)
+        backward = t.run("backward", "warm").layers["op"]
+        programs = [c.frame.name for c in backward.children]
+        assert programs == ["vjp_backward", "sgd_update"], programs
+        leaves = [n for _, n in backward.walk() if n.frame.lib == STANDIN_LIB]
+        assert leaves and all(n.frame.name.startswith(("stablehlo.", "chlo.")) for n in leaves)
+    ops = _ops(folder)
+    assert set(ops) == reached["forward"] | reached["backward"]
+    for op, passes in ops.items():
+        assert set(passes) == {p for p in ("forward", "backward") if op in reached[p]}, op
+
+
+@pytest.mark.parametrize("op", ["stablehlo.reduce_window", "stablehlo.select_and_scatter"])
+def test_a_skeleton_without_one_op_fails_its_check_naming_it(jax_lenet_skeleton, tmp_path, op):
+    folder, _ = jax_lenet_skeleton
+    name = op.split(".", 1)[1]
+    copy = _edited(folder, tmp_path, f'    "{op}": {name},\n', "")
+    line = one_line_error(_check(copy), Exit.ERROR)
+    assert f"reached {op}: no kernel in the op table" in line, line
+
+
+def test_a_kernel_that_computes_otherwise_fails_the_check(jax_lenet_skeleton, tmp_path):
+    folder, _ = jax_lenet_skeleton
+    copy = _edited(folder, tmp_path, '''    """stablehlo.exponential (forward). Replace the body with your kernel."""
+    return cpu(op, inputs)''', '''    """stablehlo.exponential (forward). Replace the body with your kernel."""
+    return [2 * out for out in cpu(op, inputs)]''')
+    line = one_line_error(_check(copy), Exit.ERROR)
+    assert re.search(r"lenet \(functional\): step 1, forward program 1 \(\w+\): output \d+ differs from JAX's", line), \
+        line
+
+
+def test_a_kernel_beyond_the_list_fails_the_check_as_not_needed(jax_lenet_skeleton, tmp_path):
+    folder, _ = jax_lenet_skeleton
+    copy = _edited(folder, tmp_path, "KERNELS = {\n", 'KERNELS = {\n    "stablehlo.cosine": cpu,\n')
+    line = one_line_error(_check(copy), Exit.ERROR)
+    assert "stablehlo.cosine is not needed: every step runs without its kernel" in line, line
+
+
+def test_a_primitive_on_the_standin_records_what_ran_per_pass(frameworks, tmp_path):
+    """The exact GELU's CHLO op reaches the stand-in as JAX emits it (no rewrite), and the
+    stand-in's outputs are JAX's (the probe fails otherwise)."""
+    out = tmp_path / "gelu.json"
+    proc = dltrace("probe", "jax", "gelu", "--device", "standin", "--layers", "python,op", "-o", str(out),
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    t = load(out)
+    assert t.info.standin is not None
+    assert "chlo.erf" in t.info.standin.reached["forward"], t.info.standin.reached
+    assert t.info.standin.unit and "StableHLO" in t.info.standin.unit

@@ -1,0 +1,218 @@
+"""The check of a TensorFlow backend skeleton (``dltrace scaffold tensorflow``): does a
+PluggableDevice that registers exactly the must-implement op kernels train the
+network (or run the primitives) as the CPU does, and is each of those ops needed?
+
+Run inside TensorFlow's environment by the skeleton's own check.py (``dltrace scaffold
+tensorflow --check`` starts it there). It builds the skeleton's library with g++
+(its device.cc and kernels.cc, against the wheel's headers), loads it as the stand-in
+device's library (tracer.probes.tensorflow_standin.use), and runs dltrace's own
+probes' steps (the models' training steps, the primitives' forward and backward, a
+user's workload), eagerly, soft placement off, on the CPU and on the skeleton's device
+from the same seeds. A registered kernel cannot be unregistered in a process, so each
+op's need is shown by a process of its own whose build leaves that op out
+(``--without OP``: the skeleton's TF_InitKernel reads DLTRACE_SKELETON_WITHOUT).
+
+Exit status (tracer.contract.Exit): OK when every case matches the CPU in two steps,
+no op outside the list was reached, and each registered op is needed; ERROR
+otherwise, with the reason on one line of stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tracer.collect.cases import make_user_case
+from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
+from tracer.probes import base, tensorflow_standin
+from tracer.probes import tensorflow as tf_probe
+
+MANIFEST = "scaffold.json"
+STEPS = 2
+RTOL, ATOL = 1e-5, 1e-6
+
+
+class CheckFailed(Exception):
+    """One line: why the skeleton does not pass."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    workload: str
+    api: str
+    shape: tuple[int, ...]
+    user: dict[str, str] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload} ({self.api})"
+
+
+def build(folder: Path, package: str, device_type: str) -> Path:
+    """The skeleton's library, built from its sources into ``folder/build``."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        raise CheckFailed("no g++ to build the skeleton with (the set-up installs it: make setup)")
+    tf_dir = Path(tf.__file__).parent
+    out = folder / "build" / f"lib{package}.so"
+    out.parent.mkdir(exist_ok=True)
+    sources = [folder / package / "device.cc", folder / package / "kernels.cc"]
+    cmd = [compiler, "-std=c++17", "-shared", "-fPIC", "-O1", "-DDLTRACE_SKELETON",
+           f'-DDLTRACE_DEVICE_TYPE="{device_type}"', f"-I{tf_dir / 'include'}", *map(str, sources), "-o", str(out),
+           f"-L{tf_dir}", "-l:libtensorflow_framework.so.2", "-l:libtensorflow_cc.so.2", f"-Wl,-rpath,{tf_dir}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        said = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.splitlines() or ["?"]
+        raise CheckFailed(f"the skeleton does not build: {said[0][:300]}")
+    return out
+
+
+def _seeded() -> None:
+    tf.keras.utils.set_random_seed(0)
+
+
+def _case(spec: Spec, device: str) -> base.Case:
+    _seeded()
+    if spec.user is not None:
+        w = UserWorkload.from_json(spec.user)
+        assert w is not None
+        return make_user_case(tf_probe, w, device)  # type: ignore[no-any-return]
+    if spec.workload in MODELS:
+        return tf_probe.make_model_case(spec.workload, spec.api, device, spec.shape)
+    return tf_probe.make_case(spec.workload, spec.api, device, spec.shape)
+
+
+def _host(value: Any) -> list[np.ndarray]:
+    """What a pass returned, as host arrays: tensors in it, in order (a tape is skipped)."""
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return [np.array(value)]
+    if isinstance(value, (list, tuple)):
+        return [a for v in value for a in _host(v)]
+    return []
+
+
+def _params(case: base.Case) -> list[Any]:
+    return list(case.private.get("parameters") or [])
+
+
+def _steps(spec: Spec, device: str) -> list[dict[str, list[np.ndarray]]]:
+    """``STEPS`` steps of the case on ``device``: each step's output (loss), gradients and
+    parameters after it."""
+    case = _case(spec, device)
+    single = bool(case.private.get("single_step"))
+    passes = ("forward",) if single else \
+        tuple(workload_passes(spec.workload)) if spec.user is None else ("forward", "backward")
+    out = []
+    for _ in range(STEPS):
+        state = case.forward()
+        grads = case.backward(state) if "backward" in passes else None
+        out.append({"output": _host(state), "gradients": _host(grads),
+                    "parameters": [np.array(p) for p in _params(case)]})
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+def _differs(got: list[np.ndarray], want: list[np.ndarray]) -> str:
+    if len(got) != len(want):
+        return f"{len(got)} values against the CPU's {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"#{i}: {g.dtype}{list(g.shape)} against {w.dtype}{list(w.shape)}"
+        if g.dtype.kind in "fc" and not np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True):
+            return f"#{i}: max abs difference {float(np.max(np.abs(g.astype(np.float64) - w))):.3g}"
+        if g.dtype.kind not in "fc" and not np.array_equal(g, w):
+            return f"#{i} differs"
+    return ""
+
+
+def check_case(spec: Spec, device: str) -> str:
+    try:
+        want = _steps(spec, "/CPU:0")
+    except Exception as exc:  # noqa: BLE001 - a workload that does not run on the CPU proves nothing
+        raise CheckFailed(f"{spec.label}: the step fails on the CPU too: {_first_line(exc)}") from None
+    try:
+        got = _steps(spec, tf_probe.STANDIN)
+    except Exception as exc:  # noqa: BLE001 - any failure of the step is the check's answer
+        raise CheckFailed(f"{spec.label}: {_first_line(exc)}") from None
+    for n, (g, w) in enumerate(zip(got, want), 1):
+        for what in ("output", "gradients", "parameters"):
+            wrong = _differs(g[what], w[what])
+            if wrong:
+                raise CheckFailed(f"{spec.label}: the {what} of step {n} differ from the CPU's ({wrong})")
+    model = spec.workload in MODELS or spec.user is not None
+    return (f"{spec.label}: {STEPS} steps match the CPU: the {'loss' if model else 'output'}, "
+            f"{len(want[0]['gradients'])} gradients" + (" and the parameters after the update" if model else ""))
+
+
+def _without(folder: Path, op: str) -> str:
+    """The first line a process whose build leaves ``op`` out fails with, or "" when
+    every step runs without it."""
+    env = {**os.environ, "DLTRACE_SKELETON_WITHOUT": op}
+    proc = subprocess.run([sys.executable, str(folder / "check.py"), "--without", op], capture_output=True,
+                          text=True, env=env, timeout=900, stdin=subprocess.DEVNULL)
+    if proc.returncode == Exit.OK:
+        return ""
+    said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    return said[-1] if said else f"exit status {proc.returncode}"
+
+
+def check_minimal(folder: Path, ops: list[str]) -> str:
+    for op in ops:
+        failure = _without(folder, op)
+        if not failure:
+            raise CheckFailed(f"{op} is not needed: every step runs without its kernel")
+        if not re.search(rf"\b{re.escape(op)}\b", failure):
+            raise CheckFailed(f"without {op} the step fails on something else: {failure}")
+    return f"{len(ops)} ops, each needed (a build without its registration fails a step naming it)"
+
+
+def main(folder: Path, argv: list[str] | None = None) -> int:
+    """Check the skeleton in ``folder`` (``--without OP``: only run its steps on a build
+    that leaves OP out); print the summary, or the reason on stderr."""
+    argv = argv or []
+    t0 = time.perf_counter()
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        package, device_type = manifest["package"], manifest["device_type"]
+        specs = [Spec(c["workload"], c["api"], tuple(c["shape"]), c.get("user")) for c in manifest["cases"]]
+        library = folder / "build" / f"lib{package}.so"
+        if not argv:
+            library = build(folder, package, device_type)
+        tensorflow_standin.use(library, device_type)
+        device = tensorflow_standin.install()
+        if argv[:1] == ["--without"]:
+            for spec in specs:
+                try:
+                    _steps(spec, tf_probe.STANDIN)
+                except Exception as exc:  # noqa: BLE001 - the failure is the answer
+                    print(f"{spec.label}: {_first_line(exc)}", file=sys.stderr)
+                    return Exit.ERROR
+            return Exit.OK
+        ops = list(manifest["ops"])
+        lines = [f"{device}: {len(ops)} op kernels registered ({package}/kernels.cc), every other op fails"]
+        lines += [check_case(s, device) for s in specs]
+        lines.append(check_minimal(folder, ops))
+    except CheckFailed as exc:
+        print(f"check failed: {exc}", file=sys.stderr)
+        return Exit.ERROR
+    except Exception as exc:  # noqa: BLE001 - an edited skeleton that does not load
+        print(f"check failed: the skeleton does not load: {_first_line(exc)}", file=sys.stderr)
+        return Exit.ERROR
+    print("\n".join(lines))
+    print(f"checked in {time.perf_counter() - t0:.1f} s")
+    return Exit.OK

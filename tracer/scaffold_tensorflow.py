@@ -1,0 +1,109 @@
+"""A TensorFlow backend skeleton that proves the must-implement list (``dltrace
+scaffold tensorflow``).
+
+The list comes from running the cases on TensorFlow's stand-in PluggableDevice
+(tracer.probes.tensorflow_standin, as ``dltrace probe tensorflow --device standin``
+does; read by tracer.process.standin_needs): the op kernels that reached it. The
+skeleton is a PluggableDevice of its own: its device is dltrace's
+(tracer/probes/tensorflow_standin.cc, copied as it is, compiled with the skeleton's
+device type), its kernels.cc registers exactly the list (each op as the stand-in
+registered it: every type, or the types TensorFlow has no DEFAULT_DEVICE kernel for),
+each kernel delegating to the CPU until the team replaces it; its check
+(tracer/probes/tensorflow_skeleton.py) builds it and runs in TensorFlow's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tracer import __version__
+from tracer.contract import MODELS, PASSES
+from tracer.errors import DltraceError
+from tracer.files import write_bytes, write_text
+from tracer.paths import PACKAGE
+from tracer.process.standin_needs import PASS_ORDER
+from tracer.runner import CaseSpec
+from tracer.scaffold import MANIFEST, Kernel, code_text, describe_cases, needs_of, own_folder, template_env
+from tracer.trace import Trace
+
+DEVICE_SOURCE = PACKAGE / "probes" / "tensorflow_standin.cc"
+#: What a TensorFlow op's or attribute's name must be to be written into C++.
+TF_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*", re.ASCII)
+
+
+def kernels(traces: list[Trace]) -> list[Kernel]:
+    """One kernel per op that reached the stand-in, in first-call order, each a C++
+    function of its own (``Conv2D`` -> ``Conv2D_kernel``)."""
+    needs = needs_of(traces)
+    out = []
+    for op in needs.must_implement:
+        if not TF_NAME.fullmatch(op):  # written into C++ as a string and a function name
+            raise DltraceError(f"op name {op[:80]!r} cannot be written into a skeleton (ASCII letters, digits, '_'): "
+                               "refused")
+        out.append(Kernel(op, tuple(needs.passes_of(op)), f"{op}_kernel"))
+    return out
+
+
+def registrations(traces: list[Trace], ks: list[Kernel]) -> list[dict[str, Any]]:
+    """Each op's registrations as the stand-in made them (its traces' meta): one for every
+    type, or one per type TensorFlow has no DEFAULT_DEVICE kernel of the op in."""
+    typed: dict[str, list[Any]] = {}
+    for t in traces:
+        found = (t.meta.get("standin") or {}).get("registrations")
+        for op, rows in (found.items() if isinstance(found, dict) else ()):
+            if isinstance(rows, list):
+                typed.setdefault(str(op), rows)
+    out: list[dict[str, Any]] = []
+    for k in ks:
+        rows = [r for r in typed.get(k.op, []) if isinstance(r, list) and len(r) == 2]
+        for attr, dtype in rows:
+            if not TF_NAME.fullmatch(str(attr)) or not str(dtype).isdigit():
+                raise DltraceError(f"{k.op}'s registration {attr!r}={dtype!r} cannot be written into a skeleton")
+        out += [{"op": k.op, "function": k.function, "attr": str(a), "type": int(d)} for a, d in rows] or \
+            [{"op": k.op, "function": k.function, "attr": "", "type": 0}]
+    return out
+
+
+def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str]]:
+    rows = []
+    for spec, trace in zip(specs, traces):
+        one = needs_of([trace])
+        rows.append({"label": f"{spec.primitive} ({spec.api})",
+                     **{p: str(len(one.by_pass.get(p, []))) + " ops" for p in PASS_ORDER}})
+    return rows
+
+
+def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
+    """Write the skeleton into ``folder`` (made by tracer.scaffold.prepare); its kernels."""
+    ks = kernels(traces)
+    version = str(traces[0].info.framework_version or "?")
+    what = describe_cases(specs)
+    ctx: dict[str, Any] = {"name": name, "device_type": name.upper(), "what": what, "kernels": ks, "ops": ks,
+                           "registrations": registrations(traces, ks), "tool_version": __version__,
+                           "command": code_text(command), "tf_version": code_text(version),
+                           "folder": code_text(folder.name or str(folder)), "steps": 2,
+                           "models": any(s.primitive in MODELS or s.user is not None for s in specs),
+                           "cases": _case_rows(specs, traces)}
+    env = template_env()
+    pkg = own_folder(folder / name)
+    write_text(pkg / "kernels.cc", env.get_template("tensorflow_kernels.cc.j2").render(ctx))
+    write_bytes(pkg / "device.cc", DEVICE_SOURCE.read_bytes())
+    write_text(folder / "check.py", env.get_template("tensorflow_check.py.j2").render(ctx))
+    write_text(folder / "README.md", env.get_template("tensorflow_README.md.j2").render(ctx))
+    width = max(len(k.op) for k in ks)
+    write_text(folder / "ops.txt", "".join(
+        [f"# what a TensorFlow PluggableDevice must register for {what}: op, then the passes that reached it\n",
+         f"# (dltrace {__version__}, tensorflow {version}, a run on the stand-in device)\n",
+         *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
+    needs = needs_of(traces)
+    manifest = {"framework": "tensorflow", "package": name, "device_type": name.upper(), "what": what,
+                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
+                           **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs],
+                "ops": {k.op: list(k.passes) for k in ks},
+                "made_by": {"dltrace": __version__, "command": command, "tensorflow": version,
+                            "evidence": needs.evidence, "passes": list(PASSES)}}
+    write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return ks
