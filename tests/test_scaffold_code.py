@@ -1,5 +1,5 @@
 """What a user supplies never becomes code in a generated skeleton (tracer.scaffold,
-tracer.scaffold_tables): a command line or folder holding quotes, a triple quote, a
+tracer.scaffold_jax, tracer.scaffold_tensorflow): a command line or folder holding quotes, a triple quote, a
 newline and C++ is written into kernels.py's docstrings and the C++ files' comments
 escaped, so that the Python still compiles to the same module and no line of C++ is
 added. Fast tier: the templates are rendered without a framework."""
@@ -12,9 +12,6 @@ from pathlib import Path
 import pytest
 
 from tracer import scaffold as sc
-from tracer import scaffold_tables as tables
-from tracer.contract import USER_API, UserWorkload
-from tracer.runner import CaseSpec
 
 HOSTILE = ('dltrace scaffold torch -o \'x"""+str(__import__("os").system("touch /tmp/pwned"))+"""\' --check\n'
            '__attribute__((constructor)) static void own() { system("id"); }\n\\N{BAD} \u202e\'\'\'')
@@ -68,19 +65,30 @@ def test_a_jax_op_name_that_is_no_stablehlo_name_is_refused():
         assert not scaffold_jax.STABLEHLO_OP.fullmatch(bad), bad
 
 
-@pytest.mark.parametrize("framework, file", [("tensorflow", "kernels.cc")])
-def test_the_cc_skeletons_take_no_line_from_the_command(tmp_path, framework, file):
-    w = UserWorkload.parse(str(tmp_path / "net.py"))
-    specs = [CaseSpec("net", USER_API, user=w)]
-    entry = tables.Entry("MatMul" if framework == "tensorflow" else "stablehlo.dot_general", ("forward",),
-                         ("T=float32",) if framework == "tensorflow" else ("dot_general",))
-    table = tables.Table(framework, "1", "registry", "a test", [entry])
-    tables.write(tmp_path, framework, "mydevice", specs, table, HOSTILE)
-    text = (tmp_path / file).read_text()
+def test_the_tensorflow_skeleton_takes_no_line_from_the_command():
+    ks = [sc.Kernel("MatMul", ("forward",), "MatMul_kernel"), sc.Kernel("Cast", ("setup",), "Cast_kernel")]
+    ctx = {"name": "mydevice", "device_type": "MYDEVICE", "what": "net's training step (your workload's own level)",
+           "kernels": ks, "ops": ks, "tool_version": "0", "command": sc.code_text(HOSTILE),
+           "tf_version": sc.code_text(HOSTILE), "folder": sc.code_text(HOSTILE), "steps": 2, "models": True,
+           "registrations": [{"op": "MatMul", "function": "MatMul_kernel", "attr": "T", "type": 1},
+                             {"op": "Cast", "function": "Cast_kernel", "attr": "", "type": 0}],
+           "cases": [{"label": "net (user)", "setup": "1 ops", "forward": "1 ops", "backward": "0 ops"}]}
+    env = sc.template_env()
+    text = env.get_template("tensorflow_kernels.cc.j2").render(ctx)
     assert not [line for line in text.splitlines() if "__attribute__" in line and not line.lstrip().startswith("//")]
-    assert "__attribute__((constructor))" in text.splitlines()[0]  # said, in the first comment's one line
-    readme = (tmp_path / "README.md").read_text()
+    assert '{"MatMul", MatMul_kernel, "T", static_cast<TF_DataType>(1)},' in text
+    assert '{"Cast", Cast_kernel, nullptr, static_cast<TF_DataType>(0)},' in text
+    readme = env.get_template("tensorflow_README.md.j2").render(ctx)
     assert "\n__attribute__" not in readme
+    ast.parse(env.get_template("tensorflow_check.py.j2").render(ctx))
+
+
+def test_a_tensorflow_name_that_is_no_identifier_is_refused():
+    from tracer import scaffold_tensorflow
+
+    assert scaffold_tensorflow.TF_NAME.fullmatch("Conv2DBackpropFilter")
+    for bad in ('MatMul"); system("id', "MatMul\n", "_Arg", "9op"):
+        assert not scaffold_tensorflow.TF_NAME.fullmatch(bad), bad
 
 
 def test_force_writes_only_over_a_skeleton_and_never_through_links(tmp_path):
@@ -126,14 +134,18 @@ def test_an_op_name_that_cannot_be_code_is_refused(op):
         sc.kernels(needs)
 
 
-@pytest.mark.parametrize("op", ['MatMul"); system("id', "Mat\nMul", "stablehlo.dot general"])
-def test_a_table_op_name_that_cannot_be_code_is_refused(tmp_path, op):
+@pytest.mark.parametrize("framework, op", [("tensorflow", 'MatMul"); system("id'), ("tensorflow", "Mat\nMul"),
+                                           ("jax", "stablehlo.dot general"), ("jax", 'stablehlo.add"); import os')])
+def test_a_tensorflow_or_jax_op_name_that_cannot_be_code_is_refused(framework, op):
+    from tracer import scaffold_jax, scaffold_tensorflow
     from tracer.errors import DltraceError
+    from tracer.process.standin_needs import StandinNeeds
 
-    table = tables.Table("tensorflow", "1", "registry", "a test", [tables.Entry(op, ("forward",), ())])
+    fine = "MatMul" if framework == "tensorflow" else "stablehlo.add"
+    needs = StandinNeeds("standin", "run", framework, by_pass={"forward": [fine, op]})
+    writer = scaffold_tensorflow if framework == "tensorflow" else scaffold_jax
     with pytest.raises(DltraceError, match="cannot be written into a skeleton"):
-        tables.write(tmp_path, "tensorflow", "mydevice", [CaseSpec("relu")], table, "dltrace scaffold")
-    assert not list(tmp_path.iterdir())
+        writer.kernels(needs)
 
 
 @pytest.mark.parametrize("name", ["os", "json", "typing", "numpy", "torch", "check"])

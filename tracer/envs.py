@@ -211,6 +211,7 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
     if st.ready and not force:
         if st.python is not None and not st.note:
             build_collector(fw, st.python, log)
+            build_parts(fw, st.python, log)
             install_extras(fw, tuple(fw.extras), log)
         return st
     d = env_dir(fw)
@@ -234,6 +235,7 @@ def setup(fw: Framework, force: bool = False, log: Callable[[str], None] = lambd
               "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_text(d / MARKER, json.dumps(marker, indent=1))
     build_collector(fw, python, log)
+    build_parts(fw, python, log)
     install_extras(fw, tuple(fw.extras), log)
     return status(fw)
 
@@ -308,6 +310,19 @@ def build_collector(fw: Framework, python: Path, log: Callable[[str], None] = la
         said, ok = str(exc), False
     log(f"{fw.name}: C collector {'ready' if ok else 'not built, the Python collector will run'}: {said}")
     return ok
+
+
+def build_parts(fw: Framework, python: Path, log: Callable[[str], None] = lambda s: None) -> None:
+    """Run fw's ``builds`` modules in its environment (each keeps what it builds there,
+    once per framework version and source: a second run finds it built). A part that
+    cannot be built fails the set-up with its one line and log: its probe needs it."""
+    for module in fw.builds:
+        log(f"{fw.name}: building {module}")
+        with tempdirs.owned("dltrace-build-") as tmp:
+            path = os.pathsep.join([str(code_path(Path(tmp))), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            run_logged(f"{fw.name}: building {module}", [str(python), "-m", module],
+                       log_dir() / f"{fw.name}-build-{module.rsplit('.', 1)[-1]}.log",
+                       env={**os.environ, "PYTHONPATH": path, **fw.env})
 
 
 def run_logged(what: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:

@@ -265,6 +265,9 @@ class Framework:
     #: folders of dltrace's own GPU-path traces recorded on GPU machines, that every
     #: survey of it sets its CPU path against
     recorded: tuple[Path, ...] = ()
+    #: modules the set-up runs in its environment (``python -m MODULE``) to build what its
+    #: probe needs there (TensorFlow's stand-in device: a library compiled against the wheel)
+    builds: tuple[str, ...] = ()
     #: the profiler file formats its files are imported from (contract.PROFILE_FORMATS),
     #: in the order they are tried: ``dltrace import --framework`` and ``imported``
     profiles: tuple[str, ...] = ()
@@ -586,6 +589,8 @@ _KNOWLEDGE_PATTERNS = ("core_symbols", "core_libraries", "core_modules")
 #: What a field's type cannot say: each checks (and converts) the file's value.
 _CHECKS: dict[tuple[type, str], Check] = {
     (Framework, "import_name"): _dotted, (Framework, "probe"): _dotted, (Framework, "version"): _is_text,
+    (Framework, "builds"): lambda e, key, value: tuple(_dotted(e, f"{key}[{i}]", v)
+                                                       for i, v in enumerate(e.strings(key, value))),
     (Framework, "devices"): _typed_as(dict[str, str], _must(lambda d: "cpu" in d, "must include cpu",
                                                              _known("device", lambda e: DEVICES, keys=True))),
     (Framework, "variants"): _variants, (Framework, "source_roots"): _non_empty(_strings),
@@ -639,7 +644,7 @@ def gpu_build_env(fw: Framework) -> Framework | None:
     if not fw.gpu_build:
         return None
     return dataclasses.replace(fw, name=fw.name + GPU_BUILD, install=fw.gpu_build, aarch64=None, imported=(),
-                               recorded=())
+                               recorded=(), builds=())  # never traced: its probe needs nothing built
 
 
 def load(path: str | os.PathLike[str] | Traversable | None = None) -> dict[str, Framework]:

@@ -22,6 +22,7 @@ from tracer.contract import MODELS, PASSES
 from tracer.errors import DltraceError
 from tracer.files import write_bytes, write_text
 from tracer.paths import PACKAGE
+from tracer.process.standin_needs import StandinNeeds
 from tracer.runner import CaseSpec
 from tracer.scaffold import MANIFEST, Kernel, code_text, describe_cases, needs_of, own_folder, template_env
 from tracer.trace import Trace
@@ -33,10 +34,9 @@ STABLEHLO_OP = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*", re.ASCII)
 _RESERVED = frozenset({"annotations", "Any", "np", "cpu", "NAME", "KERNELS"})
 
 
-def kernels(traces: list[Trace]) -> list[Kernel]:
+def kernels(needs: StandinNeeds) -> list[Kernel]:
     """One kernel per op the stand-in executed, in first-run order, each a function
     name of its own (``stablehlo.and`` -> ``and_``, ``chlo.erf`` -> ``chlo_erf``)."""
-    needs = needs_of(traces)
     out: list[Kernel] = []
     taken = set(_RESERVED)
     for op in needs.must_implement:
@@ -63,7 +63,7 @@ def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str
 
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
     """Write the skeleton into ``folder`` (made by tracer.scaffold.prepare); its kernels."""
-    ks = kernels(traces)
+    ks = kernels(needs_of(traces))
     version = str(traces[0].info.framework_version or "?")
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,

@@ -24,7 +24,7 @@ from tracer.contract import MODELS, PASSES
 from tracer.errors import DltraceError
 from tracer.files import write_bytes, write_text
 from tracer.paths import PACKAGE
-from tracer.process.standin_needs import PASS_ORDER
+from tracer.process.standin_needs import PASS_ORDER, StandinNeeds
 from tracer.runner import CaseSpec
 from tracer.scaffold import MANIFEST, Kernel, code_text, describe_cases, needs_of, own_folder, template_env
 from tracer.trace import Trace
@@ -34,10 +34,9 @@ DEVICE_SOURCE = PACKAGE / "probes" / "tensorflow_standin.cc"
 TF_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*", re.ASCII)
 
 
-def kernels(traces: list[Trace]) -> list[Kernel]:
+def kernels(needs: StandinNeeds) -> list[Kernel]:
     """One kernel per op that reached the stand-in, in first-call order, each a C++
     function of its own (``Conv2D`` -> ``Conv2D_kernel``)."""
-    needs = needs_of(traces)
     out = []
     for op in needs.must_implement:
         if not TF_NAME.fullmatch(op):  # written into C++ as a string and a function name
@@ -48,17 +47,19 @@ def kernels(traces: list[Trace]) -> list[Kernel]:
 
 
 def registrations(traces: list[Trace], ks: list[Kernel]) -> list[dict[str, Any]]:
-    """Each op's registrations as the stand-in made them (its traces' meta): one for every
-    type, or one per type TensorFlow has no DEFAULT_DEVICE kernel of the op in."""
-    typed: dict[str, list[Any]] = {}
+    """Each op's registrations: one per element type (``T``) it reached the stand-in in
+    (its traces' meta), or one for every type where it has none."""
+    typed: dict[str, dict[tuple[str, str], None]] = {}
     for t in traces:
         found = (t.meta.get("standin") or {}).get("registrations")
         for op, rows in (found.items() if isinstance(found, dict) else ()):
-            if isinstance(rows, list):
-                typed.setdefault(str(op), rows)
+            mine = typed.setdefault(str(op), {})
+            for r in rows if isinstance(rows, list) else ():
+                if isinstance(r, list) and len(r) == 2:
+                    mine[(str(r[0]), str(r[1]))] = None
     out: list[dict[str, Any]] = []
     for k in ks:
-        rows = [r for r in typed.get(k.op, []) if isinstance(r, list) and len(r) == 2]
+        rows = list(typed.get(k.op, {}))
         for attr, dtype in rows:
             if not TF_NAME.fullmatch(str(attr)) or not str(dtype).isdigit():
                 raise DltraceError(f"{k.op}'s registration {attr!r}={dtype!r} cannot be written into a skeleton")
@@ -78,7 +79,7 @@ def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str
 
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
     """Write the skeleton into ``folder`` (made by tracer.scaffold.prepare); its kernels."""
-    ks = kernels(traces)
+    ks = kernels(needs_of(traces))
     version = str(traces[0].info.framework_version or "?")
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "device_type": name.upper(), "what": what, "kernels": ks, "ops": ks,

@@ -2,15 +2,16 @@
 op by a kernel of its own table, and records which ops it executed.
 
 A new accelerator reaches JAX through a PJRT plugin, whose compiler is handed the
-step's StableHLO; what that compiler must lower is what the programs the step runs
+step's StableHLO; what that compiler must handle is what the programs the step runs
 contain. Reading that from a lowering names what JAX emitted; running it names what
-a backend had to execute to get the step's numbers, and proves it: here each op is
-computed by the StableHLO reference interpreter that ships in jaxlib
-(``stablehlo.eval_module``), one op at a time, in a module of its own, so that an op
-off the table stops the program naming that op, and removing any one kernel from the
-table breaks the step. CHLO ops (the exact GELU's ``chlo.erf``) are rewritten into
-StableHLO first by jaxlib's own ``chlo-legalize-to-stablehlo`` pass, as a PJRT
-plugin's compiler would.
+a backend had to execute to get the step's numbers, and proves it: each op is
+computed alone, in a module of its own (nothing around it to fuse with or fold into),
+so that an op off the table stops the program naming that op, and removing any one
+kernel from the table breaks the step. The stand-in's kernel for every op is the op
+compiled alone by XLA's CPU compiler (:func:`cpu`); CHLO ops (the exact GELU's
+``chlo.erfc``) are kept as JAX emits them, as a plugin gets them. (jaxlib's StableHLO
+reference interpreter would do as the kernels, but it aborts the process on CHLO,
+fails on a backward convolution's dimension numbers, and takes minutes on CIFAR.)
 
 This file is copied as it is into a JAX skeleton (``dltrace scaffold jax``), whose
 op table replaces :func:`cpu` kernel by kernel; it imports nothing of dltrace.

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tracer.contract import PRIMITIVES, STANDIN_LIB
-from tracer.probes import base, tensorflow_models, tensorflow_transformer
+from tracer.probes import base, tensorflow_models, tensorflow_standin, tensorflow_transformer
 
 if TYPE_CHECKING:  # the annotations only (tensorflow is Any to mypy: not installed where it runs)
     from tensorflow.core.framework.kernel_def_pb2 import KernelDef
@@ -45,9 +45,8 @@ def _placed(device: str, build: Callable[[str], base.Case]) -> base.Case:
     and what putting the inputs and parameters there reached kept as its setup."""
     if device != STANDIN:
         return build(device)
-    from tracer.probes import tensorflow_standin
-
     placed = tensorflow_standin.install()
+    tensorflow_standin.RECORDER.types.clear()  # this case's own
     tensorflow_standin.RECORDER.start()
     try:
         case = build(placed)
@@ -56,6 +55,20 @@ def _placed(device: str, build: Callable[[str], base.Case]) -> base.Case:
     case.info["standin"] = tensorflow_standin.describe()
     case.info["standin"]["reached"]["setup"] = setup
     case.info["device_string"] = placed
+    forward, backward = case.forward, case.backward
+
+    def said(run: Callable[..., Any]) -> Callable[..., Any]:
+        def guarded(*args: Any) -> Any:
+            try:
+                return run(*args)
+            except tf.errors.InvalidArgumentError as exc:
+                op = tensorflow_standin.unplaced(str(exc))
+                if op is None:
+                    raise
+                raise base.ProbeError(tensorflow_standin.no_kernel(op)) from None
+        return guarded
+
+    case.forward, case.backward = said(forward), said(backward)
     return case
 
 
@@ -249,8 +262,6 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
         opts = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
                                                         device_tracer_level=1)
         if standin is not None:
-            from tracer.probes import tensorflow_standin
-
             tensorflow_standin.RECORDER.start()
         tf.profiler.experimental.start(logdir, opts)
         try:
@@ -259,8 +270,7 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
             tf.profiler.experimental.stop()
             if standin is not None:
                 standin["reached"][pass_] = tensorflow_standin.RECORDER.stop()
-                ran = [op for ops in standin["reached"].values() for op in ops]
-                standin["registrations"] = tensorflow_standin.registrations(ran)
+                standin["registrations"] = tensorflow_standin.RECORDER.registrations()
         space = xplane_pb2.XSpace()
         for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
             with open(path, "rb") as fh:

@@ -123,7 +123,14 @@ def _steps(spec: Spec, device: str) -> list[dict[str, list[np.ndarray]]]:
 
 
 def _first_line(exc: BaseException) -> str:
+    """One line of a step's failure; TensorFlow's placement error said as what it means
+    here (the device has no kernel of that op)."""
     text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    said = " ".join(text)
+    unplaced = re.search(r"Could not satisfy device specification '([^']+)'.*\[Op:(\w+)\]", said)
+    if unplaced:
+        return f"{unplaced.group(2)} has no kernel on {unplaced.group(1).rsplit('/', 1)[-1]} (TensorFlow could not " \
+               "place it there)"
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 

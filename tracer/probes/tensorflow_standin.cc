@@ -47,7 +47,7 @@ constexpr char kCpu[] = "/job:localhost/replica:0/task:0/device:CPU:0";
 // ---------------------------------------------------------------- what reached the device
 
 std::mutex reached_mutex;
-std::vector<std::string> reached;  // op types, in call order
+std::vector<std::string> reached;  // "Op" or "Op<TAB>T<TAB>its TF_DataType", in call order
 
 void record(const std::string& op) {
   std::lock_guard<std::mutex> lock(reached_mutex);
@@ -251,6 +251,7 @@ bool fields(const std::string& b, const std::function<bool(uint64_t, const std::
 struct Kernel {
   std::string op;
   std::vector<std::pair<std::string, std::string>> attrs;  // name -> serialized AttrValue
+  std::string called;  // what a call records: the op, with its element type T where it has one
 };
 
 TFE_Context* cpu_context() {
@@ -289,10 +290,16 @@ void* dltrace_create_kernel(TF_OpKernelConstruction* ctx) {
           return true;
         });
         kernel->attrs.emplace_back(name, attr);
+        size_t at = 0;
+        uint64_t key, type;
+        if (name == "T" && varint(attr, &at, &key) && key == ((6 << 3) | 0) && varint(attr, &at, &type)) {
+          kernel->called = kernel->op + "\tT\t" + std::to_string(type);  // AttrValue.type (field 6)
+        }
       }
       return true;
     });
     TF_DeleteBuffer(def);
+    if (kernel->called.empty()) kernel->called = kernel->op;
   } else {
     TF_OpKernelConstruction_Failure(ctx, status);
   }
@@ -304,7 +311,7 @@ void dltrace_delete_kernel(void* kernel) { delete static_cast<Kernel*>(kernel); 
 
 void dltrace_compute(void* k, TF_OpKernelContext* ctx) {
   auto* kernel = static_cast<Kernel*>(k);
-  record(kernel->op);
+  record(kernel->called);
   TF_Status* status = TF_NewStatus();
   TFE_Op* op = TFE_NewOp(cpu_context(), kernel->op.c_str(), status);
   std::vector<TFE_TensorHandle*> inputs;
@@ -395,8 +402,9 @@ void TF_InitKernel() {
 }
 #endif
 
-// What reached the device since the last call: op types, one per line (the buffer is
-// the plugin's own, valid until the next call).
+// What reached the device since the last call, one call per line: the op, and its
+// element type where it has one ("Conv2D<TAB>T<TAB>1"); the buffer is the plugin's own,
+// valid until the next call.
 const char* dltrace_standin_reached() {
   static std::string said;
   std::lock_guard<std::mutex> lock(reached_mutex);

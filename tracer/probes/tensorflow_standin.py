@@ -27,6 +27,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -165,32 +166,53 @@ def install() -> str:
     return device()
 
 
-def registrations(ops: list[str]) -> dict[str, list[list[str]]]:
-    """op -> how the stand-in registered it: [] (every type) or [attr, TF_DataType] per
-    type (a skeleton registers the same)."""
-    out: dict[str, list[list[str]]] = {}
-    wanted = set(ops)
-    for line in registered_ops():
-        name, *typed = line.split("\t")
-        if name in wanted:
-            out.setdefault(name, [])
-            if typed:
-                out[name].append(typed)
-    return out
-
-
-def reached() -> list[str]:
-    """The ops that reached the device since the last call, in call order."""
+def reached() -> list[tuple[str, str]]:
+    """The calls that reached the device since the last call, in call order: (op, its
+    element type T as a TF_DataType number, or "")."""
     if not _loaded:
         return []
     said: bytes = _loaded[0].dltrace_standin_reached() or b""
-    return [line for line in said.decode().splitlines() if line]
+    out = []
+    for line in said.decode().splitlines():
+        op, _, typed = line.partition("\t")
+        if op:
+            out.append((op, typed.partition("\t")[2]))
+    return out
+
+
+def unplaced(message: str) -> str | None:
+    """The op TensorFlow could not place on the stand-in (no kernel there), from its
+    error message (eager: ``[Op:X]``; a graph: ``operation X``), or None."""
+    if DEVICE_TYPE not in message and not _USE:
+        return None
+    found = re.search(r"Cannot assign a device for operation (\w+):", message) or \
+        re.search(r"Could not satisfy device specification .*\[Op:(\w+)\]", message, re.S)
+    return found.group(1) if found else None
+
+
+def no_kernel(op: str) -> str:
+    """Why ``op`` has no kernel on the stand-in, in one line."""
+    if op in {line.split("\t", 1)[0] for line in registered_ops()}:
+        return f"{op} failed on the stand-in device"
+    from tensorflow.python.framework import op_def_registry
+
+    found = op_def_registry.get(op)
+    handles = found is not None and any(a.type in (20, 21) or a.is_ref  # DT_RESOURCE, DT_VARIANT
+                                        for a in [*found.input_arg, *found.output_arg])
+    if handles:
+        return (f"{op} takes a resource (a variable's state on the device): the stand-in's generic kernel cannot "
+                "re-run it on the CPU, so the stand-in registers none (a PluggableDevice registers it itself)")
+    return f"{op} has no kernel on the stand-in device (TensorFlow registers none it could take)"
 
 
 class Recorder:
-    """What reached the device between start and stop: each op once, in first-call order."""
+    """What reached the device between start and stop: each op once, in first-call order;
+    and each op's element types (what a kernel registration is constrained to)."""
 
     active = False
+
+    def __init__(self) -> None:
+        self.types: dict[str, dict[str, None]] = {}
 
     def start(self) -> None:
         reached()
@@ -198,7 +220,17 @@ class Recorder:
 
     def stop(self) -> list[str]:
         self.active = False
-        return list(dict.fromkeys(reached()))
+        calls = reached()
+        for op, dtype in calls:
+            self.types.setdefault(op, {})
+            if dtype:
+                self.types[op][dtype] = None
+        return list(dict.fromkeys(op for op, _ in calls))
+
+    def registrations(self) -> dict[str, list[list[str]]]:
+        """op -> [["T", TF_DataType], ...] for each element type it reached the device in
+        ([]: it has no T; a registration for every type)."""
+        return {op: [["T", t] for t in types] for op, types in self.types.items()}
 
 
 RECORDER = Recorder()
@@ -212,3 +244,7 @@ def describe() -> dict[str, Any]:
                        "generic kernel per op that records it and re-runs it on TensorFlow's CPU kernels "
                        "(TFE_Execute); steps run eagerly, soft placement off",
             "registered_by_name": [], "reached": {}}
+
+
+if __name__ == "__main__":  # the set-up's build (frameworks.yaml: builds)
+    print(build())

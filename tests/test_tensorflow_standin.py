@@ -1,0 +1,121 @@
+"""TensorFlow's stand-in PluggableDevice and `dltrace scaffold tensorflow`: a device
+built here with g++ against the wheel's own headers, whose one generic kernel records
+each op and re-runs it on TensorFlow's CPU kernels; the skeleton is a PluggableDevice
+of its own registering exactly what reached it, and its check builds it and proves it.
+One session-scoped LeNet skeleton, written and checked by the real command; the tests
+read it, check edited copies of it, and compare its list with a stand-in probe of
+their own."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import dltrace, one_line_error
+from tracer.contract import STANDIN_LIB, Exit
+from tracer.paths import PACKAGE
+from tracer.trace import load
+
+
+def _ops(folder: Path) -> dict[str, list[str]]:
+    rows = [line.split() for line in (folder / "ops.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {op: passes.split(",") for op, passes in rows}
+
+
+@pytest.fixture(scope="session")
+def tf_lenet_skeleton(frameworks, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    folder = tmp_path_factory.mktemp("scaffold-tf") / "lenet"
+    return folder, dltrace("scaffold", "tensorflow", "--model", "lenet", "-o", str(folder), "--check", timeout=1200)
+
+
+def _edited(skeleton: Path, tmp_path: Path, old: str, new: str) -> Path:
+    copy = tmp_path / "edited"
+    shutil.copytree(skeleton, copy, ignore=shutil.ignore_patterns("build"))
+    kernels = copy / "mydevice" / "kernels.cc"
+    text = kernels.read_text()
+    assert old in text, old
+    kernels.write_text(text.replace(old, new))
+    return copy
+
+
+def _check(folder: Path) -> subprocess.CompletedProcess:
+    return dltrace("scaffold", "tensorflow", "-o", str(folder), "--check", timeout=1200)
+
+
+def test_the_tensorflow_lenet_skeleton_passes_its_check(tf_lenet_skeleton):
+    folder, proc = tf_lenet_skeleton
+    assert proc.returncode == Exit.OK, proc.stderr
+    ops = _ops(folder)
+    for api in ("functional", "layer"):
+        assert re.search(rf"lenet \({api}\): 2 steps match the CPU: the loss, 10 gradients and the parameters "
+                         "after the update", proc.stdout), proc.stdout
+    assert f"{len(ops)} ops, each needed" in proc.stdout, proc.stdout
+    assert "/device:MYDEVICE:0" in proc.stdout
+    # the device is dltrace's own stand-in source; kernels.cc registers exactly ops.txt
+    assert (folder / "mydevice" / "device.cc").read_bytes() == \
+        (PACKAGE / "probes" / "tensorflow_standin.cc").read_bytes()
+    source = (folder / "mydevice" / "kernels.cc").read_text()
+    registered = re.findall(r'^    \{"(\w+)", (\w+), ', source, re.M)
+    assert list(dict.fromkeys(op for op, _ in registered)) == list(ops)
+    assert {"Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "MatMul", "MaxPoolGrad",
+            "SparseSoftmaxCrossEntropyWithLogits"} <= set(ops)
+    assert not {"ReadVariableOp", "AssignSubVariableOp", "VarHandleOp", "Identity"} & set(ops)  # TensorFlow's own
+    # one registration per op and element type it ran in (float32: TF_FLOAT, 1)
+    assert '{"Conv2D", Conv2D_kernel, "T", static_cast<TF_DataType>(1)},' in source
+    manifest = json.loads((folder / "scaffold.json").read_text())
+    assert manifest["device_type"] == "MYDEVICE" and manifest["made_by"]["evidence"] == "run on the stand-in device"
+    assert "NOT RUN" not in (folder / "README.md").read_text()
+
+
+def test_the_list_is_the_standin_probes(tf_lenet_skeleton, tmp_path):
+    folder, _ = tf_lenet_skeleton
+    reached: dict[str, set[str]] = {}
+    for api in ("functional", "layer"):
+        out = tmp_path / f"{api}.json"
+        proc = dltrace("probe", "tensorflow", "lenet", "--api", api, "--device", "standin", "--layers", "python,op",
+                       "-o", str(out), timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        t = load(out)
+        assert t.info.standin is not None and t.info.standin.unit and "PluggableDevice" in t.info.standin.unit
+        for pass_, ops in t.info.standin.reached.items():
+            reached.setdefault(pass_, set()).update(ops)
+        marked = {n.frame.name for _, n in t.run("forward", "warm").layers["op"].walk() if n.frame.lib == STANDIN_LIB}
+        assert "Conv2D" in marked and marked <= set(t.info.standin.reached["forward"])
+    ops = _ops(folder)
+    assert set(ops) == set().union(*reached.values())
+    for op, passes in ops.items():
+        assert set(passes) == {p for p in ("setup", "forward", "backward") if op in reached.get(p, set())}, op
+
+
+def test_a_skeleton_without_one_registration_fails_its_check_naming_it(tf_lenet_skeleton, tmp_path):
+    folder, _ = tf_lenet_skeleton
+    text = (folder / "mydevice" / "kernels.cc").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith('    {"MaxPoolGrad", '))
+    copy = _edited(folder, tmp_path, line + "\n", "")
+    said = one_line_error(_check(copy), Exit.ERROR)
+    assert "MaxPoolGrad has no kernel on device:MYDEVICE:0" in said, said
+
+
+def test_a_kernel_that_computes_otherwise_fails_the_check(tf_lenet_skeleton, tmp_path):
+    folder, _ = tf_lenet_skeleton
+    copy = _edited(folder, tmp_path, "void Relu_kernel(void* kernel, TF_OpKernelContext* ctx) "
+                   "{ dltrace_compute(kernel, ctx); }",
+                   "void Relu_kernel(void* kernel, TF_OpKernelContext* ctx) {\n"
+                   "  TF_Tensor* in = nullptr; TF_Status* s = TF_NewStatus(); TF_GetInput(ctx, 0, &in, s);\n"
+                   "  TF_SetOutput(ctx, 0, in, s); TF_DeleteTensor(in); TF_DeleteStatus(s);\n}")
+    said = one_line_error(_check(copy), Exit.ERROR)
+    wrong = r"lenet \(functional\): the (output|gradients|parameters) of step 1 differ from the CPU's"
+    assert re.search(wrong, said), said
+
+
+def test_a_skeleton_that_does_not_build_is_one_line(tf_lenet_skeleton, tmp_path):
+    folder, _ = tf_lenet_skeleton
+    copy = _edited(folder, tmp_path, "namespace {", "namespace { this is not C++;")
+    said = one_line_error(_check(copy), Exit.ERROR)
+    assert "the skeleton does not build" in said and "error" in said, said
