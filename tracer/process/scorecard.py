@@ -82,6 +82,7 @@ class Beside:
     value: str
     run_only: list[str]
     other_only: list[str]
+    why: dict[str, str] = field(default_factory=dict)  # each difference's reason
 
     def said(self) -> str:
         parts = [f"the {self.evidence} list: {self.value}"]
@@ -214,11 +215,44 @@ def needs_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Fig
         read = _read_needs(rep, k)
         other = read[0] if read is not None else None
         if other is not None and other.items and other.evidence != "recorded":
-            implement.beside = Beside(other.evidence, other.value,
-                                      [op for op in implement.items if op not in other.items],
-                                      [op for op in other.items if op not in implement.items])
+            run_only = [op for op in implement.items if op not in other.items]
+            other_only = [op for op in other.items if op not in implement.items]
+            implement.beside = Beside(other.evidence, other.value, run_only, other_only,
+                                      _differences_why(rep, ran, run_only, other_only, other.evidence))
         return implement, gets
     return _read_needs(rep, k) or _pass_needs(rep, k)
+
+
+def _differences_why(rep: FrameworkReport, ran: list[StandinNeeds], run_only: list[str], other_only: list[str],
+                     evidence: str) -> dict[str, str]:
+    """Why each op is on one list only, from what the runs show: an op reached only while
+    the inputs and parameters were put on the device; one the run executed without the
+    device (kept on the host, or run by the framework's own kernel for any device); one
+    whose primitive has no run (a marked gap); one the run never executed."""
+    why: dict[str, str] = {}
+    for op in run_only:
+        if all(run.passes_of(op) in ([], ["setup"]) for run in ran):
+            why[op] = "reached only in setup (putting the inputs and parameters on the device), which the " \
+                      f"{evidence} list, read from the step, does not see"
+        else:
+            why[op] = f"reached the device in the step; the {evidence} list, read without running on a device, " \
+                      "misses it"
+    elsewhere = {op for run in ran for op in run.elsewhere}
+    levels = {c.api for c in rep.cases}
+    missing = {row.primitive: sorted(levels - set(row.standin.apis if row.standin else ())) for row in rep.audit}
+    for op in other_only:
+        listed_by = {row.primitive for row in rep.audit
+                     if (row.needs is not None and op in row.needs.must_implement)
+                     or any(op in pn.must_implement for pn in row.pass_needs)}
+        if listed_by and all(missing.get(p) for p in listed_by):
+            why[op] = "listed for " + ", ".join(f"{p} ({', '.join(missing[p])})" for p in sorted(listed_by)) + \
+                      ", which did not run on the stand-in there (a marked gap says why)"
+        elif op in elsewhere:
+            why[op] = "executed in the step without reaching the device: the framework kept it on the host or ran " \
+                      "its own kernel for any device"
+        else:
+            why[op] = "never executed on the stand-in's path (the list is read from a table or a compiler, not a run)"
+    return why
 
 
 def _read_needs(rep: FrameworkReport, k: Knowledge) -> tuple[Figure, Figure] | None:

@@ -46,6 +46,10 @@ class StandinNeeds:
     by_pass: dict[str, list[str]] = field(default_factory=dict)  # pass -> ops reached, in first-call order
     by_name: list[str] = field(default_factory=list)  # ops the framework routes only to new backends
     free: list[str] = field(default_factory=list)  # its ops the step called that it computed itself
+    #: every op the run's op layer shows that did not reach the device (any namespace: what
+    #: the framework kept on the host or ran with its own kernel for any device)
+    elsewhere: list[str] = field(default_factory=list)
+    apis: list[str] = field(default_factory=list)  # the API levels that ran on the stand-in
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -142,6 +146,9 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
     spaces = {op_namespace(op) for op in reached} - {""}  # the op namespace the backend's kernels are named in
     out.free = list(dict.fromkeys(n.frame.name for n, _ in run_nodes if op_namespace(n.frame.name) in spaces
                                   and n.frame.lib != STANDIN_LIB and n.frame.name not in reached))
+    out.apis = list(dict.fromkeys(str(t.info.api) for t in standin))
+    out.elsewhere = list(dict.fromkeys(n.frame.name for n, _ in run_nodes if n.frame.kind == "op"
+                                       and n.frame.lib != STANDIN_LIB and n.frame.name not in reached))
     if table is None:
         return out
     cpu_nodes = _op_nodes(cpu)
