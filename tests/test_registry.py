@@ -20,7 +20,8 @@ def test_real_registry():
     assert fws["jax"].apis == ("functional",)
     assert fws["chainer"].install[1].options == ("--no-build-isolation",)
     for fw in fws.values():
-        assert set(fw.devices) == ({"cpu", "gpu", "standin"} if fw.name == "torch" else {"cpu", "gpu"})
+        assert set(fw.devices) == ({"cpu", "gpu", "standin"} if fw.name in ("torch", "tensorflow", "jax")
+                                   else {"cpu", "gpu"})
         assert fw.probe == f"tracer.probes.{fw.name}"
 
 

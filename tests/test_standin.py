@@ -195,9 +195,10 @@ def test_audit_command_prints_the_run(standin_root):
     assert "Why the run and the tables differ" in proc.stdout
 
 
-def test_standin_is_torchs_alone():
-    line = one_line_error(dltrace("probe", "jax", "relu", "--device", "standin"), Exit.USAGE)
-    assert "standin" in line and "cpu" in line
+def test_standin_is_torchs_tensorflows_and_jaxs_alone():
+    for framework in ("chainer", "mxnet"):
+        line = one_line_error(dltrace("probe", framework, "relu", "--device", "standin"), Exit.USAGE)
+        assert "standin" in line and "cpu" in line
 
 
 def test_report_shows_the_run_beside_the_tables(standin_root, tmp_path):
