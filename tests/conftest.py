@@ -149,9 +149,16 @@ def survey_root(frameworks, tmp_path_factory) -> Path:
     op layer everywhere and the native layer in the cases :func:`native_case` names."""
     root = tmp_path_factory.mktemp("survey")
     gaps = sv.run(with_native(sv.plan(frameworks.values(), models=MODELS)), root, workers=2, timeout=900)
-    unexpected = [g for g in gaps if not precision_gap(frameworks, g)]
+    unexpected = [g for g in gaps if not precision_gap(frameworks, g) and not standin_gap(g)]
     assert not unexpected, [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in unexpected]
     return root
+
+
+def standin_gap(gap) -> bool:
+    """A case TensorFlow's stand-in cannot run because its step takes a resource-taking op
+    (the functional embedding's ResourceGather, Adam's ResourceApplyAdam): a gap that says
+    so, by design (tracer/probes/tensorflow_standin.py)."""
+    return gap.device == "standin" and "takes a resource" in gap.error
 
 
 def precision_gap(frameworks, gap) -> bool:
@@ -169,7 +176,8 @@ def cpu_traces(frameworks, survey_root) -> dict[tuple[str, str, str, str], CaseR
         for spec in job.cases:
             path = sv.case_path(survey_root, job, spec)
             gap = path.with_name(path.name[: -len(".json")] + sv.GAP_SUFFIX)
-            if not path.exists() and gap.exists() and precision_gap(frameworks, sv.load_gap(gap)):
+            if not path.exists() and gap.exists() and (precision_gap(frameworks, sv.load_gap(gap))
+                                                       or standin_gap(sv.load_gap(gap))):
                 continue  # no kernel in that type, by design: the gap says so (test_transformer_prims_*)
             out[(job.framework.name, job.variant, spec.primitive, spec.api)] = CaseResult(
                 spec, path if path.exists() else None, None if path.exists() else "no trace")

@@ -41,6 +41,8 @@ HISTORY: tuple[tuple[int, str, str], ...] = (
     (6, "2026-11-24", "meta.collector: which Python-level collector recorded the python layer"),
     (7, "2026-11-26", "meta.model: a model's training step (the network, its level, the framework's defaults)"),
     (8, "2026-11-28", "meta.api \"user\" and meta.model.workload: a user's own workload (its file's name, function)"),
+    (9, "2026-11-28", "meta.standin of TensorFlow's and JAX's stand-ins: its unit, TensorFlow's registrations (each "
+                      "op's element types)"),
 )
 VERSION = HISTORY[-1][0]
 
