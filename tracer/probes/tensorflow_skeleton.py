@@ -136,7 +136,8 @@ def _first_line(exc: BaseException) -> str:
     """One line of a step's failure; TensorFlow's placement error said as what it means
     here (the device has no kernel of that op)."""
     text = [line for line in str(exc).strip().splitlines() if line.strip()]
-    chain, seen = [], exc  # a layer that re-raises hides the placement error in its context (keras)
+    chain: list[str] = []
+    seen: BaseException | None = exc  # a layer that re-raises hides the placement error in its context (keras)
     while seen is not None and len(chain) < 8:
         chain.append(" ".join(str(seen).split()))
         seen = seen.__cause__ or seen.__context__
