@@ -230,3 +230,24 @@ def stop_processes(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def skeleton_ops(folder: Path) -> dict[str, list[str]]:
+    """A backend skeleton's ops.txt: op -> the passes that reached it."""
+    rows = [line.split() for line in (folder / "ops.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {op: passes.split(",") for op, passes in rows}
+
+
+def edited_skeleton(skeleton: Path, tmp_path: Path, file: str, old: str, new: str) -> Path:
+    """A copy of ``skeleton`` (without its build) whose ``file`` has ``old`` replaced by ``new``."""
+    import shutil
+
+    copy = tmp_path / "edited"
+    shutil.copytree(skeleton, copy, ignore=shutil.ignore_patterns("build"))
+    target = copy / file
+    text = target.read_text()
+    assert old in text, old
+    target.write_text(text.replace(old, new))
+    return copy
+

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import dltrace, one_line_error
+from tests.conftest import dltrace, edited_skeleton, one_line_error, skeleton_ops
 from tracer.contract import STANDIN_LIB, Exit
 from tracer.paths import PACKAGE
 from tracer.trace import load
-
-
-def _ops(folder: Path) -> dict[str, list[str]]:
-    rows = [line.split() for line in (folder / "ops.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-    return {op: passes.split(",") for op, passes in rows}
 
 
 @pytest.fixture(scope="session")
@@ -34,13 +27,7 @@ def jax_lenet_skeleton(frameworks, tmp_path_factory) -> tuple[Path, subprocess.C
 
 
 def _edited(skeleton: Path, tmp_path: Path, old: str, new: str) -> Path:
-    copy = tmp_path / "edited"
-    shutil.copytree(skeleton, copy)
-    ops = copy / "mydevice" / "ops.py"
-    text = ops.read_text()
-    assert old in text, old
-    ops.write_text(text.replace(old, new))
-    return copy
+    return edited_skeleton(skeleton, tmp_path, "mydevice/ops.py", old, new)
 
 
 def _check(folder: Path) -> subprocess.CompletedProcess:
@@ -50,7 +37,7 @@ def _check(folder: Path) -> subprocess.CompletedProcess:
 def test_the_jax_lenet_skeleton_passes_its_check(jax_lenet_skeleton):
     folder, proc = jax_lenet_skeleton
     assert proc.returncode == Exit.OK, proc.stderr
-    ops = _ops(folder)
+    ops = skeleton_ops(folder)
     for api in ("functional", "layer"):
         assert re.search(rf"lenet \({api}\): 2 steps match JAX: each of the 3 program\(s\)", proc.stdout), proc.stdout
     assert f"{len(ops)} ops, each needed" in proc.stdout, proc.stdout
@@ -85,7 +72,7 @@ def test_the_list_is_the_standin_probes(jax_lenet_skeleton, tmp_path):
         assert programs[0] == "vjp_backward" and len(programs) == 2, programs  # the pullback, then the update
         leaves = [n for _, n in backward.walk() if n.frame.lib == STANDIN_LIB]
         assert leaves and all(n.frame.name.startswith(("stablehlo.", "chlo.")) for n in leaves)
-    ops = _ops(folder)
+    ops = skeleton_ops(folder)
     assert set(ops) == reached["forward"] | reached["backward"]
     for op, passes in ops.items():
         assert set(passes) == {p for p in ("forward", "backward") if op in reached[p]}, op

@@ -6,26 +6,18 @@ edited copies of it, and compare its list with a stand-in probe of their own."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import dltrace, one_line_error
+from tests.conftest import dltrace, edited_skeleton, one_line_error, skeleton_ops
 from tracer import envs
 from tracer.contract import Exit
 from tracer.paths import PACKAGE
 from tracer.trace import load
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _ops(folder: Path) -> dict[str, list[str]]:
-    """ops.txt: op -> the passes that reached it."""
-    rows = [line.split() for line in (folder / "ops.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-    return {op: passes.split(",") for op, passes in rows}
 
 
 @pytest.fixture(scope="session")
@@ -40,19 +32,13 @@ def _check(folder: Path) -> subprocess.CompletedProcess:
 
 
 def _edited(skeleton: Path, tmp_path: Path, old: str, new: str) -> Path:
-    copy = tmp_path / "edited"
-    shutil.copytree(skeleton, copy)
-    kernels = copy / "mydevice" / "kernels.py"
-    text = kernels.read_text()
-    assert old in text, old
-    kernels.write_text(text.replace(old, new))
-    return copy
+    return edited_skeleton(skeleton, tmp_path, "mydevice/kernels.py", old, new)
 
 
 def test_the_lenet_skeleton_passes_its_check(lenet_skeleton):
     folder, proc = lenet_skeleton
     assert proc.returncode == Exit.OK, proc.stderr
-    ops = _ops(folder)
+    ops = skeleton_ops(folder)
     for api in ("functional", "layer"):
         assert re.search(rf"lenet \({api}\): 2 steps match the CPU: the loss, 10 gradients and the parameters "
                          "after the update", proc.stdout), proc.stdout
@@ -75,7 +61,7 @@ def test_the_list_is_the_standin_runs(lenet_skeleton, frameworks, tmp_path):
         for pass_, ops in load(tmp_path / f"{api}.json").meta["standin"]["reached"].items():
             for op in ops:
                 reached.setdefault(op, set()).add(pass_)
-    assert {op: sorted(p) for op, p in _ops(folder).items()} == {op: sorted(p) for op, p in reached.items()}
+    assert {op: sorted(p) for op, p in skeleton_ops(folder).items()} == {op: sorted(p) for op, p in reached.items()}
     assert {"aten::convolution_overrideable", "aten::addmm.out", "aten::_copy_from"} <= set(reached)
 
 
@@ -97,7 +83,7 @@ def test_the_kernels_register_exactly_the_ops_of_ops_txt(lenet_skeleton, framewo
                           cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    ops = sorted(_ops(folder))
+    ops = sorted(skeleton_ops(folder))
     assert lines[:len(ops)] == ops
     assert f"registered {len(ops)}" in lines
     # an op off the list (torch.ones is on it: empty.memory_format, fill_.Scalar) is refused by name

@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import dltrace, one_line_error
+from tests.conftest import dltrace, edited_skeleton, one_line_error, skeleton_ops
 from tracer.contract import STANDIN_LIB, Exit
 from tracer.paths import PACKAGE
 from tracer.trace import load
-
-
-def _ops(folder: Path) -> dict[str, list[str]]:
-    rows = [line.split() for line in (folder / "ops.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-    return {op: passes.split(",") for op, passes in rows}
 
 
 @pytest.fixture(scope="session")
@@ -35,13 +28,7 @@ def tf_lenet_skeleton(frameworks, tmp_path_factory) -> tuple[Path, subprocess.Co
 
 
 def _edited(skeleton: Path, tmp_path: Path, old: str, new: str) -> Path:
-    copy = tmp_path / "edited"
-    shutil.copytree(skeleton, copy, ignore=shutil.ignore_patterns("build"))
-    kernels = copy / "mydevice" / "kernels.cc"
-    text = kernels.read_text()
-    assert old in text, old
-    kernels.write_text(text.replace(old, new))
-    return copy
+    return edited_skeleton(skeleton, tmp_path, "mydevice/kernels.cc", old, new)
 
 
 def _check(folder: Path) -> subprocess.CompletedProcess:
@@ -51,7 +38,7 @@ def _check(folder: Path) -> subprocess.CompletedProcess:
 def test_the_tensorflow_lenet_skeleton_passes_its_check(tf_lenet_skeleton):
     folder, proc = tf_lenet_skeleton
     assert proc.returncode == Exit.OK, proc.stderr
-    ops = _ops(folder)
+    ops = skeleton_ops(folder)
     for api in ("functional", "layer"):
         assert re.search(rf"lenet \({api}\): 2 steps match the CPU: the loss, 10 gradients and the parameters "
                          "after the update", proc.stdout), proc.stdout
@@ -87,7 +74,7 @@ def test_the_list_is_the_standin_probes(tf_lenet_skeleton, tmp_path):
             reached.setdefault(pass_, set()).update(ops)
         marked = {n.frame.name for _, n in t.run("forward", "warm").layers["op"].walk() if n.frame.lib == STANDIN_LIB}
         assert "Conv2D" in marked and marked <= set(t.info.standin.reached["forward"])
-    ops = _ops(folder)
+    ops = skeleton_ops(folder)
     assert set(ops) == set().union(*reached.values())
     for op, passes in ops.items():
         assert set(passes) == {p for p in ("setup", "forward", "backward") if op in reached.get(p, set())}, op

@@ -190,13 +190,35 @@ def template_env() -> jinja2.Environment:
                               keep_trailing_newline=True)
 
 
-def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str]]:
+def case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str]]:
+    """Per case, how many ops each pass reached (a README's table)."""
     rows = []
     for spec, trace in zip(specs, traces):
         one = needs_of([trace])
         rows.append({"label": f"{spec.primitive} ({spec.api})",
                      **{p: str(len(one.by_pass.get(p, []))) + " ops" for p in PASS_ORDER}})
     return rows
+
+
+def write_list(folder: Path, framework: str, version: str, what: str, must: str, ks: list[Kernel]) -> None:
+    """ops.txt: the must-implement list, each op with the passes that reached it."""
+    width = max(len(k.op) for k in ks)
+    write_text(folder / "ops.txt", "".join(
+        [f"# what {must} for {what}: op, then the passes that reached it\n",
+         f"# (dltrace {__version__}, {framework} {version}, a run on the stand-in device)\n",
+         *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
+
+
+def write_manifest(folder: Path, framework: str, version: str, name: str, what: str, specs: list[CaseSpec],
+                   ks: list[Kernel], evidence: str, command: str, **more: str) -> None:
+    """scaffold.json: what was run (the cases the check runs again), the list, by whom."""
+    manifest = {"framework": framework, "package": name, **more, "what": what,
+                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
+                           **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs],
+                "ops": {k.op: list(k.passes) for k in ks},
+                "made_by": {"dltrace": __version__, "command": command, framework: version,
+                            "evidence": evidence, "passes": list(PASSES)}}
+    write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
 
 
 def prepare(folder: Path, force: bool) -> Path:
@@ -231,13 +253,13 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     """Write the skeleton into ``folder`` (made by :func:`prepare`); its kernels."""
     needs = needs_of(traces)
     ks = kernels(needs)
-    torch_version = traces[0].info.framework_version
+    torch_version = str(traces[0].info.framework_version or "?")
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,
                            "command": code_text(command), "torch_version": torch_version,
                            "folder": code_text(folder.name or str(folder)),
                            "steps": 2, "models": any(s.primitive in MODELS or s.user is not None for s in specs),
-                           "random": any(_RANDOM.search(k.op) for k in ks), "cases": _case_rows(specs, traces)}
+                           "random": any(_RANDOM.search(k.op) for k in ks), "cases": case_rows(specs, traces)}
     env = template_env()
     pkg = own_folder(folder / name)
     # each file written to a new name and renamed over what is there: a link there is replaced, never followed
@@ -246,18 +268,8 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     write_bytes(pkg / "device.py", DEVICE_SOURCE.read_bytes())
     write_text(folder / "check.py", env.get_template("check.py.j2").render(ctx))
     write_text(folder / "README.md", env.get_template("README.md.j2").render(ctx))
-    width = max(len(k.op) for k in ks)
-    write_text(folder / "ops.txt", "".join(
-        [f"# what a torch backend must implement for {what}: op, then the passes that reached it\n",
-         f"# (dltrace {__version__}, torch {torch_version}, a run on the stand-in device)\n",
-         *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
-    manifest = {"framework": "torch", "package": name, "what": what,
-                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
-                           **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs],
-                "ops": {k.op: list(k.passes) for k in ks},
-                "made_by": {"dltrace": __version__, "command": command, "torch": torch_version,
-                            "evidence": needs.evidence, "passes": list(PASSES)}}
-    write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    write_list(folder, "torch", torch_version, what, "a torch backend must implement", ks)
+    write_manifest(folder, "torch", torch_version, name, what, specs, ks, needs.evidence, command)
     return ks
 
 

@@ -11,20 +11,20 @@ JAX's outputs, no op outside the table is reached, and each op in it is needed.
 
 from __future__ import annotations
 
-import json
 import keyword
 import re
 from pathlib import Path
 from typing import Any
 
 from tracer import __version__
-from tracer.contract import MODELS, PASSES
+from tracer.contract import MODELS
 from tracer.errors import DltraceError
 from tracer.files import write_bytes, write_text
 from tracer.paths import PACKAGE
 from tracer.process.standin_needs import StandinNeeds
 from tracer.runner import CaseSpec
-from tracer.scaffold import MANIFEST, Kernel, code_text, describe_cases, needs_of, own_folder, template_env
+from tracer.scaffold import Kernel, case_rows, code_text, describe_cases, needs_of, own_folder, template_env, \
+    write_list, write_manifest
 from tracer.trace import Trace
 
 CONSUMER_SOURCE = PACKAGE / "probes" / "jax_standin.py"
@@ -52,15 +52,6 @@ def kernels(needs: StandinNeeds) -> list[Kernel]:
     return out
 
 
-def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str]]:
-    rows = []
-    for spec, trace in zip(specs, traces):
-        one = needs_of([trace])
-        rows.append({"label": f"{spec.primitive} ({spec.api})",
-                     **{p: str(len(one.by_pass.get(p, []))) + " ops" for p in PASSES}})
-    return rows
-
-
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
     """Write the skeleton into ``folder`` (made by tracer.scaffold.prepare); its kernels."""
     ks = kernels(needs_of(traces))
@@ -70,7 +61,7 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
                            "command": code_text(command), "jax_version": code_text(version),
                            "folder": code_text(folder.name or str(folder)), "steps": 2,
                            "models": any(s.primitive in MODELS or s.user is not None for s in specs),
-                           "cases": _case_rows(specs, traces)}
+                           "cases": case_rows(specs, traces)}
     env = template_env()
     pkg = own_folder(folder / name)
     write_text(pkg / "ops.py", env.get_template("jax_ops.py.j2").render(ctx))
@@ -78,17 +69,6 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     write_bytes(pkg / "consumer.py", CONSUMER_SOURCE.read_bytes())
     write_text(folder / "check.py", env.get_template("jax_check.py.j2").render(ctx))
     write_text(folder / "README.md", env.get_template("jax_README.md.j2").render(ctx))
-    width = max(len(k.op) for k in ks)
-    write_text(folder / "ops.txt", "".join(
-        [f"# what a JAX backend must execute for {what}: StableHLO op, then the passes that reached it\n",
-         f"# (dltrace {__version__}, jax {version}, a run on the stand-in device)\n",
-         *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
-    needs = needs_of(traces)
-    manifest = {"framework": "jax", "package": name, "what": what,
-                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
-                           **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs],
-                "ops": {k.op: list(k.passes) for k in ks},
-                "made_by": {"dltrace": __version__, "command": command, "jax": version,
-                            "evidence": needs.evidence, "passes": list(PASSES)}}
-    write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    write_list(folder, "jax", version, what, "a JAX backend must execute (StableHLO ops)", ks)
+    write_manifest(folder, "jax", version, name, what, specs, ks, needs_of(traces).evidence, command)
     return ks

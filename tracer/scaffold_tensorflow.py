@@ -14,19 +14,19 @@ each kernel delegating to the CPU until the team replaces it; its check
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from tracer import __version__
-from tracer.contract import MODELS, PASSES
+from tracer.contract import MODELS
 from tracer.errors import DltraceError
 from tracer.files import write_bytes, write_text
 from tracer.paths import PACKAGE
-from tracer.process.standin_needs import PASS_ORDER, StandinNeeds
+from tracer.process.standin_needs import StandinNeeds
 from tracer.runner import CaseSpec
-from tracer.scaffold import MANIFEST, Kernel, code_text, describe_cases, needs_of, own_folder, template_env
+from tracer.scaffold import Kernel, case_rows, code_text, describe_cases, needs_of, own_folder, template_env, \
+    write_list, write_manifest
 from tracer.trace import Trace
 
 DEVICE_SOURCE = PACKAGE / "probes" / "tensorflow_standin.cc"
@@ -68,15 +68,6 @@ def registrations(traces: list[Trace], ks: list[Kernel]) -> list[dict[str, Any]]
     return out
 
 
-def _case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str]]:
-    rows = []
-    for spec, trace in zip(specs, traces):
-        one = needs_of([trace])
-        rows.append({"label": f"{spec.primitive} ({spec.api})",
-                     **{p: str(len(one.by_pass.get(p, []))) + " ops" for p in PASS_ORDER}})
-    return rows
-
-
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
     """Write the skeleton into ``folder`` (made by tracer.scaffold.prepare); its kernels."""
     ks = kernels(needs_of(traces))
@@ -87,24 +78,14 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
                            "command": code_text(command), "tf_version": code_text(version),
                            "folder": code_text(folder.name or str(folder)), "steps": 2,
                            "models": any(s.primitive in MODELS or s.user is not None for s in specs),
-                           "cases": _case_rows(specs, traces)}
+                           "cases": case_rows(specs, traces)}
     env = template_env()
     pkg = own_folder(folder / name)
     write_text(pkg / "kernels.cc", env.get_template("tensorflow_kernels.cc.j2").render(ctx))
     write_bytes(pkg / "device.cc", DEVICE_SOURCE.read_bytes())
     write_text(folder / "check.py", env.get_template("tensorflow_check.py.j2").render(ctx))
     write_text(folder / "README.md", env.get_template("tensorflow_README.md.j2").render(ctx))
-    width = max(len(k.op) for k in ks)
-    write_text(folder / "ops.txt", "".join(
-        [f"# what a TensorFlow PluggableDevice must register for {what}: op, then the passes that reached it\n",
-         f"# (dltrace {__version__}, tensorflow {version}, a run on the stand-in device)\n",
-         *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
-    needs = needs_of(traces)
-    manifest = {"framework": "tensorflow", "package": name, "device_type": name.upper(), "what": what,
-                "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
-                           **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs],
-                "ops": {k.op: list(k.passes) for k in ks},
-                "made_by": {"dltrace": __version__, "command": command, "tensorflow": version,
-                            "evidence": needs.evidence, "passes": list(PASSES)}}
-    write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    write_list(folder, "tensorflow", version, what, "a TensorFlow PluggableDevice must register", ks)
+    write_manifest(folder, "tensorflow", version, name, what, specs, ks, needs_of(traces).evidence, command,
+                   device_type=name.upper())
     return ks

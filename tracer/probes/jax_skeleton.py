@@ -22,11 +22,9 @@ the reason on one line of stderr.
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,26 +35,7 @@ from tracer.collect.cases import make_user_case
 from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import base
 from tracer.probes import jax as jax_probe
-
-MANIFEST = "scaffold.json"
-STEPS = 2  # the first step makes an optimizer's state, the second uses it
-
-
-class CheckFailed(Exception):
-    """One line: why the skeleton does not pass."""
-
-
-@dataclass(frozen=True)
-class Spec:
-    workload: str
-    api: str
-    shape: tuple[int, ...]
-    user: dict[str, str] | None = None  # a user's own workload (tracer.contract.UserWorkload.to_json)
-
-    @property
-    def label(self) -> str:
-        return f"{self.workload} ({self.api})"
-
+from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, read_manifest
 
 def _case(spec: Spec) -> base.Case:
     """The case on the CPU, built as the probe builds it (seeded)."""
@@ -153,13 +132,12 @@ def check_minimal(specs: list[Spec], consumer: ModuleType, kernels: Mapping[str,
 def main(folder: Path) -> int:
     """Check the skeleton in ``folder``; print the summary, or the reason on stderr."""
     t0 = time.perf_counter()
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest, specs = read_manifest(folder)
     sys.path.insert(0, str(folder))
     try:
         skeleton = importlib.import_module(manifest["package"])
         consumer = importlib.import_module(f"{manifest['package']}.consumer")
         kernels = dict(skeleton.KERNELS)
-        specs = [Spec(c["workload"], c["api"], tuple(c["shape"]), c.get("user")) for c in manifest["cases"]]
         lines = [f"{manifest['package']}: {len(kernels)} StableHLO ops in the op table ({manifest['package']}/ops.py), "
                  "every other op refused"]
         lines += [check_case(s, consumer, kernels) for s in specs]

@@ -19,14 +19,12 @@ otherwise, with the reason on one line of stderr.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,26 +35,9 @@ from tracer.collect.cases import make_user_case
 from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import base, tensorflow_standin
 from tracer.probes import tensorflow as tf_probe
+from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, read_manifest
 
-MANIFEST = "scaffold.json"
-STEPS = 2
 RTOL, ATOL = 1.3e-6, 1e-5  # float32, as torch.testing.assert_close (the torch skeleton's check)
-
-
-class CheckFailed(Exception):
-    """One line: why the skeleton does not pass."""
-
-
-@dataclass(frozen=True)
-class Spec:
-    workload: str
-    api: str
-    shape: tuple[int, ...]
-    user: dict[str, str] | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.workload} ({self.api})"
 
 
 def build(folder: Path, package: str, device_type: str) -> Path:
@@ -230,9 +211,8 @@ def main(folder: Path, argv: list[str] | None = None) -> int:
     argv = argv or []
     t0 = time.perf_counter()
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
+        manifest, specs = read_manifest(folder)
         package, device_type = manifest["package"], manifest["device_type"]
-        specs = [Spec(c["workload"], c["api"], tuple(c["shape"]), c.get("user")) for c in manifest["cases"]]
         library = folder / "build" / f"lib{package}.so"
         if not argv:
             library = build(folder, package, device_type)

@@ -18,7 +18,6 @@ ERROR otherwise, with the reason on one line of stderr.
 from __future__ import annotations
 
 import importlib
-import json
 import re
 import sys
 import time
@@ -32,28 +31,8 @@ import torch
 from tracer.collect.cases import make_user_case
 from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import torch_models
+from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, read_manifest
 from tracer.probes import torch as torch_probe
-
-MANIFEST = "scaffold.json"
-STEPS = 2  # the first step makes the optimizer's state, the second uses it
-
-
-class CheckFailed(Exception):
-    """One line: why the skeleton does not pass."""
-
-
-@dataclass(frozen=True)
-class Spec:
-    workload: str
-    api: str
-    shape: tuple[int, ...]
-    #: a user's own workload (tracer.contract.UserWorkload.to_json), where ``workload`` names one
-    user: dict[str, str] | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.workload} ({self.api})"
-
 
 @dataclass
 class Step:
@@ -227,12 +206,11 @@ def check_minimal(specs: list[Spec], dev: torch.device, skeleton: ModuleType) ->
 def main(folder: Path) -> int:
     """Check the skeleton in ``folder``; print the summary, or the reason on stderr."""
     t0 = time.perf_counter()
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest, specs = read_manifest(folder)
     sys.path.insert(0, str(folder))
     try:
         skeleton = importlib.import_module(manifest["package"])
         dev = skeleton.install()
-        specs = [Spec(c["workload"], c["api"], tuple(c["shape"]), c.get("user")) for c in manifest["cases"]]
         lines = [f"{dev.type}: {len(skeleton.KERNELS)} ops registered ({manifest['package']}/kernels.py), "
                  "every other op refused"]
         lines += [check_case(s, dev, skeleton) for s in specs]
