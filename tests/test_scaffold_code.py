@@ -154,3 +154,13 @@ def test_a_backend_name_that_shadows_a_module_is_refused(name):
 
     with pytest.raises(UsageError, match="is taken"):
         sc.check_name(name)
+
+
+def test_a_tensorflow_device_name_with_a_digit_is_refused():
+    """TensorFlow takes a PluggableDevice's type as [A-Z][A-Z_]* (the name upper-cased)."""
+    from tracer.errors import UsageError
+
+    assert sc.check_name("my_device", "tensorflow") == "my_device"
+    assert sc.check_name("dev2", "torch") == "dev2"
+    with pytest.raises(UsageError, match="no digits"):
+        sc.check_name("dev2", "tensorflow")

@@ -71,9 +71,12 @@ def check_framework(framework: str) -> None:
                          "dltrace scaffold writes torch's, TensorFlow's and JAX's backends only")
 
 
-def check_name(name: str) -> str:
+def check_name(name: str, framework: str = "torch") -> str:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or keyword.iskeyword(name):
         raise UsageError(f"--name {name!r}: a backend's name is a lower-case Python identifier (e.g. mydevice)")
+    if framework == "tensorflow" and not re.fullmatch(r"[a-z][a-z_]*", name):
+        raise UsageError(f"--name {name!r}: TensorFlow takes a device type of letters and '_' only (the name "
+                         "upper-cased), no digits")
     if name in _TAKEN or name in sys.stdlib_module_names:
         raise UsageError(f"--name {name!r} is taken (a torch device type, or a module the skeleton or its check "
                          "imports: the package would shadow it)")

@@ -55,7 +55,7 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
         raise UsageError("give --model, --primitives or --workload (or --check alone to check the skeleton in the "
                          "folder)")
     if cases or users:
-        sc.check_name(name)
+        sc.check_name(name, framework)
         specs = sc.plan(fw, cases, api, users)
         running = ", ".join([*cases, *(u.name for u in users)])
         made = not folder.exists()
