@@ -115,3 +115,14 @@ def test_a_primitive_on_the_standin_records_what_ran_per_pass(frameworks, tmp_pa
     assert t.info.standin is not None
     assert "chlo.erfc" in t.info.standin.reached["forward"], t.info.standin.reached
     assert t.info.standin.unit and "StableHLO" in t.info.standin.unit
+
+
+def test_a_users_workload_gets_its_skeleton_proved(frameworks, tmp_path):
+    """A workload's programs (read as its passes dispatch them, with their arguments'
+    values) run on the skeleton and match JAX in two steps."""
+    workload = Path(__file__).parent / "workloads" / "jax_mlp.py"
+    proc = dltrace("scaffold", "jax", "--workload", str(workload), "-o", str(tmp_path / "sk"), "--check", timeout=900)
+    assert proc.returncode == Exit.OK, proc.stderr
+    assert "jax_mlp (user): 2 steps match JAX: each of the 2 program(s)" in proc.stdout, proc.stdout
+    ops = skeleton_ops(tmp_path / "sk")
+    assert {"stablehlo.dot_general", "stablehlo.maximum"} <= set(ops) and f"{len(ops)} ops, each needed" in proc.stdout

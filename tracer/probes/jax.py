@@ -466,7 +466,8 @@ def _pass_programs(case: base.Case, pass_: str,
         if key not in p:
             if run is None:
                 raise base.ProbeError("a workload's programs are read from a run of its pass")
-            p[key] = _ran_programs(run, values=case.info.get("standin") is not None)
+            # the stand-in (and a skeleton's check) runs them on their arguments' values
+            p[key] = _ran_programs(run, values=case.info.get("standin") is not None or bool(p.get("values")))
         ran: list[tuple[Callable[..., Any], Sequence[Any]]] = p[key]
         return ran
     f = p["f"]

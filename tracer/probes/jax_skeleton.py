@@ -42,7 +42,9 @@ def _case(spec: Spec) -> base.Case:
     if spec.user is not None:
         w = UserWorkload.from_json(spec.user)
         assert w is not None
-        return make_user_case(jax_probe, w, "cpu")  # type: ignore[no-any-return]
+        case: base.Case = make_user_case(jax_probe, w, "cpu")
+        case.private["values"] = True  # its programs are read with their arguments' values, to run them
+        return case
     if spec.workload in MODELS:
         return jax_probe.make_model_case(spec.workload, spec.api, "cpu", spec.shape)
     return jax_probe.make_case(spec.workload, spec.api, "cpu", spec.shape)
