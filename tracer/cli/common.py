@@ -229,8 +229,19 @@ def frameworks() -> dict[str, registry.Framework]:
     return registry.load()
 
 
-def command_line() -> str:
-    return "dltrace " + shlex.join(sys.argv[1:])
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as it was run, for what a run writes (a trace's meta, survey.json, a
+    skeleton's files), each path in it named by its last part: those files are made to
+    be published, and where a user keeps theirs (``/home/alice/work/...``) is not theirs
+    to publish. ``-o /home/alice/out`` is said ``-o out``, ``--workload
+    FW=/home/alice/net.py:step`` ``--workload FW=net.py:step``."""
+    def said(token: str) -> str:
+        key, eq, value = token.partition("=")
+        if eq and os.sep not in key:  # --option=PATH, FRAMEWORK=PATH
+            return f"{key}={said(value)}" if os.sep in value else token
+        return token.rstrip(os.sep).rsplit(os.sep, 1)[-1] or token if os.sep in token else token
+
+    return "dltrace " + shlex.join(said(t) for t in (sys.argv[1:] if argv is None else argv))
 
 
 def collect(folders: list[Path], problems: list[str] | None = None) -> tuple[list[Trace], list[Gap]]:
