@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from tracer import envs
-from tracer.contract import MODELS, PASSES, PRIMITIVES, STANDIN, USER_API, UserWorkload
+from tracer.contract import MODELS, PASSES, PRIMITIVES, USER_API, UserWorkload
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.registry import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
@@ -76,8 +76,8 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
     """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
     gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
     build not set up, a case that failed), never a stop. ``models``: also their
-    training steps, for the frameworks without a stand-in device (whose run of the step
-    is the stronger must-implement list)."""
+    training steps (their GPU path on the models page, and, beside a stand-in's run of
+    the step, the list the registry or the compiler gives)."""
     gaps: list[Gap] = []
     for fw in frameworks:
         if not fw.gpu_evidence:
@@ -96,7 +96,7 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
             if not stale.name.endswith(f"-{USER_API}{GAP_SUFFIX}"):
                 stale.unlink()
         try:
-            nets = [m for m in models or [] if m in fw.models] if STANDIN not in fw.devices else []
+            nets = [m for m in models or [] if m in fw.models]
             results = derive(fw, list(primitives or PRIMITIVES), folder, timeout=timeout, command="dltrace survey",
                              models=nets)
         except DltraceError as exc:

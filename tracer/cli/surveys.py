@@ -57,6 +57,11 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
 
 
 # --------------------------------------------------------------------------- survey / report
+
+#: A survey's probe runs a whole job (every case of a framework, device and variant, the
+#: examples and native stacks among them) in one process: its time limit is the job's.
+SURVEY_TIMEOUT = 2 * DEFAULT_TIMEOUT
+
 @main.command()
 @click.argument("names", type=FRAMEWORK, nargs=-1)
 @click.option("--primitives", type=PRIMITIVE_LIST, multiple=True,
@@ -101,8 +106,9 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
               help="Derive each framework's GPU path without a GPU (dltrace derive: TensorFlow's and torch's "
                    "registered GPU kernels, JAX's cuda/rocm lowering, Chainer's forward_gpu source), "
                    "beside the traces.")
-@click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
-              help="Seconds per probe subprocess.")
+@click.option("--timeout", type=Seconds(), default=SURVEY_TIMEOUT, show_default=True,
+              help="Seconds per probe subprocess (one runs every case of a framework, device and variant: on a "
+                   "busy 2-core machine JAX's CPU job with its examples and native stacks took 10 minutes).")
 @click.option("--scheduler", default=None, metavar="tls://HOST:PORT",
               help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here: "
                    "tls:// with certificates, or tcp:// on this machine only (docs/fleet.md).")

@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
-from tracer.contract import PASSES
+from tracer.contract import APIS, PASSES, USER_API
 from tracer.process.arm_audit import on_arm
 from tracer.process.backend_needs import is_cpu_library_op
 from tracer.process.decisions import decisions, device_branches, is_device_branch
@@ -225,12 +225,15 @@ def needs_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Fig
 
 def _differences_why(rep: FrameworkReport, ran: list[StandinNeeds], run_only: list[str], other_only: list[str],
                      evidence: str) -> dict[str, str]:
-    """Why each op is on one list only, from what the runs show: an op reached only while
-    the inputs and parameters were put on the device; one the run executed without the
-    device (kept on the host, or run by the framework's own kernel for any device); one
-    whose primitive has no run (a marked gap); one the run never executed."""
-    why: dict[str, str] = {}
-    for op in run_only:
+    """Why each op is on one list only, from what the runs show: the stand-in's own reason
+    where it has one (tracer.process.standin_needs: torch's routing, its profiler's
+    names, setup); an op reached only while the inputs and parameters were put on the
+    device; one whose level did not run on the stand-in (a marked gap); one the run
+    executed without the device (kept on the host, or run by the framework's own kernel
+    for any device); one the run never executed."""
+    said = {d.op: d.why for run in ran for d in run.differences}  # the stand-in's own reasons (torch's the most)
+    why: dict[str, str] = {op: said[op] for op in run_only if op in said}
+    for op in [o for o in run_only if o not in why]:
         if all(run.passes_of(op) in ([], ["setup"]) for run in ran):
             why[op] = "reached only in setup (putting the inputs and parameters on the device), which the " \
                       f"{evidence} list, read from the step, does not see"
@@ -238,7 +241,7 @@ def _differences_why(rep: FrameworkReport, ran: list[StandinNeeds], run_only: li
             why[op] = f"reached the device in the step; the {evidence} list, read without running on a device, " \
                       "misses it"
     elsewhere = {op for run in ran for op in run.elsewhere}
-    levels = {c.api for c in rep.cases}
+    levels = {c.api for c in rep.cases} & {*APIS, USER_API}  # an imported profile's "level" is none
     missing = {row.primitive: sorted(levels - set(row.standin.apis if row.standin else ())) for row in rep.audit}
     for op in other_only:
         listed_by = {row.primitive for row in rep.audit
@@ -250,6 +253,8 @@ def _differences_why(rep: FrameworkReport, ran: list[StandinNeeds], run_only: li
         elif op in elsewhere:
             why[op] = "executed in the step without reaching the device: the framework kept it on the host or ran " \
                       "its own kernel for any device"
+        elif op in said:
+            why[op] = said[op]
         else:
             why[op] = "never executed on the stand-in's path (the list is read from a table or a compiler, not a run)"
     return why
