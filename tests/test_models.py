@@ -48,7 +48,7 @@ def test_torch_lenet_needs_what_reached_the_standin_backend(survey_report, doc):
         assert t.info.standin is not None and t.info.model["api"] == api
         reached |= {op for ops in t.info.standin.reached.values() for op in ops}
     torch = doc["lenet"]["frameworks"]["torch"]["implement"]
-    assert torch["evidence"] == "run" and "standin" in torch["unit"]
+    assert torch["evidence"] == "run" and "stand-in backend" in torch["unit"]
     assert set(torch["items"]) <= reached and int(torch["value"]) == len(torch["items"])
     assert {"aten::convolution_overrideable", "aten::convolution_backward_overrideable",
             "aten::nll_loss_forward.output"} <= set(torch["items"])

@@ -155,14 +155,16 @@ def test_a_skeleton_without_one_registration_fails_naming_it(resnet_skeleton, tm
 
 
 def test_a_tensorflow_workload_scaffolds(frameworks, tmp_path):
-    """TensorFlow's registration table for a workload written from the docs: its kernels
-    from the registry over the ops its step ran, each with the dtypes it ran with."""
+    """TensorFlow's PluggableDevice skeleton for a workload written from the docs: one
+    registration per op that reached the stand-in and element type it ran in (its check,
+    which builds it: tests/test_tensorflow_standin.py)."""
     proc = dltrace("scaffold", "tensorflow", "--workload", str(TF_MLP), "-o", str(tmp_path / "tf"), timeout=900)
     assert proc.returncode == Exit.OK, proc.stderr
     ops = (tmp_path / "tf" / "ops.txt").read_text()
     assert "MatMul" in ops and "ReluGrad" in ops
-    assert "TF_RegisterKernelBuilder" in (tmp_path / "tf" / "kernels.cc").read_text() or \
-        "REGISTER" in (tmp_path / "tf" / "kernels.cc").read_text()
+    kernels = (tmp_path / "tf" / "mydevice" / "kernels.cc").read_text()
+    assert '{"MatMul", MatMul_kernel, "T", static_cast<TF_DataType>(1)},' in kernels
+    assert "TF_RegisterKernelBuilder" in kernels
 
 
 # ----------------------------------------------------------------------------- audit and survey
