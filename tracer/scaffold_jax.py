@@ -54,7 +54,8 @@ def kernels(needs: StandinNeeds) -> list[Kernel]:
 
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
     """Write the skeleton into ``folder`` (made by tracer.scaffold.prepare); its kernels."""
-    ks = kernels(needs_of(traces))
+    needs = needs_of(traces)
+    ks = kernels(needs)
     version = str(traces[0].info.framework_version or "?")
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,
@@ -70,5 +71,5 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     write_text(folder / "check.py", env.get_template("jax_check.py.j2").render(ctx))
     write_text(folder / "README.md", env.get_template("jax_README.md.j2").render(ctx))
     write_list(folder, "jax", version, what, "a JAX backend must execute (StableHLO ops)", ks)
-    write_manifest(folder, "jax", version, name, what, specs, ks, needs_of(traces).evidence, command)
+    write_manifest(folder, "jax", version, name, what, specs, ks, needs.evidence, command)
     return ks

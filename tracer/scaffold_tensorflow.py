@@ -70,7 +70,8 @@ def registrations(traces: list[Trace], ks: list[Kernel]) -> list[dict[str, Any]]
 
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
     """Write the skeleton into ``folder`` (made by tracer.scaffold.prepare); its kernels."""
-    ks = kernels(needs_of(traces))
+    needs = needs_of(traces)
+    ks = kernels(needs)
     version = str(traces[0].info.framework_version or "?")
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "device_type": name.upper(), "what": what, "kernels": ks, "ops": ks,
@@ -86,6 +87,6 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     write_text(folder / "check.py", env.get_template("tensorflow_check.py.j2").render(ctx))
     write_text(folder / "README.md", env.get_template("tensorflow_README.md.j2").render(ctx))
     write_list(folder, "tensorflow", version, what, "a TensorFlow PluggableDevice must register", ks)
-    write_manifest(folder, "tensorflow", version, name, what, specs, ks, needs_of(traces).evidence, command,
+    write_manifest(folder, "tensorflow", version, name, what, specs, ks, needs.evidence, command,
                    device_type=name.upper())
     return ks

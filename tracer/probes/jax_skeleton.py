@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -32,10 +31,10 @@ from typing import Any
 import jax
 
 from tracer.collect.cases import make_user_case
-from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
+from tracer.contract import MODELS, UserWorkload, workload_passes
 from tracer.probes import base
 from tracer.probes import jax as jax_probe
-from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, read_manifest
+from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, first_line, read_manifest, verdict
 
 def _case(spec: Spec) -> base.Case:
     """The case on the CPU, built as the probe builds it (seeded)."""
@@ -93,11 +92,6 @@ def run_steps(spec: Spec, consumer: ModuleType, kernels: Mapping[str, Any], step
     return ran
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
-
-
 def check_case(spec: Spec, consumer: ModuleType, kernels: Mapping[str, Any]) -> str:
     try:
         programs = run_steps(spec, consumer, kernels)
@@ -106,7 +100,7 @@ def check_case(spec: Spec, consumer: ModuleType, kernels: Mapping[str, Any]) -> 
     except consumer.OpRefused as exc:
         raise CheckFailed(f"{spec.label}: reached {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of the step is the check's answer
-        raise CheckFailed(f"{spec.label}: {_first_line(exc)}") from None
+        raise CheckFailed(f"{spec.label}: {first_line(exc)}") from None
     return (f"{spec.label}: {STEPS} steps match JAX: each of the {programs // STEPS} program(s) a step runs gives "
             "JAX's outputs (loss or output, gradients, parameters after the update)")
 
@@ -123,7 +117,7 @@ def check_minimal(specs: list[Spec], consumer: ModuleType, kernels: Mapping[str,
                 failure = exc
                 break
             except Exception as exc:  # noqa: BLE001
-                raise CheckFailed(f"without {op} the step fails on something else: {_first_line(exc)}") from None
+                raise CheckFailed(f"without {op} the step fails on something else: {first_line(exc)}") from None
         if failure is None:
             raise CheckFailed(f"{op} is not needed: every step runs without its kernel")
         if failure.op != op:
@@ -133,23 +127,15 @@ def check_minimal(specs: list[Spec], consumer: ModuleType, kernels: Mapping[str,
 
 def main(folder: Path) -> int:
     """Check the skeleton in ``folder``; print the summary, or the reason on stderr."""
-    t0 = time.perf_counter()
     manifest, specs = read_manifest(folder)
     sys.path.insert(0, str(folder))
-    try:
+
+    def check() -> list[str]:
         skeleton = importlib.import_module(manifest["package"])
         consumer = importlib.import_module(f"{manifest['package']}.consumer")
         kernels = dict(skeleton.KERNELS)
-        lines = [f"{manifest['package']}: {len(kernels)} StableHLO ops in the op table ({manifest['package']}/ops.py), "
-                 "every other op refused"]
-        lines += [check_case(s, consumer, kernels) for s in specs]
-        lines.append(check_minimal(specs, consumer, kernels))
-    except CheckFailed as exc:
-        print(f"check failed: {exc}", file=sys.stderr)
-        return Exit.ERROR
-    except Exception as exc:  # noqa: BLE001 - an edited skeleton that does not import
-        print(f"check failed: the skeleton does not load: {_first_line(exc)}", file=sys.stderr)
-        return Exit.ERROR
-    print("\n".join(lines))
-    print(f"checked in {time.perf_counter() - t0:.1f} s")
-    return Exit.OK
+        return [f"{manifest['package']}: {len(kernels)} StableHLO ops in the op table ({manifest['package']}/ops.py), "
+                "every other op refused",
+                *(check_case(s, consumer, kernels) for s in specs), check_minimal(specs, consumer, kernels)]
+
+    return verdict(check)

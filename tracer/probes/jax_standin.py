@@ -200,15 +200,13 @@ class Consumer:
             if kind == "func.call":
                 results = self._call(functions, op.attributes["callee"].value, args)
             else:
-                where = f"in {name}"
-                for inner in _nested(op):
-                    if inner not in STRUCTURAL:
-                        self.kernel(inner, f"inside {kind}")
-                results = self.kernel(kind, where)(op, args)
+                inside = [inner for inner in _nested(op) if inner not in STRUCTURAL]
+                for inner in inside:
+                    self.kernel(inner, f"inside {kind}")
+                results = self.kernel(kind, f"in {name}")(op, args)
                 self.executed.add(kind)
-                for inner in _nested(op):
-                    if inner not in STRUCTURAL:
-                        self.executed.add(inner, inside=kind)
+                for inner in inside:
+                    self.executed.add(inner, inside=kind)
             values.update(zip(op.results, results))
         raise ValueError(f"function {name} has no return")
 

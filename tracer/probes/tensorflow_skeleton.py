@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from tracer.collect.cases import make_user_case
 from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import base, tensorflow_standin
 from tracer.probes import tensorflow as tf_probe
-from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, read_manifest
+from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, first_line, read_manifest, verdict
 
 RTOL, ATOL = 1.3e-6, 1e-5  # float32, as torch.testing.assert_close (the torch skeleton's check)
 
@@ -116,7 +115,6 @@ def _steps(spec: Spec, device: str) -> list[dict[str, list[np.ndarray]]]:
 def _first_line(exc: BaseException) -> str:
     """One line of a step's failure; TensorFlow's placement error said as what it means
     here (the device has no kernel of that op)."""
-    text = [line for line in str(exc).strip().splitlines() if line.strip()]
     chain: list[str] = []
     seen: BaseException | None = exc  # a layer that re-raises hides the placement error in its context (keras)
     while seen is not None and len(chain) < 8:
@@ -127,7 +125,7 @@ def _first_line(exc: BaseException) -> str:
     if unplaced:
         return f"{unplaced.group(2)} has no kernel on {unplaced.group(1).rsplit('/', 1)[-1]} (TensorFlow could not " \
                "place it there)"
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+    return first_line(exc)
 
 
 def _differs(got: list[np.ndarray], want: list[np.ndarray]) -> str:
@@ -205,37 +203,36 @@ def check_minimal(folder: Path, ops: list[str]) -> str:
     return f"{len(ops)} ops, each needed (a build without its registration fails a step naming it)"
 
 
+def _load(folder: Path, built: bool) -> tuple[dict[str, Any], list[Spec], str]:
+    """The skeleton's manifest, cases, and its device, loaded (built first unless ``built``)."""
+    manifest, specs = read_manifest(folder)
+    package, device_type = manifest["package"], manifest["device_type"]
+    library = folder / "build" / f"lib{package}.so" if built else build(folder, package, device_type)
+    tensorflow_standin.use(library, device_type)
+    return manifest, specs, tensorflow_standin.install()
+
+
 def main(folder: Path, argv: list[str] | None = None) -> int:
     """Check the skeleton in ``folder`` (``--without OP``: only run its steps on a build
     that leaves OP out); print the summary, or the reason on stderr."""
-    argv = argv or []
-    t0 = time.perf_counter()
-    try:
-        manifest, specs = read_manifest(folder)
-        package, device_type = manifest["package"], manifest["device_type"]
-        library = folder / "build" / f"lib{package}.so"
-        if not argv:
-            library = build(folder, package, device_type)
-        tensorflow_standin.use(library, device_type)
-        device = tensorflow_standin.install()
-        if argv[:1] == ["--without"]:
+    if (argv or [])[:1] == ["--without"]:
+        try:
+            _, specs, _ = _load(folder, built=True)
             for spec in specs:
                 try:
                     _steps(spec, tf_probe.STANDIN)
                 except Exception as exc:  # noqa: BLE001 - the failure is the answer
                     print(f"{spec.label}: {_first_line(exc)}", file=sys.stderr)
                     return Exit.ERROR
-            return Exit.OK
+        except Exception as exc:  # noqa: BLE001 - a build that does not load
+            print(f"check failed: the skeleton does not load: {_first_line(exc)}", file=sys.stderr)
+            return Exit.ERROR
+        return Exit.OK
+
+    def check() -> list[str]:
+        manifest, specs, device = _load(folder, built=False)
         ops = list(manifest["ops"])
-        lines = [f"{device}: {len(ops)} op kernels registered ({package}/kernels.cc), every other op fails"]
-        lines += [check_case(s, device) for s in specs]
-        lines.append(check_minimal(folder, ops))
-    except CheckFailed as exc:
-        print(f"check failed: {exc}", file=sys.stderr)
-        return Exit.ERROR
-    except Exception as exc:  # noqa: BLE001 - an edited skeleton that does not load
-        print(f"check failed: the skeleton does not load: {_first_line(exc)}", file=sys.stderr)
-        return Exit.ERROR
-    print("\n".join(lines))
-    print(f"checked in {time.perf_counter() - t0:.1f} s")
-    return Exit.OK
+        return [f"{device}: {len(ops)} op kernels registered ({manifest['package']}/kernels.cc), every other op fails",
+                *(check_case(s, device) for s in specs), check_minimal(folder, ops)]
+
+    return verdict(check, _first_line)

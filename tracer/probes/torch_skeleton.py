@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -29,9 +28,9 @@ from typing import Any
 import torch
 
 from tracer.collect.cases import make_user_case
-from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
+from tracer.contract import MODELS, UserWorkload, workload_passes
 from tracer.probes import torch_models
-from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, read_manifest
+from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, first_line, read_manifest, verdict
 from tracer.probes import torch as torch_probe
 
 @dataclass
@@ -101,11 +100,6 @@ def _run(spec: Spec, dev: torch.device, observe: bool = True) -> Run:
     return Run(steps, names, lr)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
-
-
 def _differs(a: torch.Tensor | None, b: torch.Tensor | None, atol: float | None = None) -> str | None:
     """How the device's ``a`` differs from the CPU's ``b`` (torch.testing.assert_close's
     tolerances for the dtype, or ``atol`` with no relative one), or None."""
@@ -143,13 +137,13 @@ def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType) -> str:
     try:  # first: each build seeds torch's generator (dropout masks match)
         want = _run(spec, torch.device("cpu"))
     except Exception as exc:  # noqa: BLE001 - a workload that does not run on the CPU proves nothing
-        raise CheckFailed(f"{spec.label}: the step fails on the CPU too: {exc if spec.user else _first_line(exc)}") \
+        raise CheckFailed(f"{spec.label}: the step fails on the CPU too: {exc if spec.user else first_line(exc)}") \
             from None
     skeleton.REFUSED.clear()
     try:
         got = _run(spec, dev)
     except Exception as exc:  # noqa: BLE001 - any failure of the step is the check's answer
-        raise CheckFailed(f"{spec.label}: {_first_line(exc)}") from None
+        raise CheckFailed(f"{spec.label}: {first_line(exc)}") from None
     if skeleton.REFUSED:
         raise CheckFailed(f"{spec.label}: reached {', '.join(dict.fromkeys(skeleton.REFUSED))}, which the skeleton "
                           "refuses (the step went on: torch caught the error)")
@@ -192,7 +186,7 @@ def check_minimal(specs: list[Spec], dev: torch.device, skeleton: ModuleType) ->
                 try:
                     _run(spec, dev, observe=False)
                 except Exception as exc:  # noqa: BLE001
-                    failure = _first_line(exc)
+                    failure = first_line(exc)
                     break
         finally:
             skeleton.register(op)
@@ -205,22 +199,14 @@ def check_minimal(specs: list[Spec], dev: torch.device, skeleton: ModuleType) ->
 
 def main(folder: Path) -> int:
     """Check the skeleton in ``folder``; print the summary, or the reason on stderr."""
-    t0 = time.perf_counter()
     manifest, specs = read_manifest(folder)
     sys.path.insert(0, str(folder))
-    try:
+
+    def check() -> list[str]:
         skeleton = importlib.import_module(manifest["package"])
         dev = skeleton.install()
-        lines = [f"{dev.type}: {len(skeleton.KERNELS)} ops registered ({manifest['package']}/kernels.py), "
-                 "every other op refused"]
-        lines += [check_case(s, dev, skeleton) for s in specs]
-        lines.append(check_minimal(specs, dev, skeleton))
-    except CheckFailed as exc:
-        print(f"check failed: {exc}", file=sys.stderr)
-        return Exit.ERROR
-    except Exception as exc:  # noqa: BLE001 - an edited skeleton that does not import or install
-        print(f"check failed: the skeleton does not load: {_first_line(exc)}", file=sys.stderr)
-        return Exit.ERROR
-    print("\n".join(lines))
-    print(f"checked in {time.perf_counter() - t0:.1f} s")
-    return Exit.OK
+        return [f"{dev.type}: {len(skeleton.KERNELS)} ops registered ({manifest['package']}/kernels.py), "
+                "every other op refused",
+                *(check_case(s, dev, skeleton) for s in specs), check_minimal(specs, dev, skeleton)]
+
+    return verdict(check)
