@@ -16,7 +16,7 @@ import distributed
 import pytest
 
 from tests.conftest import stop_processes
-from tracer import fleet, envs
+from tracer import fleet, envs, fleet_credentials
 from tracer import survey as sv
 from tracer.trace import Frame, Node, Run, Trace, load
 
@@ -127,8 +127,9 @@ def test_worker_options_narrow_the_declared_resources(frameworks, monkeypatch):
 def cluster(frameworks):
     """A scheduler and one in-process worker on 127.0.0.1, random ports, declaring this machine's resources."""
     res = fleet.resources_here(frameworks.values())
-    with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=2, host="127.0.0.1", protocol="tcp",
-                                  scheduler_port=0, dashboard_address=None, resources=res) as lc:
+    with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=2, host="127.0.0.1", protocol="tls",
+                                  security=fleet_credentials.ensure().security(), scheduler_port=0,
+                                  dashboard_address=None, resources=res) as lc:
         yield lc
 
 
@@ -168,17 +169,17 @@ def test_gpu_job_without_gpu_worker_is_a_scheduler_gap(cluster, frameworks, tmp_
 def test_unreachable_scheduler_is_one_line_error(tmp_path):
     from tracer.errors import DltraceError
     with pytest.raises(DltraceError, match="unreachable"):
-        fleet.run([], tmp_path, "tcp://127.0.0.1:9", timeout=5)
+        fleet.run([], tmp_path, fleet.scheduler("tcp://127.0.0.1:9", "client", trust_local_users=True), timeout=5)
 
 
 class Processes:
-    """`dask scheduler` and `dltrace worker` processes on 127.0.0.1, stopped at the end."""
+    """`dltrace scheduler` and `dltrace worker` processes on 127.0.0.1 (TLS with the
+    certificates dltrace makes for this user), stopped at the end."""
 
     def __init__(self, folder: Path) -> None:
         self.procs: list[subprocess.Popen] = []
         info = folder / "scheduler.json"
-        self.start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                    "--scheduler-file", str(info)])
+        self.start([str(BIN / "dltrace"), "scheduler", "--port", "0", "--scheduler-file", str(info)])
         deadline = time.monotonic() + 60
         while not info.is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -191,6 +192,10 @@ class Processes:
 
     def worker(self, *options: str) -> subprocess.Popen:
         return self.start([str(BIN / "dltrace"), "worker", self.address, *options])
+
+    def client(self) -> distributed.Client:
+        return distributed.Client(self.address, security=fleet_credentials.ensure().security(), timeout=30,
+                                  set_as_default=False)
 
     def stop(self) -> None:
         stop_processes(self.procs)
@@ -217,7 +222,7 @@ def two_workers(frameworks, tmp_path_factory):
     try:
         procs.worker("--name", "plain", "--frameworks", "torch", "--no-emulation", "--nthreads", "1")
         procs.worker("--name", "emu", "--frameworks", "torch", "--nthreads", "2")
-        with distributed.Client(procs.address, timeout=30) as client:
+        with procs.client() as client:
             client.wait_for_workers(2, timeout=120)
             declared = {w["name"]: w["resources"] for w in client.scheduler_info()["workers"].values()}
         # side by side: the emulated probes are most of the time, and neither survey alone fills both cores
@@ -295,7 +300,7 @@ def test_worker_killed_mid_job_becomes_a_gap(frameworks, tmp_path):
     try:
         worker = procs.worker()
         deadline = time.monotonic() + 60
-        with distributed.Client(procs.address, timeout=30) as client:
+        with procs.client() as client:
             client.wait_for_workers(1, timeout=60)
             fw = frameworks["chainer"]
             jobs = sv.plan([fw], ["relu", "conv2d"], ["cpu"], variants=False)
@@ -330,7 +335,7 @@ def test_a_worker_told_to_stop_ends_within_seconds_when_its_scheduler_is_gone(fr
     try:
         told = procs.worker("--frameworks", "torch", "--no-emulation", "--nthreads", "1")
         left = procs.worker("--frameworks", "torch", "--no-emulation", "--nthreads", "1")
-        with distributed.Client(procs.address, timeout=30) as client:
+        with procs.client() as client:
             client.wait_for_workers(2, timeout=120)
         procs.procs[0].terminate()  # the scheduler goes away
         procs.procs[0].wait(timeout=30)
@@ -339,5 +344,98 @@ def test_a_worker_told_to_stop_ends_within_seconds_when_its_scheduler_is_gone(fr
         told.wait(timeout=fleet.STOP_S + 20)
         assert time.monotonic() - t0 < fleet.STOP_S + 15
         left.wait(timeout=fleet.STOP_S * 6 + 60)  # no signal: its scheduler's absence ends it
+    finally:
+        procs.stop()
+
+
+# ----------------------------------------------------------------------------- a fleet on a shared machine
+
+
+def test_a_plain_loopback_scheduler_is_refused_where_the_machine_has_other_users(monkeypatch):
+    """Every local user can reach a loopback port, and whoever reaches a plain scheduler
+    runs code in every worker: on a machine with other users, tcp:// is refused unless
+    the user says they trust them, and the line says how to do it securely."""
+    monkeypatch.setattr(fleet_credentials, "other_users", lambda: ["alice", "bob", "carol", "dave"])
+    with pytest.raises(fleet.UsageError) as refused:
+        fleet.scheduler("tcp://127.0.0.1:8786", "worker")
+    line = str(refused.value)
+    assert "\n" not in line and "other users (alice, bob, carol and 1 more)" in line
+    assert "dltrace scheduler" in line and "tls://127.0.0.1:8786" in line and "--trust-local-users" in line
+    assert fleet.scheduler("tcp://127.0.0.1:8786", "worker", trust_local_users=True).security is None
+    monkeypatch.setattr(fleet_credentials, "other_users", lambda: [])
+    assert fleet.scheduler("tcp://127.0.0.1:8786", "client").loopback
+
+
+def test_other_users_are_the_login_accounts_of_people(monkeypatch):
+    import os
+    import pwd
+
+    me = os.getuid()
+    people = [pwd.struct_passwd(fields) for fields in (
+        ("root", "x", 0, 0, "", "/root", "/bin/bash"),
+        ("me", "x", me, me, "", "/home/me", "/bin/bash"),
+        ("alice", "x", me + 1 if me >= 1000 else 1001, 1001, "", "/home/alice", "/bin/zsh"),
+        ("daemon", "x", 1, 1, "", "/usr/sbin", "/usr/sbin/nologin"),
+        ("svc", "x", 1500 if me != 1500 else 1501, 1500, "", "/", "/usr/sbin/nologin"),
+        ("nobody", "x", 65534, 65534, "", "/nonexistent", "/bin/sh"))]
+    monkeypatch.setattr(pwd, "getpwall", lambda: people)
+    assert fleet_credentials.other_users() == ["alice"]
+
+
+def test_credentials_are_made_once_private_and_signed_by_their_own_ca(tmp_path, monkeypatch):
+    from cryptography import x509
+
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
+    assert fleet_credentials.existing() is None
+    with pytest.raises(fleet.UsageError, match="dltrace has made none.*dltrace scheduler"):
+        fleet.scheduler("tls://127.0.0.1:8786", "client")
+    creds = fleet_credentials.ensure()
+    assert creds.folder.stat().st_mode & 0o777 == 0o700
+    files = sorted(creds.folder.iterdir())
+    assert [f.name for f in files] == ["ca.pem", "client.key", "client.pem", "scheduler.key", "scheduler.pem",
+                                       "worker.key", "worker.pem"]  # the CA's key is not among them
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    before = {f: f.read_bytes() for f in files}
+    assert fleet_credentials.ensure() == creds and {f: f.read_bytes() for f in files} == before
+    ca = x509.load_pem_x509_certificate(creds.ca.read_bytes())
+    for role in fleet_credentials.ROLES:
+        x509.load_pem_x509_certificate(creds.cert(role).read_bytes()).verify_directly_issued_by(ca)
+    sched = fleet.scheduler("tls://127.0.0.1:8786", "worker")
+    assert sched.security is not None and sched.security.tls_worker_cert == str(creds.cert("worker"))
+    creds.folder.chmod(0o755)  # another user could now read the keys
+    with pytest.raises(fleet.DltraceError, match="not a folder only you can use"):
+        fleet.scheduler("tls://127.0.0.1:8786", "worker")
+
+
+@pytest.mark.slow
+def test_dltrace_scheduler_admits_only_the_holders_of_its_credentials(tmp_path):
+    """`dltrace scheduler` listens on loopback over TLS: a client with this user's
+    credentials is served, one without a certificate or with another CA's is refused,
+    and plain TCP gets no scheduler."""
+    import socket
+    import ssl
+
+    procs = Processes(tmp_path)
+    try:
+        assert procs.address.startswith("tls://127.0.0.1:")
+        with procs.client() as client:
+            assert client.scheduler_info()["type"] == "Scheduler"
+        other = fleet_credentials.Credentials(tmp_path / "other")
+        other.folder.mkdir(mode=0o700)
+        fleet_credentials._write(other.folder)
+        host, port = procs.address.removeprefix("tls://").rsplit(":", 1)
+        for cert in (None, other):
+            ctx = ssl.create_default_context(cafile=str(fleet_credentials.ensure().ca))
+            ctx.check_hostname = False
+            if cert:
+                ctx.load_cert_chain(str(cert.cert("client")), str(cert.key("client")))
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                with socket.create_connection((host, int(port)), timeout=10) as raw:
+                    with ctx.wrap_socket(raw) as tls:
+                        tls.sendall(b"\x00" * 8)
+                        if not tls.recv(8):  # TLS 1.3: the refusal of the certificate arrives with the first read
+                            raise ConnectionError("closed")
+        with pytest.raises(Exception):
+            distributed.Client(procs.address.replace("tls://", "tcp://"), timeout=5, set_as_default=False)
     finally:
         procs.stop()

@@ -389,9 +389,9 @@ def test_a_scheduler_off_this_machine_needs_tls_with_certificates(address, tmp_p
 def test_the_loopback_check_is_by_address_not_by_name():
     from tracer import fleet
 
-    assert fleet.scheduler("tcp://127.0.0.1:8786", "client").loopback
-    assert fleet.scheduler("tcp://[::1]:8786", "worker").loopback
-    assert fleet.scheduler("tcp://localhost:8786", "worker").loopback
+    assert fleet.scheduler("tcp://127.0.0.1:8786", "client", trust_local_users=True).loopback
+    assert fleet.scheduler("tcp://[::1]:8786", "worker", trust_local_users=True).loopback
+    assert fleet.scheduler("tcp://localhost:8786", "worker", trust_local_users=True).loopback
     for host in ("127.0.0.1.example.org", "0.0.0.0", "192.168.1.5", "[::]"):
         with pytest.raises(fleet.UsageError, match="not on this machine"):
             fleet.scheduler(f"tcp://{host}:8786", "client")
@@ -449,7 +449,7 @@ def test_an_unreachable_or_wrong_scheduler_is_one_line_within_the_wait(tmp_path,
     listener = None if peer == "closed" else _Listener(http=peer == "http")
     port = listener.port if listener else _free_port()
     try:
-        sched = fleet.scheduler(f"tcp://127.0.0.1:{port}", "client")
+        sched = fleet.scheduler(f"tcp://127.0.0.1:{port}", "client", trust_local_users=True)
         t0 = time.monotonic()
         with pytest.raises(fleet.DltraceError, match="unreachable: no Dask scheduler answered within 2 s"):
             fleet.check_reachable(sched, "worker", wait=2)
@@ -471,8 +471,9 @@ def _free_port() -> int:
 def test_worker_and_survey_at_a_silent_listener_end_in_one_line(tmp_path):
     listener = _Listener()
     try:
-        for command in (("worker", f"tcp://127.0.0.1:{listener.port}", "--no-gpu"),
-                        ("survey", "--scheduler", f"tcp://127.0.0.1:{listener.port}", "-o", str(tmp_path / "s"))):
+        for command in (("worker", f"tcp://127.0.0.1:{listener.port}", "--no-gpu", "--trust-local-users"),
+                        ("survey", "--scheduler", f"tcp://127.0.0.1:{listener.port}", "--trust-local-users", "-o",
+                         str(tmp_path / "s"))):
             t0 = time.monotonic()
             line = one_line_error(dltrace(*command, timeout=120))
             assert "unreachable" in line and time.monotonic() - t0 < 40
@@ -481,8 +482,9 @@ def test_worker_and_survey_at_a_silent_listener_end_in_one_line(tmp_path):
 
 
 class _Fleet:
-    """A `dask scheduler` (``tls``: mutual TLS with the given files) and `dltrace worker`
-    processes on loopback, with the environment ``env`` (a fake registry), stopped at the end."""
+    """A scheduler (``tls``: `dask scheduler` with mutual TLS with the given files; else
+    `dltrace scheduler`, with its own) and `dltrace worker` processes on loopback, with
+    the environment ``env`` (a fake registry), stopped at the end."""
 
     def __init__(self, folder: Path, env: dict[str, str], tls: dict[str, Path] | None = None) -> None:
         import os
@@ -492,10 +494,14 @@ class _Fleet:
         self.env, self.procs, self.tls = {**os.environ, **env}, [], tls
         self.bin = Path(sys.executable).parent
         info = folder / "scheduler.json"
-        extra = ["--protocol", "tls", "--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["scheduler.pem"]),
-                 "--tls-key", str(tls["scheduler.key"])] if tls else []
-        self.scheduler = self._start([str(self.bin / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                      "--no-dashboard", "--scheduler-file", str(info), *extra], subprocess)
+        if tls:
+            self.scheduler = self._start([str(self.bin / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                          "--no-dashboard", "--scheduler-file", str(info), "--protocol", "tls",
+                                          "--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["scheduler.pem"]),
+                                          "--tls-key", str(tls["scheduler.key"])], subprocess)
+        else:  # dltrace's own: TLS with the certificates it makes for the user of this DLTRACE_HOME
+            self.scheduler = self._start([str(self.bin / "dltrace"), "scheduler", "--port", "0", "--scheduler-file",
+                                          str(info)], subprocess)
         deadline = time.monotonic() + 60
         while not info.is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -522,8 +528,11 @@ class _Fleet:
         import distributed
         from distributed.security import Security
 
+        from tracer.fleet_credentials import Credentials
+
         sec = Security(tls_ca_file=str(self.tls["ca"]), tls_client_cert=str(self.tls["client.pem"]),
-                       tls_client_key=str(self.tls["client.key"]), require_encryption=True) if self.tls else None
+                       tls_client_key=str(self.tls["client.key"]), require_encryption=True) if self.tls else \
+            Credentials(Path(self.env["DLTRACE_HOME"]) / "fleet-credentials").security()
         return distributed.Client(self.address, security=sec, timeout=30, set_as_default=False)
 
     def stop(self) -> None:
@@ -869,8 +878,9 @@ def test_a_plain_scheduler_reached_on_loopback_but_listening_beyond_is_refused(t
         while not info.is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
         port = json.loads(info.read_text())["address"].rsplit(":", 1)[1]
-        for command in (("worker", f"tcp://127.0.0.1:{port}", "--no-gpu"),
-                        ("survey", "--scheduler", f"tcp://127.0.0.1:{port}", "-o", str(tmp_path / "s"))):
+        for command in (("worker", f"tcp://127.0.0.1:{port}", "--no-gpu", "--trust-local-users"),
+                        ("survey", "--scheduler", f"tcp://127.0.0.1:{port}", "--trust-local-users", "-o",
+                         str(tmp_path / "s"))):
             line = one_line_error(dltrace(*command, timeout=120), Exit.USAGE)
             assert "beyond this machine, without TLS" in line and "--host 127.0.0.1" in line
         assert not (tmp_path / "s").exists()

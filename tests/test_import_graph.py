@@ -25,7 +25,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer.knowledge", "tracer.profile_reader", "tracer.collect", "tracer.probes"),
     ("tracer.process",),
     ("tracer.render",),
-    ("tracer.envs",),
+    ("tracer.envs", "tracer.fleet_credentials"),
     ("tracer.emulation",),
     ("tracer.runner",),
     ("tracer.importers", "tracer.elf_code"),

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlsplit
 
-from tracer import envs
+from tracer import envs, fleet_credentials
 from tracer.contract import Exit
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, write_bytes
@@ -85,14 +85,17 @@ def _loopback(host: str) -> bool:
 
 
 def scheduler(address: str, role: str, ca: str | None = None, cert: str | None = None,
-              key: str | None = None) -> Scheduler:
+              key: str | None = None, trust_local_users: bool = False) -> Scheduler:
     """``address`` checked before anything connects: ``tcp://HOST:PORT`` or
     ``tls://HOST:PORT`` (UsageError otherwise). Any client that reaches a Dask scheduler
     runs code in every worker, so one that is not on a loopback address is used only
     over TLS with certificates (Dask's security: mutual TLS, each side's certificate
-    signed by the CA the other trusts); without them a UsageError says how.
-    ``role``: "client" (a survey) or "worker". The TLS files are the options' or
-    Dask's own settings (distributed.comm.tls.*)."""
+    signed by the CA the other trusts); without them a UsageError says how. On
+    loopback the same holds where the machine has other users (each can reach a
+    loopback port) unless ``trust_local_users``; a ``tls://`` loopback scheduler given
+    no certificates is reached with those dltrace made for this user (``dltrace
+    scheduler``). ``role``: "client" (a survey) or "worker". The TLS files are the
+    options' or Dask's own settings (distributed.comm.tls.*)."""
     usage = f"scheduler address {address[:80]!r} is not tcp://HOST:PORT or tls://HOST:PORT"
     try:
         parts = urlsplit(address.strip())
@@ -109,6 +112,13 @@ def scheduler(address: str, role: str, ca: str | None = None, cert: str | None =
             raise UsageError(f"scheduler {address}: not on this machine, and a fleet across machines runs only over "
                              f"TLS with certificates (whoever reaches an open scheduler runs code in every worker): "
                              f"use tls://{parts.netloc} with certificates ({HOW})")
+        others = [] if trust_local_users else fleet_credentials.other_users()
+        if others:
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise UsageError(f"scheduler {address}: this machine has other users ({shown}), and whoever reaches a "
+                             f"plain scheduler on loopback runs code in every worker: start one with `dltrace "
+                             f"scheduler` and use tls://{parts.netloc} (certificates dltrace makes for you), or say "
+                             f"--trust-local-users")
         return Scheduler(address.strip(), host, True, None)
     from distributed.security import Security
 
@@ -116,6 +126,12 @@ def scheduler(address: str, role: str, ca: str | None = None, cert: str | None =
     sec = Security(require_encryption=True, **{k: v for k, v in given.items() if v})
     missing = [opt for opt, attr in (("--tls-ca-file", "tls_ca_file"), ("--tls-cert", f"tls_{role}_cert"))
                if not getattr(sec, attr)]
+    if loopback and len(missing) == 2:  # nothing given on this machine: dltrace's own, if it made them
+        own = fleet_credentials.existing()
+        if own is None:
+            raise UsageError(f"scheduler {address}: no certificates given, and dltrace has made none for a fleet on "
+                             f"this machine: start the scheduler with `dltrace scheduler`, which makes them")
+        return Scheduler(address.strip(), host, loopback, own.security())
     if missing:
         raise UsageError(f"scheduler {address}: TLS needs {' and '.join(missing)} (or Dask's distributed.comm.tls "
                          f"settings); {HOW}")
@@ -464,6 +480,37 @@ def start_worker(address: str | Scheduler, frameworks: Iterable[Framework], nthr
         async with w:
             await w.finished()
 
+    _serve(main)
+
+
+def start_scheduler(port: int, scheduler_file: Path | None, announce: Callable[[str], None]) -> None:
+    """Run a Dask scheduler for a fleet on this machine, in this process until told to
+    stop: on loopback only, over mutual TLS with the certificates dltrace makes for this
+    user (made the first time), so another local user cannot use it. ``announce`` gets
+    its address once it listens; ``scheduler_file`` is Dask's (the address as JSON)."""
+    from distributed import Scheduler as DaskScheduler
+
+    creds = fleet_credentials.ensure()
+
+    async def main() -> None:
+        s = DaskScheduler(host="127.0.0.1", port=port, protocol="tls", security=creds.security(), dashboard=False,
+                          dashboard_address="127.0.0.1:0",
+                          scheduler_file=str(scheduler_file) if scheduler_file else None)
+        try:
+            await s
+        except OSError as exc:
+            await s.close()
+            raise DltraceError(f"scheduler could not listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+        async with s:
+            announce(s.address)
+            await s.finished()
+
+    _serve(main)
+
+
+def _serve(main: Callable[[], Any]) -> None:
+    """Run a fleet process's ``main`` until it ends or is told to stop (SIGTERM, Ctrl-C),
+    ending within STOP_S of being told."""
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _stopping)
     try:

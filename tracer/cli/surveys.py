@@ -52,6 +52,9 @@ def tls_options(role: str) -> Callable[[Callable[..., None]], Callable[..., None
                           ("--tls-ca-file", "the CA certificate every side of the fleet trusts")):
             f = click.option(opt, type=click.Path(exists=True, dir_okay=False), default=None,
                              help=f"TLS: {what} (for a tls:// scheduler).")(f)
+        f = click.option("--trust-local-users", is_flag=True,
+                         help="Use a plain tcp:// scheduler on loopback though this machine has other users "
+                              "(each could reach it and run code here; default: refused, docs/fleet.md).")(f)
         return f
     return add
 
@@ -118,7 +121,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
            arm: bool, arm_all: bool, all_variants: bool, imports: bool, derived: bool, timeout: float,
            scheduler: str | None,
-           tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None) -> None:
+           tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, trust_local_users: bool) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT; OUTPUT/survey.json
     records what ran and how long each stage took."""
@@ -130,7 +133,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
     start = time.monotonic()
     fleet_at = None
     if scheduler is not None:  # checked before any work; '' is a bad address, never "run here"
-        fleet_at = fleet.scheduler(scheduler, "client", tls_ca_file, tls_cert, tls_key)
+        fleet_at = fleet.scheduler(scheduler, "client", tls_ca_file, tls_cert, tls_key, trust_local_users)
         fleet.check_reachable(fleet_at, "client")
     fws = frameworks()
     prims = list(flat(primitives)) or None
@@ -383,6 +386,22 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 
 
 @main.command()
+@click.option("--port", type=click.IntRange(0, 65535), default=8786, show_default=True,
+              help="The port on 127.0.0.1 (0: any free one).")
+@click.option("--scheduler-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the address here, as Dask's scheduler file (JSON).")
+def scheduler(port: int, scheduler_file: Path | None) -> None:
+    """Serve a Dask scheduler for a fleet on this machine: on loopback only, over mutual
+    TLS with certificates dltrace makes for you (once, under $DLTRACE_HOME), so no other
+    local user can run code in its workers. Workers and surveys on this machine reach it
+    as tls://127.0.0.1:PORT with no certificate options. Across machines, see docs/fleet.md."""
+    def announce(address: str) -> None:
+        click.echo(f"scheduler at {address}  (dltrace worker {address}; dltrace survey --scheduler {address})")
+
+    fleet.start_scheduler(port, scheduler_file, announce)
+
+
+@main.command()
 @click.argument("address")
 @tls_options("worker")
 @click.option("--nthreads", type=click.IntRange(min=1), default=2, show_default=True, help="Jobs at a time.")
@@ -396,14 +415,16 @@ def import_(files: tuple[Path, ...], framework: str, output: Path | None) -> Non
 @click.option("--workloads", "workload_dirs", multiple=True, type=click.Path(exists=True, file_okay=False,
               path_type=Path), help="Run users' workloads (--workload) whose files are under this folder, on this "
               "machine: a workload is code, run with this worker's rights (default: none). Repeatable.")
-def worker(address: str, tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, nthreads: int,
+def worker(address: str, tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None,
+           trust_local_users: bool, nthreads: int,
            name: str | None, only: tuple[tuple[str, ...], ...], emulation: bool, gpu: bool,
            workload_dirs: tuple[Path, ...]) -> None:
     """Serve the Dask scheduler at ADDRESS (tls://HOST:PORT with certificates, or
     tcp://127.0.0.1:PORT on this machine; docs/fleet.md) as a survey worker, declaring
     this machine's architecture, GPUs, ready framework environments and emulated CPUs;
     the options narrow that, so that two workers on one machine can differ."""
-    sched = fleet.scheduler(address, "worker", tls_ca_file, tls_cert, tls_key)  # a bad address: usage, before all
+    # a bad address: usage, before all
+    sched = fleet.scheduler(address, "worker", tls_ca_file, tls_cert, tls_key, trust_local_users)
     fws = frameworks()
     names = flat(only)
     fleet.start_worker(sched, [fws[n] for n in names] if names else fws.values(), nthreads=nthreads, name=name,
