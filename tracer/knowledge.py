@@ -48,6 +48,12 @@ class Knowledge:
     #: native frames of a framework's own code that are never a kernel (its reference counts,
     #: tensor accessors, traceback and pytree helpers): a kernel cell skips them
     not_kernels: re.Pattern[str] | None = None
+    #: native frames of a framework's own code that compute (ATen's native kernels): a kernel cell may name them
+    computes: re.Pattern[str] | None = None
+    #: native frames that name the op they run, group 1 the op (at::_ops::addmm::call)
+    op_frames: tuple[re.Pattern[str], ...] = ()
+    #: a compiled program's instruction -> the framework op it comes from (XLA's exponential -> exp)
+    compiled_ops: dict[str, str] = field(default_factory=dict)
     #: frameworks with no native code of their own (no core symbols or libraries): NumPy computes for them
     pure_python: frozenset[str] = frozenset()
     #: the vendor libraries' tables (libraries.yaml)
@@ -98,6 +104,9 @@ def from_frameworks(frameworks: dict[str, registry.Framework], libraries: Librar
         precision_variants=frozenset(f"{name}/{v.name}" for name, fw in frameworks.items()
                                      for v in fw.variants.values() if v.switches == "precision"),
         not_kernels=_either([p for k in facts for p in k.not_kernels]),
+        computes=_either([p for k in facts for p in k.computes]),
+        op_frames=tuple(re.compile(p) for k in facts for p in k.op_frames),
+        compiled_ops={i: o for k in facts for i, o in k.compiled_ops.items()},
         pure_python=frozenset(name for name, fw in frameworks.items()
                               if not fw.knowledge.core_symbols and not fw.knowledge.core_libraries),
     )

@@ -31,7 +31,7 @@ QUALIFIED = r"(?:^|[\s*&(,])"
 TABLES = ("symbol", "jit", "soname", "system_symbols", "op", "implementation", "module", "python_name", "isa")
 GROUPS = ("vendor", "gpu", "system", "cpu")
 #: Lists of regular expressions, and lists of names.
-PATTERN_LISTS = ("incidental", "not_kernels", "typed_blas", "vendor_op_prefixes")
+PATTERN_LISTS = ("incidental", "not_kernels", "typed_blas", "vendor_op_prefixes", "computes")
 NAME_LISTS = ("other_backends",)
 _ROW_KEYS = ("tag", "match", "namespaces", "ignore_case")
 _NAMESPACE = re.compile(r"\w+(?:::\w+)*", re.ASCII)
@@ -67,6 +67,10 @@ class Libraries:
     #: an op-name prefix that says a vendor library computes the op
     vendor_op_prefix: re.Pattern[str]
     other_backends: tuple[str, ...]
+    #: searched in a native name (with and without template arguments): a frame that computes
+    computes: re.Pattern[str] = re.compile(r"(?!)")
+    #: a library call's kind (its first word, lower case) -> words one of which the op that made it holds
+    call_ops: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = ()
 
 
 def libraries_path() -> Traversable:
@@ -93,9 +97,9 @@ class _File:
         self.name = name
         if not isinstance(doc, dict):
             raise LibrariesError(f"{name}: top level must be a mapping")
-        unknown = [k for k in doc if k not in ("tables", "groups", *PATTERN_LISTS, *NAME_LISTS)]
+        unknown = [k for k in doc if k not in ("tables", "groups", "call_ops", *PATTERN_LISTS, *NAME_LISTS)]
         if unknown:
-            raise self.error(str(unknown[0]), "is not a known key (choose from: tables, groups, "
+            raise self.error(str(unknown[0]), "is not a known key (choose from: tables, groups, call_ops, "
                                               f"{', '.join((*PATTERN_LISTS, *NAME_LISTS))})")
         self.doc = doc
 
@@ -154,6 +158,14 @@ class _File:
             raise self.error(f"tables.{name}", "must be a non-empty list of rows")
         return tuple(self.row(r, f"tables.{name}[{i}]") for i, r in enumerate(rows))
 
+    def call_ops(self) -> tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]:
+        rows = self.doc.get("call_ops")
+        if not isinstance(rows, dict) or not rows:
+            raise self.error("call_ops", "must map a library call's kind (a regular expression) to op words")
+        return tuple((self.compiled(str(kind), f"call_ops.{kind}"),
+                      tuple(w.lower() for w in self.strings(words, f"call_ops.{kind}")))
+                     for kind, words in rows.items())
+
     def either(self, key: str, template: str = "{}") -> re.Pattern[str]:
         """A list of alternatives as one expression, each checked alone first."""
         alternatives = self.strings(self.doc.get(key), key)
@@ -177,4 +189,6 @@ def _parse(file_name: str, text: str) -> Libraries:
         typed_blas=f.either("typed_blas", "^([sdcz])(?:{})(?:_|$)"),
         vendor_op_prefix=f.either("vendor_op_prefixes", "^(?:{})"),
         other_backends=tuple(f.strings(f.doc.get("other_backends"), "other_backends")),
+        computes=f.either("computes"),
+        call_ops=f.call_ops(),
     )

@@ -138,6 +138,9 @@ class FrameworkKnowledge:
     not_kernels: tuple[str, ...] = ()  # its native helpers that are never a kernel (refcounts, accessors)
     same_op: tuple[str, ...] = ()  # op-name variants of one op, e.g. in-place: group 1 is the op
     kernels: tuple[str, ...] = ()  # its native frames that are one op's kernel (tensorflow::MklConvOp::Compute)
+    computes: tuple[str, ...] = ()  # its native frames that compute: what a kernel cell may name
+    op_frames: tuple[str, ...] = ()  # its native frames that name the op they run (group 1: the op)
+    compiled_ops: dict[str, str] = field(default_factory=dict)  # a compiled instruction -> its op's name
     compiling: tuple[str, ...] = ()  # words in its frames that mean compiling the model (dynamo, tf_function)
     gpu_kernels: GpuKernels | None = None  # its own GPU kernels in imported profiles
 
@@ -612,7 +615,8 @@ _CHECKS: dict[tuple[type, str], Check] = {
     (Variant, "switches"): _known("switch", lambda e: VARIANT_SWITCHES, one=True), (Variant, "description"): _is_text,
     **{(FrameworkKnowledge, f): _pattern for f in _KNOWLEDGE_PATTERNS},
     **{(FrameworkKnowledge, f.name): _patterns for f in fields(FrameworkKnowledge)
-       if f.name not in ("core", "gpu_kernels", *_KNOWLEDGE_PATTERNS)},
+       if f.name not in ("core", "gpu_kernels", "compiled_ops", *_KNOWLEDGE_PATTERNS)},
+    (FrameworkKnowledge, "compiled_ops"): _typed_as(dict[str, str]),
     (GpuKernels, "names"): lambda e, key, value: e.pattern(key, "|".join(e.strings(key, value))),
     (OpRule, "ranks"): _must(lambda v: isinstance(v, list) and all(
         isinstance(r, int) and not isinstance(r, bool) and 0 < r < 9 for r in v),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from tracer.contract import CANDIDATE_MODULE, LOWERING_MODULE_PREFIX, PRIMITIVES
 from tracer.knowledge import Knowledge, knowledge
 from tracer.process.diff.context import names_gpu_code, op_names
+from tracer.process.cpu_kernel import named_kernel
 from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.process.pairs import is_default_cpu, side_label
 from tracer.process.reach import origin, reach
@@ -45,10 +46,12 @@ CANDIDATES = CANDIDATE_MODULE + "s"
 class CpuSide:
     """The CPU path's decision for one primitive and pass."""
 
-    op: str  # the kernel op the framework chose ("aten::mkldnn_convolution"), "" if no op layer
-    kernel: str  # what the library reported it ran ("convolution jit:avx2"), else the hottest native leaf
+    op: str  # the op the kernel ran under ("aten::mkldnn_convolution"), "" where no evidence says
+    kernel: str  # the kernel that computed (tracer.process.cpu_kernel), "" where the evidence names none
     library: str
     trace: str  # which trace: "cpu (functional)"
+    evidence: str = ""  # what names the kernel: a library report, the compiled program, native samples
+    why_none: str = ""  # where no kernel is named, what the evidence lacked
 
 
 @dataclass
@@ -284,31 +287,38 @@ def _one_per_claim(found: list[GpuEvidence]) -> list[GpuEvidence]:
     return list(out.values())
 
 
-def cpu_side(trace: Trace, pass_: str, k: Knowledge | None = None) -> CpuSide | None:
-    """The CPU path's kernel op and the kernel its library reported (oneDNN's
-    verbose output: every call), else its hottest sampled native leaf."""
-    run = trace.run(pass_, "warm")
-    if run is None:
+def cpu_side(traces: list[Trace], pass_: str, k: Knowledge | None = None) -> CpuSide | None:
+    """The CPU path's op and the kernel that computed it (tracer.process.cpu_kernel),
+    from one case's CPU traces: the first speaks for the cell (its ops, library calls
+    and compiled program), the others add their native samples."""
+    if not traces or traces[0].run(pass_, "warm") is None:
         return None
     k = k or knowledge()
-    r = reach(trace, k=k)
-    ops = [o for p, o in r.ops if p == pass_]
-    kernel, lib = "", ""
-    calls = [n for n in (run.layers["library"].children if "library" in run.layers else ())
-             if not n.frame.name.startswith("reorder")]
-    if calls:
-        kernel, lib = calls[0].frame.name, library_of(calls[0].frame, k)
-    else:
-        leaves = [k for p, k, _ in r.kernels if p == pass_]
-        kernel = leaves[0] if leaves else ""
-    return CpuSide(ops[0] if ops else "", kernel, lib, f"{side_label(trace)} ({trace.info.api})")
+    main = traces[0]
+    ops = [o for p, o in reach(main, k=k).ops if p == pass_]
+    named = named_kernel(traces, pass_, _ops_to_name(main, pass_, ops, k), k)
+    op = named.op if named.kernel else (ops[0] if ops else "")
+    return CpuSide(op, named.kernel, named.library, f"{side_label(main)} ({main.info.api})", named.evidence,
+                   named.why_none)
 
 
-def _cpu_trace(traces: list[Trace], primitive: str) -> Trace | None:
-    """The default CPU path of a primitive on this machine (not emulated), functional API first."""
+def _ops_to_name(trace: Trace, pass_: str, leaves: list[str], k: Knowledge) -> list[str]:
+    """The framework's ops a kernel may be named under: the kernel ops the pass reached
+    (leaves) first, then the ops above them; never a compiled program's instructions."""
+    root = trace.layer(pass_, "op")
+    if root is None:
+        return leaves
+    compiled = {n.frame.name for _, n in root.walk() if n.frame.module.startswith("xla")}
+    return list(dict.fromkeys([o for o in leaves if o not in compiled] + _framework_ops(root, k)))
+
+
+def _cpu_traces(traces: list[Trace], primitive: str) -> list[Trace]:
+    """The default CPU path of a primitive on this machine (not emulated): the functional
+    API at the default shape first, then the others (a larger shape's native samples)."""
     mine = [t for t in traces if is_default_cpu(t) and t.info.primitive == primitive
             and not t.info.imported and t.info.emulated is None]
-    return min(mine, key=lambda t: (t.info.api != "functional", len(t.info.shape)), default=None)
+    return sorted(mine, key=lambda t: (t.info.api != "functional", tuple(t.info.shape) != PRIMITIVES[primitive].shape,
+                                       len(t.info.shape)))
 
 
 def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
@@ -317,15 +327,15 @@ def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
     k = k or knowledge()
     cells = []
     for prim in PRIMITIVES:
-        cpu = _cpu_trace(traces, prim)
-        probe_ops = op_names(cpu) if cpu else frozenset()
+        cpus = _cpu_traces(traces, prim)
+        probe_ops = op_names(cpus[0]) if cpus else frozenset()
         # the functional API at the default shape first, as the CPU side: of two traces
         # with one claim, the cell names the first (MultiheadAttention's projections are
         # matmuls; the attention is F.scaled_dot_product_attention's kernel)
         gpus = sorted((t for t in traces if t.info.primitive == prim and t.info.device == "gpu"),
                       key=lambda t: (t.info.api != "functional", tuple(t.info.shape) != PRIMITIVES[prim].shape))
         for pass_ in PRIMITIVES[prim].passes:
-            mine = cpu_side(cpu, pass_, k) if cpu else None
+            mine = cpu_side(cpus, pass_, k)
             found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops, k) for t in gpus) if e]
             found.sort(key=lambda e: (EVIDENCE_ORDER.index(e.evidence), e.label))
             cells.append(GpuCell(prim, pass_, mine, _one_per_claim(found)))

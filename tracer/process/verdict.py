@@ -1,9 +1,11 @@
 """The verdict a porting team decides by, on one screen: per framework, where its
 device decisions live, what a backend must implement, which libraries the GPU and
 ARM paths replace, what each ARM CPU runs per primitive and pass, how strong the
-evidence is, and an ordering of which framework is cheapest to port, with the rule
-it follows. And the grid the index draws: framework x primitive x pass, where the
-CPU and GPU paths part and on what evidence.
+evidence is, and an ordering of the frameworks with the rule it follows: by what
+each must-implement list rests on (a run, a registry, a compiler, source), then by
+its size. Not by porting cost: the lists count in each framework's own unit, and
+no cost in one unit for every framework is measured. And the grid the index draws:
+framework x primitive x pass, where the CPU and GPU paths part and on what evidence.
 
 Built from the scorecard's figures (tracer.process.scorecard) and the portability
 model, never from a count of its own: the verdict and the scorecard cannot
@@ -183,7 +185,7 @@ def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, int]:
 
 
 def verdicts(reports: list[FrameworkReport], cards: list[ScoreRow]) -> list[FrameworkVerdict]:
-    """Every framework's verdict, cheapest to port first (:data:`RULE`), ranked from 1."""
+    """Every framework's verdict, ordered by :data:`RULE` (the evidence of its list, then its size), ranked from 1."""
     by_name = {c.framework: c for c in cards}
     out = [framework_verdict(r, by_name[r.name]) for r in reports if r.name in by_name]
     out.sort(key=_order_key)

@@ -30,7 +30,8 @@ def _framework(rep: FrameworkReport, card: ScoreRow, verdict: FrameworkVerdict |
                      "items": f.items or f.details, **({"beside": dataclasses.asdict(f.beside)} if f.beside else {})}
                for key, f in card.figures.items()}
     cells = [{"primitive": c.primitive, "pass": c.pass_,
-              "cpu": {"op": c.cpu.op, "kernel": c.cpu.kernel, "library": c.cpu.library} if c.cpu else None,
+              "cpu": {"op": c.cpu.op, "kernel": c.cpu.kernel, "library": c.cpu.library, "evidence": c.cpu.evidence,
+                      **({"why_none": c.cpu.why_none} if not c.cpu.kernel else {})} if c.cpu else None,
               "gpu": ({"evidence": e.evidence, "op": e.op, "kernel": e.kernel, "library": e.library}
                       if (e := c.strongest) else None)} for c in rep.gpu_cells]
     return {
