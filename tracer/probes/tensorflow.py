@@ -10,6 +10,7 @@ a constant tensor that the tape is told to watch.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -316,7 +317,6 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
     each has a kernel for (a new device, a PluggableDevice, must register its own
     unless a DEFAULT kernel serves any device), and the oneDNN op it is rewritten to
     when oneDNN is on (``Conv2D`` -> ``_MklNativeConv2D``)."""
-    import re
 
     from tensorflow.python.framework import kernels
 
@@ -356,6 +356,40 @@ def dispatch_table(ops: list[str]) -> dict[str, Any]:
             "new_backend_key": "PluggableDevice", "ops": out}
 
 
+#: The library a GPU kernel of these ops hands its work to, and the header of TensorFlow's
+#: own source, shipped in the wheel, that says so (the expression must be found in it at
+#: read time, else the library is not named): op -> (library, header, what it shows).
+#: Element-wise ops run on Eigen's GPU device. Pooling is left out: its GPU kernel takes
+#: cuDNN in NCHW and TensorFlow's own kernels in NHWC, a choice the headers do not settle.
+_GPU_LIBRARIES: tuple[tuple[str, str, str, str], ...] = (
+    (r"Conv2D\w*|Conv3D\w*|DepthwiseConv2dNative\w*", "cuDNN", "conv_ops_gpu.h", r"se::dnn::|DnnSupport"),
+    (r"MatMul|BatchMatMul\w*", "cuBLAS", "matmul_op_impl.h", r"BlasLt|se::blas::"),
+    (r"FusedBatchNorm\w*", "cuDNN", "fused_batch_norm_op.h", r"[Ii]n training we rely on cuDNN"),
+    (r"(?:Add|AddV2|Sub|Mul|RealDiv|Div|Maximum|Minimum|Neg|Exp|Log|Tanh|Sigmoid|Relu|Rsqrt|Sqrt|Square|"
+     r"SquaredDifference|Erf|Erfc|Pow|Select\w*|\w+Grad)", "Eigen", "cwise_ops_gpu_common.cu.h",
+     r"Eigen::GpuDevice"),
+)
+
+
+def _gpu_library(op: str) -> tuple[str, str]:
+    """(the library ``op``'s GPU kernel calls, the header that says so) where TensorFlow's
+    shipped source shows it (:data:`_GPU_LIBRARIES`), else ("", "")."""
+    import os
+
+    headers = os.path.join(os.path.dirname(tf.__file__), "include", "tensorflow", "core", "kernels")
+    for ops, lib, header, shows in _GPU_LIBRARIES:
+        if not re.fullmatch(ops, op):
+            continue
+        try:
+            with open(os.path.join(headers, header), errors="replace") as fh:
+                if re.search(shows, fh.read()):
+                    return lib, f"tensorflow/core/kernels/{header}"
+        except OSError:
+            return "", ""
+        return "", ""
+    return "", ""
+
+
 def _gpu_kernel_docs(op: str, kernels: list[KernelDef]) -> list[dict[str, str]]:
     """``op``'s GPU registrations (KernelDefs) as implementation nodes, as the registry
     states them: those that differ only in their type T are one node listing the types;
@@ -375,8 +409,10 @@ def _gpu_kernel_docs(op: str, kernels: list[KernelDef]) -> list[dict[str, str]]:
         if kernel.label:
             rest += f", label={kernel.label}"
         groups.setdefault(rest, []).extend(types)
-    return [{"name": f"GPU {op} [T={'|'.join(sorted(set(types))) or 'any'}{rest}]", "module": "tensorflow.GPU",
-             "lib": "TensorFlow GPU kernel"} for rest, types in groups.items()]
+    lib, header = _gpu_library(op)
+    calls = f" -> {lib} ({header})" if lib else ""
+    return [{"name": f"GPU {op} [T={'|'.join(sorted(set(types))) or 'any'}{rest}]{calls}", "module": "tensorflow.GPU",
+             "lib": lib or "TensorFlow GPU kernel"} for rest, types in groups.items()]
 
 
 def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict[str, Any]:
@@ -398,7 +434,8 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
                      "free": "a DEFAULT kernel serves any device" if row["new_backend"] else ""}
     return {"evidence": "registered", "ops": ops,
             "provenance": {"read": f"tensorflow {tf.__version__} kernel registry "
-                                   "(tensorflow.python.framework.kernels.get_registered_kernels_for_op)",
+                                   "(tensorflow.python.framework.kernels.get_registered_kernels_for_op); the library "
+                                   "a GPU kernel calls from the wheel's own kernel headers (cuDNN, cuBLAS, Eigen)",
                            "build": "the full tensorflow wheel (GPU kernels registered; no CUDA library loaded)",
                            "reached": f"ops of the step on this CPU ({rec.source})"},
             "backend": {"key": "PluggableDevice", "ops": needs},

@@ -471,7 +471,9 @@ def _native_functions() -> dict[str, dict[str, Any]]:
         out[name] = {"dispatch": dispatch,
                      **({"delegate": e["structured_delegate"]} if e.get("structured_delegate") else {}),
                      # no device guard: the op only changes a tensor's metadata (a view), no kernel runs
-                     **({"metadata_only": True} if e.get("device_guard") is False else {})}
+                     **({"metadata_only": True} if e.get("device_guard") is False else {}),
+                     # torchgen generates its CPU and CUDA kernels from a ufunc inner loop (no kernel name)
+                     **({"ufunc": True} if e.get("ufunc_inner_loop") else {})}
     return out
 
 
@@ -659,7 +661,7 @@ def _runtime_choice(op: str) -> tuple[str, list[dict[str, Any]]] | None:
         if "delegate" in entry:
             entry = declared.get(entry["delegate"], {})
         # an op whose CUDA code torchgen generates from a ufunc inner loop declares no kernel name
-        return str(entry.get("dispatch", {}).get("CUDA", "ATen's generated ufunc kernel"))
+        return str(entry.get("dispatch", {}).get("CUDA", _UFUNC_KERNEL))
 
     def kernel(name: str, lib: str, why: str) -> dict[str, Any]:
         return {"name": f"CUDA: {cuda(name)}", "module": why, "lib": lib}
@@ -702,10 +704,15 @@ def _runtime_choice(op: str) -> tuple[str, list[dict[str, Any]]] | None:
     return None
 
 
+#: What a ufunc op's CUDA kernel is named in the reading (torchgen declares none).
+_UFUNC_KERNEL = "ATen's generated ufunc kernel"
+
+
 def _cuda_by_overload(op: str) -> dict[str, str]:
     """{overload: its CUDA kernel} of an op the profiler names without its overload
-    (``aten::_foreach_add_``) and native_functions.yaml declares only with one, where
-    every overload has a CUDA kernel of its own; {} otherwise."""
+    (``aten::_foreach_add_``, ``aten::add_``) and native_functions.yaml declares only with
+    one: each overload with a CUDA kernel of its own (a composite overload, such as
+    ``add_.Scalar``, runs one of those); {} where an overload has neither."""
     declared = _native_functions()
     name = op.removeprefix("aten::")
     if name in declared:
@@ -716,10 +723,12 @@ def _cuda_by_overload(op: str) -> dict[str, str]:
             continue
         if "delegate" in entry:
             entry = declared.get(entry["delegate"], {})
-        kernel = entry.get("dispatch", {}).get("CUDA")
-        if not kernel:
+        dispatch = entry.get("dispatch", {})
+        kernel = dispatch.get("CUDA") or (_UFUNC_KERNEL if entry.get("ufunc") else None)
+        if kernel:
+            out[full] = str(kernel)
+        elif not any(k.startswith("Composite") for k in dispatch):
             return {}
-        out[full] = str(kernel)
     return out
 
 
@@ -737,7 +746,11 @@ def _registered_tree(node: Node, table: dict[str, Any]) -> dict[str, Any] | None
              "module": "native_functions.yaml", "lib": _cuda_lib(next(iter(by_overload.values())))}]}
     if row is None:  # the autograd engine's and Python's records around the ops: kept, so the trees align
         kids = [k for c in node.children if (k := _registered_tree(c, table)) is not None]
-        return {"name": op, "module": node.frame.module, "children": kids} if kids else None
+        if kids:
+            return {"name": op, "module": node.frame.module, "children": kids}
+        # a record of torch's own below an op (autograd's ``detach`` under aten::detach) runs on any
+        # device: kept; a name the dispatcher does not know (an overload-less aten name) is not an op
+        return None if op.startswith("aten::") or node.frame.kind != "op" else {"name": op, "module": node.frame.module}
     choice = _runtime_choice(op)
     if choice is not None:
         return {"name": choice[0], "module": "aten", "children": choice[1]}
