@@ -366,7 +366,9 @@ _GPU_LIBRARIES: tuple[tuple[str, str, str, str], ...] = (
     (r"MatMul|BatchMatMul\w*", "cuBLAS", "matmul_op_impl.h", r"BlasLt|se::blas::"),
     (r"FusedBatchNorm\w*", "cuDNN", "fused_batch_norm_op.h", r"[Ii]n training we rely on cuDNN"),
     (r"(?:Add|AddV2|Sub|Mul|RealDiv|Div|Maximum|Minimum|Neg|Exp|Log|Tanh|Sigmoid|Relu|Rsqrt|Sqrt|Square|"
-     r"SquaredDifference|Erf|Erfc|Pow|Select\w*|\w+Grad)", "Eigen", "cwise_ops_gpu_common.cu.h",
+     r"SquaredDifference|Erf|Erfc|Pow|Select\w*|"
+     r"(?:Relu|Relu6|Elu|Selu|LeakyRelu|Sigmoid|Tanh|Rsqrt|Sqrt|Reciprocal|Softplus|Softsign)Grad)", "Eigen",
+     "cwise_ops_gpu_common.cu.h",
      r"Eigen::GpuDevice"),
 )
 
