@@ -251,3 +251,27 @@ def edited_skeleton(skeleton: Path, tmp_path: Path, file: str, old: str, new: st
     target.write_text(text.replace(old, new))
     return copy
 
+
+
+def assert_tls_refused(address: str, ca: Path, pair: tuple[Path, Path] | None) -> None:
+    """A TLS client of the scheduler at ``address`` (tls://HOST:PORT) that trusts ``ca``
+    and shows the certificate and key ``pair`` (None: no certificate) is refused, and
+    plain TCP there gets no Dask scheduler."""
+    import socket
+    import ssl
+
+    import distributed
+
+    host, port = address.removeprefix("tls://").rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.check_hostname = False
+    if pair:
+        ctx.load_cert_chain(str(pair[0]), str(pair[1]))
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            with ctx.wrap_socket(raw) as tls:
+                tls.sendall(b"\x00" * 8)
+                if not tls.recv(8):  # TLS 1.3: the refusal of the certificate arrives with the first read
+                    raise ConnectionError("closed")
+    with pytest.raises(Exception):
+        distributed.Client(address.replace("tls://", "tcp://"), timeout=5, set_as_default=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import distributed
 import pytest
 
-from tests.conftest import stop_processes
+from tests.conftest import assert_tls_refused, stop_processes
 from tracer import fleet, envs, fleet_credentials
 from tracer import survey as sv
 from tracer.trace import Frame, Node, Run, Trace, load
@@ -412,9 +412,6 @@ def test_dltrace_scheduler_admits_only_the_holders_of_its_credentials(tmp_path):
     """`dltrace scheduler` listens on loopback over TLS: a client with this user's
     credentials is served, one without a certificate or with another CA's is refused,
     and plain TCP gets no scheduler."""
-    import socket
-    import ssl
-
     procs = Processes(tmp_path)
     try:
         assert procs.address.startswith("tls://127.0.0.1:")
@@ -423,19 +420,8 @@ def test_dltrace_scheduler_admits_only_the_holders_of_its_credentials(tmp_path):
         other = fleet_credentials.Credentials(tmp_path / "other")
         other.folder.mkdir(mode=0o700)
         fleet_credentials._write(other.folder)
-        host, port = procs.address.removeprefix("tls://").rsplit(":", 1)
-        for cert in (None, other):
-            ctx = ssl.create_default_context(cafile=str(fleet_credentials.ensure().ca))
-            ctx.check_hostname = False
-            if cert:
-                ctx.load_cert_chain(str(cert.cert("client")), str(cert.key("client")))
-            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
-                with socket.create_connection((host, int(port)), timeout=10) as raw:
-                    with ctx.wrap_socket(raw) as tls:
-                        tls.sendall(b"\x00" * 8)
-                        if not tls.recv(8):  # TLS 1.3: the refusal of the certificate arrives with the first read
-                            raise ConnectionError("closed")
-        with pytest.raises(Exception):
-            distributed.Client(procs.address.replace("tls://", "tcp://"), timeout=5, set_as_default=False)
+        ca = fleet_credentials.ensure().ca
+        assert_tls_refused(procs.address, ca, None)
+        assert_tls_refused(procs.address, ca, (other.cert("client"), other.key("client")))
     finally:
         procs.stop()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DLTRACE as DLTRACE_BIN
-from tests.conftest import dltrace, one_line_error, stop_processes
+from tests.conftest import assert_tls_refused, dltrace, one_line_error, stop_processes
 from tracer.contract import Exit
 from tracer.importers import ImportFailed, import_file
 from tracer.trace import Frame, Node, Run, Trace, load
@@ -565,9 +565,6 @@ def tls_files(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.slow
 def test_a_tls_fleet_runs_a_survey_and_refuses_clients_without_a_certificate(fake_frameworks, tls_files, tmp_path):
-    import socket
-    import ssl
-
     fleet = _Fleet(tmp_path, fake_frameworks, tls_files)
     try:
         fleet.worker("--name", "secure")
@@ -581,22 +578,8 @@ def test_a_tls_fleet_runs_a_survey_and_refuses_clients_without_a_certificate(fak
         (trace_file,) = (out / "traces").rglob("batchnorm-*.json")
         assert load(trace_file).meta["recorded_by"]["worker"] == "secure"
         # the attack of the issue: a client that reaches the scheduler without a certificate of its CA
-        host, port = fleet.address.removeprefix("tls://").rsplit(":", 1)
-        for cert in (None, "stranger"):
-            ctx = ssl.create_default_context(cafile=str(tls_files["ca"]))
-            ctx.check_hostname = False
-            if cert:
-                ctx.load_cert_chain(str(tls_files[f"{cert}.pem"]), str(tls_files[f"{cert}.key"]))
-            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
-                with socket.create_connection((host, int(port)), timeout=10) as raw:
-                    with ctx.wrap_socket(raw) as tls:
-                        tls.sendall(b"\x00" * 8)
-                        if not tls.recv(8):  # TLS 1.3: the refusal of the certificate arrives with the first read
-                            raise ConnectionError("closed")
-        import distributed  # and plain TCP gets no Dask scheduler there
-
-        with pytest.raises(Exception):
-            distributed.Client(fleet.address.replace("tls://", "tcp://"), timeout=5, set_as_default=False)
+        assert_tls_refused(fleet.address, tls_files["ca"], None)
+        assert_tls_refused(fleet.address, tls_files["ca"], (tls_files["stranger.pem"], tls_files["stranger.key"]))
     finally:
         fleet.stop()
 
