@@ -30,7 +30,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from tracer.knowledge import Knowledge
-from tracer.process.tags import _bare, is_unnamed, library_of, library_order
+from tracer.process.kernel_names import implausible, not_a_kernel
+from tracer.process.tags import _bare, is_incidental, is_system_lib, is_unnamed, library_of, library_order
 from tracer.process.tree import total_samples
 from tracer.trace import Frame, Node, Trace
 
@@ -80,14 +81,16 @@ _NO_WORDS = frozenset({"native", "anonymous", "namespace", "internal", "impl", "
 
 def computes(frame: Frame, k: Knowledge) -> bool:
     """A native frame a cell may name as the kernel: one the rules say computes, and
-    none that names a helper."""
+    none that names a helper (tracer.process.kernel_names), system code, a frame that
+    only says where a thread was, or a name that cannot be what ran."""
     if frame.kind != "native" or is_unnamed(frame):
         return False
     bare = _bare(frame.name).strip()
-    if k.libraries.not_kernels.search(bare) or (k.not_kernels and k.not_kernels.search(bare)):
-        return False
     rules = [r for r in (k.libraries.computes, k.computes) if r is not None]
-    return any(r.search(bare) or r.search(frame.name) for r in rules)
+    if not any(r.search(bare) or r.search(frame.name) for r in rules):
+        return False
+    return not (not_a_kernel(frame.name, k) or implausible(frame.name, k) or is_incidental(frame, k)
+                or is_system_lib(library_of(frame, k), k))
 
 
 def _op_of_frames(chain: list[Frame], ops: list[str], k: Knowledge) -> str:

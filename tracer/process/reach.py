@@ -12,9 +12,9 @@ from tracer.knowledge import Knowledge, knowledge
 from tracer.process.evidence_class import evidence_class
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
-from tracer.process.kernel_names import implausible, not_a_kernel
-from tracer.process.tags import (is_incidental, is_system_lib, is_unnamed, isa_of, library_of, library_order,
-                                 recorded_kernel_lib)
+from tracer.process.cpu_kernel import computes
+from tracer.process.kernel_names import implausible
+from tracer.process.tags import isa_of, library_of, library_order, recorded_kernel_lib
 from tracer.process.tree import total_samples
 from tracer.trace import Frame, Node, Trace
 
@@ -67,17 +67,18 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
                    k: Knowledge | None = None) -> list[tuple[str, int]]:
     """The frames that compute, in at least ``threshold`` of the samples: a vendor
     library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
-    first. A leaf that computes nothing (system code, an unnamed address, a binding,
-    reference count, accessor, allocator, timer or lock: tracer.process.kernel_names)
-    is no kernel, and its samples are not given to the frame above it (that is where
-    the kernel was called from, not the kernel); an impossible name (a complex LAPACK
-    routine under a float32 probe) is no kernel either (:func:`suspect_kernels`)."""
+    first. Each sampled stack counts for its innermost frame that computes by the rules
+    (tracer.process.cpu_kernel: an allocator or lock sampled below a kernel counts for
+    the kernel), and a stack with none counts for nothing (eager bookkeeping, bindings,
+    reference counts, timers: tracer.process.kernel_names); an impossible name (a
+    complex LAPACK routine under a float32 probe) is no kernel (:func:`suspect_kernels`)."""
     k = k or knowledge()
     total = total_samples(native) or 1
     leaves: dict[str, list[int]] = {}  # label -> [library rank, samples]
-    for node, _ in _leaf_paths(native):
-        found = node.frame
-        if not _computes(found, k):
+    for node, chain in _leaf_paths(native):
+        # the innermost frame that computes (a helper sampled below a kernel counts for it)
+        found = next((f for f in reversed(chain) if computes(f, k)), None)
+        if found is None:
             continue
         entry = leaves.setdefault(found.label, [library_order(library_of(found, k), k)[0], 0])
         entry[1] += node.count
@@ -88,11 +89,6 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
 def suspect_kernels(native: Node, k: Knowledge | None = None) -> list[str]:
     """Why each sampled leaf whose name cannot be what ran is not named (kernel_names.implausible)."""
     return list(dict.fromkeys(why for node, _ in _leaf_paths(native) if (why := implausible(node.frame.name, k))))
-
-
-def _computes(f: Frame, k: Knowledge) -> bool:
-    return (f.kind == "native" and not is_unnamed(f) and not is_system_lib(library_of(f, k), k)
-            and not is_incidental(f, k) and not not_a_kernel(f.name, k) and not implausible(f.name, k))
 
 
 def _leaf_paths(native: Node) -> list[tuple[Node, list[Frame]]]:
