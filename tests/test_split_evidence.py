@@ -224,3 +224,12 @@ def test_a_sampled_native_split_is_evidence_of_the_row_another_layer_names():
 ])
 def test_cpp_symbols_have_a_readable_form(symbol, shown):
     assert display(symbol) == shown
+
+
+@pytest.mark.parametrize("time", ["nan", "inf", "1e400", "-1", "1.2.3"])
+def test_a_reported_time_that_is_no_duration_is_an_unreadable_line_not_a_figure(time):
+    onednn = ("onednn_verbose,v1,primitive,exec,cpu,softmax,jit:avx2,forward_training,src:f32,,alg:softmax,mb2ic8,"
+              f"{time}\n")
+    mkl = f"MKL_VERBOSE SGEMM(T,N,8,4,16,0x1,0x2,16,0x3,16,0x4,0x5,8) {time}ms CNR:OFF Dyn:1 FastMM:1 TID:0  NThr:2\n"
+    log = parse(onednn + mkl)
+    assert log.calls == [] and log.unreadable == 2

@@ -40,7 +40,8 @@ _CUDNN_COMPUTES = re.compile(r"^cudnn(?!Get|Set|Create|Destroy|Find)"
                              r"OpTensor|AddTensor|ReduceTensor|ScaleTensor)$")
 _CUBLAS_SETUP = re.compile(r"^cublas(?:Create|Destroy|Set|Get|Xt|LoggerConfigure|Init)")
 _ONEDNN_PREFIX = re.compile(r"^(?:onednn|dnnl|mkldnn)_verbose,")
-_MKL_CALL = re.compile(r"^MKL_VERBOSE\s+([A-Za-z_][\w]*)\(([^)]*)\)\s+([\d.]+)(ns|us|ms|s)\b")
+#: (the time is any text before its unit: one that is no duration, nan or -1, is an unreadable line)
+_MKL_CALL = re.compile(r"^MKL_VERBOSE\s+([A-Za-z_][\w]*)\(([^)]*)\)\s+(\S+?)(ns|us|ms|s)(?:\s|$)")
 _MKL_INFO = re.compile(r"^MKL_VERBOSE\s+(?:Intel\(R\) MKL|oneMKL)\s+(.*)$")
 _UNIT_NS = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
 #: NVPL BLAS: a call (the Fortran name, its arguments, the time in microseconds), its
