@@ -9,8 +9,9 @@ this order of evidence:
 1. ``library report``: the first call a vendor library reported it ran (oneDNN's
    or MKL's verbose log, every call; layout reorders left out);
 2. ``compiled program``: the instruction of the XLA program the step ran that did
-   the most work (a library call such as ``dot`` first, then the fusion with the
-   most computing instructions);
+   the primitive's work (a library call such as ``dot`` first, then a fusion holding
+   the primitive's own work: a gather, a reduce-window; then the largest), named
+   with what it fused;
 3. ``sampled``: the native frame that computes, innermost on each sampled stack,
    most sampled (a vendor library's first). A stack whose leaf is a helper (an
    allocator, a lock, eager bookkeeping) counts for the computing frame above it,
@@ -68,15 +69,15 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.rsplit("::", 1)[-1].lower())
 
 
-def _words(name: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name) if len(w) > 2} - _NO_WORDS
-
-
 #: Words every kernel or op name may hold that say nothing of what it computes.
 _NO_WORDS = frozenset({"native", "anonymous", "namespace", "internal", "impl", "cpu", "kernel", "eigen", "tensor",
                        "evaluator", "run", "operator", "const", "float", "long", "mxnet", "mshadow", "tensorflow",
                        "aten", "forward", "compute", "op", "jit", "avx", "fusion", "loop", "custom", "call",
-                       "lambda", "func", "function", "impl", "functor", "void"})
+                       "lambda", "func", "function", "functor", "void"})
+
+
+def _words(name: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name) if len(w) > 2} - _NO_WORDS
 
 
 def computes(frame: Frame, k: Knowledge) -> bool:
