@@ -98,6 +98,7 @@ def _op_of_frames(chain: list[Frame], ops: list[str], k: Knowledge) -> str:
     """The reached op an op frame on this stack names (the nearest above the kernel)."""
     by_norm = {_norm(o): o for o in ops}
     named = set(ops)
+    seen: list[str] = []
     for f in reversed(chain):
         if f.kind == "python" and f.name in named:  # a pure-Python framework's op (Chainer's Sum.forward)
             return f.name
@@ -107,6 +108,14 @@ def _op_of_frames(chain: list[Frame], ops: list[str], k: Knowledge) -> str:
                     hit = _same_op(m.group(1), by_norm)
                     if hit:
                         return hit
+                    seen.append(m.group(1))
+    # a kernel class named with the op's words abbreviated (SparseSoftmaxXentWithLogitsOp):
+    # the reached op sharing most words with the nearest, two at least
+    for name in seen:
+        mine = _words(name)
+        best = max(ops, key=lambda o: len(mine & _words(o)), default="")
+        if best and len(mine & _words(best)) >= 2:
+            return best
     return ""
 
 
