@@ -91,7 +91,7 @@ def test_a_compiled_program_names_the_instruction_doing_the_primitives_work():
 def cells(survey_root) -> dict[str, list]:
     out = {}
     for fw in ("torch", "tensorflow", "jax", "mxnet", "chainer"):
-        traces, _, _ = collect([survey_root / fw])
+        traces, _, _ = collect([survey_root / "traces" / fw])
         out[fw] = (gpu_cells(traces, K), traces)
     return out
 
