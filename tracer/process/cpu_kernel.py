@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from tracer.knowledge import Knowledge
 from tracer.process.kernel_names import implausible, not_a_kernel
@@ -199,10 +200,23 @@ def _stacks(native: Node) -> list[tuple[Node, list[Frame]]]:
     return out
 
 
-def _from_samples(natives: list[Node], ops: list[str], k: Knowledge) -> NamedKernel | None:
-    counts: Counter[str] = Counter()
-    frames: dict[str, Frame] = {}
-    op_of: dict[str, Counter[str]] = {}
+@dataclass
+class Attributed:
+    """One computing frame's samples: its ``own`` (stacks ending in it) and those of
+    helpers sampled below it (``below``: an allocator, a lock), with the op each ran under."""
+
+    frame: Frame
+    own: int = 0
+    below: int = 0
+    ops: Counter[str] = field(default_factory=Counter)
+
+
+def attribute(natives: list[Node], k: Knowledge, ops: Sequence[str] = ()) -> tuple[list[Attributed], int]:
+    """Each sampled stack given to its innermost frame that computes (:func:`computes`),
+    with the total samples. A stack ending below that frame (in a helper, or in unnamed
+    code: a stripped local function of the kernel's, or one it called) counts as below
+    it; a stack reaching no computing frame is given to none."""
+    found: dict[str, Attributed] = {}
     total = 0
     for native in natives:
         total += total_samples(native)
@@ -210,19 +224,35 @@ def _from_samples(natives: list[Node], ops: list[str], k: Knowledge) -> NamedKer
             at = next((i for i in range(len(chain) - 1, -1, -1) if computes(chain[i], k)), None)
             if at is None:
                 continue
-            f = chain[at]
-            counts[f.label] += leaf.count
-            frames.setdefault(f.label, f)
-            op = _op_of_frames(chain[:at], ops, k)
+            entry = found.setdefault(chain[at].label, Attributed(chain[at]))
+            if at == len(chain) - 1:
+                entry.own += leaf.count
+            else:
+                entry.below += leaf.count
+            op = _op_of_frames(chain[:at], list(ops), k) if ops else ""
             if op:
-                op_of.setdefault(f.label, Counter())[op] += leaf.count
-    floor = max(MIN_SAMPLES, MIN_SHARE * total)
-    named = [label for label, n in counts.items() if n >= floor]
-    if not named:
+                entry.ops[op] += leaf.count
+    return list(found.values()), total
+
+
+def ranked(found: list[Attributed], floor: float, k: Knowledge) -> list[Attributed]:
+    """The computing frames in at least ``floor`` samples, most telling first: frames
+    sampled computing themselves before those only a helper below them names (a caller
+    whose allocations were sampled is no hotter a kernel than the kernel it called), a
+    vendor library's before the framework's, then by samples."""
+    own = [a for a in found if a.own + a.below >= floor and a.own >= floor]
+    pool = own or [a for a in found if a.own + a.below >= floor]
+    return sorted(pool, key=lambda a: (library_order(library_of(a.frame, k), k)[0], -(a.own + a.below),
+                                       a.frame.label))
+
+
+def _from_samples(natives: list[Node], ops: list[str], k: Knowledge) -> NamedKernel | None:
+    found, total = attribute(natives, k, ops)
+    best = next(iter(ranked(found, max(MIN_SAMPLES, MIN_SHARE * total), k)), None)
+    if best is None:
         return None
-    best = min(named, key=lambda label: (library_order(library_of(frames[label], k), k)[0], -counts[label], label))
-    f = frames[best]
-    op = op_of[best].most_common(1)[0][0] if best in op_of else _op_by_words(f.name, ops)
+    f = best.frame
+    op = best.ops.most_common(1)[0][0] if best.ops else _op_by_words(f.name, ops)
     return NamedKernel(op, f.name, library_of(f, k), SAMPLED)
 
 

@@ -12,7 +12,7 @@ from tracer.knowledge import Knowledge, knowledge
 from tracer.process.evidence_class import evidence_class
 from tracer.process.sampling import DEFAULT_THRESHOLD
 from tracer.process.summary import PathSummary, summarize
-from tracer.process.cpu_kernel import computes
+from tracer.process.cpu_kernel import attribute, ranked
 from tracer.process.kernel_names import implausible
 from tracer.process.tags import isa_of, library_of, library_order, recorded_kernel_lib
 from tracer.process.tree import total_samples
@@ -68,22 +68,14 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
     """The frames that compute, in at least ``threshold`` of the samples: a vendor
     library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
     first. Each sampled stack counts for its innermost frame that computes by the rules
-    (tracer.process.cpu_kernel: an allocator or lock sampled below a kernel counts for
-    the kernel), and a stack with none counts for nothing (eager bookkeeping, bindings,
-    reference counts, timers: tracer.process.kernel_names); an impossible name (a
-    complex LAPACK routine under a float32 probe) is no kernel (:func:`suspect_kernels`)."""
+    (tracer.process.cpu_kernel.attribute: an allocator or lock sampled below a kernel
+    counts for the kernel, but a frame sampled computing itself ranks first), and a stack
+    with none counts for nothing (eager bookkeeping, bindings, reference counts, timers:
+    tracer.process.kernel_names); an impossible name (a complex LAPACK routine under a
+    float32 probe) is no kernel (:func:`suspect_kernels`)."""
     k = k or knowledge()
-    total = total_samples(native) or 1
-    leaves: dict[str, list[int]] = {}  # label -> [library rank, samples]
-    for node, chain in _leaf_paths(native):
-        # the innermost frame that computes (a helper sampled below a kernel counts for it)
-        found = next((f for f in reversed(chain) if computes(f, k)), None)
-        if found is None:
-            continue
-        entry = leaves.setdefault(found.label, [library_order(library_of(found, k), k)[0], 0])
-        entry[1] += node.count
-    ranked = sorted((rank, -n, label) for label, (rank, n) in leaves.items() if n / total >= threshold)
-    return [(label, -neg) for _, neg, label in ranked[:most]]
+    found, total = attribute([native], k)
+    return [(a.frame.label, a.own + a.below) for a in ranked(found, threshold * (total or 1), k)[:most]]
 
 
 def suspect_kernels(native: Node, k: Knowledge | None = None) -> list[str]:
