@@ -240,7 +240,7 @@ def ranked(found: list[Attributed], floor: float, k: Knowledge) -> list[Attribut
     sampled computing themselves before those only a helper below them names (a caller
     whose allocations were sampled is no hotter a kernel than the kernel it called), a
     vendor library's before the framework's, then by samples."""
-    own = [a for a in found if a.own + a.below >= floor and a.own >= floor]
+    own = [a for a in found if a.own >= floor]
     pool = own or [a for a in found if a.own + a.below >= floor]
     return sorted(pool, key=lambda a: (library_order(library_of(a.frame, k), k)[0], -(a.own + a.below),
                                        a.frame.label))

@@ -287,15 +287,15 @@ def _one_per_claim(found: list[GpuEvidence]) -> list[GpuEvidence]:
     return list(out.values())
 
 
-def cpu_side(traces: list[Trace], pass_: str, k: Knowledge | None = None) -> CpuSide | None:
+def cpu_side(traces: list[Trace], reached: list[tuple[str, str]], pass_: str, k: Knowledge) -> CpuSide | None:
     """The CPU path's op and the kernel that computed it (tracer.process.cpu_kernel),
-    from one case's CPU traces: the first speaks for the cell (its ops, library calls
-    and compiled program), the others add their native samples."""
+    from one case's CPU traces: the first speaks for the cell (its ops, ``reached``
+    as reach() read them, library calls and compiled program), the others add their
+    native samples."""
     if not traces or traces[0].run(pass_, "warm") is None:
         return None
-    k = k or knowledge()
     main = traces[0]
-    ops = [o for p, o in reach(main, k=k).ops if p == pass_]
+    ops = [o for p, o in reached if p == pass_]
     named = named_kernel(traces, pass_, _ops_to_name(main, pass_, ops, k), k)
     op = named.op if named.kernel else (ops[0] if ops else "")
     return CpuSide(op, named.kernel, named.library, f"{side_label(main)} ({main.info.api})", named.evidence,
@@ -329,13 +329,14 @@ def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
     for prim in PRIMITIVES:
         cpus = _cpu_traces(traces, prim)
         probe_ops = op_names(cpus[0]) if cpus else frozenset()
+        reached = reach(cpus[0], k=k).ops if cpus else []  # read once for both passes
         # the functional API at the default shape first, as the CPU side: of two traces
         # with one claim, the cell names the first (MultiheadAttention's projections are
         # matmuls; the attention is F.scaled_dot_product_attention's kernel)
         gpus = sorted((t for t in traces if t.info.primitive == prim and t.info.device == "gpu"),
                       key=lambda t: (t.info.api != "functional", tuple(t.info.shape) != PRIMITIVES[prim].shape))
         for pass_ in PRIMITIVES[prim].passes:
-            mine = cpu_side(cpus, pass_, k)
+            mine = cpu_side(cpus, reached, pass_, k)
             found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops, k) for t in gpus) if e]
             found.sort(key=lambda e: (EVIDENCE_ORDER.index(e.evidence), e.label))
             cells.append(GpuCell(prim, pass_, mine, _one_per_claim(found)))
