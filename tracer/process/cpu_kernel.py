@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from tracer.knowledge import Knowledge
@@ -181,23 +181,25 @@ def _from_compiled(op_root: Node, ops: list[str], k: Knowledge) -> NamedKernel |
     *_, name, does = min(found)
     kernel = name if does == [name] else f"{name}: {', '.join(does[:4])}{' …' if len(does) > 4 else ''}"
     # a fusion ran the ops it fused: each one its instructions come from, in order
-    fused = [next((o for o in ops if re.fullmatch(k.compiled_ops.get(i, i), o)), "") for i in does]
+    fused = [next((o for o in ops if re.fullmatch(k.compiled_ops.get(i) or re.escape(i), o)), "") for i in does]
     named = list(dict.fromkeys(o for o in fused if o))
     op = " + ".join(named[:3]) + (" …" if len(named) > 3 else "")
     return NamedKernel(op or _op_by_words(kernel, ops), kernel, "XLA", COMPILED)
 
 
-def _stacks(native: Node) -> list[tuple[Node, list[Frame]]]:
-    """Each sampled leaf with the frames from the root down to it."""
-    out: list[tuple[Node, list[Frame]]] = []
-    stack: list[tuple[Node, list[Frame]]] = [(native, [])]
+def _stacks(native: Node) -> Iterator[tuple[Node, list[Frame]]]:
+    """Each sampled leaf with the frames from the root down to it. The list is one path
+    kept as the walk goes (a chain thousands deep is not copied per frame): read it
+    before the next leaf."""
+    path: list[Frame] = []
+    stack: list[tuple[Node, int]] = [(native, 0)]
     while stack:
-        node, chain = stack.pop()
-        here = chain + [node.frame]
+        node, depth = stack.pop()
+        del path[depth:]
+        path.append(node.frame)
         if not node.children:
-            out.append((node, here))
-        stack.extend((c, here) for c in node.children)
-    return out
+            yield node, path
+        stack.extend((c, depth + 1) for c in reversed(node.children))
 
 
 @dataclass
