@@ -5,6 +5,7 @@ framework chose, its Python path's size and its time. Pure."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tracer.contract import PASSES
@@ -16,7 +17,7 @@ from tracer.process.cpu_kernel import attribute, ranked
 from tracer.process.kernel_names import implausible
 from tracer.process.tags import isa_of, library_of, library_order, recorded_kernel_lib
 from tracer.process.tree import total_samples
-from tracer.trace import Frame, Node, Trace
+from tracer.trace import Node, Trace
 
 
 @dataclass
@@ -80,21 +81,17 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
 
 def suspect_kernels(native: Node, k: Knowledge | None = None) -> list[str]:
     """Why each sampled leaf whose name cannot be what ran is not named (kernel_names.implausible)."""
-    return list(dict.fromkeys(why for node, _ in _leaf_paths(native) if (why := implausible(node.frame.name, k))))
+    return list(dict.fromkeys(why for node in _native_leaves(native) if (why := implausible(node.frame.name, k))))
 
 
-def _leaf_paths(native: Node) -> list[tuple[Node, list[Frame]]]:
-    """Each native leaf (no native child) with the native frames from the root down to it."""
-    out: list[tuple[Node, list[Frame]]] = []
-    stack: list[tuple[Node, list[Frame]]] = [(native, [])]
+def _native_leaves(native: Node) -> Iterator[Node]:
+    """Each native leaf (no native child)."""
+    stack = [native]
     while stack:
-        node, chain = stack.pop()
-        here = chain + [node.frame] if node.frame.kind == "native" else chain
-        kids = node.children
-        if node.frame.kind == "native" and not any(c.frame.kind == "native" for c in kids):
-            out.append((node, here))
-        stack.extend((c, here) for c in kids)
-    return out
+        node = stack.pop()
+        if node.frame.kind == "native" and not any(c.frame.kind == "native" for c in node.children):
+            yield node
+        stack.extend(node.children)
 
 
 def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> Reach:
