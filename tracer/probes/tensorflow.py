@@ -10,6 +10,7 @@ a constant tensor that the tape is told to watch.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -373,9 +374,11 @@ _GPU_LIBRARIES: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=None)
 def _gpu_library(op: str) -> tuple[str, str]:
     """(the library ``op``'s GPU kernel calls, the header that says so) where TensorFlow's
-    shipped source shows it (:data:`_GPU_LIBRARIES`), else ("", "")."""
+    shipped source shows it (:data:`_GPU_LIBRARIES`), else ("", ""). Read once per op and
+    probe process: every case of a survey asks for the ops it reached."""
     import os
 
     headers = os.path.join(os.path.dirname(tf.__file__), "include", "tensorflow", "core", "kernels")
