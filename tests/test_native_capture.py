@@ -31,6 +31,26 @@ def test_capture_attributes_samples_to_their_loop(tmp_path):
     assert session["outside_samples"] > 0
 
 
+def test_replicas_taken_in_turn_are_joined(tmp_path):
+    """Two replicas sampled in slices, A B A B A B (as the harness samples them, so
+    that a stall of the process costs each replica a share of its samples, never one
+    replica all of them): each marker's slices are joined into one loop."""
+    from tracer.collect import harness
+
+    assert PYSPY, "py-spy is not installed: make test installs it with the tool"
+    step = sampler.Step(_busy)
+    root = Frame("root", "", "busy.forward")
+    jobs = [sampler.Job(f"_dltrace_native_0_forward_{h}", step, root, 0.6 / harness.ROUNDS)
+            for _ in range(harness.ROUNDS) for h in range(harness.REPLICAS)]
+    results, session = sampler.capture(PYSPY, jobs, str(tmp_path), rate=100, prime=False)
+    assert sorted(results) == [f"_dltrace_native_0_forward_{h}" for h in range(harness.REPLICAS)]
+    for tree, stats in results.values():
+        assert stats["samples"] > 5 and tree.count == stats["samples"]
+        # the slices' times and iterations add up to the replica's share of the pass
+        assert stats["duration_s"] >= 0.6 - 0.01 and stats["iterations"] >= harness.ROUNDS
+    assert session["pyspy_samples"] >= sum(r[1]["samples"] for r in results.values())
+
+
 def test_missing_pyspy_is_reported(tmp_path):
     with pytest.raises(sampler.NativeUnavailable, match="py-spy not found"):
         sampler.Sampler(str(tmp_path / "py-spy"), str(tmp_path)).start()

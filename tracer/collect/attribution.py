@@ -37,6 +37,15 @@ class Window:
     per_iter_s: float = 0.0  # seconds per iteration while sampled (median over blocks)
 
 
+def joined(windows: list[Window], baseline_s: float) -> Window:
+    """The windows one loop was sampled in, taken in turn with other loops, as one:
+    the time it ran and its iterations add up; its time per iteration is the median
+    of theirs (as within a window, one preempted slice does not decide it)."""
+    per_iter = sorted(w.per_iter_s for w in windows)
+    return Window(windows[0].marker, windows[0].t0, windows[-1].t1, sum(w.iterations for w in windows),
+                  sum(w.seconds for w in windows), baseline_s, per_iter[len(per_iter) // 2])
+
+
 @dataclass
 class _Acc:
     samples: int = 0

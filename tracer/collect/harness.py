@@ -51,6 +51,13 @@ _PR_SET_PDEATHSIG = 1
 #: Each pass's native stacks are sampled in this many independent windows (kept as the
 #: layer's replicas): the diff accepts a sampled split only where every one shows it.
 REPLICAS = 2
+#: ...and each replica in this many slices, taken in turn with the other replica's
+#: (A B A B ...): a stall of the whole process (py-spy stops it while it reads a
+#: large library's symbols, another job takes the cores) then costs each replica a
+#: slice, not one replica all of its samples (measured: TensorFlow's conv forward
+#: sampled as two halves, one after the other, once kept 9 samples in one and 75
+#: in the other, and its split went unreplicated).
+ROUNDS = 3
 
 
 def die_with_parent() -> None:
@@ -275,7 +282,8 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
             # two independent halves: a difference that chance made shows in one at most
             markers = [f"_dltrace_native_{ci}_{pass_}_{h}" for h in range(REPLICAS)]
             root = Frame("root", "", f"{case_req.primitive}.{pass_}")
-            jobs += [sampler.Job(m, step, root, cfg.seconds / REPLICAS) for m in markers]
+            jobs += [sampler.Job(m, step, root, cfg.seconds / REPLICAS / ROUNDS)
+                     for _ in range(ROUNDS) for m in markers]
             where[tuple(markers)] = (trace, pass_)
     error: str | None = None
     results: dict[str, tuple[Node, dict[str, Any]]] = {}

@@ -46,7 +46,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from tracer.collect.attribution import FrameNamer, Window, build_tree, layer_stats, split_by_marker
+from tracer.collect.attribution import FrameNamer, Window, build_tree, joined, layer_stats, split_by_marker
 from tracer.collect.maps import Maps, PerfMap
 from tracer.collect.pyspy_format import ANY_LOG, LOADING, TOTALS, error_kind, parse_raw, parse_warnings
 from tracer.trace import Frame, Node
@@ -304,33 +304,36 @@ class Job:
 def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bool = False,
             baseline_s: float = 0.3, startup_timeout: float = 60.0, prime: bool = True,
             perfmap: str = "") -> tuple[dict[str, tuple[Node, dict[str, Any]]], dict[str, Any]]:
-    """Sample every job's loop in one py-spy session.
+    """Sample every job's loop in one py-spy session, in the order given; a marker that
+    several jobs share is one loop sampled in several windows.
 
     Returns marker -> (native tree, layer stats), and the session's stats (startup
     time, py-spy's own totals, samples outside the loops, named JIT kernels).
     ``perfmap`` names JIT code (see :class:`PerfMap`). NativeUnavailable when
     py-spy cannot run or attach; the caller records why and keeps the rest."""
-    baselines = {j.marker: j.step.time(baseline_s) for j in jobs}  # before py-spy attaches
+    steps = {j.marker: j.step for j in jobs}  # a marker may be sampled in several windows
+    baselines = {m: step.time(baseline_s) for m, step in steps.items()}  # before py-spy attaches
     sampler = Sampler(pyspy, workdir, rate, idle, startup_timeout)
     sampler.start()
     try:
         if prime:
-            sampler.prime([j.step for j in jobs])
+            sampler.prime(list(steps.values()))
         for j in jobs:
             sampler.loop(j.marker, j.step, j.seconds, baselines[j.marker])
     finally:
         raw = sampler.stop()
-    for w, j in zip(sampler.windows, jobs):  # again after: other load on the machine drifts
-        w.baseline_s = (w.baseline_s + j.step.time(baseline_s)) / 2
+    for m, step in steps.items():  # again after: other load on the machine drifts
+        baselines[m] = (baselines[m] + step.time(baseline_s)) / 2
     kernels = PerfMap.read(perfmap) if perfmap else PerfMap()
     namer = FrameNamer(Maps.read(perfmap=kernels), sys.path)  # read while the JIT code is still mapped
-    groups, outside = split_by_marker(parse_raw(raw), [j.marker for j in jobs], namer)
+    groups, outside = split_by_marker(parse_raw(raw), list(steps), namer)
     errors = sampler.errors_by_window()
-    windows = {w.marker: w for w in sampler.windows}
+    windows = {m: joined([w for w in sampler.windows if w.marker == m], baselines[m]) for m in steps}
+    roots = {j.marker: j.root for j in jobs}
     out = {}
-    for j in jobs:
-        acc = groups[j.marker]
-        out[j.marker] = (build_tree(acc.stacks, j.root), layer_stats(acc, windows[j.marker], errors[j.marker], rate))
+    for m in steps:
+        acc = groups[m]
+        out[m] = (build_tree(acc.stacks, roots[m]), layer_stats(acc, windows[m], errors[m], rate))
     session = {
         "startup_s": round(sampler.startup_s, 3),
         "prime_s": round(sampler.prime_s, 3),
