@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tracer import envs, registry  # noqa: E402
 from tracer import survey as sv  # noqa: E402
 from tracer.contract import LAYERS, PASSES  # noqa: E402
-from tracer.process.diff import DiffError, diff_traces  # noqa: E402
+from tracer.processing.diff import DiffError, diff_traces  # noqa: E402
 from tracer.trace import load  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tracer.process.diff import diff_trees  # noqa: E402
+from tracer.processing.diff import diff_trees  # noqa: E402
 from tracer.trace import Frame, Node  # noqa: E402
 
 POOL = 4000  # distinct functions

@@ -20,8 +20,8 @@ from typing import Any
 
 import bench_diff
 
-from tracer.process.diff import diff_trees
-from tracer.process.portability import survey_reports
+from tracer.processing.diff import diff_trees
+from tracer.analysis.portability import survey_reports
 from tracer.render.html import write_report
 from tracer.trace import Node, Run, Trace, load, save
 

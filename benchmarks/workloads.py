@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tracer import registry  # noqa: E402
-from tracer.process.workload_coverage import layer_costs  # noqa: E402
+from tracer.analysis.workload_coverage import layer_costs  # noqa: E402
 from tracer.trace import load  # noqa: E402
 
 DLTRACE = str(Path(sys.executable).parent / "dltrace")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
-from tracer.process.diff import diff_traces
+from tracer.processing.diff import diff_traces
 from tracer.runner import CaseSpec, run_probe
 
 AA_FRAMEWORKS = ("torch", "tensorflow", "chainer", "mxnet")

@@ -1,11 +1,11 @@
-"""How far a weaker class of GPU evidence agrees with a recording (tracer.process.agreement),
+"""How far a weaker class of GPU evidence agrees with a recording (tracer.analysis.agreement),
 on cells made here: same op and library count, AMD profiles are not set against an
 NVIDIA recording, and every entry of a class is one comparison."""
 
 from __future__ import annotations
 
-from tracer.process.agreement import agreement, gpu_vendor, kernel_family
-from tracer.process.gpu_cells import GpuCell, GpuEvidence
+from tracer.analysis.agreement import agreement, gpu_vendor, kernel_family
+from tracer.analysis.gpu_cells import GpuCell, GpuEvidence
 
 
 def ev(cls: str, label: str, gpu: str, op: str, kernel: str, lib: str, ops: list[str]) -> GpuEvidence:

@@ -1,11 +1,11 @@
-"""tracer/process/diff/align.py on its own: how two trees of one layer are aligned
+"""tracer/processing/diff/align.py on its own: how two trees of one layer are aligned
 (roots whatever their names, children by normalised identity in any order, repeated
 identities merged, noise set aside) and what the LayerDiff counts. The diff's rules on
 top (classification, sampling evidence) are tests/test_diff_synthetic.py's. Fast tier."""
 
 from __future__ import annotations
 
-from tracer.process.diff.align import _above_count, _group, _without, diff_trees
+from tracer.processing.diff.align import _above_count, _group, _without, diff_trees
 from tracer.trace import Frame, Node
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tracer import survey as sv
-from tracer.process.diff import diff_traces
+from tracer.processing.diff import diff_traces
 from tracer.runner import CaseSpec, run_probe
 
 CPUS = ("a64fx", "neoverse-n1")
@@ -88,9 +88,9 @@ def test_x86_and_arm_run_one_torch_release_and_their_splits_are_decisions_or_sho
     +cpu): no split is a version difference. What aarch64's mkldnn_convolution adds (a
     contiguous() copy before oneDNN) is an allocation, no decision: oneDNN's ISA choice
     between the two is the library's own row."""
-    from tracer.process.diff.context import VERSION_DIFFERENCE
-    from tracer.process.diff.result import walk_splits
-    from tracer.process.portability import framework_report
+    from tracer.processing.diff.context import VERSION_DIFFERENCE
+    from tracer.processing.diff.result import walk_splits
+    from tracer.analysis.portability import framework_report
 
     x86 = cpu_traces[("torch", "default", "conv2d", "functional")].load()
     a64fx = emulated["a64fx"]["conv2d"]

@@ -12,9 +12,9 @@ import pytest
 from tracer import registry
 from tracer import survey as sv
 from tracer.contract import PRIMITIVES
-from tracer.process.arm_audit import arm_audit
-from tracer.process.diff import diff_traces
-from tracer.process.portability import survey_reports
+from tracer.analysis.arm_audit import arm_audit
+from tracer.processing.diff import diff_traces
+from tracer.analysis.portability import survey_reports
 from tracer.render.html import write_report
 from tracer.registry import RegistryError
 from tracer.runner import CaseSpec, run_probe

@@ -1,10 +1,10 @@
-"""What a new backend must implement, read from dispatch tables (tracer.process.backend_needs),
+"""What a new backend must implement, read from dispatch tables (tracer.analysis.backend_needs),
 on synthetic traces: torch's dispatch-key rows, TensorFlow's registry rows, and rows a
 probe judged itself (the schema a sixth framework can use without touching the tool)."""
 
 from __future__ import annotations
 
-from tracer.process.backend_needs import backend_needs
+from tracer.analysis.backend_needs import backend_needs
 from tracer.trace import Frame, Node, Run, Trace
 
 META = {"primitive": "conv2d", "api": "functional", "device": "cpu", "variant": "default"}

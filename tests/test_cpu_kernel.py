@@ -1,5 +1,5 @@
 """The kernel a CPU cell names is one that computed, and its op is the op it ran under
-(tracer/process/cpu_kernel.py): the rule on small trees where the most sampled leaf is
+(tracer/processing/cpu_kernel.py): the rule on small trees where the most sampled leaf is
 a helper, and on every framework's surveyed traces."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 from tracer.contract import PRIMITIVES
 from tracer.knowledge import knowledge
-from tracer.process.cpu_kernel import COMPILED, LIBRARY_REPORT, SAMPLED, computes, named_kernel
-from tracer.process.gpu_cells import gpu_cells
+from tracer.processing.cpu_kernel import COMPILED, LIBRARY_REPORT, SAMPLED, computes, named_kernel
+from tracer.analysis.gpu_cells import gpu_cells
 from tracer.survey import collect
 from tracer.trace import Frame, Node, Run, Trace
 

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from tests.conftest import dltrace
-from tracer.process.candidates import find_candidates
-from tracer.process.diff import diff_traces
+from tracer.processing.candidates import find_candidates
+from tracer.processing.diff import diff_traces
 
 
 def load(results, key):

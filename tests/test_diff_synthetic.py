@@ -7,14 +7,14 @@ import pytest
 from rich.console import Console
 
 from tests.conftest import dltrace, one_line_error
-from tracer.process.candidates import find_candidates
-from tracer.process.diff import DiffError, diff_traces, diff_trees
-from tracer.process.diff.classify import classify
-from tracer.process.graph import call_graph, merged_graph
-from tracer.process.normalize import identity
-from tracer.process.reach import native_kernels
-from tracer.process.sampling import ALPHA, family_alpha, miss_chance
-from tracer.process.tags import isa_of, library_of, library_order
+from tracer.processing.candidates import find_candidates
+from tracer.processing.diff import DiffError, diff_traces, diff_trees
+from tracer.processing.diff.classify import classify
+from tracer.processing.graph import call_graph, merged_graph
+from tracer.processing.normalize import identity
+from tracer.processing.reach import native_kernels
+from tracer.processing.sampling import ALPHA, family_alpha, miss_chance
+from tracer.processing.tags import isa_of, library_of, library_order
 from tracer.render.diff_console import print_candidates, print_diff
 from tracer.trace import Frame, Node, Run, Trace, save
 
@@ -146,7 +146,7 @@ def test_deep_trees_need_no_recursion():
 
 
 def result_json(layer):
-    from tracer.process.diff.result import _splits_json
+    from tracer.processing.diff.result import _splits_json
 
     return _splits_json(layer.splits)
 

@@ -90,7 +90,7 @@ def _arm_trace(arch: str, emulated: bool) -> Trace:
 
 
 def test_arm_audit_has_a_native_aarch64_column():
-    from tracer.process.arm_audit import arm_audit, on_arm
+    from tracer.analysis.arm_audit import arm_audit, on_arm
 
     native = _arm_trace("aarch64", emulated=False)
     assert on_arm(native) == "native" and on_arm(_arm_trace("aarch64", True)) == "emulated"
@@ -260,7 +260,7 @@ def test_two_workers_each_job_ran_where_it_could(two_workers):
 
 
 def test_two_workers_traces_equal_a_local_surveys(two_workers):
-    from tracer.process.arm_audit import arm_audit
+    from tracer.analysis.arm_audit import arm_audit
 
     out, here, _, _, _ = two_workers
     got, got_gaps, _ = sv.collect([out / "traces"])

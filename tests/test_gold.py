@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tracer.process.diff import diff_traces
-from tracer.process.portability import framework_report, survey_reports
-from tracer.process.scorecard import scorecard
+from tracer.processing.diff import diff_traces
+from tracer.analysis.portability import framework_report, survey_reports
+from tracer.analysis.scorecard import scorecard
 from tracer.render.audit_console import print_audit, print_pass_needs
 from tracer.render.console import print_trace
 from tracer.render.diff_console import print_diff

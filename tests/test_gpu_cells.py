@@ -11,12 +11,12 @@ import pytest
 
 from tracer.contract import PRIMITIVES
 from tracer.importers import import_file
-from tracer.process.diff import diff_traces
-from tracer.process.diff.context import ARTEFACTS, MODEL_CONTEXT
-from tracer.process.diff.result import walk_splits
-from tracer.process.evidence_class import EVIDENCE_ORDER, evidence_class
-from tracer.process.gpu_cells import gpu_cells
-from tracer.process.portability import framework_report
+from tracer.processing.diff import diff_traces
+from tracer.processing.diff.context import ARTEFACTS, MODEL_CONTEXT
+from tracer.processing.diff.result import walk_splits
+from tracer.processing.evidence_class import EVIDENCE_ORDER, evidence_class
+from tracer.analysis.gpu_cells import gpu_cells
+from tracer.analysis.portability import framework_report
 
 REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
 #: The profiles whose slices hold model structure (each a different model's reason).

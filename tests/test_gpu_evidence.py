@@ -130,8 +130,8 @@ def test_audit_prints_the_must_implement_list(derived, framework, forward, backw
 def test_the_scorecard_counts_the_must_implement_lists_without_a_dispatch_table(derived, framework, evidence, op):
     """JAX, Chainer and MXNet have no dispatch table: the scorecard counts the audit's
     per-pass lists instead, and says which evidence they rest on."""
-    from tracer.process.portability import framework_report
-    from tracer.process.scorecard import scorecard
+    from tracer.analysis.portability import framework_report
+    from tracer.analysis.scorecard import scorecard
     from tracer.trace import load
 
     root: Path = derived["root"]  # type: ignore[assignment]
@@ -150,9 +150,9 @@ def test_derived_evidence_has_no_call_path_to_split_at(derived, tmp_path):
     """Chainer's source evidence lists each FunctionNode's GPU methods, not the path a
     run took: a split at the step itself against it is its shape, kept in the diff,
     never a dispatch point; where a real decision exists it is Python's device branch."""
-    from tracer.process.diff import diff_traces
-    from tracer.process.diff.context import EVIDENCE_SHAPE
-    from tracer.process.portability import framework_report
+    from tracer.processing.diff import diff_traces
+    from tracer.processing.diff.context import EVIDENCE_SHAPE
+    from tracer.analysis.portability import framework_report
 
     fws = registry.load()
     cpu = probe_one(fws["chainer"], CaseSpec("conv2d", layers=("python", "op")))

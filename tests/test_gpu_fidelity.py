@@ -25,9 +25,9 @@ from tests.test_recorded import recorded
 from tracer import envs
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.derive import derive
-from tracer.process.diff import diff_traces
-from tracer.process.diff.result import walk_splits
-from tracer.process.gpu_cells import gpu_cells
+from tracer.processing.diff import diff_traces
+from tracer.processing.diff.result import walk_splits
+from tracer.analysis.gpu_cells import gpu_cells
 from tracer.runner import CaseSpec, probe_one
 from tracer.survey import trace_files
 from tracer.trace import Trace, load

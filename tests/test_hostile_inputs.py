@@ -86,7 +86,7 @@ def test_a_graph_that_cannot_be_drawn_is_a_gap_not_a_lost_report(tmp_path):
 
 
 def test_drawing_failures_are_marked_on_the_page(tmp_path, monkeypatch):
-    from tracer.process.portability import survey_reports
+    from tracer.analysis.portability import survey_reports
     from tracer.render import graphs
     from tracer.render.html import write_report
 

@@ -22,7 +22,7 @@ from tests.conftest import dltrace, one_line_error
 from tracer.contract import Exit
 from tracer.importers import Imported, ImportFailed, import_file
 from tracer.importers.provenance import provenance
-from tracer.process.tags import is_gpu_lib, is_vendor_lib, library_of
+from tracer.processing.tags import is_gpu_lib, is_vendor_lib, library_of
 from tracer.trace import Frame, Node, Run, Trace, load, save
 
 #: Under pytest-xdist (make test-fast), this module's tests run on one worker, so the
@@ -260,7 +260,7 @@ def cpu_conv2d() -> Trace:
 @pytest.mark.parametrize("source, chosen", [("alexnet-a100", "aten::cudnn_convolution"),
                                             ("vit-mi300x", "aten::miopen_convolution")])
 def test_diff_against_the_cpu_probe_splits_at_aten_convolution(imported, source, chosen):
-    from tracer.process.diff import diff_traces
+    from tracer.processing.diff import diff_traces
 
     result = diff_traces(cpu_conv2d(), imported[source]["conv2d"].trace, "forward", "warm", ("op",), force=True)
     layer = next(ld for ld in result.layers if ld.layer == "op")
@@ -272,7 +272,7 @@ def test_diff_against_the_cpu_probe_splits_at_aten_convolution(imported, source,
 
 
 def test_backward_diff_aligns_the_autograd_nodes(imported):
-    from tracer.process.diff import diff_traces
+    from tracer.processing.diff import diff_traces
 
     result = diff_traces(cpu_conv2d(), imported["resnet-train-v100"]["conv2d"].trace, "backward", "warm", ("op",),
                          force=True)

@@ -23,7 +23,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer.files", "tracer.trace_meta"),
     ("tracer.trace", "tracer.registry", "tracer.libraries"),
     ("tracer.knowledge", "tracer.profile_reader", "tracer.collect", "tracer.probes"),
-    ("tracer.process",),
+    ("tracer.processing",),
+    ("tracer.analysis",),
     ("tracer.render",),
     ("tracer.envs", "tracer.fleet_credentials"),
     ("tracer.emulation",),
@@ -157,8 +158,8 @@ LOCAL_ALLOWED = {
     ("tracer.importers.source", "tracer.importers"): "importers' owner",
     ("tracer.probes.torch", "tracer.probes.torch_standin"): "probes' owner",
     ("tracer.probes.torch_standin", "tracer.probes.base"): "probes' owner",
-    ("tracer.process.backend_needs", "tracer.contract"): "process' owner",
-    ("tracer.process.backend_needs", "tracer.process.pairs"): "process' owner",
+    ("tracer.analysis.backend_needs", "tracer.contract"): "process' owner",
+    ("tracer.analysis.backend_needs", "tracer.processing.pairs"): "process' owner",
 }
 
 

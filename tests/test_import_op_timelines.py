@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import dltrace, one_line_error
 from tracer.importers import import_file
-from tracer.process.diff import diff_traces
+from tracer.processing.diff import diff_traces
 from tracer.trace import load
 
 REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from tests.conftest import dltrace
 from tracer.contract import LAYERS, workload_passes
-from tracer.process.tags import library_of
+from tracer.processing.tags import library_of
 from tracer.runner import CaseSpec, run_probe
 from tracer.trace import Frame
 

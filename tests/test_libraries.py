@@ -12,8 +12,8 @@ import yaml
 
 from tracer import knowledge, libraries
 from tracer.libraries import LibrariesError
-from tracer.process.diff.align import diff_trees
-from tracer.process.tags import library_of
+from tracer.processing.diff.align import diff_trees
+from tracer.processing.tags import library_of
 from tracer.registry import RegistryError
 from tracer.trace import Frame, Node
 

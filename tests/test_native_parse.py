@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracer.collect import attribution, maps, pyspy_format, sampler
-from tracer.process.tags import isa_of, library_of
+from tracer.processing.tags import isa_of, library_of
 from tracer.trace import Frame
 
 DATA = Path(__file__).parent / "data"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tracer.contract import PRIMITIVES
-from tracer.process.summary import summarize
+from tracer.processing.summary import summarize
 
 FRAMEWORKS = ["torch", "tensorflow", "chainer", "mxnet", "jax"]
 

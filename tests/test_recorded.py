@@ -13,10 +13,10 @@ import pytest
 from tracer import registry
 from tracer.collect.vendor_log import CUBLAS, CUBLASLT, CUDNN, parse
 from tracer.contract import PRIMITIVES, WORKLOADS
-from tracer.process.diff import diff_traces
-from tracer.process.diff.result import walk_splits
-from tracer.process.evidence_class import evidence_class
-from tracer.process.gpu_cells import gpu_cells
+from tracer.processing.diff import diff_traces
+from tracer.processing.diff.result import walk_splits
+from tracer.processing.evidence_class import evidence_class
+from tracer.analysis.gpu_cells import gpu_cells
 from tracer.survey import trace_files
 from tracer.trace import Trace, load
 
@@ -147,8 +147,8 @@ def test_gpu_cells_rest_on_the_recorded_run(traces):
 def test_scorecard_names_the_strongest_gpu_evidence_first(traces):
     """torch's recorded GPU run beside a public profile: the coverage names recorded first."""
     from tracer.importers import import_file
-    from tracer.process.portability import framework_report
-    from tracer.process.scorecard import scorecard
+    from tracer.analysis.portability import framework_report
+    from tracer.analysis.scorecard import scorecard
 
     ref = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported" / "alexnet-a100.kineto.json.gz"
     ts = [t for t in traces["torch"] if t.info.device == "gpu"] + [r.trace for r in import_file(ref, "torch", "pytest")]
@@ -181,7 +181,7 @@ def test_model_steps_on_the_h100_name_their_gpu_libraries(traces):
     """The models' training steps recorded on the GPU: LeNet reaches cuDNN for its
     convolutions and cuBLAS for its dense layers; the transformer block's attention is
     the memory-efficient kernel, its layer norms torch's own."""
-    from tracer.process.models import gpu_steps
+    from tracer.analysis.models import gpu_steps
 
     steps = {s.api: s for s in gpu_steps([t for t in traces["torch"] if t.info.primitive == "lenet"])}
     assert set(steps) == {"functional", "layer"}

@@ -15,7 +15,7 @@ import pytest
 
 from tests.test_hostile_inputs import META, op
 from tracer import survey as sv
-from tracer.process.portability import survey_reports
+from tracer.analysis.portability import survey_reports
 from tracer.render import graphs
 from tracer.render.html import write_report
 from tracer.trace import Frame, Node, Run, Trace, load, save

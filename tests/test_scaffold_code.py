@@ -127,7 +127,7 @@ def test_force_writes_only_over_a_skeleton_and_never_through_links(tmp_path):
                                 "aten::\u202erelu", "aten::\u0663relu", "aten::relu.out'"])
 def test_an_op_name_that_cannot_be_code_is_refused(op):
     from tracer.errors import DltraceError
-    from tracer.process.standin_needs import StandinNeeds
+    from tracer.analysis.standin_needs import StandinNeeds
 
     needs = StandinNeeds("standin", "run", "torch", by_pass={"forward": ["aten::relu", op]})
     with pytest.raises(DltraceError, match="cannot be written into a skeleton"):
@@ -139,7 +139,7 @@ def test_an_op_name_that_cannot_be_code_is_refused(op):
 def test_a_tensorflow_or_jax_op_name_that_cannot_be_code_is_refused(framework, op):
     from tracer import scaffold_jax, scaffold_tensorflow
     from tracer.errors import DltraceError
-    from tracer.process.standin_needs import StandinNeeds
+    from tracer.analysis.standin_needs import StandinNeeds
 
     fine = "MatMul" if framework == "tensorflow" else "stablehlo.add"
     needs = StandinNeeds("standin", "run", framework, by_pass={"forward": [fine, op]})

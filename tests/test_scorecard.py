@@ -10,9 +10,9 @@ import re
 
 from tests.conftest import dltrace
 from tracer.elf_code import ElfCode, _trie, key
-from tracer.process.portability import framework_report
-from tracer.process.ran_kernels import split_kernels
-from tracer.process.scorecard import COLUMNS, scorecard
+from tracer.analysis.portability import framework_report
+from tracer.processing.ran_kernels import split_kernels
+from tracer.analysis.scorecard import COLUMNS, scorecard
 from tracer.trace import load
 
 FRAMEWORKS = ("torch", "tensorflow", "chainer", "mxnet", "jax")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from tracer.collect.vendor_log import parse
-from tracer.process.diff import diff_traces
-from tracer.process.diff.classify import classify
-from tracer.process.dispatch import DispatchTable
-from tracer.process.symbols import display
+from tracer.processing.diff import diff_traces
+from tracer.processing.diff.classify import classify
+from tracer.analysis.dispatch import DispatchTable
+from tracer.processing.symbols import display
 from tracer.trace import Frame, Node, Run, Trace
 
 META = {"framework": "fw", "framework_version": "1", "primitive": "conv2d", "api": "functional", "device": "cpu",

@@ -14,8 +14,8 @@ from tests.conftest import dltrace, one_line_error
 from tracer import envs
 from tracer import survey as sv
 from tracer.contract import PRIMITIVES, STANDIN_LIB, Exit
-from tracer.process.diff import diff_traces
-from tracer.process.portability import framework_report
+from tracer.processing.diff import diff_traces
+from tracer.analysis.portability import framework_report
 from tracer.trace import load
 
 #: One op each primitive's kernels must cover on a new backend, forward and backward
@@ -126,8 +126,8 @@ def test_the_standins_own_python_is_no_dispatch_point(standin_root):
     """Below the C hand-off the stand-in side runs its Python fallback (storage twins,
     record_function): its implementation, kept in the diff as such, never a row of the
     dispatch table; the op layer's split at _convolution is the row."""
-    from tracer.process.diff.context import STANDIN_IMPLEMENTATION
-    from tracer.process.portability import framework_report
+    from tracer.processing.diff.context import STANDIN_IMPLEMENTATION
+    from tracer.analysis.portability import framework_report
 
     cpu, standin = _trace(standin_root, "cpu", "conv2d"), _trace(standin_root, "standin", "conv2d")
     python = diff_traces(cpu, standin, "forward", "warm", ("python",), 0.02, False).layers[0]
@@ -148,8 +148,8 @@ def test_the_standins_own_python_is_no_dispatch_point(standin_root):
 def test_the_scorecard_counts_what_reached_the_standin(standin_root):
     """The run is the strongest list: the scorecard counts it, and it names the ops torch
     routes only to a new backend, which the dispatch tables read as free."""
-    from tracer.process.portability import framework_report
-    from tracer.process.scorecard import scorecard
+    from tracer.analysis.portability import framework_report
+    from tracer.analysis.scorecard import scorecard
 
     traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
     (row,) = scorecard([framework_report("torch", traces, [])], traces)

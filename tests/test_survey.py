@@ -110,7 +110,7 @@ def test_audit_names_the_dispatch_points(survey_root, tmp_path):
 
 
 def test_audit_lists_the_kernel_ops_a_port_must_provide(cpu_traces):
-    from tracer.process.portability import framework_report
+    from tracer.analysis.portability import framework_report
 
     traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items() if fw == "torch" and prim == "conv2d"]
     rep = framework_report("torch", traces, [])
@@ -130,7 +130,7 @@ def test_default_report_sets_torch_cpu_against_real_gpus(survey_report):
         assert title in page, title
     assert "aten::cudnn_convolution" in page and "aten::miopen_convolution" in page
     assert "recorded on NVIDIA A100-PG509-200 by others: facebookresearch/HolisticTraceAnalysis@" in page
-    from tracer.process.portability import framework_report
+    from tracer.analysis.portability import framework_report
 
     traces, gaps, _ = sv.collect([survey_report.parent / "traces"])
     rep = framework_report("torch", [t for t in traces if t.meta["framework"] == "torch"], gaps)
@@ -149,7 +149,7 @@ def test_default_report_sets_torch_cpu_against_real_gpus(survey_report):
 
 
 def test_audit_names_what_a_new_torch_backend_must_implement(cpu_traces):
-    from tracer.process.portability import framework_report
+    from tracer.analysis.portability import framework_report
 
     traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items() if fw == "torch" and variant == "default"]
     rep = framework_report("torch", traces, [])
@@ -165,7 +165,7 @@ def test_audit_names_what_a_new_torch_backend_must_implement(cpu_traces):
 
 
 def test_audit_names_what_a_tensorflow_pluggable_device_must_register(cpu_traces):
-    from tracer.process.portability import framework_report
+    from tracer.analysis.portability import framework_report
 
     traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items()
               if fw == "tensorflow" and variant == "default" and prim == "conv2d"]

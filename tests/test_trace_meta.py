@@ -126,7 +126,7 @@ def test_deep_op_chains_and_stacks_cost_no_recursion_and_bounded_text(tmp_path):
     deep exported as collapsed stacks: no RecursionError, and each stack line bounded."""
     import io
 
-    from tracer.process.standin_needs import standin_needs
+    from tracer.analysis.standin_needs import standin_needs
     from tracer.render import collapsed
     from tracer.render.export import select_trees
     from tracer.trace import Frame, Node, Run, Trace

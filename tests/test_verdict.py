@@ -9,11 +9,11 @@ import json
 import re
 
 from tracer.contract import PRIMITIVES
-from tracer.process.decisions import COMPILATION_MODE, PRECISION_MODE, decisions
-from tracer.process.kernel_names import implausible, not_a_kernel
-from tracer.process.portability import framework_report
-from tracer.process.reach import native_kernels, suspect_kernels
-from tracer.process.scorecard import COLUMNS, HEADLINE, interface_entries, scorecard
+from tracer.analysis.decisions import COMPILATION_MODE, PRECISION_MODE, decisions
+from tracer.processing.kernel_names import implausible, not_a_kernel
+from tracer.analysis.portability import framework_report
+from tracer.processing.reach import native_kernels, suspect_kernels
+from tracer.analysis.scorecard import COLUMNS, HEADLINE, interface_entries, scorecard
 from tracer.render.html import write_report
 from tracer.trace import Frame, Node, Run, Trace
 
@@ -205,8 +205,8 @@ def test_a_recorded_gpu_path_is_set_against_its_own_machines_cpu_path():
 
 
 def test_a_python_branch_is_a_device_decision_only_where_its_condition_names_a_device():
-    from tracer.process.candidates import Candidate
-    from tracer.process.decisions import is_device_branch
+    from tracer.processing.candidates import Candidate
+    from tracer.analysis.decisions import is_device_branch
 
     def cand(kind, condition):
         return Candidate("f", "fw/x.py", 1, 2, kind, condition, [], [], 1)
@@ -275,7 +275,7 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     n1 = cpu_trace("2.9.1", n1_cpu, ["reorder jit:uni", "convolution indirect_gemm:acl"],
                    ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
     rep = framework_report("torch", [x86, n1], [])
-    from tracer.process.verdict import arm_verdicts
+    from tracer.analysis.verdict import arm_verdicts
     found = {(a.pass_, a.verdict, a.name) for a in arm_verdicts(rep)}
     assert found == {("forward", "ACL", "convolution indirect_gemm:acl"),
                      ("backward", "reference fallback", "convolution gemm:ref (backward_data)")}

@@ -1,7 +1,7 @@
 """The user's workload without a framework: how a reference names a file and function
 (tracer.contract.UserWorkload), what the registry accepts as an example or an extra,
 the per-op table's files (tracer.render.coverage_export), the workload's
-coverage and layer costs read from traces (tracer.process.workload_coverage), and
+coverage and layer costs read from traces (tracer.analysis.workload_coverage), and
 the fleet's rule that a worker runs only workloads its own side has. Fast tier."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from tracer import fleet, registry
 from tracer import survey as sv
 from tracer.contract import USER_API, UserWorkload, WorkloadError
-from tracer.process.workload_coverage import CoverageRow, WorkloadCoverage, coverage, layer_costs
+from tracer.analysis.workload_coverage import CoverageRow, WorkloadCoverage, coverage, layer_costs
 from tracer.registry import RegistryError
 from tracer.render import coverage_export
 from tracer.runner import CaseSpec

@@ -2,7 +2,7 @@
 data, not code, so that a new library or a renamed kernel family is one edited line a
 reviewer can read, validated here as the registry is (a malformed entry is a one-line
 error naming the file and the key), and compiled once into the tables the processing
-stages match frames against (tracer.process.tags, kernel_names, dispatch, backend_needs)."""
+stages match frames against (tracer.processing.tags, kernel_names, dispatch, backend_needs)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 Table = tuple[tuple[re.Pattern[str], str], ...]
 #: The start of a qualified name inside a demangled symbol (``Eigen::`` in ``void Eigen::...``).
 QUALIFIED = r"(?:^|[\s*&(,])"
-#: The tables, in the order the file lists them (tracer.process.tags says how each is used).
+#: The tables, in the order the file lists them (tracer.processing.tags says how each is used).
 TABLES = ("symbol", "jit", "soname", "system_symbols", "op", "implementation", "module", "python_name", "isa")
 GROUPS = ("vendor", "gpu", "system", "cpu")
 #: Lists of regular expressions, and lists of names.

@@ -1,7 +1,7 @@
 """A backend skeleton that proves the must-implement list (``dltrace scaffold torch``).
 
 The list comes from running the cases on torch's stand-in device (tracer.runner, as
-``dltrace probe --device standin`` does; read by tracer.process.standin_needs), never
+``dltrace probe --device standin`` does; read by tracer.analysis.standin_needs), never
 from a table: the skeleton registers exactly those ops, each computing on the CPU,
 and refuses every other op by name. Its device plumbing is dltrace's own
 (tracer/probes/torch_device.py, copied as it is), its kernels are generated from
@@ -34,7 +34,7 @@ from tracer.contract import MODELS, PASSES, USER_API, Exit, UserWorkload
 from tracer.errors import DltraceError, ProbeFailed, UsageError
 from tracer.files import OutputError, ensure_dir, write_bytes, write_text
 from tracer.paths import PACKAGE, code_path
-from tracer.process.standin_needs import PASS_ORDER, StandinNeeds, standin_needs
+from tracer.analysis.standin_needs import PASS_ORDER, StandinNeeds, standin_needs
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
 from tracer.trace import Trace

@@ -1,7 +1,7 @@
 """A JAX backend skeleton that proves the must-implement list (``dltrace scaffold jax``).
 
 The list comes from running the cases on JAX's stand-in (tracer.probes.jax_standin,
-as ``dltrace probe jax --device standin`` does; read by tracer.process.standin_needs):
+as ``dltrace probe jax --device standin`` does; read by tracer.analysis.standin_needs):
 the StableHLO ops the step's programs executed. The skeleton's op table holds exactly
 those ops, each computing with XLA's CPU compiler; its consumer is dltrace's own
 (tracer/probes/jax_standin.py, copied as it is) and refuses every other op by name;
@@ -21,7 +21,7 @@ from tracer.contract import MODELS
 from tracer.errors import DltraceError
 from tracer.files import write_bytes, write_text
 from tracer.paths import PACKAGE
-from tracer.process.standin_needs import StandinNeeds
+from tracer.analysis.standin_needs import StandinNeeds
 from tracer.runner import CaseSpec
 from tracer.scaffold import Kernel, case_rows, code_text, describe_cases, needs_of, own_folder, template_env, \
     write_list, write_manifest

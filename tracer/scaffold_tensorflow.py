@@ -3,7 +3,7 @@ scaffold tensorflow``).
 
 The list comes from running the cases on TensorFlow's stand-in PluggableDevice
 (tracer.probes.tensorflow_standin, as ``dltrace probe tensorflow --device standin``
-does; read by tracer.process.standin_needs): the op kernels that reached it. The
+does; read by tracer.analysis.standin_needs): the op kernels that reached it. The
 skeleton is a PluggableDevice of its own: its device is dltrace's
 (tracer/probes/tensorflow_standin.cc, copied as it is, compiled with the skeleton's
 device type), its kernels.cc registers exactly the list (each op as the stand-in
@@ -23,7 +23,7 @@ from tracer.contract import MODELS
 from tracer.errors import DltraceError
 from tracer.files import write_bytes, write_text
 from tracer.paths import PACKAGE
-from tracer.process.standin_needs import StandinNeeds
+from tracer.analysis.standin_needs import StandinNeeds
 from tracer.runner import CaseSpec
 from tracer.scaffold import Kernel, case_rows, code_text, describe_cases, needs_of, own_folder, template_env, \
     write_list, write_manifest

@@ -122,7 +122,7 @@ class Native:
 @dataclass(frozen=True)
 class Dispatch:
     """The framework's dispatch table as the probe read it for the ops it reached
-    (op -> row; a row's shape is the probe's: tracer.process.backend_needs reads it).
+    (op -> row; a row's shape is the probe's: tracer.analysis.backend_needs reads it).
     ``ops`` is None where the table could not be read (``error`` says why)."""
 
     ops: Mapping[str, Any] | None = None

@@ -18,8 +18,8 @@ from tracer.cli.workloads import distinct, equip, parse, verbose_failure, worklo
 from tracer.contract import MODELS, USER_API, UserWorkload
 from tracer.errors import UsageError
 from tracer.files import ensure_file_parent
-from tracer.process.scorecard import decision_figures, needs_figures
-from tracer.process.workload_coverage import coverage
+from tracer.analysis.scorecard import decision_figures, needs_figures
+from tracer.analysis.workload_coverage import coverage
 from tracer.render import coverage_export
 from tracer.render.audit_console import print_coverage
 from tracer.registry import Framework
@@ -33,9 +33,9 @@ from tracer.importers import ImportFailed, file_suffixes, import_file, importabl
 from tracer.importers.source import short_name
 from tracer.knowledge import knowledge
 from tracer.machine import describe as describe_machine
-from tracer.process.models import is_model_trace, is_workload_trace, model_reports
-from tracer.process.portability import framework_report, survey_reports
-from tracer.process.scorecard import scorecard
+from tracer.analysis.models import is_model_trace, is_workload_trace, model_reports
+from tracer.analysis.portability import framework_report, survey_reports
+from tracer.analysis.scorecard import scorecard
 from tracer.render.audit_console import print_audit, print_pass_needs
 from tracer.render.html import write_report
 from tracer.render.terminal import message

@@ -15,10 +15,10 @@ from tracer.derive import derive as run_derive
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, replacing
 from tracer.knowledge import knowledge
-from tracer.process.candidates import find_candidates
-from tracer.process.diff import DiffError, describe, diff_traces
-from tracer.process.ran_kernels import split_kernels
-from tracer.process.sampling import DEFAULT_THRESHOLD
+from tracer.processing.candidates import find_candidates
+from tracer.processing.diff import DiffError, describe, diff_traces
+from tracer.processing.ran_kernels import split_kernels
+from tracer.processing.sampling import DEFAULT_THRESHOLD
 from tracer.render import EXPORTS
 from tracer.render.console import print_trace
 from tracer.render.diff_console import print_candidates, print_diff

@@ -30,7 +30,7 @@ Why this shape (each point was measured on the five frameworks):
   the timestamps of py-spy's own warnings (``RUST_LOG=warn``).
 
 Raw facts only: symbol, shared-object basename (``Frame.lib``), sample counts.
-Library and ISA tags are derived later (tracer.process.tags). Stdlib only.
+Library and ISA tags are derived later (tracer.processing.tags). Stdlib only.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Kernel names are tagged by the op table of libraries.yaml (``tables.op``:
 cuDNN, cuBLAS, CUTLASS, MIOpen, hipBLASLt, rocBLAS, Triton...), the same table
-:func:`tracer.process.tags.library_of` reads, so a kernel frame's ``lib`` and what the diff and the report
+:func:`tracer.processing.tags.library_of` reads, so a kernel frame's ``lib`` and what the diff and the report
 say about it agree. A framework's own kernels cannot be told by their name alone
 (frameworks.yaml ``knowledge.gpu_kernels``): one source compiled for CUDA and for HIP
 gives one name, so the vendor decides the tag here, and ``library_of`` reads it back
-from the frame's ``lib`` (tracer.process.tags counts those tags as GPU libraries).
+from the frame's ``lib`` (tracer.processing.tags counts those tags as GPU libraries).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from tracer.process.tags import AMD, NVIDIA, kernel_lib, module_of
+from tracer.processing.tags import AMD, NVIDIA, kernel_lib, module_of
 
 __all__ = ["AMD", "NVIDIA", "kernel_lib", "module_of", "vendor_of"]
 

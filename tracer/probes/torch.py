@@ -799,7 +799,7 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
         elif "mkldnn" in op:
             needs[op] = {"must": False, "free": "the CPU path's choice: not reached on another device"}
         else:
-            # read by tracer.process.backend_needs as it reads the CPU traces' dispatch table
+            # read by tracer.analysis.backend_needs as it reads the CPU traces' dispatch table
             needs[op] = {"dispatch_row": row, "others": {"CUDA": cuda} if cuda else {}}
     return {"evidence": "registered", "ops": ops,
             "provenance": {"read": f"torch {torch.__version__} torchgen/packaged/ATen/native/native_functions.yaml "

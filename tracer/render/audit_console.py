@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tracer.process.portability import LAYER_NAMES, FrameworkReport
-from tracer.process.scorecard import Figure
-from tracer.process.workload_coverage import WorkloadCoverage
+from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
+from tracer.analysis.scorecard import Figure
+from tracer.analysis.workload_coverage import WorkloadCoverage
 from tracer.render.terminal import clip
 
 

@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from tracer.process.compact import hide_plumbing, prune, short_symbol
-from tracer.process.summary import summarize
-from tracer.process.tags import isa_of, library_of
+from tracer.processing.compact import hide_plumbing, prune, short_symbol
+from tracer.processing.summary import summarize
+from tracer.processing.tags import isa_of, library_of
 from tracer.render.terminal import clip
 from tracer.trace import Node, Run, Trace
 from tracer.trace_meta import LayerStats

@@ -1,4 +1,4 @@
-"""A workload's per-op coverage table (tracer.process.workload_coverage) as files a
+"""A workload's per-op coverage table (tracer.analysis.workload_coverage) as files a
 porting team pastes into its tracker: CSV (one row per op) and JSON (the same rows,
 with what the table is of). Renders only: the rows are computed upstream."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.files import write_text
-from tracer.process.workload_coverage import WorkloadCoverage
+from tracer.analysis.workload_coverage import WorkloadCoverage
 
 #: The CSV's columns, in order; ``also_in`` lists the built-in cases, ``;``-separated.
 COLUMNS = ("op", "name", "overload", "passes", "calls", "also_in", "beyond_built_in")

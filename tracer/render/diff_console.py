@@ -12,10 +12,10 @@ from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.text import Text
 
-from tracer.process.candidates import Candidate
-from tracer.process.diff.evidence import MIN_SAMPLES
-from tracer.process.diff.result import Branch, DiffResult, Fragment, LayerDiff, Split
-from tracer.process.symbols import display
+from tracer.processing.candidates import Candidate
+from tracer.processing.diff.evidence import MIN_SAMPLES
+from tracer.processing.diff.result import Branch, DiffResult, Fragment, LayerDiff, Split
+from tracer.processing.symbols import display
 from tracer.render.terminal import NAME_WIDTH, clip
 
 A_STYLE, B_STYLE = "bold cyan", "bold magenta"

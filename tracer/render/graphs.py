@@ -1,7 +1,7 @@
-"""Call graphs drawn with Graphviz (`dot`) from the networkx graphs of tracer.process.graph.
+"""Call graphs drawn with Graphviz (`dot`) from the networkx graphs of tracer.processing.graph.
 
 A survey's trees can have thousands of frames; a drawing is only useful if the
-split is visible at a glance. The focused graph (tracer.process.graph) keeps the
+split is visible at a glance. The focused graph (tracer.processing.graph) keeps the
 paths from the root to each split and the first frames of each side below it;
 here long single-child chains fold into one "… N frames …" box, and native frames
 are grouped by library.
@@ -22,7 +22,7 @@ from xml.etree import ElementTree
 import networkx as nx
 import pydot
 
-from tracer.process.graph import A_ONLY, B_ONLY, SHARED
+from tracer.processing.graph import A_ONLY, B_ONLY, SHARED
 
 #: a graph's node keys: the merged walk's indices, a call graph's paths (drawn the same way)
 _N = TypeVar("_N", bound=Hashable)

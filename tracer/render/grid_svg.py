@@ -11,8 +11,8 @@ from typing import Callable
 from markupsafe import Markup
 
 from tracer.contract import PRIMITIVES
-from tracer.process.evidence_class import EVIDENCE_ORDER
-from tracer.process.verdict import GridCell
+from tracer.processing.evidence_class import EVIDENCE_ORDER
+from tracer.analysis.verdict import GridCell
 
 #: Fill: where the paths part (the first layer showing a decision split).
 PARTS = {

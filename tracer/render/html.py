@@ -23,22 +23,22 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
-from tracer.process.decisions import decisions, pair_splits
-from tracer.process.diff.context import ARTEFACTS
-from tracer.process.diff.result import Fragment, LayerDiff
-from tracer.process.graph import focused_graph, merged_walk
-from tracer.process.models import Level, ModelReport
+from tracer.analysis.decisions import decisions, pair_splits
+from tracer.processing.diff.context import ARTEFACTS
+from tracer.processing.diff.result import Fragment, LayerDiff
+from tracer.processing.graph import focused_graph, merged_walk
+from tracer.analysis.models import Level, ModelReport
 from tracer.render import coverage_export
-from tracer.process.pairs import KIND_NAMES
-from tracer.process.evidence_class import EVIDENCE_MEANING
-from tracer.process.portability import LAYER_NAMES, FrameworkReport
-from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
-from tracer.process.verdict import RULE, arm_verdicts, grid, verdicts
+from tracer.processing.pairs import KIND_NAMES
+from tracer.processing.evidence_class import EVIDENCE_MEANING
+from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
+from tracer.analysis.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
+from tracer.analysis.verdict import RULE, arm_verdicts, grid, verdicts
 from tracer.render.grid_svg import PARTS, STROKE, bars_svg, grid_svg
 from tracer.render.survey_json import survey_json, write_survey_json
-from tracer.process.sampling import ALPHA, DEFAULT_THRESHOLD
-from tracer.process.symbols import display
-from tracer.process.tags import SYSTEM_LIBS
+from tracer.processing.sampling import ALPHA, DEFAULT_THRESHOLD
+from tracer.processing.symbols import display
+from tracer.processing.tags import SYSTEM_LIBS
 from tracer.render import graphs
 
 _FORMATTER = HtmlFormatter(nowrap=True)
@@ -266,9 +266,9 @@ def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.Sv
 def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD,
                  cards: list[ScoreRow] | None = None, models: list[ModelReport] | None = None,
                  skipped: list[str] | None = None) -> Path:
-    """Render the report of the portability model (tracer.process.portability) into
-    ``out``, the scorecard (tracer.process.scorecard) first on the index, and the
-    models' page (tracer.process.models) where model steps were traced; returns the
+    """Render the report of the portability model (tracer.analysis.portability) into
+    ``out``, the scorecard (tracer.analysis.scorecard) first on the index, and the
+    models' page (tracer.analysis.models) where model steps were traced; returns the
     index page. ``skipped``: the files of the folders that could not be read (the index
     says how many and why, so that a report of part of its traces says so)."""
     out.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,12 @@ from typing import Any
 
 from tracer import __version__
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
-from tracer.process.decisions import decisions
-from tracer.process.models import ModelReport
+from tracer.analysis.decisions import decisions
+from tracer.analysis.models import ModelReport
 from tracer.render import coverage_export
-from tracer.process.portability import FrameworkReport
-from tracer.process.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
-from tracer.process.verdict import RULE, FrameworkVerdict, GridCell
+from tracer.analysis.portability import FrameworkReport
+from tracer.analysis.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
+from tracer.analysis.verdict import RULE, FrameworkVerdict, GridCell
 
 #: Bumped when a field changes meaning or is removed (adding one is compatible).
 SCHEMA_VERSION = 1

@@ -1,0 +1,173 @@
+"""What a user's own workload needs beyond dltrace's built-in cases, op by op: the
+table a porting team pastes into its tracker (op, overload, passes, calls, which
+built-in cases also reach it), and what each recorded layer cost on that workload.
+
+A must-implement list is true only for the code that was traced: a torchvision
+ResNet's in-place ReLU (``aten::relu_``) and adaptive pooling (``aten::mean.out``)
+reach no built-in case. The rows are the workload's own list (tracer.analysis.models:
+the entries of its framework's unit, from its strongest source); an op "also in" a
+built-in case is one whose trace of the same kind (a stand-in run against a stand-in
+run, a CPU path against a CPU path) names it in its op layer. Pure: reads traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracer.contract import PASSES, STANDIN
+from tracer.trace import Node, Trace
+
+#: The passes of a stand-in run's list: putting the inputs and parameters on the device first.
+_PASSES = ("setup", *PASSES)
+
+
+@dataclass
+class CoverageRow:
+    op: str  # the entry as the list names it (aten::addmm.out, Conv2D, conv_general_dilated)
+    name: str  # without its overload
+    overload: str  # torch's overload name ("out", "Tensor"), "" where the unit has none
+    passes: list[str]
+    calls: int  # how often the workload's warm step called it, over its passes
+    also_in: list[str]  # built-in cases (primitives, models) whose traces name it too
+    #: on no built-in case's list (in the framework's unit): what the workload adds
+    beyond: bool = False
+
+
+@dataclass
+class LayerCost:
+    """What recording a layer cost on one pass of the workload, against its untraced
+    step: a factor (×1.6: the step took 1.6 times as long), or None where not measured."""
+
+    pass_: str
+    untraced_s: float | None
+    python: float | None  # the Python tracer's traced step / the untraced step
+    op: float | None  # the framework's profiler's recorded step / the untraced step
+    native: float | None  # py-spy's sampled loop / the unsampled loop
+
+
+@dataclass
+class WorkloadCoverage:
+    framework: str
+    workload: str
+    device: str  # where the list's trace ran (the stand-in device, or the CPU)
+    rows: list[CoverageRow] = field(default_factory=list)
+    costs: list[LayerCost] = field(default_factory=list)
+
+    @property
+    def beyond(self) -> list[str]:
+        return [r.op for r in self.rows if r.beyond]
+
+
+def _split(op: str) -> tuple[str, str]:
+    name = op.split(" (")[0]
+    if "::" in name and "." in name.split("::", 1)[1]:
+        head, overload = name.rsplit(".", 1)
+        return head, overload
+    return name, ""
+
+
+def _op_counts(trace: Trace) -> dict[str, dict[str, int]]:
+    """pass -> op name -> calls, over the warm runs' op layers (iteratively: a deep tree
+    is no recursion)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in trace.runs:
+        if r.phase != "warm" or "op" not in r.layers:
+            continue
+        counts = out.setdefault(r.pass_, {})
+        stack: list[Node] = [r.layers["op"]]
+        while stack:
+            n = stack.pop()
+            if n.frame.kind == "op":
+                counts[n.frame.name] = counts.get(n.frame.name, 0) + n.count
+            stack.extend(n.children)
+    return out
+
+
+def _reached(trace: Trace) -> dict[str, list[str]]:
+    """pass -> the ops a stand-in run says reached its backend (meta ``standin``), else {}."""
+    standin = trace.meta.get("standin")
+    reached = standin.get("reached") if isinstance(standin, dict) else None
+    if not isinstance(reached, dict):
+        return {}
+    return {p: [str(o) for o in ops] for p, ops in reached.items() if p in _PASSES and isinstance(ops, list)}
+
+
+def _names(trace: Trace) -> set[str]:
+    names = {name for counts in _op_counts(trace).values() for name in counts}
+    names.update(op for ops in _reached(trace).values() for op in ops)
+    return names
+
+
+def _default(t: Trace, device: str) -> bool:
+    return t.info.device == device and t.info.variant == "default" and t.info.emulated is None
+
+
+def _evidence(t: Trace) -> bool:
+    """A trace a list is read from: a default path on this machine (the CPU, the
+    stand-in), or a GPU path derived here (its variant is its evidence class)."""
+    return t.info.emulated is None and (t.info.variant == "default" or t.info.device == "gpu")
+
+
+def _number(doc: Any, key: str) -> float | None:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _mapping(doc: Any, key: str) -> dict[str, Any]:
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def layer_costs(trace: Trace) -> list[LayerCost]:
+    """Each pass's cost of each layer on the workload's CPU trace."""
+    out = []
+    for r in trace.runs:
+        if r.phase != "warm":
+            continue
+        untraced = _number(r.stats, "untraced_s")
+        layers = _mapping(r.stats, "layers")
+        op_s = _number(_mapping(layers, "op"), "seconds")
+        out.append(LayerCost(r.pass_, untraced, _number(r.stats, "overhead"),
+                             op_s / untraced if op_s is not None and untraced else None,
+                             _number(_mapping(layers, "native"), "slowdown")))
+    return out
+
+
+def coverage(framework: str, workload: str, items: list[str], traces: list[Trace], builtin: list[Trace],
+             beyond: list[str] | None = None) -> WorkloadCoverage:
+    """``items``: the workload's must-implement list in its framework's unit;
+    ``traces``: the workload's traces in that framework; ``builtin``: the framework's
+    traces of its built-in primitives and models; ``beyond``: the entries on no built-in
+    case's list (tracer.analysis.models sets the lists apart; without it, the entries no
+    built-in trace names). An entry is counted and placed in its passes from the first of
+    the workload's stand-in run, CPU path and derived GPU path that names it."""
+    standin = next((t for t in traces if _default(t, STANDIN)), None)
+    cpu = next((t for t in traces if _default(t, "cpu")), None)
+    gpu = [t for t in traces if t.info.device == "gpu" and t.info.emulated is None]
+    sources = [t for t in (standin, cpu, *gpu) if t is not None]
+    cov = WorkloadCoverage(framework, workload, sources[0].info.device if sources else "")
+    if cpu is not None:
+        cov.costs = layer_costs(cpu)
+    if not sources:
+        return cov
+    seen = [(t.info.device, _reached(t), _op_counts(t)) for t in sources]
+    # what each built-in case's traces name, per device: an entry is set against the
+    # built-in cases' traces of the kind that named it in the workload (a stand-in run
+    # against stand-in runs, a derived GPU path against derived GPU paths)
+    others: dict[str, dict[str, set[str]]] = {}
+    for t in builtin:
+        if _evidence(t):
+            others.setdefault(t.info.device, {}).setdefault(t.info.primitive, set()).update(_names(t))
+    outside = set(beyond) if beyond is not None else None
+    for op in items:
+        name, overload = _split(op)
+        bare = op.split(" (")[0]
+        device, reached, counts = next(((d, r, c) for d, r, c in seen if any(bare in ops for ops in r.values())
+                                        or any(bare in cs for cs in c.values())), ("", {}, {}))
+        passes = [p for p in _PASSES if bare in reached.get(p, []) or bare in counts.get(p, {})]
+        calls = sum(c.get(bare, 0) for c in counts.values())
+        also = [case for case, names in others.get(device, {}).items() if bare in names]
+        cov.rows.append(CoverageRow(op, name, overload, passes, calls, also,
+                                    op in outside if outside is not None else not also))
+    return cov

@@ -1,1 +1,0 @@
-"""Pure processing functions over loaded traces: no I/O, no framework imported."""
