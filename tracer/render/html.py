@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import html
+import os
 import re
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +48,16 @@ _FORMATTER = HtmlFormatter(nowrap=True)
 #: Bidirectional embeddings, overrides and isolates, and the marks that act like them:
 #: a U+202E in a frame name would reverse the text around it on the page.
 _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def generated_at() -> str:
+    """When the report was made, in the local time of the machine; SOURCE_DATE_EPOCH
+    (the reproducible-builds convention) fixes it, in UTC, so that two renderings of the
+    same traces are byte-identical (the gold files, a report checked into a repository)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if epoch.isdigit():
+        return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
 
 
 def _visible(m: re.Match[str]) -> str:
@@ -285,7 +296,7 @@ def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environ
                   threshold: float, cards: list[ScoreRow] | None, models: list[ModelReport] | None) -> Path:
     common = {
         "version": __version__,
-        "generated": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "generated": generated_at(),
         "threshold": threshold,
         "alpha": ALPHA,
         "css": Markup(HtmlFormatter().get_style_defs(".hl")),
