@@ -27,7 +27,10 @@ from tracer import envs, registry  # noqa: E402
 from tracer import survey as sv  # noqa: E402
 from tracer.contract import LAYERS, PASSES  # noqa: E402
 from tracer.processing.diff import DiffError, diff_traces  # noqa: E402
+from tracer.knowledge import knowledge
 from tracer.trace import load  # noqa: E402
+
+K = knowledge()
 
 
 def main() -> None:
@@ -61,7 +64,7 @@ def main() -> None:
             fw = job.framework.name
             for pass_ in PASSES:
                 try:
-                    result = diff_traces(a, b, pass_=pass_)
+                    result = diff_traces(a, b, pass_=pass_, k=K)
                 except DiffError:
                     continue
                 diffs[fw] += 1

@@ -29,7 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tracer.processing.diff import diff_trees  # noqa: E402
+from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node  # noqa: E402
+
+K = knowledge()
 
 POOL = 4000  # distinct functions
 SPLITS = 5  # subtrees that differ
@@ -120,12 +123,12 @@ def main() -> None:
         for _ in range(args.repeat):
             gc.collect()
             w0, c0 = time.perf_counter(), time.process_time()
-            result = diff_trees(a, b, "python")
+            result = diff_trees(a, b, "python", k=K)
             wall.append(time.perf_counter() - w0)
             cpu.append(time.process_time() - c0)
             gc.collect()
             c0 = time.process_time()
-            diff_trees(a, b, "native", sampled=True, threshold=0.0)  # same trees, read as samples
+            diff_trees(a, b, "native", sampled=True, threshold=0.0, k=K)  # same trees, read as samples
             sampled_cpu.append(time.process_time() - c0)
         assert result is not None
         med_wall, med_cpu = statistics.median(wall), statistics.median(cpu)

@@ -22,8 +22,12 @@ import bench_diff
 
 from tracer.processing.diff import diff_trees
 from tracer.analysis.portability import survey_reports
+from tracer.analysis.survey_model import assemble
+from tracer.knowledge import knowledge
 from tracer.render.html import write_report
 from tracer.trace import Node, Run, Trace, load, save
+
+K = knowledge()
 
 
 def trees(size: int) -> tuple[Node, Node]:
@@ -44,7 +48,7 @@ def diff_scaling(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
         for _ in range(repeat):
             gc.collect()
             w0, c0 = time.perf_counter(), time.process_time()
-            result = diff_trees(a, b, "python")
+            result = diff_trees(a, b, "python", k=K)
             wall.append(time.perf_counter() - w0)
             cpu.append(time.process_time() - c0)
             splits = sum(1 for _ in result.all_splits())
@@ -77,7 +81,8 @@ def report_scaling(sizes: list[int]) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="dltrace-report-") as tmp:
             gc.collect()
             t0 = time.perf_counter()
-            write_report(survey_reports(traces, []), Path(tmp))
+            k = knowledge()
+            write_report(assemble(survey_reports(traces, [], k=k), [], [], k), Path(tmp))
             secs = time.perf_counter() - t0
             svgs = sorted(Path(tmp, "graphs").glob("*.svg"))
             pages = [p.read_text() for p in Path(tmp).glob("*.html")]

@@ -20,6 +20,7 @@ import pytest
 from tracer import envs, registry
 from tracer import survey as sv
 from tracer.contract import LAYERS, MODELS, PRIMITIVES, Exit
+from tracer.gap import GAP_SUFFIX, load_gap
 from tracer.runner import CaseResult, CaseSpec
 
 DLTRACE = str(Path(sys.executable).parent / "dltrace")
@@ -175,9 +176,9 @@ def cpu_traces(frameworks, survey_root) -> dict[tuple[str, str, str, str], CaseR
     for job in sv.plan(frameworks.values(), models=MODELS):
         for spec in job.cases:
             path = sv.case_path(survey_root, job, spec)
-            gap = path.with_name(path.name[: -len(".json")] + sv.GAP_SUFFIX)
-            if not path.exists() and gap.exists() and (precision_gap(frameworks, sv.load_gap(gap))
-                                                       or standin_gap(sv.load_gap(gap))):
+            gap = path.with_name(path.name[: -len(".json")] + GAP_SUFFIX)
+            if not path.exists() and gap.exists() and (precision_gap(frameworks, load_gap(gap))
+                                                       or standin_gap(load_gap(gap))):
                 continue  # no kernel in that type, by design: the gap says so (test_transformer_prims_*)
             out[(job.framework.name, job.variant, spec.primitive, spec.api)] = CaseResult(
                 spec, path if path.exists() else None, None if path.exists() else "no trace")

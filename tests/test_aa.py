@@ -8,7 +8,10 @@ import pytest
 
 from tracer.contract import LAYERS, PASSES, PRIMITIVES
 from tracer.processing.diff import diff_traces
+from tracer.knowledge import knowledge
 from tracer.runner import CaseSpec, run_probe
+
+K = knowledge()
 
 AA_FRAMEWORKS = ("torch", "tensorflow", "chainer", "mxnet")
 AA_PRIMITIVES = ("conv2d", "softmax", "maxpool2d")
@@ -43,7 +46,7 @@ def test_two_probes_of_the_same_case_have_no_split(aa_traces, fw):
         a, b = aa_traces[(fw, prim)]
         assert a.layer("forward", "native") is not None and a.run("forward", "warm").replicas["native"]
         for pass_ in PASSES:
-            for layer in diff_traces(a, b, pass_=pass_).layers:
+            for layer in diff_traces(a, b, pass_=pass_, k=K).layers:
                 found += [(prim, pass_, layer.layer, s.frame, [x.label for x in s.only_a], [x.label for x in s.only_b])
                           for _, s in layer.all_splits()]
     assert found == []

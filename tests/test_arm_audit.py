@@ -8,7 +8,10 @@ import pytest
 
 from tracer import survey as sv
 from tracer.processing.diff import diff_traces
+from tracer.knowledge import knowledge
 from tracer.runner import CaseSpec, run_probe
+
+K = knowledge()
 
 CPUS = ("a64fx", "neoverse-n1")
 
@@ -51,7 +54,7 @@ def test_x86_against_each_arm_cpu_names_both_sides_implementations(cpu_traces, e
     a64fx = emulated["a64fx"]["conv2d"]
     assert any("sve_512" in c for c in calls(a64fx, "forward") if c.startswith("convolution "))
     assert all("sve_512" in c for c in calls(a64fx, "backward") if c.startswith("convolution "))
-    (lib,) = [ld for ld in diff_traces(x86, a64fx).layers if ld.layer == "library"]
+    (lib,) = [ld for ld in diff_traces(x86, a64fx, k=K).layers if ld.layer == "library"]
     (split,) = lib.splits
     assert any(b.label in x86_impl for b in split.only_a)
     assert any("sve_512" in b.label for b in split.only_b)
@@ -61,7 +64,7 @@ def test_x86_against_each_arm_cpu_names_both_sides_implementations(cpu_traces, e
     assert any(c.startswith("convolution ") and ":acl" in c for c in calls(n1, "forward"))
     assert {c for c in calls(n1, "backward") if c.startswith("convolution ")} == {
         "convolution gemm:ref (backward_data)", "convolution gemm:ref (backward_weights)"}
-    (lib,) = [ld for ld in diff_traces(x86, n1).layers if ld.layer == "library"]
+    (lib,) = [ld for ld in diff_traces(x86, n1, k=K).layers if ld.layer == "library"]
     (split,) = lib.splits
     assert split.classification == "library choice" and "Arm Compute Library" in split.reason
     # dense on Neoverse-N1: no oneDNN call; torch's BLAS, NVIDIA's NVPL, reports its SGEMM and platform
@@ -79,7 +82,7 @@ def test_default_report_has_the_arm_audit(survey_report):
     head = head[:head.index("</tr>")]
     assert "BLAS the build links: NVPL" in head and "BLAS the build links: MKL" in head
     assert "SGEMM (NVPL, " in page
-    traces, _, _ = sv.collect([survey_report.parent / "traces" / "torch"])
+    traces, _, _ = sv.read_folders([survey_report.parent / "traces" / "torch"])
     assert {t.meta["emulated"]["cpu"] for t in traces if isinstance(t.meta.get("emulated"), dict)} == set(CPUS)
 
 
@@ -96,13 +99,13 @@ def test_x86_and_arm_run_one_torch_release_and_their_splits_are_decisions_or_sho
     a64fx = emulated["a64fx"]["conv2d"]
     releases = {t.meta["framework_version"].split("+")[0] for t in (x86, a64fx)}
     assert len(releases) == 1 and x86.meta["framework_version"] != a64fx.meta["framework_version"]
-    result = diff_traces(x86, a64fx)
+    result = diff_traces(x86, a64fx, k=K)
     assert "framework_version" not in result.differs and "framework_build" in result.differs
     classes = {s.frame: s.classification for ld in result.layers for s in walk_splits(ld.splits)}
     assert VERSION_DIFFERENCE not in classes.values(), classes
     assert classes.get("aten::mkldnn_convolution") == "allocation/transfer", classes
     # the copy names no decision: oneDNN's ISA choice is the library's own row and site
-    rep = framework_report("torch", [x86, a64fx], [])
+    rep = framework_report("torch", [x86, a64fx], [], k=K)
     (row,) = [d for d in rep.dispatch_points if d.frame == "aten::mkldnn_convolution"]
     assert row.classification == "allocation/transfer", row
     isa = [d for d in rep.dispatch_points if d.layer == "library" and d.classification == "ISA-specific code"]

@@ -15,11 +15,15 @@ from tracer.contract import PRIMITIVES
 from tracer.analysis.arm_audit import arm_audit
 from tracer.processing.diff import diff_traces
 from tracer.analysis.portability import survey_reports
+from tracer.analysis.survey_model import assemble
+from tracer.knowledge import knowledge
 from tracer.render.html import write_report
 from tracer.registry import RegistryError
 from tracer.runner import CaseSpec, run_probe
 
 LAYERS = ("python", "op", "library")
+
+K = knowledge()
 
 
 def probe(fw, primitive: str, out, cpu: str = "", variant: str = "default"):
@@ -49,12 +53,12 @@ def test_tensorflow_onednn_on_a64fx_against_x86_names_both_implementations(tf_co
     x86_conv = [c for c in calls(x86, "forward") if c.startswith("convolution ")]
     arm_conv = [c for c in calls(a64fx, "forward") if c.startswith("convolution ")]
     assert x86_conv and arm_conv and any("sve_512" in c for c in arm_conv), (x86_conv, arm_conv)
-    (lib,) = [ld for ld in diff_traces(x86, a64fx).layers if ld.layer == "library"]
+    (lib,) = [ld for ld in diff_traces(x86, a64fx, k=K).layers if ld.layer == "library"]
     labels_a = {b.label for s in lib.splits for b in s.only_a}
     labels_b = {b.label for s in lib.splits for b in s.only_b}
     assert set(x86_conv) & labels_a and set(arm_conv) & labels_b, (labels_a, labels_b)
     # the audit sets the two side by side, in the onednn-on columns
-    audit = arm_audit([x86, a64fx], [])
+    audit = arm_audit([x86, a64fx], [], k=K)
     cells = audit.rows["conv2d"]
     assert cells["a64fx (emulated), onednn-on"].calls["forward"] == calls(a64fx, "forward")
     assert any(m.endswith("(this machine), onednn-on") for m in audit.machines)
@@ -63,7 +67,7 @@ def test_tensorflow_onednn_on_a64fx_against_x86_names_both_implementations(tf_co
 def test_jax_on_neoverse_n1_records_what_xla_compiled(frameworks, tmp_path_factory):
     t = probe(frameworks["jax"], "dense", tmp_path_factory.mktemp("jax-n1"), cpu="neoverse-n1")
     assert t.meta["machine"]["arch"] == "aarch64" and t.meta["emulated"]["cpu"] == "neoverse-n1"
-    cell = arm_audit([t], []).rows["dense"]["neoverse-n1 (emulated)"]
+    cell = arm_audit([t], [], k=K).rows["dense"]["neoverse-n1 (emulated)"]
     # XLA:CPU hands the matrix product to YNNPACK, named by the custom fusion's kind
     assert any(k.endswith(":__ynn_fusion") for k in cell.compiled["forward"]), cell.compiled
     assert cell.compiled["backward"]
@@ -83,12 +87,12 @@ def test_chainer_on_a64fx_names_openblas_kernels(chainer_dense):
     # numpy's aarch64 OpenBLAS picks its kernels for the emulated CPU: an ARM core, not x86's
     assert blas["core"].lower().startswith(("armv8", "a64fx", "neoverse")), blas
     assert blas["core"] != x86.meta["library"]["OpenBLAS"]["core"]
-    cell = arm_audit([x86, t], []).rows["dense"]["a64fx (emulated)"]
+    cell = arm_audit([x86, t], [], k=K).rows["dense"]["a64fx (emulated)"]
     assert blas["core"] in cell.blas and not cell.failed
 
 
 def test_report_has_the_arm_audit_and_the_x86_vs_arm_column(chainer_dense, tmp_path):
-    index = write_report(survey_reports(list(chainer_dense), []), tmp_path)
+    index = write_report(assemble(survey_reports(list(chainer_dense), [], k=K), [], [], K), tmp_path)
     page = (tmp_path / "chainer.html").read_text()
     assert 'id="arm-table"' in page and "a64fx (emulated)" in page
     assert f"OpenBLAS, {chainer_dense[1].meta['library']['OpenBLAS']['core']} kernels" in page
@@ -102,7 +106,7 @@ def test_mxnet_on_arm_is_a_marked_gap(frameworks, tmp_path):
     assert {j.cpu for j in jobs} == set(fw.aarch64.cpus) and fw.aarch64.unavailable
     gaps = [g for j in jobs for g in sv.run_job(j, tmp_path).gaps]
     assert len(gaps) == len(jobs) and all("no aarch64 build" in g.error and "libarmpl" in g.error for g in gaps)
-    audit = arm_audit([], gaps)
+    audit = arm_audit([], gaps, k=K)
     assert all(c.failed for c in audit.rows["dense"].values()) and len(audit.machines) == len(jobs)
 
 

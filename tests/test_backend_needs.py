@@ -5,7 +5,10 @@ probe judged itself (the schema a sixth framework can use without touching the t
 from __future__ import annotations
 
 from tracer.analysis.backend_needs import backend_needs
+from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node, Run, Trace
+
+K = knowledge()
 
 META = {"primitive": "conv2d", "api": "functional", "device": "cpu", "variant": "default"}
 
@@ -21,7 +24,7 @@ def test_dispatch_key_rows():
         "aten::add.Tensor": {"delegate": "add.out", "delegate_declared": {"CPU": "add_out", "CUDA": "add_out"}},
         "aten::convolution_overrideable": {"kernels": ["CPU"], "declared": {"CPU": "conv_cpu", "Lazy": "x"}},
         "aten::copy_": {"kernels": ["CompositeExplicitAutograd"], "new_backend": True},
-    }})])
+    }})], k=K)
     assert needs is not None and needs.key == "PrivateUse1"
     assert needs.must_implement == ["aten::add.out", "aten::convolution_overrideable"]
     assert dict(needs.free) == {"aten::conv2d": "decomposes into other ops", "aten::copy_": "backend-agnostic kernel"}
@@ -34,7 +37,7 @@ def test_rows_the_probe_judged_are_read_as_written():
         "conv2d": {"must": True, "implement": ["conv2d_kernel"], "others": {"GPU": "cudnn_conv2d"}},
         "reshape": {"must": False, "free": "a view: any device"},
         "elementwise_add": {"must": True},
-    }})])
+    }})], k=K)
     assert needs is not None and needs.key == "CustomDevice"
     assert needs.must_implement == ["conv2d_kernel", "elementwise_add"]
     assert needs.free == [("reshape", "a view: any device")]
@@ -42,7 +45,7 @@ def test_rows_the_probe_judged_are_read_as_written():
 
 
 def test_no_table_no_needs():
-    assert backend_needs([_trace("fw", {"error": "RuntimeError: no registry"})]) is None
+    assert backend_needs([_trace("fw", {"error": "RuntimeError: no registry"})], k=K) is None
 
 
 def test_a_cpu_librarys_op_is_neither_free_nor_to_implement_and_must_wins_over_free():
@@ -53,6 +56,6 @@ def test_a_cpu_librarys_op_is_neither_free_nor_to_implement_and_must_wins_over_f
     backward = _trace("torch", {"new_backend_key": "PrivateUse1", "ops": {
         "aten::mm": {"kernels": ["CPU", "CUDA"]},
     }})
-    needs = backend_needs([forward, backward])
+    needs = backend_needs([forward, backward], k=K)
     assert needs is not None and needs.cpu_library == ["aten::mkldnn_convolution"]
     assert needs.must_implement == ["aten::mm"] and needs.free == []

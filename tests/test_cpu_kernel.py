@@ -10,7 +10,7 @@ from tracer.contract import PRIMITIVES
 from tracer.knowledge import knowledge
 from tracer.processing.cpu_kernel import COMPILED, LIBRARY_REPORT, SAMPLED, computes, named_kernel
 from tracer.analysis.gpu_cells import gpu_cells
-from tracer.survey import collect
+from tracer.survey import read_folders
 from tracer.trace import Frame, Node, Run, Trace
 
 K = knowledge()
@@ -91,7 +91,7 @@ def test_a_compiled_program_names_the_instruction_doing_the_primitives_work():
 def cells(survey_root) -> dict[str, list]:
     out = {}
     for fw in ("torch", "tensorflow", "jax", "mxnet", "chainer"):
-        traces, _, _ = collect([survey_root / "traces" / fw])
+        traces, _, _ = read_folders([survey_root / "traces" / fw])
         out[fw] = (gpu_cells(traces, K), traces)
     return out
 

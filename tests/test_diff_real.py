@@ -10,7 +10,10 @@ import pytest
 
 from tests.conftest import dltrace
 from tracer.processing.candidates import find_candidates
+from tracer.knowledge import knowledge
 from tracer.processing.diff import diff_traces
+
+K = knowledge()
 
 
 def load(results, key):
@@ -35,7 +38,7 @@ def side_names(split):
 
 def test_torch_onednn_split_names_the_kernels(native_traces):
     a, b = load(native_traces, ("torch", "default")), load(native_traces, ("torch", "onednn-off"))
-    result = diff_traces(a, b)
+    result = diff_traces(a, b, k=K)
     assert first_splits(result, "python") == []  # F.conv2d is one C call on both sides
     (split,) = first_splits(result, "op")
     assert split.frame == "aten::_convolution"
@@ -54,7 +57,7 @@ def test_torch_onednn_split_names_the_kernels(native_traces):
 
 def test_mxnet_onednn_split_is_below_python(native_traces):
     a, b = load(native_traces, ("mxnet", "default")), load(native_traces, ("mxnet", "onednn-off"))
-    result = diff_traces(a, b)
+    result = diff_traces(a, b, k=K)
     assert first_splits(result, "python") == []  # the same ctypes call on both sides
     # MKL-DNN reports its convolution on one side only
     (lib,) = first_splits(result, "library")
@@ -70,7 +73,7 @@ def test_tensorflow_onednn_split(native_traces):
     default = load(native_traces, ("tensorflow", "default"))
     on = default if default.meta["onednn_enabled"] else load(native_traces, ("tensorflow", "onednn-on"))
     off = load(native_traces, ("tensorflow", "onednn-off"))
-    result = diff_traces(on, off)
+    result = diff_traces(on, off, k=K)
     # oneDNN's own convolution on the oneDNN path; on the Eigen path, the gemm Eigen's contraction calls
     (lib,) = first_splits(result, "library")
     assert any(b.label.startswith("convolution ") for b in lib.only_a)
@@ -98,7 +101,7 @@ def test_tensorflow_onednn_split(native_traces):
 def test_jax_jit_split_is_in_python_and_named(cpu_traces):
     a = load(cpu_traces, ("jax", "default", "conv2d", "functional"))
     b = load(cpu_traces, ("jax", "nojit", "conv2d", "functional"))
-    result = diff_traces(a, b)
+    result = diff_traces(a, b, k=K)
     first = first_splits(result, "python")[0]
     assert first.frame == "jax._src.interpreters.ad.linearize"
     assert first.classification == "compilation"
@@ -123,7 +126,7 @@ def test_chainer_single_trace_names_the_device_branch(cpu_traces):
 def test_a_trace_against_itself_has_no_split(native_traces, fw):
     t = load(native_traces, (fw, "default"))
     for pass_ in ("forward", "backward"):
-        assert all(not ld.splits for ld in diff_traces(t, t, pass_=pass_).layers)
+        assert all(not ld.splits for ld in diff_traces(t, t, pass_=pass_, k=K).layers)
 
 
 def test_cli_diff_json_and_mismatch(native_traces, cpu_traces):

@@ -16,7 +16,10 @@ from tracer.processing.reach import native_kernels
 from tracer.processing.sampling import ALPHA, family_alpha, miss_chance
 from tracer.processing.tags import isa_of, library_of, library_order
 from tracer.render.diff_console import print_candidates, print_diff
+from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node, Run, Trace, save
+
+K = knowledge()
 
 
 def n(name, *children, kind="python", module="fw", count=1, lines=(), call_lines=(), lib="", file="", line=0):
@@ -49,13 +52,13 @@ def test_identical_trees_have_no_split():
     def make():
         return root(n("forward", n("conv", n("im2col"), n("gemm")), n("bias")))
 
-    result = diff_trees(make(), make())
+    result = diff_trees(make(), make(), k=K)
     assert result.splits == []
     assert result.shared == result.nodes_a == result.nodes_b == 6
 
 
 def test_split_at_root():
-    result = diff_trees(root(n("forward_cpu", n("gemm"))), root(n("forward_gpu", n("cudnn_conv"))))
+    result = diff_trees(root(n("forward_cpu", n("gemm"))), root(n("forward_gpu", n("cudnn_conv"))), k=K)
     (split,) = result.splits
     assert (split.frame, split.kind, split.depth, split.path) == ("probe", "root", 0, ["probe"])
     assert labels(split.only_a) == ["fw.forward_cpu"] and labels(split.only_b) == ["fw.forward_gpu"]
@@ -66,7 +69,7 @@ def test_split_at_root():
 def test_split_deep_reports_the_common_path():
     a = root(n("api", n("dispatch", n("impl", n("kernel_a", n("leaf"))))))
     b = root(n("api", n("dispatch", n("impl", n("kernel_b")))))
-    (split,) = diff_trees(a, b).splits
+    (split,) = diff_trees(a, b, k=K).splits
     assert split.path == ["probe", "fw.api", "fw.dispatch", "fw.impl"]
     assert split.depth == 3
     assert labels(split.only_a) == ["fw.kernel_a"] and split.only_a[0].nodes == 2
@@ -76,7 +79,7 @@ def test_split_deep_reports_the_common_path():
 def test_several_independent_splits_in_order():
     a = root(n("load", n("read_a")), n("compute", n("x_a")), n("store", n("same")))
     b = root(n("load", n("read_b")), n("compute", n("x_b")), n("store", n("same")))
-    assert splits(diff_trees(a, b)) == [
+    assert splits(diff_trees(a, b, k=K)) == [
         (0, "fw.load", ["fw.read_a"], ["fw.read_b"]),
         (0, "fw.compute", ["fw.x_a"], ["fw.x_b"]),
     ]
@@ -87,7 +90,7 @@ def test_independent_splits_nearest_the_root_come_first():
     # shallower decision that follows it
     a = root(n("setup", n("cache", n("lookup", n("hit")))), n("dispatch", n("jit")))
     b = root(n("setup", n("cache", n("lookup", n("miss")))), n("dispatch", n("eager")))
-    assert splits(diff_trees(a, b)) == [
+    assert splits(diff_trees(a, b, k=K)) == [
         (0, "fw.dispatch", ["fw.jit"], ["fw.eager"]),
         (0, "fw.lookup", ["fw.hit"], ["fw.miss"]),
     ]
@@ -98,7 +101,7 @@ def test_nested_splits_are_grouped_under_the_first_decision():
     # whose own children then differ: a consequence, nested under the first split.
     a = root(n("forward", n("cpu_helper"), n("common", n("inner", n("eigen_kernel")))), n("other", n("x")))
     b = root(n("forward", n("gpu_helper"), n("common", n("inner", n("cudnn_kernel")))), n("other", n("y")))
-    result = diff_trees(a, b)
+    result = diff_trees(a, b, k=K)
     assert splits(result) == [
         (0, "fw.forward", ["fw.cpu_helper"], ["fw.gpu_helper"]),
         (1, "fw.inner", ["fw.eigen_kernel"], ["fw.cudnn_kernel"]),
@@ -111,7 +114,7 @@ def test_nested_splits_are_grouped_under_the_first_decision():
 def test_reordered_children_are_not_a_split():
     a = root(n("f", n("a"), n("b", n("b1"), n("b2")), n("c")))
     b = root(n("f", n("c"), n("b", n("b2"), n("b1")), n("a")))
-    result = diff_trees(a, b)
+    result = diff_trees(a, b, k=K)
     assert result.splits == [] and result.shared == 7
 
 
@@ -119,14 +122,14 @@ def test_same_identity_siblings_are_merged():
     # two <genexpr> of one function (different lines) on A, one on B: same identity
     a = root(n("f", n("<genexpr>", n("g"), line=3), n("<genexpr>", n("h"), line=4)))
     b = root(n("f", n("<genexpr>", n("g"), n("h"), line=3)))
-    assert diff_trees(a, b).splits == []
+    assert diff_trees(a, b, k=K).splits == []
 
 
 def test_garbage_collector_callbacks_are_not_splits():
     # gc.callbacks run wherever the collector triggers (seen in real JAX traces)
     a = root(n("f", n("g"), n("_xla_gc_callback", module="jax._src.lib")))
     b = root(n("f", n("g")))
-    result = diff_trees(a, b)
+    result = diff_trees(a, b, k=K)
     assert result.splits == [] and result.ignored_a == 1
 
 
@@ -139,7 +142,7 @@ def test_deep_trees_need_no_recursion():
             node = n(f"f{i % 7}", node)
         return root(node)
 
-    result = diff_trees(chain("kernel_a"), chain("kernel_b"))
+    result = diff_trees(chain("kernel_a"), chain("kernel_b"), k=K)
     (split,) = result.splits
     assert split.depth == depth and len(split.path) == depth + 1
     json.dumps(result_json(result))
@@ -167,7 +170,7 @@ def sampled_pair(noise_a, noise_b=0, total=800):
 
 def test_sampling_noise_below_threshold_is_not_a_split():
     a, b = sampled_pair(noise_a=3)  # 3 of 800 samples
-    result = diff_trees(a, b, "native")
+    result = diff_trees(a, b, "native", k=K)
     assert result.sampled and result.threshold == 0.02
     assert result.splits == []
     assert result.ignored_a == 1 and result.samples_a == 800
@@ -175,7 +178,7 @@ def test_sampling_noise_below_threshold_is_not_a_split():
 
 def test_sampling_difference_above_threshold_is_a_split():
     a, b = sampled_pair(noise_a=120)
-    (split,) = diff_trees(a, b, "native").splits
+    (split,) = diff_trees(a, b, "native", k=K).splits
     (branch,) = split.only_a
     assert branch.label == "at::native::rare_path" and branch.share == pytest.approx(0.15)
     assert branch.other_share == 0.0
@@ -183,8 +186,8 @@ def test_sampling_difference_above_threshold_is_a_split():
 
 def test_threshold_is_explicit_and_changes_the_answer():
     a, b = sampled_pair(noise_a=10)  # 1.25% of 800 samples: under the default 2%
-    assert diff_trees(a, b, "native").splits == []
-    result = diff_trees(a, b, "native", threshold=0.001)
+    assert diff_trees(a, b, "native", k=K).splits == []
+    result = diff_trees(a, b, "native", threshold=0.001, k=K)
     assert result.threshold == 0.001 and len(result.splits) == 1
 
 
@@ -192,11 +195,11 @@ def test_one_sided_frame_is_a_split_only_if_the_miss_is_not_chance():
     # 3 of 138 samples against 0 of 50: the other side misses a 2.2% frame in 33% of runs
     assert miss_chance(0, 50, 3 / 138) == pytest.approx((1 - 3 / 138) ** 50)
     a, b = sampled_pair(noise_a=3, total=138), sampled_pair(noise_a=0, total=50)[1]
-    result = diff_trees(a[0], b, "native")
+    result = diff_trees(a[0], b, "native", k=K)
     assert result.alpha == family_alpha(5) and result.splits == [] and result.ignored_a == 1
     # the same share against 800 samples on the other side is no accident (p = 2e-8)
     a, b = sampled_pair(noise_a=3, total=138)[0], sampled_pair(noise_a=0, total=800)[1]
-    (split,) = diff_trees(a, b, "native").splits
+    (split,) = diff_trees(a, b, "native", k=K).splits
     assert split.only_a[0].label == "at::native::rare_path"
     # and a real kernel split over few samples stays one: 66 of 138 against 0 of 50
     assert miss_chance(0, 50, 66 / 138) < 1e-12 and miss_chance(2, 50, 0.5) == pytest.approx(1.13e-12, rel=0.01)
@@ -210,7 +213,7 @@ def test_one_sided_frames_are_tested_as_a_family():
         return root(n("fw.conv2d", *kids, count=50), count=50)
 
     assert miss_chance(0, 50, 5 / 50) == pytest.approx(0.00515, rel=0.01) and miss_chance(0, 50, 5 / 50) < ALPHA
-    result = diff_trees(tree(True), tree(False), "native", sampled=True)
+    result = diff_trees(tree(True), tree(False), "native", sampled=True, k=K)
     assert result.alpha == pytest.approx(ALPHA / 5) and result.splits == [] and result.ignored_a == 1
 
 
@@ -222,25 +225,25 @@ def test_sampled_python_frames_split_only_in_the_python_layer():
         return root(n("fw.conv2d", *kids, count=50), count=50)
 
     a, b = tree(True), tree(False)
-    assert len(diff_trees(a, b, "native", sampled=True).splits) == 1  # p = 0.7 ** 50 = 2e-8
-    result = diff_trees(a, b, "native", sampled=True, python_elsewhere=True)
+    assert len(diff_trees(a, b, "native", sampled=True, k=K).splits) == 1  # p = 0.7 ** 50 = 2e-8
+    result = diff_trees(a, b, "native", sampled=True, python_elsewhere=True, k=K)
     assert result.splits == [] and result.ignored_a == 1
     stats = {"layers": {"native": {"sampled": True}}}
     ta = Trace(META, [Run("forward", "warm", {"python": root(), "native": a}, stats)])
     tb = Trace(META, [Run("forward", "warm", {"python": root(), "native": b}, stats)])
-    (layer,) = diff_traces(ta, tb, layers=("native",)).layers
+    (layer,) = diff_traces(ta, tb, layers=("native",), k=K).layers
     assert layer.splits == [] and layer.ignored_a == 1 and layer.consequences == 0
     # without a python layer the Python frame is native evidence: a split, though set
     # aside, because below it both sides reach the same kernels
     ta.runs[0].layers.pop("python")
     tb.runs[0].layers.pop("python")
-    (layer,) = diff_traces(ta, tb, layers=("native",)).layers
+    (layer,) = diff_traces(ta, tb, layers=("native",), k=K).layers
     assert layer.splits == [] and layer.ignored_a == 0 and layer.consequences == 1
 
 
 def test_frame_present_on_both_sides_but_rare_on_one():
     a, b = sampled_pair(noise_a=200, noise_b=4)
-    (split,) = diff_trees(a, b, "native").splits
+    (split,) = diff_trees(a, b, "native", k=K).splits
     assert split.only_a[0].share == pytest.approx(0.25) and split.only_a[0].other_share == pytest.approx(0.005)
     assert split.only_b == []
 
@@ -253,11 +256,11 @@ def test_sampled_flag_in_run_stats():
                 node.frame = Frame("op", "", node.frame.name)
     ta = Trace(META, [Run("forward", "warm", {"op": a}, {"layers": {"op": {"sampled": True}}})])
     tb = Trace(META, [Run("forward", "warm", {"op": b}, {"layers": {"op": {"sampled": True}}})])
-    (layer,) = diff_traces(ta, tb).layers
+    (layer,) = diff_traces(ta, tb, k=K).layers
     assert layer.sampled and layer.splits == []
     # the stats of one side are enough
     tb = Trace(META, [Run("forward", "warm", {"op": b}, {})])
-    assert diff_traces(ta, tb).layers[0].sampled
+    assert diff_traces(ta, tb, k=K).layers[0].sampled
 
 
 # ----------------------------------------------------------------------------- normalisation
@@ -288,12 +291,12 @@ DIFFERENT = [
 
 @pytest.mark.parametrize("x, y", SAME)
 def test_normalised_identities_match(x, y):
-    assert identity(Frame(x[0], "", x[1])) == identity(Frame(y[0], "", y[1]))
+    assert identity(Frame(x[0], "", x[1]), k=K) == identity(Frame(y[0], "", y[1]), k=K)
 
 
 @pytest.mark.parametrize("x, y", DIFFERENT)
 def test_different_functions_stay_different(x, y):
-    assert identity(Frame(x[0], "", x[1])) != identity(Frame(y[0], "", y[1]))
+    assert identity(Frame(x[0], "", x[1]), k=K) != identity(Frame(y[0], "", y[1]), k=K)
 
 
 def test_normalisation_prevents_false_splits():
@@ -301,14 +304,14 @@ def test_normalisation_prevents_false_splits():
                n("<lambda at 0x7f00aa>"), n("__inference_step_17", kind="op"), file="a.py", line=3))
     b = root(n("f", native("conv_impl.constprop.2", count=1, lib="libtorch_cpu.so.2.1"),
                n("<lambda at 0x55bb01>"), n("__inference_step_4242", kind="op"), file="a.py", line=9))
-    assert diff_trees(a, b, sampled=False).splits == []
+    assert diff_trees(a, b, sampled=False, k=K).splits == []
 
 
 def test_unsymbolised_frames_are_identified_by_library():
     a = native("0x7f0001", count=1, lib="libdnnl.so.3")
     b = native("0x55aa02", count=1, lib="libdnnl.so.2")
     c = native("0x7f0001", count=1, lib="[jit]")
-    assert identity(a.frame) == identity(b.frame) != identity(c.frame)
+    assert identity(a.frame, k=K) == identity(b.frame, k=K) != identity(c.frame, k=K)
 
 
 # ----------------------------------------------------------------------------- tags
@@ -348,12 +351,13 @@ def test_unsymbolised_frames_are_identified_by_library():
 ])
 def test_native_tags(name, lib, expect_lib, expect_isa):
     f = Frame("native", "", name, lib=lib)
-    assert (library_of(f), isa_of(f)) == (expect_lib, expect_isa)
+    assert (library_of(f, k=K), isa_of(f, k=K)) == (expect_lib, expect_isa)
 
 
 def test_libraries_are_listed_by_what_a_port_replaces():
     libs = ["libc", "torch core", "libstdc++", "oneDNN", "MKL", "OpenMP", "libfoo"]
-    assert sorted(libs, key=library_order) == ["MKL", "oneDNN", "torch core", "libfoo", "libc", "libstdc++", "OpenMP"]
+    assert sorted(libs, key=lambda lib: library_order(lib, K)) == \
+        ["MKL", "oneDNN", "torch core", "libfoo", "libc", "libstdc++", "OpenMP"]
 
 
 @pytest.mark.parametrize("frame, expect", [
@@ -367,7 +371,7 @@ def test_libraries_are_listed_by_what_a_port_replaces():
     (Frame("python", "fw", "forward"), ""),
 ])
 def test_op_and_python_tags(frame, expect):
-    assert library_of(frame) == expect
+    assert library_of(frame, k=K) == expect
 
 
 # ----------------------------------------------------------------------------- deciding code
@@ -393,7 +397,7 @@ def forward_trees():
 
 def test_deciding_fragment_marks_the_lines_of_each_side():
     a, b = forward_trees()
-    (split,) = diff_trees(a, b, sources_a={("fw/conv.py", 10): SOURCE}).splits
+    (split,) = diff_trees(a, b, sources_a={("fw/conv.py", 10): SOURCE}, k=K).splits
     (frag,) = split.fragments
     assert frag.kind == "source" and frag.side == "AB" and frag.decision_line == 12
     marks = {cl.line: (cl.ran, cl.call, cl.decision) for cl in frag.lines}
@@ -408,7 +412,7 @@ def test_deciding_fragment_for_two_versions_of_the_source():
     a, b = forward_trees()
     other = SOURCE[:2] + ["    # a comment added in another version"] + SOURCE[2:]
     (split,) = diff_trees(a, b, sources_a={("fw/conv.py", 10): SOURCE},
-                          sources_b={("fw/conv.py", 10): other}).splits
+                          sources_b={("fw/conv.py", 10): other}, k=K).splits
     assert [f.side for f in split.fragments] == ["A", "B"]
 
 
@@ -417,7 +421,7 @@ def test_native_split_names_symbols_and_says_source_is_unavailable():
              count=800)
     b = root(native("at::native::conv", native("at::native::slow_conv2d_forward_out_cpu", count=700), count=800),
              count=800)
-    (split,) = diff_trees(a, b, "native").splits
+    (split,) = diff_trees(a, b, "native", k=K).splits
     (frag,) = split.fragments
     assert frag.kind == "symbols" and "not available in wheels" in frag.note
     assert frag.a_names == ["dnnl::impl::cpu::x64::jit_avx2_conv::execute"]
@@ -452,7 +456,7 @@ def frames(*names, kind="native", lib="", module=""):
             "{lambda(int)#1}>::_M_invoke", lib="libtensorflow_cc.so.2"), "library choice"),
 ])
 def test_classification_rules(a, b, expect):
-    assert classify(a, b)[0] == expect
+    assert classify(a, b, k=K)[0] == expect
 
 
 # ----------------------------------------------------------------------------- traces
@@ -468,31 +472,31 @@ def trace(tree, **meta):
 def test_diff_of_a_trace_with_itself_has_no_split():
     a, _ = forward_trees()
     t = trace(a)
-    result = diff_traces(t, t)
+    result = diff_traces(t, t, k=K)
     assert result.split_count == 0 and result.differs == {}
 
 
 def test_mismatched_traces_are_refused_unless_forced():
     a, b = forward_trees()
     with pytest.raises(DiffError, match="different primitives .*--force"):
-        diff_traces(trace(a), trace(b, primitive="relu"))
-    result = diff_traces(trace(a), trace(b, framework="other"), force=True)
+        diff_traces(trace(a), trace(b, primitive="relu"), k=K)
+    result = diff_traces(trace(a), trace(b, framework="other"), force=True, k=K)
     assert result.split_count == 1 and "different frameworks" in result.warnings[0]
 
 
 def test_missing_run_or_layer_is_a_clear_error():
     a, b = forward_trees()
     with pytest.raises(DiffError, match="trace A has no warm backward run"):
-        diff_traces(trace(a), trace(b), pass_="backward")
+        diff_traces(trace(a), trace(b), pass_="backward", k=K)
     with pytest.raises(DiffError, match="no native layer in both traces"):
-        diff_traces(trace(a), trace(b), layers=("native",))
+        diff_traces(trace(a), trace(b), layers=("native",), k=K)
     with pytest.raises(DiffError, match="threshold"):
-        diff_traces(trace(a), trace(b), threshold=2)
+        diff_traces(trace(a), trace(b), threshold=2, k=K)
 
 
 def test_differences_and_json():
     a, b = forward_trees()
-    result = diff_traces(trace(a), trace(b, variant="gpu-ish", device="gpu"))
+    result = diff_traces(trace(a), trace(b, variant="gpu-ish", device="gpu"), k=K)
     assert result.differs == {"device": ["cpu", "gpu"], "variant": ["default", "gpu-ish"]}
     doc = json.loads(json.dumps(result.to_json()))
     assert doc["pass"] == "forward" and doc["split_count"] == 1
@@ -505,16 +509,16 @@ def test_two_builds_of_one_release_are_no_version_difference():
     """torch's x86 CPU build (+cpu) and its aarch64 CUDA build (+cu130) are one release:
     the builds differ, the versions do not; another release does."""
     a, _ = forward_trees()
-    same = diff_traces(trace(a, framework_version="2.13.0+cpu"), trace(a, framework_version="2.13.0+cu130"))
+    same = diff_traces(trace(a, framework_version="2.13.0+cpu"), trace(a, framework_version="2.13.0+cu130"), k=K)
     assert same.differs == {"framework_build": ["cpu", "cu130"]}
-    other = diff_traces(trace(a, framework_version="2.13.0+cpu"), trace(a, framework_version="2.9.1"))
+    other = diff_traces(trace(a, framework_version="2.13.0+cpu"), trace(a, framework_version="2.9.1"), k=K)
     assert other.differs["framework_version"] == ["2.13.0", "2.9.1"]
 
 
 def test_console_rendering_shows_decision_and_threshold():
     a, b = forward_trees()
     console = Console(record=True, width=120, color_system=None)
-    print_diff(diff_traces(trace(a), trace(b, device="gpu")), console, ("a.json", "b.json"))
+    print_diff(diff_traces(trace(a), trace(b, device="gpu"), k=K), console, ("a.json", "b.json"))
     text = console.export_text()
     assert "split in fw.Conv.forward" in text and "[device dispatch]" in text
     assert "threshold 2.0%" in text
@@ -616,21 +620,21 @@ def test_candidates_render():
 def test_call_graph_and_merged_graph_sides():
     a = root(n("f", n("shared_leaf"), n("cpu_only", n("deep_a"))))
     b = root(n("f", n("shared_leaf"), n("gpu_only")))
-    g = call_graph(a)
+    g = call_graph(a, k=K)
     assert g.number_of_nodes() == 5 and g.number_of_edges() == 4
-    m = merged_graph(a, b)
+    m = merged_graph(a, b, k=K)
     side = {data["label"]: data["side"] for _, data in m.nodes(data=True)}
     assert side == {"probe": "shared", "fw.f": "shared", "fw.shared_leaf": "shared", "fw.cpu_only": "A-only",
                     "fw.deep_a": "A-only", "fw.gpu_only": "B-only"}
     assert [data["label"] for _, data in m.nodes(data=True) if data["split"]] == ["fw.f"]
     # from a diff result: same graph, same split
-    result = diff_trees(a, b)
-    assert set(merged_graph(result).nodes) == set(m.nodes)
+    result = diff_trees(a, b, k=K)
+    assert set(merged_graph(result, k=K).nodes) == set(m.nodes)
 
 
 def test_merged_graph_respects_the_sampling_threshold():
     a, b = sampled_pair(noise_a=3)
-    m = merged_graph(diff_trees(a, b, "native"))
+    m = merged_graph(diff_trees(a, b, "native", k=K), k=K)
     assert not any(d["split"] for _, d in m.nodes(data=True))
     assert all(d["side"] == "shared" for _, d in m.nodes(data=True))
 
@@ -705,7 +709,7 @@ def test_cli_force(saved):
     (Frame("op", "xla", "convolution"), "XLA"),
 ])
 def test_framework_onednn_integrations_and_xla_ops(frame, tag):
-    assert library_of(frame) == tag
+    assert library_of(frame, k=K) == tag
 
 
 def test_native_kernels_are_the_computing_leaves():
@@ -715,5 +719,5 @@ def test_native_kernels_are_the_computing_leaves():
                        native("at::native::im2col", count=25),
                        native("dnnl::impl::cpu::x64::jit_avx2_convolution_fwd_t::execute", count=10),
                        native("at::native::rare", count=1), count=86), count=100)
-    assert native_kernels(tree) == [("dnnl::impl::cpu::x64::jit_avx2_convolution_fwd_t::execute", 10),
+    assert native_kernels(tree, k=K) == [("dnnl::impl::cpu::x64::jit_avx2_convolution_fwd_t::execute", 10),
                                     ("at::native::im2col", 25)]

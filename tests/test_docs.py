@@ -2,7 +2,8 @@
 link in README.md, CHANGELOG.md and docs/*.md resolves (file and heading), the README
 stays a five-minute read, the figures the docs quote match benchmarks/results.json, the
 survey record benchmarks/survey.json and the registry, and the trace format's version
-history matches tracer.trace.HISTORY. Fast tier: no framework environment."""
+history matches tracer.trace.HISTORY (and the gap record's tracer.gap.HISTORY). Fast tier:
+no framework environment."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tracer import registry
+from tracer import gap, registry
 from tracer.cli import main
 from tracer.survey import RECORD_FORMAT, SurveyRecord
 from tracer.trace import HISTORY, VERSION
@@ -221,3 +222,11 @@ def test_trace_format_history_is_listed() -> None:
     for version, date, what in HISTORY:
         assert f"| {version} | {date} | {what} |" in section
     assert f'"version": {VERSION},' in text and f"versions 1 to {VERSION}" in section
+
+
+def test_gap_record_history_is_listed() -> None:
+    text = (ROOT / "docs" / "trace-format.md").read_text()
+    section = text[text.index("## The gap record"):]
+    for version, date, what in gap.HISTORY:
+        assert f"| {version} | {date} | {what} |" in section
+    assert f'{{"{gap.VERSION_FIELD}": {gap.VERSION},' in section and f"versions 1 to {gap.VERSION}" in section

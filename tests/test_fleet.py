@@ -18,7 +18,11 @@ import pytest
 from tests.conftest import assert_tls_refused, stop_processes
 from tracer import fleet, envs, fleet_credentials
 from tracer import survey as sv
+from tracer.gap import Gap, gap_json, load_gap
+from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node, Run, Trace, load
+
+K = knowledge()
 
 BIN = Path(sys.executable).parent
 X86 = {"arch-x86_64": 2, "fw-torch": 2, "fw-tensorflow": 2}
@@ -67,14 +71,14 @@ def test_on_an_aarch64_machine_emulated_models_stay_emulated(frameworks):
 
 
 def test_a_native_arm_gap_says_so_and_old_gaps_read(tmp_path):
-    g = sv.Gap("torch", "cpu", "default", "relu", "functional", "no", "scheduler", "", "aarch64")
+    g = Gap("torch", "cpu", "default", "relu", "functional", "no", "scheduler", "", "aarch64")
     path = tmp_path / "relu-functional.gap.json"
-    path.write_text(sv.gap_json(g))
-    assert sv.load_gap(path) == g
-    old = sv.Gap("torch", "cpu", "default", "relu", "functional", "no")
-    assert "arch" not in json.loads(sv.gap_json(old))  # readable by a dltrace without the field
-    path.write_text(sv.gap_json(old))
-    assert sv.load_gap(path) == old
+    path.write_text(gap_json(g))
+    assert load_gap(path) == g
+    old = Gap("torch", "cpu", "default", "relu", "functional", "no")
+    assert "arch" not in json.loads(gap_json(old))  # written only where set
+    path.write_text(gap_json(old))
+    assert load_gap(path) == old
 
 
 def _arm_trace(arch: str, emulated: bool) -> Trace:
@@ -94,8 +98,8 @@ def test_arm_audit_has_a_native_aarch64_column():
 
     native = _arm_trace("aarch64", emulated=False)
     assert on_arm(native) == "native" and on_arm(_arm_trace("aarch64", True)) == "emulated"
-    audit = arm_audit([native], [sv.Gap("torch", "cpu", "default", "conv2d", "functional", "lost", "scheduler",
-                                        "", "aarch64")])
+    audit = arm_audit([native], [Gap("torch", "cpu", "default", "conv2d", "functional", "lost", "scheduler",
+                                     "", "aarch64")], k=K)
     assert audit is not None and audit.machines == ["aarch64 (native)"]
     assert audit.rows["relu"]["aarch64 (native)"].calls["forward"] == ["eltwise jit:sve_512"]
     assert audit.rows["conv2d"]["aarch64 (native)"].failed == "lost"
@@ -161,7 +165,7 @@ def test_gpu_job_without_gpu_worker_is_a_scheduler_gap(cluster, frameworks, tmp_
     job = sv.Job(fw, "gpu", "default", sv.plan([fw], ["relu"], ["cpu"], variants=False)[0].cases)
     gaps = fleet.run([job], tmp_path, cluster.scheduler_address, timeout=60)
     assert gaps and all(g.kind == "scheduler" and "gpu" in g.error for g in gaps)
-    _, on_disk, _ = sv.collect([tmp_path / "traces"])
+    _, on_disk, _ = sv.read_folders([tmp_path / "traces"])
     assert len(on_disk) == len(job.cases)
 
 
@@ -247,7 +251,7 @@ def test_two_workers_each_job_ran_where_it_could(two_workers):
     out, _, declared, _, _ = two_workers
     assert "emu-torch-a64fx" not in declared["plain"] and "emu-torch-a64fx" in declared["emu"]
     assert "fw-torch" in declared["plain"] and "fw-chainer" not in declared["emu"]
-    traces, gaps, problems = sv.collect([out / "traces"])
+    traces, gaps, problems = sv.read_folders([out / "traces"])
     assert traces and not gaps and not problems
     emulated = [t for t in traces if t.meta.get("emulated")]
     assert {t.meta["emulated"]["cpu"] for t in emulated} == {"a64fx", "neoverse-n1"}
@@ -263,8 +267,8 @@ def test_two_workers_traces_equal_a_local_surveys(two_workers):
     from tracer.analysis.arm_audit import arm_audit
 
     out, here, _, _, _ = two_workers
-    got, got_gaps, _ = sv.collect([out / "traces"])
-    want, want_gaps, _ = sv.collect([here / "traces"])
+    got, got_gaps, _ = sv.read_folders([out / "traces"])
+    want, want_gaps, _ = sv.read_folders([here / "traces"])
     assert got_gaps == want_gaps == []
     by_case = {_case(t): t for t in want}
     assert sorted(by_case) == sorted(_case(t) for t in got)
@@ -272,7 +276,7 @@ def test_two_workers_traces_equal_a_local_surveys(two_workers):
         w = by_case[_case(t)]
         assert _op_frames(t) and _op_frames(t) == _op_frames(w), _case(t)
         assert t.meta["machine"] == w.meta["machine"] and "recorded_by" not in w.meta
-    a, b = arm_audit(got, []), arm_audit(want, [])
+    a, b = arm_audit(got, [], k=K), arm_audit(want, [], k=K)
     assert a.machines == b.machines and {p: {m: c.calls for m, c in r.items()} for p, r in a.rows.items()} \
         == {p: {m: c.calls for m, c in r.items()} for p, r in b.rows.items()}
     # the report says which workers recorded it; the local one names none

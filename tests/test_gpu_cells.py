@@ -16,7 +16,10 @@ from tracer.processing.diff.context import ARTEFACTS, MODEL_CONTEXT
 from tracer.processing.diff.result import walk_splits
 from tracer.processing.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.analysis.gpu_cells import gpu_cells
+from tracer.knowledge import knowledge
 from tracer.analysis.portability import framework_report
+
+K = knowledge()
 
 REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
 #: The profiles whose slices hold model structure (each a different model's reason).
@@ -54,14 +57,14 @@ def split_at(result, layer: str, frame: str):
 ])
 def test_model_structure_of_a_gpu_profile_is_model_context(gpu, torch_cpu, profile, primitive, pass_, frame,
                                                            model_ops):
-    s = split_at(diff_traces(torch_cpu[primitive], gpu[profile][primitive], pass_=pass_), "op", frame)
+    s = split_at(diff_traces(torch_cpu[primitive], gpu[profile][primitive], pass_=pass_, k=K), "op", frame)
     assert s.classification == MODEL_CONTEXT, (s.classification, s.reason)
     assert model_ops <= {b.label for b in s.only_b}
     assert "whole model" in s.reason
 
 
 def test_a_slice_missing_the_probes_autograd_bookkeeping_is_model_context(gpu, torch_cpu):
-    result = diff_traces(torch_cpu["dense"], gpu["mlp-train-rtx2080ti"]["dense"], pass_="backward")
+    result = diff_traces(torch_cpu["dense"], gpu["mlp-train-rtx2080ti"]["dense"], pass_="backward", k=K)
     s = split_at(result, "op", "dense.backward")
     assert [b.label for b in s.only_a] == ["autograd::engine::evaluate_function: TBackward0"] and not s.only_b
     assert s.classification == MODEL_CONTEXT
@@ -73,13 +76,13 @@ def test_a_slice_missing_the_probes_autograd_bookkeeping_is_model_context(gpu, t
     ("resnet-train-mi300x", "maxpool2d", "forward", "aten::max_pool2d_with_indices"),  # a HIP kernel
 ])
 def test_the_device_decisions_stay_device_dispatch(gpu, torch_cpu, profile, primitive, pass_, frame):
-    s = split_at(diff_traces(torch_cpu[primitive], gpu[profile][primitive], pass_=pass_), "op", frame)
+    s = split_at(diff_traces(torch_cpu[primitive], gpu[profile][primitive], pass_=pass_, k=K), "op", frame)
     assert s.classification == "device dispatch", (s.classification, s.reason)
 
 
 def test_dispatch_table_keeps_decisions_only_and_the_diffs_keep_the_artefacts(gpu, torch_cpu):
     traces = list(torch_cpu.values()) + [t for by_prim in gpu.values() for t in by_prim.values()]
-    rep = framework_report("torch", traces, [])
+    rep = framework_report("torch", traces, [], k=K)
     frames = {d.frame for d in rep.dispatch_points}
     assert not {"ReluBackward0", "aten::linear", "dense.backward",
                 "autograd::engine::evaluate_function: ConvolutionBackward0"} & frames
@@ -93,7 +96,7 @@ def test_dispatch_table_keeps_decisions_only_and_the_diffs_keep_the_artefacts(gp
 
 def test_every_gpu_cell_says_its_evidence_and_source(gpu, torch_cpu):
     traces = list(torch_cpu.values()) + [t for by_prim in gpu.values() for t in by_prim.values()]
-    cells = gpu_cells(traces)
+    cells = gpu_cells(traces, k=K)
     assert [(c.primitive, c.pass_) for c in cells] == [(p, q) for p in PRIMITIVES for q in PRIMITIVES[p].passes]
     conv = next(c for c in cells if (c.primitive, c.pass_) == ("conv2d", "forward"))
     assert conv.cpu.op == "aten::mkldnn_convolution" and conv.cpu.library == "oneDNN"

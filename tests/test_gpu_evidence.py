@@ -16,7 +16,10 @@ from tracer import registry
 from tracer.contract import DERIVED_EVIDENCE, Exit
 from tracer.derive import derive
 from tracer.runner import CaseSpec, probe_one
+from tracer.knowledge import knowledge
 from tracer.trace import Node, Trace, save
+
+K = knowledge()
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +139,8 @@ def test_the_scorecard_counts_the_must_implement_lists_without_a_dispatch_table(
 
     root: Path = derived["root"]  # type: ignore[assignment]
     traces = [load(p) for p in sorted((root / framework).rglob("*.json"))]
-    rep = framework_report(framework, traces, [])
-    (row,) = scorecard([rep], traces)
+    rep = framework_report(framework, traces, [], k=K)
+    (row,) = scorecard([rep], traces, None, K)
     must = row.figures["implement"]
     assert must.value.isdigit() and int(must.value) > 0, (must.value, must.thin)
     assert any(d.split(" (")[0] == op for d in must.details), must.details
@@ -156,10 +159,10 @@ def test_derived_evidence_has_no_call_path_to_split_at(derived, tmp_path):
 
     fws = registry.load()
     cpu = probe_one(fws["chainer"], CaseSpec("conv2d", layers=("python", "op")))
-    result = diff_traces(cpu, derived["chainer"], "forward", "warm", ("op",), 0.02, False)
+    result = diff_traces(cpu, derived["chainer"], "forward", "warm", ("op",), 0.02, False, k=K)
     (split,) = result.layers[0].splits
     assert len(split.path) == 1 and split.classification == EVIDENCE_SHAPE, (split.path, split.classification)
-    rep = framework_report("chainer", [cpu, derived["chainer"]], [])
+    rep = framework_report("chainer", [cpu, derived["chainer"]], [], k=K)
     assert "conv2d.forward" not in {r.frame for r in rep.dispatch_points}, [r.frame for r in rep.dispatch_points]
 
 

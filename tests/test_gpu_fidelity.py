@@ -30,7 +30,10 @@ from tracer.processing.diff.result import walk_splits
 from tracer.analysis.gpu_cells import gpu_cells
 from tracer.runner import CaseSpec, probe_one
 from tracer.survey import trace_files
+from tracer.knowledge import knowledge
 from tracer.trace import Trace, load
+
+K = knowledge()
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +62,7 @@ def torch_registered(frameworks, tmp_path_factory) -> list[Trace]:
 @pytest.fixture(scope="module")
 def torch_cells(torch_registered) -> dict[tuple[str, str], object]:
     """(primitive, pass) -> torch's GPU cell."""
-    return {(c.primitive, c.pass_): c for c in gpu_cells(torch_registered) if c.primitive in ("conv2d", "batchnorm")}
+    return {(c.primitive, c.pass_): c for c in gpu_cells(torch_registered, K) if c.primitive in ("conv2d", "batchnorm")}
 
 
 @pytest.mark.parametrize("primitive, frame", [("conv2d", "aten::_convolution"),
@@ -70,7 +73,7 @@ def test_cpu_and_registered_part_where_torch_chooses_not_at_composites(torch_reg
     cpu = next(t for t in torch_registered if t.info.primitive == primitive and t.info.device == "cpu")
     reg = next(t for t in torch_registered if t.info.primitive == primitive and t.info.device == "gpu"
                and t.info.api == "functional")
-    result = diff_traces(cpu, reg, pass_="forward")
+    result = diff_traces(cpu, reg, pass_="forward", k=K)
     splits = [s for ld in result.layers if ld.layer == "op" for s in walk_splits(ld.splits)]
     assert splits and splits[0].frame == frame, [(s.frame, s.classification) for s in splits]
     assert splits[0].classification == "device dispatch", splits[0].reason
@@ -147,7 +150,7 @@ def jax_compiled(frameworks, tmp_path_factory) -> Trace:
 
 def test_jax_compiled_conv_names_cudnn_calls_and_counts(jax_compiled):
     assert jax_compiled.info.evidence == "compiled"
-    (fwd, bwd) = [c for c in gpu_cells([jax_compiled]) if c.primitive == "conv2d"]
+    (fwd, bwd) = [c for c in gpu_cells([jax_compiled], k=K) if c.primitive == "conv2d"]
     for cell, target in ((fwd, "custom-call:__cudnn$conv"), (bwd, "custom-call:__cudnn$convBackward")):
         (e,) = cell.gpu
         assert e.kernels[0].startswith(target) and e.library == "cuDNN", e
@@ -165,7 +168,7 @@ def test_jax_compiled_conv_names_cudnn_calls_and_counts(jax_compiled):
 
 
 def test_recorded_jax_cells_name_their_op_and_cudnn(traces):
-    cells = gpu_cells(traces["jax"])
+    cells = gpu_cells(traces["jax"], k=K)
     assert cells and all(c.strongest is not None and c.strongest.evidence == "recorded" for c in cells)
     assert all(c.strongest.op for c in cells if c.strongest), [(c.primitive, c.pass_) for c in cells
                                                                if c.strongest and not c.strongest.op]
@@ -197,7 +200,7 @@ def test_recorded_jax_backward_runs_cudnns_backward_calls(traces):
     ("jax", "conv2d", "backward", "conv_general_dilated", "cuDNN"),
 ])
 def test_the_recorded_bf16_pass_is_in_the_gpu_cells(traces, framework, primitive, pass_, op, library):
-    cell = next(c for c in gpu_cells(traces[framework]) if (c.primitive, c.pass_) == (primitive, pass_))
+    cell = next(c for c in gpu_cells(traces[framework], k=K) if (c.primitive, c.pass_) == (primitive, pass_))
     bf16 = [e for e in cell.gpu if "bf16" in e.label.split(", ")[-1]]
     assert bf16 and bf16[0].evidence == "recorded", [e.label for e in cell.gpu]
     assert bf16[0].op == op and bf16[0].library == library, bf16[0]

@@ -88,6 +88,8 @@ def test_a_graph_that_cannot_be_drawn_is_a_gap_not_a_lost_report(tmp_path):
 def test_drawing_failures_are_marked_on_the_page(tmp_path, monkeypatch):
     from tracer.analysis.portability import survey_reports
     from tracer.render import graphs
+    from tracer.analysis.survey_model import assemble
+    from tracer.knowledge import knowledge
     from tracer.render.html import write_report
 
     write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
@@ -97,7 +99,7 @@ def test_drawing_failures_are_marked_on_the_page(tmp_path, monkeypatch):
         raise graphs.GraphError("dot failed: syntax error in line 1")
 
     monkeypatch.setattr(graphs, "svg", failing)
-    index = write_report(survey_reports(traces, []), tmp_path / "r")
+    index = write_report(assemble(survey_reports(traces, [], k=knowledge()), [], [], knowledge()), tmp_path / "r")
     page = (tmp_path / "r" / "samplefw.html").read_text()
     assert index.exists() and 'class="warn small graph-gap">graph not drawn: dot failed: syntax error' in page
 
@@ -159,7 +161,7 @@ def test_a_probe_that_writes_a_corrupt_trace_is_a_gap(fake_frameworks, tmp_path)
                    env=fake_frameworks)
     assert proc.returncode == 0, proc.stderr
     assert "1 gaps" in proc.stdout
-    _, gaps, _ = sv.collect([tmp_path / "traces"])
+    _, gaps, _ = sv.read_folders([tmp_path / "traces"])
     assert [g.primitive for g in gaps] == ["maxpool2d"] and "the probe wrote an unreadable trace" in gaps[0].error
     assert not list((tmp_path / "traces").rglob("maxpool2d-functional.json"))
 
@@ -170,7 +172,7 @@ def test_a_probe_that_writes_a_corrupt_trace_is_a_gap(fake_frameworks, tmp_path)
 def test_a_crash_during_native_capture_is_a_gap_and_the_trace_says_why(fake_frameworks, tmp_path):
     proc = dltrace("survey", "crashy", "--primitives", "sigmoid", "-o", str(tmp_path), env=fake_frameworks)
     assert proc.returncode == 0, proc.stderr
-    traces, gaps, _ = sv.collect([tmp_path / "traces"])
+    traces, gaps, _ = sv.read_folders([tmp_path / "traces"])
     # both traces are kept: the functional case and the kernel-shape case whose native layer was lost
     assert len(traces) == 2
     (gap,) = gaps
@@ -599,7 +601,7 @@ def test_a_folder_where_a_trace_goes_is_that_cases_gap(fake_frameworks, tmp_path
                    env=fake_frameworks)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert load(job_dir / "softmax-functional.json").meta["primitive"] == "softmax"
-    _, gaps, _ = sv.collect([tmp_path / "traces"])
+    _, gaps, _ = sv.read_folders([tmp_path / "traces"])
     assert [(g.primitive, g.kind) for g in gaps] == [("dense", "output")] and "is not a file" in gaps[0].error
 
 
@@ -637,8 +639,8 @@ def test_the_same_trace_twice_counts_once(tmp_path):
     (tmp_path / "copy").mkdir()
     for p in (tmp_path / "t").iterdir():
         (tmp_path / "copy" / p.name).write_bytes(p.read_bytes())
-    once, _, _ = sv.collect([tmp_path / "t"])
-    thrice, _, _ = sv.collect([tmp_path / "t", tmp_path / "t", tmp_path / "copy"])
+    once, _, _ = sv.read_folders([tmp_path / "t"])
+    thrice, _, _ = sv.read_folders([tmp_path / "t", tmp_path / "t", tmp_path / "copy"])
     assert len(once) == len(thrice) == 2
     single = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r1"))
     triple = dltrace("report", str(tmp_path / "t"), str(tmp_path / "t"), str(tmp_path / "copy"),

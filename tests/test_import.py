@@ -23,7 +23,10 @@ from tracer.contract import Exit
 from tracer.importers import Imported, ImportFailed, import_file
 from tracer.importers.provenance import provenance
 from tracer.processing.tags import is_gpu_lib, is_vendor_lib, library_of
+from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node, Run, Trace, load, save
+
+K = knowledge()
 
 #: Under pytest-xdist (make test-fast), this module's tests run on one worker, so the
 #: reference files are imported once, not once per worker.
@@ -74,7 +77,7 @@ def chain(root: Node, *names: str) -> Node:
 
 def kernel_libs(node: Node) -> set[str]:
     """Library tags of the GPU kernels directly under an op (memcpy and memset left out)."""
-    return {library_of(c.frame) for c in node.children
+    return {library_of(c.frame, k=K) for c in node.children
             if c.frame.module in ("cuda", "hip") and not c.frame.name.startswith(("Memcpy", "Memset"))}
 
 
@@ -139,7 +142,7 @@ def test_meta_keeps_recorded_versions_and_never_the_recorders_environment(import
 def test_alexnet_a100_conv2d_reaches_cudnn_convolution_with_cudnn_kernels(imported):
     conv = chain(op_root(imported, "alexnet-a100", "conv2d"), "aten::conv2d", "aten::convolution", "aten::_convolution",
                  "aten::cudnn_convolution")
-    assert library_of(conv.frame) == "cuDNN" and "cuDNN" in kernel_libs(conv)
+    assert library_of(conv.frame, k=K) == "cuDNN" and "cuDNN" in kernel_libs(conv)
     assert all(c.frame.module == "cuda" for c in conv.children if c.frame.name.startswith("cudnn_ampere"))
     assert conv.count == 10  # 5 convolutions x (warm-up + measured) forward: no ProfilerStep, the whole file
     stats = imported["alexnet-a100"]["conv2d"].trace.runs[0].stats["layers"]["op"]
@@ -149,7 +152,7 @@ def test_alexnet_a100_conv2d_reaches_cudnn_convolution_with_cudnn_kernels(import
 def test_vit_mi300x_conv2d_reaches_miopen_convolution_with_miopen_kernels(imported):
     conv = chain(op_root(imported, "vit-mi300x", "conv2d"), "aten::conv2d", "aten::convolution", "aten::_convolution",
                  "aten::miopen_convolution")
-    assert library_of(conv.frame) == "MIOpen" and kernel_libs(conv) == {"MIOpen"}
+    assert library_of(conv.frame, k=K) == "MIOpen" and kernel_libs(conv) == {"MIOpen"}
     assert any(c.frame.name.startswith("igemm_fwd_gtcx3_nhwc_bf16") and c.frame.module == "hip" for c in conv.children)
     # the bias add that follows is PyTorch's own HIP kernel
     add = chain(conv, "aten::add_")
@@ -232,8 +235,8 @@ def test_kernel_tags_come_from_the_tag_table():
             "PyTorch CUDA kernels",
     }
     for (module, name, lib), tag in cases.items():
-        assert library_of(Frame("op", module, name, lib=lib)) == tag, name
-    assert all(is_vendor_lib(lib) and is_gpu_lib(lib)
+        assert library_of(Frame("op", module, name, lib=lib), k=K) == tag, name
+    assert all(is_vendor_lib(lib, k=K) and is_gpu_lib(lib, k=K)
                for lib in ("hipBLASLt", "CUTLASS", "Triton", "PyTorch CUDA kernels", "PyTorch HIP kernels"))
 
 
@@ -262,7 +265,7 @@ def cpu_conv2d() -> Trace:
 def test_diff_against_the_cpu_probe_splits_at_aten_convolution(imported, source, chosen):
     from tracer.processing.diff import diff_traces
 
-    result = diff_traces(cpu_conv2d(), imported[source]["conv2d"].trace, "forward", "warm", ("op",), force=True)
+    result = diff_traces(cpu_conv2d(), imported[source]["conv2d"].trace, "forward", "warm", ("op",), force=True, k=K)
     layer = next(ld for ld in result.layers if ld.layer == "op")
     first = layer.splits[0]
     assert first.frame == "aten::_convolution"
@@ -275,7 +278,7 @@ def test_backward_diff_aligns_the_autograd_nodes(imported):
     from tracer.processing.diff import diff_traces
 
     result = diff_traces(cpu_conv2d(), imported["resnet-train-v100"]["conv2d"].trace, "backward", "warm", ("op",),
-                         force=True)
+                         force=True, k=K)
     layer = next(ld for ld in result.layers if ld.layer == "op")
     assert layer.shared >= 4  # root > evaluate_function > ConvolutionBackward0 > aten::convolution_backward
     assert any(s.frame == "aten::convolution_backward" for _, s in layer.all_splits())
@@ -491,7 +494,7 @@ def test_xplane_trees_nest_jax_op_hlo_op_kernel():
     assert not refused and set(slices["conv2d"]) == {"forward", "backward"}
     tree = _tree("conv2d", "forward", slices["conv2d"]["forward"], "AMD", "jax")
     kernel = chain(tree, "jit:_conv2d", "conv_general_dilated", "cudnn-conv", "naive_conv_fwd_nchw_float")
-    assert (kernel.count, kernel.time_ns, library_of(kernel.frame)) == (2, 2500, "MIOpen")
+    assert (kernel.count, kernel.time_ns, library_of(kernel.frame, k=K)) == (2, 2500, "MIOpen")
 
 
 REDACTED = ("vit-h100.kineto.json.gz", "vit-mi300x.kineto.json.gz")

@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tracer"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer", "tracer.paths", "tracer.errors", "tracer.contract", "tracer.bounded", "tracer.machine"),
     ("tracer.files", "tracer.trace_meta"),
-    ("tracer.trace", "tracer.registry", "tracer.libraries"),
+    ("tracer.trace", "tracer.gap", "tracer.registry", "tracer.libraries"),
     ("tracer.knowledge", "tracer.profile_reader", "tracer.collect", "tracer.probes"),
     ("tracer.processing",),
     ("tracer.analysis",),
@@ -33,6 +33,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer.survey",),
     ("tracer.derive", "tracer.fleet", "tracer.scaffold", "tracer.scaffold_jax", "tracer.scaffold_tensorflow",
      "tracer.workload_record"),
+    ("tracer.pipeline",),
     ("tracer.cli",),
     ("tracer.__main__",),
 )

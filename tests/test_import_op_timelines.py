@@ -12,7 +12,10 @@ import pytest
 from tests.conftest import dltrace, one_line_error
 from tracer.importers import import_file
 from tracer.processing.diff import diff_traces
+from tracer.knowledge import knowledge
 from tracer.trace import load
+
+K = knowledge()
 
 REF = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported"
 MX_GPU = REF / "mxnet" / "mnist-cnn-gpu.mxnet-profile.json"
@@ -82,7 +85,7 @@ def cpu_probes(frameworks, tmp_path_factory) -> dict[str, Path]:
                                                  ("tensorflow", TF_GPU, "dense", "MatMul [gpu:0]")])
 def test_the_cpu_probe_splits_from_the_gpu_at_the_operator(cpu_probes, fw, src, prim, side):
     gpu = _by_primitive(src, fw)[prim].trace
-    result = diff_traces(load(cpu_probes[fw]), gpu, "forward", "warm", ("op",), force=True)
+    result = diff_traces(load(cpu_probes[fw]), gpu, "forward", "warm", ("op",), force=True, k=K)
     (layer,) = result.layers
     first = layer.splits[0]
     assert first.classification == "device dispatch"

@@ -14,7 +14,10 @@ from tests.conftest import dltrace
 from tracer.contract import LAYERS, workload_passes
 from tracer.processing.tags import library_of
 from tracer.runner import CaseSpec, run_probe
+from tracer.knowledge import knowledge
 from tracer.trace import Frame
+
+K = knowledge()
 
 FRAMEWORKS = ["torch", "tensorflow", "chainer", "mxnet", "jax"]
 
@@ -144,12 +147,12 @@ def test_torch_native_kernel_is_onednn(native_traces):
     assert "at::native::mkldnn_convolution" in names
     kernel = [(f, n) for f, n in frames if re.match(r"dnnl::impl::cpu::\w+::\w*convolution\w*_t::execute", f.name)]
     assert kernel, sorted(names)[:50]
-    assert all(f.lib == "libtorch_cpu.so" and library_of(f) == "oneDNN" for f, _ in kernel)
+    assert all(f.lib == "libtorch_cpu.so" and library_of(f, k=K) == "oneDNN" for f, _ in kernel)
     # oneDNN's generated code is kept and named from the perf map oneDNN writes when asked
     # (which kernels are sampled varies: jit_t, jit_avx2_conv_bwd_weights_kernel_f32_t...)
     jit = {f.name for f, _ in frames if f.lib == "[jit]"}
     assert any(name.startswith("jit_") for name in jit), jit
-    assert all(library_of(Frame("native", "", n, lib="[jit]")) == "oneDNN" for n in jit if n.startswith("jit_"))
+    assert all(library_of(Frame("native", "", n, lib="[jit]"), k=K) == "oneDNN" for n in jit if n.startswith("jit_"))
     assert t.meta["native"]["jit_named"] > 0
 
 
@@ -172,7 +175,8 @@ def test_tensorflow_native_kernel_is_named(native_traces):
     # contraction's gemm is oneDNN's sgemm (TF builds Eigen with it).
     t = load(native_traces, ("tensorflow", "default"))
     frames = native_frames(t)
-    kernels = [(f, n) for f, n in frames if library_of(f) in ("Eigen", "oneDNN") or re.search(r"Conv2D\w*Op<", f.name)]
+    kernels = [(f, n) for f, n in frames
+               if library_of(f, K) in ("Eigen", "oneDNN") or re.search(r"Conv2D\w*Op<", f.name)]
     assert kernels, sorted({f.name for f, _ in frames})[:80]
     assert any(f.lib.startswith("libtensorflow") for f, _ in kernels)
 
@@ -194,7 +198,7 @@ def test_onednn_off_reaches_other_kernels_mxnet(native_traces):
     # without MKL-DNN the mshadow/FCompute convolution: im2col and a BLAS gemm
     off_frames = native_frames(off)
     assert any(re.search(r"ConvolutionOp<|ConvolutionCompute|im2col", f.name) for f, _ in off_frames)
-    assert any(library_of(f) in ("OpenBLAS", "BLAS", "MKL", "mshadow") for f, _ in off_frames)
+    assert any(library_of(f, k=K) in ("OpenBLAS", "BLAS", "MKL", "mshadow") for f, _ in off_frames)
 
 
 def test_onednn_off_reaches_other_kernels_tensorflow(native_traces, cpu_traces):
@@ -214,7 +218,7 @@ def test_native_layer_renders_compactly(native_traces):
 
     t = load(native_traces, ("torch", "default"))
     console = Console(record=True, width=220)
-    print_trace(t, console, layers=LAYERS)
+    print_trace(t, console, layers=LAYERS, k=K)
     text = console.export_text()
     assert "[python]" in text and "[op]" in text and "[native]" in text
     assert "mkldnn_convolution" in text and "oneDNN" in text and "samples at 100/s" in text

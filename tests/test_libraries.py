@@ -17,6 +17,8 @@ from tracer.processing.tags import library_of
 from tracer.registry import RegistryError
 from tracer.trace import Frame, Node
 
+K = knowledge.knowledge()
+
 REAL: dict[str, Any] = yaml.safe_load((resources.files("tracer") / "libraries.yaml").read_text())
 
 
@@ -25,11 +27,11 @@ def test_the_package_file_loads_and_is_what_the_tags_read():
     assert [tag for _, tag in lib.symbol][:2] == ["oneDNN", "MKL"]
     assert knowledge.knowledge().libraries is libraries.default()
     # a row with namespaces matches them qualified only: Eigen:: after a space, not inside a word
-    assert library_of(Frame("native", "", "void Eigen::internal::run()")) == "Eigen"
-    assert library_of(Frame("native", "", "MyEigen::run")) != "Eigen"
+    assert library_of(Frame("native", "", "void Eigen::internal::run()"), k=K) == "Eigen"
+    assert library_of(Frame("native", "", "MyEigen::run"), k=K) != "Eigen"
     # ignore_case: a MIOpen kernel in any case; the last line of op: AMD's runtime
-    assert library_of(Frame("op", "hip", "MIOpenBatchNormFwdTrain")) == "MIOpen"
-    assert library_of(Frame("op", "hip", "__amd_rocclr_fillBuffer")) == "HIP runtime"
+    assert library_of(Frame("op", "hip", "MIOpenBatchNormFwdTrain"), k=K) == "MIOpen"
+    assert library_of(Frame("op", "hip", "__amd_rocclr_fillBuffer"), k=K) == "HIP runtime"
     assert "libc" in lib.system and "oneDNN" in lib.cpu and "CUDA" in lib.other_backends
     assert lib.typed_blas.match("ztrtri_LN_single").group(1) == "z" and not lib.typed_blas.match("gemm_kernel")
 
@@ -42,7 +44,7 @@ def test_knowledge_built_with_other_tables_tags_by_them(tmp_path):
     path.write_text(yaml.safe_dump(doc))
     mine = knowledge.load(libraries_file=path)
     frame = Frame("native", "", "myblas::sgemm")
-    assert library_of(frame, mine) == "MyBLAS" and library_of(frame) != "MyBLAS"
+    assert library_of(frame, mine) == "MyBLAS" and library_of(frame, k=K) != "MyBLAS"
 
 
 def _edit(path: list[Any], value: Any = None, *, delete: bool = False) -> Callable[[dict[str, Any]], None]:
@@ -117,5 +119,5 @@ def test_the_diff_classifies_by_the_knowledge_it_is_handed(tmp_path):
     mine = knowledge.load(libraries_file=path)
     (split,) = diff_trees(a, b, "native", sampled=False, k=mine).splits
     assert split.classification == "library choice" and split.only_a[0].libraries == ["MyBLAS"]
-    (split,) = diff_trees(a, b, "native", sampled=False).splits
+    (split,) = diff_trees(a, b, "native", sampled=False, k=K).splits
     assert split.only_a[0].libraries == []

@@ -10,7 +10,10 @@ import pytest
 
 from tracer.collect import attribution, maps, pyspy_format, sampler
 from tracer.processing.tags import isa_of, library_of
+from tracer.knowledge import knowledge
 from tracer.trace import Frame
+
+K = knowledge()
 
 DATA = Path(__file__).parent / "data"
 
@@ -127,10 +130,10 @@ def test_perf_map_names_jit_code(tmp_path):
     assert m.classify(0x1300) == (maps.JIT_NAME, maps.JIT_LIB)  # JIT code the map does not name
     assert maps.PerfMap.read(str(tmp_path / "missing.map")).entries == []
     named, unnamed = Frame("native", "", "jit_t", lib="[jit]"), Frame("native", "", maps.JIT_NAME, lib="[jit]")
-    assert (library_of(named), isa_of(named)) == ("oneDNN", "jit")
-    assert library_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]")) == "oneDNN"
-    assert isa_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]")) == "avx2"
-    assert (library_of(unnamed), isa_of(unnamed)) == ("JIT code", "jit")
+    assert (library_of(named, k=K), isa_of(named, k=K)) == ("oneDNN", "jit")
+    assert library_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]"), k=K) == "oneDNN"
+    assert isa_of(Frame("native", "", "jit_avx2_conv_fwd_kernel_f32_t", lib="[jit]"), k=K) == "avx2"
+    assert (library_of(unnamed, k=K), isa_of(unnamed, k=K)) == ("JIT code", "jit")
 
 
 def test_ptrace_opt_in_and_hint():

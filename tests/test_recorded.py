@@ -18,7 +18,10 @@ from tracer.processing.diff.result import walk_splits
 from tracer.processing.evidence_class import evidence_class
 from tracer.analysis.gpu_cells import gpu_cells
 from tracer.survey import trace_files
+from tracer.knowledge import knowledge
 from tracer.trace import Trace, load
+
+K = knowledge()
 
 LOG = Path(__file__).resolve().parent / "data" / "cuda_library_log.txt"
 
@@ -111,7 +114,7 @@ def case(ts: list[Trace], device: str, primitive: str) -> Trace:
 def test_torch_cpu_and_gpu_paths_part_where_torch_picks_the_kernel(traces, primitive, pass_, frame, cpu_op,
                                                                     gpu_op, gpu_library):
     a, b = case(traces["torch"], "cpu", primitive), case(traces["torch"], "gpu", primitive)
-    result = diff_traces(a, b, pass_=pass_)
+    result = diff_traces(a, b, pass_=pass_, k=K)
     op = [s for ld in result.layers if ld.layer == "op" for s in walk_splits(ld.splits)]
     assert op[0].frame == frame and op[0].classification == "device dispatch", [(s.frame, s.classification)
                                                                                 for s in op]
@@ -122,7 +125,7 @@ def test_torch_cpu_and_gpu_paths_part_where_torch_picks_the_kernel(traces, primi
 
 def test_jax_cpu_and_gpu_paths_part_at_the_compiled_program(traces):
     a, b = case(traces["jax"], "cpu", "conv2d"), case(traces["jax"], "gpu", "conv2d")
-    result = diff_traces(a, b, pass_="forward")
+    result = diff_traces(a, b, pass_="forward", k=K)
     (op,) = [s for ld in result.layers if ld.layer == "op" for s in walk_splits(ld.splits)][:1]
     assert {x.label for x in op.only_a} == {"XLA:cpu"} and {x.label for x in op.only_b} == {"XLA:gpu"}
     lib = [x.label for ld in result.layers if ld.layer == "library" for s in walk_splits(ld.splits) for x in s.only_b]
@@ -130,7 +133,7 @@ def test_jax_cpu_and_gpu_paths_part_at_the_compiled_program(traces):
 
 
 def test_gpu_cells_rest_on_the_recorded_run(traces):
-    cells = {(c.primitive, c.pass_): c for c in gpu_cells(traces["torch"])}
+    cells = {(c.primitive, c.pass_): c for c in gpu_cells(traces["torch"], k=K)}
     conv = cells[("conv2d", "forward")]
     assert conv.strongest is not None and conv.strongest.evidence == "recorded"
     assert conv.strongest.gpu == "NVIDIA H100 80GB HBM3" and conv.strongest.op == "aten::cudnn_convolution"
@@ -152,7 +155,7 @@ def test_scorecard_names_the_strongest_gpu_evidence_first(traces):
 
     ref = Path(__file__).resolve().parent.parent / "tracer" / "reference" / "imported" / "alexnet-a100.kineto.json.gz"
     ts = [t for t in traces["torch"] if t.info.device == "gpu"] + [r.trace for r in import_file(ref, "torch", "pytest")]
-    (row,) = scorecard([framework_report("torch", ts, [])], ts)
+    (row,) = scorecard([framework_report("torch", ts, [], k=K)], ts, None, K)
     coverage = row.figures["coverage"]
     assert "GPU recorded/imported" in coverage.value, coverage.value
     assert [d.split(":")[0] for d in coverage.details[1:3]] == ["GPU (recorded)", "GPU (imported)"], coverage.details
@@ -163,7 +166,7 @@ def test_torch_attention_on_the_h100_runs_the_backend_sdpa_picks(traces):
     select_sdp_backend): in float32 CUTLASS's memory-efficient kernels (flash and cuDNN
     take half types only), in bfloat16 cuDNN's fused flash attention for sm90; the CPU
     runs its own flash kernel. The registered reading names the same float32 choice."""
-    cells = {(c.primitive, c.pass_): c for c in gpu_cells(traces["torch"])}
+    cells = {(c.primitive, c.pass_): c for c in gpu_cells(traces["torch"], k=K)}
     fwd, bwd = cells[("attention", "forward")].strongest, cells[("attention", "backward")].strongest
     assert fwd.evidence == "recorded" and fwd.op == "aten::_efficient_attention_forward" and fwd.library == "CUTLASS"
     assert fwd.kernels[0].startswith("fmha_cutlassF_f32") and bwd.op == "aten::_efficient_attention_backward"
@@ -183,11 +186,11 @@ def test_model_steps_on_the_h100_name_their_gpu_libraries(traces):
     the memory-efficient kernel, its layer norms torch's own."""
     from tracer.analysis.models import gpu_steps
 
-    steps = {s.api: s for s in gpu_steps([t for t in traces["torch"] if t.info.primitive == "lenet"])}
+    steps = {s.api: s for s in gpu_steps([t for t in traces["torch"] if t.info.primitive == "lenet"], k=K)}
     assert set(steps) == {"functional", "layer"}
     for s in steps.values():
         assert s.evidence == "recorded" and s.gpu == "NVIDIA H100 80GB HBM3"
         assert {"cuDNN", "cuBLAS"} <= set(s.libraries), s.libraries
-    (block,) = gpu_steps([t for t in traces["torch"] if t.info.primitive == "transformer"])
+    (block,) = gpu_steps([t for t in traces["torch"] if t.info.primitive == "transformer"], k=K)
     assert any(o.startswith("fmha_cutlassF_f32") for o in block.ops)
     assert any("layer_norm_kernel" in o for o in block.ops)

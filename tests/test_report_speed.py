@@ -17,8 +17,12 @@ from tests.test_hostile_inputs import META, op
 from tracer import survey as sv
 from tracer.analysis.portability import survey_reports
 from tracer.render import graphs
+from tracer.analysis.survey_model import assemble
+from tracer.knowledge import knowledge
 from tracer.render.html import write_report
 from tracer.trace import Frame, Node, Run, Trace, load, save
+
+K = knowledge()
 
 
 def test_a_drawing_asked_for_by_several_threads_at_once_is_made_once():
@@ -100,7 +104,7 @@ def test_a_report_draws_each_distinct_graph_once_and_shows_the_repeat(tmp_path, 
         return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(graphs.subprocess, "run", counting)
-    write_report(survey_reports(traces, []), tmp_path / "r")
+    write_report(assemble(survey_reports(traces, [], k=K), [], [], K), tmp_path / "r")
     page = (tmp_path / "r" / "samplefw.html").read_text()
     assert page.count('<div class="graph"><svg') == 1 and "the same call graph as" in page
     assert len(sources) == len(set(sources)) >= 2  # one inline drawing for both passes, a full graph each
@@ -110,11 +114,11 @@ def test_a_report_draws_each_distinct_graph_once_and_shows_the_repeat(tmp_path, 
 def test_collecting_traces_leaves_the_collector_on(tmp_path):
     _twice(tmp_path / "t")
     assert gc.isenabled()
-    traces, _, _ = sv.collect([tmp_path / "t"])
+    traces, _, _ = sv.read_folders([tmp_path / "t"])
     assert len(traces) == 2 and gc.isenabled()
     gc.disable()
     try:  # and off where the caller had it off
-        sv.collect([tmp_path / "t"])
+        sv.read_folders([tmp_path / "t"])
         assert not gc.isenabled()
     finally:
         gc.enable()

@@ -13,7 +13,10 @@ from tracer.elf_code import ElfCode, _trie, key
 from tracer.analysis.portability import framework_report
 from tracer.processing.ran_kernels import split_kernels
 from tracer.analysis.scorecard import COLUMNS, scorecard
+from tracer.knowledge import knowledge
 from tracer.trace import load
+
+K = knowledge()
 
 FRAMEWORKS = ("torch", "tensorflow", "chainer", "mxnet", "jax")
 
@@ -75,7 +78,7 @@ def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, 
         on_path, off_path = off_path, native_traces[("tensorflow", "onednn-off")].path
     on, off = load(on_path), load(off_path)
     assert on.meta["onednn_enabled"] is True and off.meta["onednn_enabled"] is False
-    only_on, only_off = split_kernels(on, off, "forward")
+    only_on, only_off = split_kernels(on, off, "forward", k=K)
     # the rewrite record names each side's kernel deterministically; sampled kernel names
     # add to it where py-spy caught them (a sample may miss one): never on the wrong side
     assert "Conv2D -> _MklNativeConv2D (oneDNN rewrite)" in only_on
@@ -87,7 +90,7 @@ def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, 
     # at the default shape too, from the op rewrite record (no native layer there)
     small_on = load(cpu_traces[("tensorflow", "onednn-on", "conv2d", "functional")].path)
     small_off = load(cpu_traces[("tensorflow", "onednn-off", "conv2d", "functional")].path)
-    assert split_kernels(small_on, small_off, "forward") == (
+    assert split_kernels(small_on, small_off, "forward", k=K) == (
         ["Conv2D -> _MklNativeConv2D (oneDNN rewrite)"],
         ["Conv2D: the registry's CPU kernel, not rewritten to _MklNativeConv2D"])
     proc = dltrace("diff", str(off_path), str(on_path), "--pass", "forward", "--json")
@@ -95,7 +98,7 @@ def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, 
     ran = json.loads(proc.stdout)["kernels"]
     assert any("_MklNativeConv2D" in k for k in ran["B"]) and any("not rewritten" in k for k in ran["A"])
     assert not any("MklConvOp" in k for k in ran["A"]) and not any("tensorflow::Conv2DOp" in k for k in ran["B"])
-    rep = framework_report("tensorflow", [on, off], [])
+    rep = framework_report("tensorflow", [on, off], [], k=K)
     rows = [d for d in rep.dispatch_points if d.a_kernels or d.b_kernels]
     assert rows, [(d.layer, d.display) for d in rep.dispatch_points]
     # the row names oneDNN's kernel on one side and Eigen's on the other: from the rewrite
@@ -109,8 +112,9 @@ def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, 
 def test_scorecard_measures_and_says_where_evidence_is_thin(native_traces, cpu_traces):
     traces = [load(r.path) for k, r in cpu_traces.items() if r.path and k[0] in ("torch", "chainer")]
     traces += [load(native_traces[("torch", "default")].path)]
-    reports = [framework_report(n, [t for t in traces if t.meta["framework"] == n], []) for n in ("torch", "chainer")]
-    rows = {r.framework: r for r in scorecard(reports, traces, ElfCode().sizes)}
+    reports = [framework_report(n, [t for t in traces if t.meta["framework"] == n], [], k=K)
+               for n in ("torch", "chainer")]
+    rows = {r.framework: r for r in scorecard(reports, traces, ElfCode().sizes, k=K)}
     torch, chainer = rows["torch"].figures, rows["chainer"].figures
     assert list(torch) == list(COLUMNS)
     assert all(f.explain and f.link in ("dispatch-table", "audit-table", "primitives")

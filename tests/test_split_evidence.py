@@ -12,7 +12,10 @@ from tracer.processing.diff import diff_traces
 from tracer.processing.diff.classify import classify
 from tracer.analysis.dispatch import DispatchTable
 from tracer.processing.symbols import display
+from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node, Run, Trace
+
+K = knowledge()
 
 META = {"framework": "fw", "framework_version": "1", "primitive": "conv2d", "api": "functional", "device": "cpu",
         "variant": "default", "shape": [2, 3, 8, 8], "machine": {"arch": "x86_64", "cpu": "test"}}
@@ -79,17 +82,17 @@ def test_library_layer_split_names_the_implementations():
               machine={"arch": "x86_64", "cpu": "x86"})
     b = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution brgconv:sve_512 (forward_training)"))},
               machine={"arch": "aarch64", "cpu": "a64fx"})
-    (layer,) = diff_traces(a, b).layers
+    (layer,) = diff_traces(a, b, k=K).layers
     (split,) = layer.splits
     assert not layer.sampled and split.classification == "ISA-specific code"
     assert "avx2" in split.reason and "sve" in split.reason
     # the gemm Eigen's convolution calls, against a oneDNN convolution: another primitive, a library choice
     c = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "gemm_api"))})
-    (split,) = diff_traces(a, c).layers[0].splits
+    (split,) = diff_traces(a, c, k=K).layers[0].splits
     assert split.classification == "library choice"
     # oneDNN on Arm delegating to the Arm Compute Library
     d = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution indirect_gemm:acl (forward_training)"))})
-    (split,) = diff_traces(a, d).layers[0].splits
+    (split,) = diff_traces(a, d, k=K).layers[0].splits
     assert split.classification == "library choice" and "Arm Compute Library" in split.reason
 
 
@@ -117,19 +120,19 @@ def test_a_sampled_split_must_show_in_every_independent_sampling():
     merged_a, merged_b = side(ONEDNN_KERNEL, 20), side(MKL_KERNEL, 20)
     a = trace({"native": merged_a}, {"native": [side(ONEDNN_KERNEL, 20), side(ONEDNN_KERNEL, 0)]})
     b = trace({"native": merged_b}, {"native": [side(MKL_KERNEL, 20), side(MKL_KERNEL, 0)]})
-    (layer,) = diff_traces(a, b).layers
+    (layer,) = diff_traces(a, b, k=K).layers
     assert layer.splits == [] and layer.unreplicated == 1
     # in both halves: it stands, a library choice with its evidence
     a = trace({"native": merged_a}, {"native": [side(ONEDNN_KERNEL, 10), side(ONEDNN_KERNEL, 10)]})
     b = trace({"native": merged_b}, {"native": [side(MKL_KERNEL, 10), side(MKL_KERNEL, 10)]})
-    (layer,) = diff_traces(a, b).layers
+    (layer,) = diff_traces(a, b, k=K).layers
     (split,) = layer.splits
     assert [x.label for x in split.only_a] == [ONEDNN_KERNEL[0]] and split.only_a[0].p_value < 1e-6
     assert split.classification == "library choice"
     # a kernel one process caught and the other did not (a BLAS on its own worker threads
     # there) replaces nothing: set aside
     b = trace({"native": side(MKL_KERNEL, 0)}, {"native": [side(MKL_KERNEL, 0), side(MKL_KERNEL, 0)]})
-    (layer,) = diff_traces(a, b).layers
+    (layer,) = diff_traces(a, b, k=K).layers
     assert layer.splits == [] and layer.consequences == 1
 
 
@@ -149,15 +152,15 @@ def test_native_splits_follow_the_decision_the_op_layer_names():
     b = trace({"op": ops("aten::thnn_conv2d"),
                "native": nat("at::native::slow_conv2d_forward_out_cpu", "libtorch_cpu.so")},
               variant="onednn-off")
-    result = diff_traces(a, b)
+    result = diff_traces(a, b, k=K)
     op_layer, nat_layer = result.layers
     assert op_layer.splits[0].frame == "aten::_convolution" and op_layer.splits[0].classification == "library choice"
     assert nat_layer.splits == [] and nat_layer.consequences == 1
     # same devices: never a device dispatch, whatever the names say
-    assert classify([Frame("python", "fw", "forward_cpu")], [Frame("python", "fw", "forward_ideep")], False)[0] != \
-        "device dispatch"
-    assert classify([Frame("op", "cuda", "cudnn::conv_fwd")], [], True)[0] == "device dispatch"
-    assert classify([Frame("op", "cuda", "cudnn::conv_fwd")], [], False)[0] != "device dispatch"
+    assert classify([Frame("python", "fw", "forward_cpu")], [Frame("python", "fw", "forward_ideep")], False,
+                    k=K)[0] != "device dispatch"
+    assert classify([Frame("op", "cuda", "cudnn::conv_fwd")], [], True, k=K)[0] == "device dispatch"
+    assert classify([Frame("op", "cuda", "cudnn::conv_fwd")], [], False, k=K)[0] != "device dispatch"
 
 
 def test_the_dispatch_table_lists_first_decisions_with_their_evidence():
@@ -170,8 +173,8 @@ def test_the_dispatch_table_lists_first_decisions_with_their_evidence():
               framework="tensorflow")
     b = trace({"op": Node(Frame("root", "", "conv2d.forward"), 1, children=[op("Conv2D"), op("BiasAdd")]),
                "library": lib_tree("conv2d.forward", ("oneDNN", "gemm_api"))}, framework="tensorflow", variant="off")
-    table = DispatchTable()
-    table.add("conv2d", "cpu vs cpu off", {"forward": diff_traces(a, b)})
+    table = DispatchTable(k=K)
+    table.add("conv2d", "cpu vs cpu off", {"forward": diff_traces(a, b, k=K)})
     (row,) = table.points()
     assert row.frame == "Conv2D" and row.layer == "op" and row.classification == "library choice"
     assert row.a_names == ["_MklNativeConv2D"] and row.b_names == ["Conv2D"]
@@ -180,8 +183,8 @@ def test_the_dispatch_table_lists_first_decisions_with_their_evidence():
     x = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution jit:avx2 (forward_training)"))})
     y = trace({"library": lib_tree("conv2d.forward", ("oneDNN", "convolution gemm:ref (forward_training)"))},
               variant="v")
-    table = DispatchTable()
-    table.add("conv2d", "x86 vs arm", {"forward": diff_traces(x, y)})
+    table = DispatchTable(k=K)
+    table.add("conv2d", "x86 vs arm", {"forward": diff_traces(x, y, k=K)})
     (row,) = table.points()
     assert row.layer == "library" and row.frame == "library: convolution" and row.classification == "ISA-specific code"
 
@@ -193,8 +196,8 @@ def test_a_sampled_native_split_is_evidence_of_the_row_another_layer_names():
         halves = [side(ONEDNN_KERNEL, 10), side(ONEDNN_KERNEL, 10)], [side(MKL_KERNEL, 10), side(MKL_KERNEL, 10)]
         a = trace({"native": side(ONEDNN_KERNEL, 20), **library_a}, {"native": halves[0]})
         b = trace({"native": side(MKL_KERNEL, 20), **library_b}, {"native": halves[1]}, variant="off")
-        table = DispatchTable()
-        table.add("conv2d", "cpu vs cpu off", {"forward": diff_traces(a, b)})
+        table = DispatchTable(k=K)
+        table.add("conv2d", "cpu vs cpu off", {"forward": diff_traces(a, b, k=K)})
         return table.points()
 
     # the library layer shows the choice: its row, the native split its evidence

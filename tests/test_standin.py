@@ -16,7 +16,10 @@ from tracer import survey as sv
 from tracer.contract import PRIMITIVES, STANDIN_LIB, Exit
 from tracer.processing.diff import diff_traces
 from tracer.analysis.portability import framework_report
+from tracer.knowledge import knowledge
 from tracer.trace import load
+
+K = knowledge()
 
 #: One op each primitive's kernels must cover on a new backend, forward and backward
 #: (the structured ops' .out overloads: torch's generated wrapper computes the
@@ -114,7 +117,7 @@ def test_standin_computes_what_the_cpu_computes(frameworks):
 
 def test_diff_against_the_cpu_splits_at_convolution(standin_root):
     cpu, standin = _trace(standin_root, "cpu", "conv2d"), _trace(standin_root, "standin", "conv2d")
-    result = diff_traces(cpu, standin, "forward", "warm", ("op",), 0.02, False)
+    result = diff_traces(cpu, standin, "forward", "warm", ("op",), 0.02, False, k=K)
     (split,) = result.layers[0].splits
     assert split.frame == "aten::_convolution"
     assert split.classification == "device dispatch"
@@ -130,17 +133,17 @@ def test_the_standins_own_python_is_no_dispatch_point(standin_root):
     from tracer.analysis.portability import framework_report
 
     cpu, standin = _trace(standin_root, "cpu", "conv2d"), _trace(standin_root, "standin", "conv2d")
-    python = diff_traces(cpu, standin, "forward", "warm", ("python",), 0.02, False).layers[0]
+    python = diff_traces(cpu, standin, "forward", "warm", ("python",), 0.02, False, k=K).layers[0]
     assert python.splits, "the fallback's Python is no longer seen below the C hand-off"
     assert {s.classification for s in python.splits} == {STANDIN_IMPLEMENTATION}
     assert all(s.kind == "c" and not s.only_a for s in python.splits)
-    rows = framework_report("torch", [cpu, standin], []).dispatch_points
+    rows = framework_report("torch", [cpu, standin], [], k=K).dispatch_points
     assert [(r.layer, r.display) for r in rows if r.layer == "python"] == []
     assert any(r.layer == "op" and r.frame == "aten::_convolution" and r.classification == "device dispatch"
                for r in rows), [(r.layer, r.frame) for r in rows]
     # relu reaches the backend as relu itself, where CPU's relu calls clamp_min: a device dispatch
     cpu, standin = _trace(standin_root, "cpu", "relu"), _trace(standin_root, "standin", "relu")
-    rows = framework_report("torch", [cpu, standin], []).dispatch_points
+    rows = framework_report("torch", [cpu, standin], [], k=K).dispatch_points
     assert ("aten::relu", "device dispatch") in [(r.frame, r.classification) for r in rows if r.layer == "op"]
     assert all(r.classification == "device dispatch" for r in rows), [(r.frame, r.classification) for r in rows]
 
@@ -152,7 +155,7 @@ def test_the_scorecard_counts_what_reached_the_standin(standin_root):
     from tracer.analysis.scorecard import scorecard
 
     traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
-    (row,) = scorecard([framework_report("torch", traces, [])], traces)
+    (row,) = scorecard([framework_report("torch", traces, [], k=K)], traces, None, K)
     must = row.figures["implement"]
     assert f"run on the standin device: {len(PRIMITIVES)} primitive(s)" in must.explain and not must.thin, \
         (must.explain, must.thin)
@@ -164,7 +167,7 @@ def test_the_scorecard_counts_what_reached_the_standin(standin_root):
 
 def test_audit_sets_the_run_beside_the_tables(standin_root):
     traces = [load(p) for p in sorted((standin_root / "traces" / "torch").glob("*/*.json"))]
-    rows = {r.primitive: r for r in framework_report("torch", traces, []).audit}
+    rows = {r.primitive: r for r in framework_report("torch", traces, [], k=K).audit}
     conv = rows["conv2d"].standin
     assert conv.by_pass["forward"] == ["aten::convolution_overrideable"]
     assert conv.by_pass["backward"] == ["aten::convolution_backward_overrideable"]

@@ -12,7 +12,10 @@ import pytest
 
 from tests.conftest import dltrace
 from tracer import survey as sv
+from tracer.knowledge import knowledge
 from tracer.contract import PRIMITIVES, THREAD_ENV
+
+K = knowledge()
 
 
 def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
@@ -32,7 +35,7 @@ def test_survey_samples_native_stacks_of_the_functional_cases(survey_root, tmp_p
     proc = dltrace("survey", "chainer", "--primitives", "relu", "--no-models", "-o", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "chainer/cpu-default: 3 cases, 2 reused" in proc.stderr
-    traces, gaps, _ = sv.collect([tmp_path / "traces"])
+    traces, gaps, _ = sv.read_folders([tmp_path / "traces"])
     relu = {(t.meta["api"], tuple(t.meta["shape"])): t for t in traces if t.meta["primitive"] == "relu"}
     kernel = ("functional", PRIMITIVES["relu"].kernel_shape)
     assert not gaps and set(relu) == {("functional", PRIMITIVES["relu"].shape), ("layer", PRIMITIVES["relu"].shape),
@@ -56,7 +59,7 @@ def test_survey_with_crashing_hanging_and_broken_frameworks_finishes(fake_framew
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "absent: environment not set up" in proc.stderr
-    traces, gaps, problems = sv.collect([out / "traces"])
+    traces, gaps, problems = sv.read_folders([out / "traces"])
     assert not problems
     # the case before the segfault and the one after the hang are kept
     assert sorted(t.meta["primitive"] for t in traces) == ["dense"]
@@ -113,7 +116,7 @@ def test_audit_lists_the_kernel_ops_a_port_must_provide(cpu_traces):
     from tracer.analysis.portability import framework_report
 
     traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items() if fw == "torch" and prim == "conv2d"]
-    rep = framework_report("torch", traces, [])
+    rep = framework_report("torch", traces, [], k=K)
     (conv,) = [r for r in rep.audit if r.primitive == "conv2d"]
     assert "aten::mkldnn_convolution (forward)" in conv.provide
     assert "aten::convolution_backward (backward)" in conv.provide
@@ -132,8 +135,8 @@ def test_default_report_sets_torch_cpu_against_real_gpus(survey_report):
     assert "recorded on NVIDIA A100-PG509-200 by others: facebookresearch/HolisticTraceAnalysis@" in page
     from tracer.analysis.portability import framework_report
 
-    traces, gaps, _ = sv.collect([survey_report.parent / "traces"])
-    rep = framework_report("torch", [t for t in traces if t.meta["framework"] == "torch"], gaps)
+    traces, gaps, _ = sv.read_folders([survey_report.parent / "traces"])
+    rep = framework_report("torch", [t for t in traces if t.meta["framework"] == "torch"], gaps, k=K)
     conv = next(d for d in rep.dispatch_points
                 if d.frame == "aten::_convolution" and d.classification == "device dispatch")
     assert {"aten::cudnn_convolution", "aten::miopen_convolution"} <= set(conv.b_names) | {
@@ -152,7 +155,7 @@ def test_audit_names_what_a_new_torch_backend_must_implement(cpu_traces):
     from tracer.analysis.portability import framework_report
 
     traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items() if fw == "torch" and variant == "default"]
-    rep = framework_report("torch", traces, [])
+    rep = framework_report("torch", traces, [], k=K)
     rows = {r.primitive: r.needs for r in rep.audit}
     bn = rows["batchnorm"]
     assert bn.key == "PrivateUse1"
@@ -169,7 +172,7 @@ def test_audit_names_what_a_tensorflow_pluggable_device_must_register(cpu_traces
 
     traces = [r.load() for (fw, variant, prim, api), r in cpu_traces.items()
               if fw == "tensorflow" and variant == "default" and prim == "conv2d"]
-    rep = framework_report("tensorflow", traces, [])
+    rep = framework_report("tensorflow", traces, [], k=K)
     (conv,) = [r for r in rep.audit if r.primitive == "conv2d"]
     assert conv.needs.key == "PluggableDevice"
     assert {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"} <= set(conv.needs.must_implement)
@@ -193,7 +196,7 @@ def test_a_survey_records_itself_in_survey_json(fake_frameworks, tmp_path):
     rec = json.loads((tmp_path / sv.RECORD).read_text())
     assert rec["format"] == sv.RECORD_FORMAT and rec["version"] == 1
     assert rec["frameworks"] == ["crashy"] and rec["cases"] >= 2 and rec["jobs"] >= 1
-    _, gaps, _ = sv.collect([tmp_path / "traces"])
+    _, gaps, _ = sv.read_folders([tmp_path / "traces"])
     assert rec["gaps"] == len(gaps) >= 1, gaps  # crashy's maxpool2d writes an unreadable trace
     assert rec["command"].startswith("dltrace survey crashy") and rec["machine"]["cores"] >= 1
     # the report's figures beside the record, kept when the record was written after them

@@ -26,8 +26,8 @@ def test_inputs_are_kept_in_the_survey_folder_byte_for_byte(tmp_path):
     copy = root / "traces" / sv.INPUTS / "torch-recorded" / "conv2d-functional.json"
     assert copy.read_bytes() == (elsewhere / "conv2d-functional.json").read_bytes()
     # the survey's folder alone now holds what the survey plus the outside folder held
-    alone = sv.collect([root / "traces"])
-    both = sv.collect([root / "traces" / "torch", elsewhere])
+    alone = sv.read_folders([root / "traces"])
+    both = sv.read_folders([root / "traces" / "torch", elsewhere])
     assert sorted(t.meta["device"] for t in alone[0]) == sorted(t.meta["device"] for t in both[0]) == ["cpu", "gpu"]
     assert [g.primitive for g in alone[1]] == [g.primitive for g in both[1]] == ["relu"]
     # kept twice, it is one copy

@@ -14,8 +14,12 @@ from tracer.processing.kernel_names import implausible, not_a_kernel
 from tracer.analysis.portability import framework_report
 from tracer.processing.reach import native_kernels, suspect_kernels
 from tracer.analysis.scorecard import COLUMNS, HEADLINE, interface_entries, scorecard
+from tracer.analysis.survey_model import assemble
+from tracer.knowledge import knowledge
 from tracer.render.html import write_report
 from tracer.trace import Frame, Node, Run, Trace
+
+K = knowledge()
 
 META = {"framework": "torch", "framework_version": "2.13.0", "primitive": "conv2d", "api": "functional",
         "device": "cpu", "variant": "default", "shape": [2, 3, 8, 8], "machine": {"arch": "x86_64", "cpu": "test"}}
@@ -53,14 +57,14 @@ def torch_pair():
 
 
 def test_a_registry_choosing_kernels_for_many_ops_is_one_decision_site():
-    rep = framework_report("torch", list(torch_pair()), [])
+    rep = framework_report("torch", list(torch_pair()), [], k=K)
     assert len([p for p in rep.dispatch_points if p.layer == "op"]) == 3  # three rows in the page's table
-    found = decisions(rep)
+    found = decisions(rep, k=K)
     sites = {s.site: s for s in found.sites}
     assert set(sites) == {"aten::_convolution", "op registry"}, sites
     assert sites["aten::_convolution"].kind == "op code"
     assert sites["op registry"].kind == "registry" and sites["op registry"].entries == ["aten::add_", "aten::tanh"]
-    (row,) = scorecard([rep], list(torch_pair()))
+    (row,) = scorecard([rep], list(torch_pair()), None, K)
     assert row.figures["decisions"].value == "2" and "1 registry (2 ops)" in row.figures["decisions"].explain
 
 
@@ -70,16 +74,16 @@ def test_jit_against_eager_and_version_differences_are_never_decisions():
     jmeta = {"framework": "jax", "framework_version": "0.10.2"}
     variant = [trace({"forward": {"python": jit}}, **jmeta), trace({"forward": {"python": eager}}, **jmeta,
                                                                    variant="nojit")]
-    rep = framework_report("jax", variant, [])
+    rep = framework_report("jax", variant, [], k=K)
     assert rep.splits > 0
-    found = decisions(rep)
+    found = decisions(rep, k=K)
     assert found.sites == [] and found.apart == {COMPILATION_MODE: rep.splits}
     # the same split between two versions of the framework is the versions' own code
     old = step("conv2d.forward", py("apply", py("bind_old", file="jax/core.py", line=5), file="jax/api.py"))
     new = step("conv2d.forward", py("apply", py("bind_new", file="jax/core.py", line=7), file="jax/api.py"))
     versions = [trace({"forward": {"python": old}}, **jmeta),
                 trace({"forward": {"python": new}}, framework="jax", framework_version="0.11.2", device="gpu")]
-    found = decisions(framework_report("jax", versions, []))
+    found = decisions(framework_report("jax", versions, [], k=K), K)
     assert found.sites == [] and set(found.apart) <= {"version difference", "unclassified"}, found.apart
 
 
@@ -93,9 +97,9 @@ def test_float32_against_bfloat16_is_never_a_decision():
              children=[Node(Frame("op", "jit", "jit_bf16:avx512_core_bf16", lib="JIT code"), 1, 0)])]))
     tmeta = {"framework": "torch", "framework_version": "2.13.0"}
     rep = framework_report("torch", [trace({"forward": {"op": f32}}, **tmeta),
-                                     trace({"forward": {"op": bf16}}, **tmeta, variant="bf16")], [])
+                                     trace({"forward": {"op": bf16}}, **tmeta, variant="bf16")], [], k=K)
     assert rep.splits > 0
-    found = decisions(rep)
+    found = decisions(rep, k=K)
     assert found.sites == [] and found.apart == {PRECISION_MODE: rep.splits}, (found.sites, found.apart)
 
 
@@ -110,12 +114,12 @@ def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
                  "google::protobuf::internal::TcParser::MpVarint<false>", "tensorflow::swig::IsObjectProxy",
                  "mxnet::common::CastNonDefaultStorage", "tensorflow::EagerContext::GetCachedKernel",
                  "MakeTensorIDList"):
-        assert not_a_kernel(name), name
+        assert not_a_kernel(name, k=K), name
     for name in ("at::native::cpu_kernel_vec", "sgemm_kernel_SKYLAKEX", "Eigen::internal::gebp_kernel",
                  "tensorflow::Conv2DOp<Eigen::ThreadPoolDevice, float>::Compute", "mxnet::op::UnaryOp::Compute<cpu>",
                  "dnnl::impl::cpu::x64::jit_uni_eltwise_fwd_t::execute", "__xla_cpu_runtime_EigenMatMulF32"):
-        assert not not_a_kernel(name) and not implausible(name), name
-    assert "complex" in implausible("ztrtri_LN_single") and implausible("dgemm_kernel")
+        assert not not_a_kernel(name, k=K) and not implausible(name, k=K), name
+    assert "complex" in implausible("ztrtri_LN_single", k=K) and implausible("dgemm_kernel", k=K)
     def leaf(name, lib, count):
         return Node(Frame("native", "", name, lib=lib), count, 0, [], [], [])
 
@@ -123,23 +127,23 @@ def test_a_kernel_cell_never_names_a_binding_refcount_accessor_or_helper():
         Node(Frame("native", "", "at::native::conv", lib="libtorch_cpu.so"), 100, 0, [], [], [
             leaf("c10::intrusive_ptr<c10::TensorImpl>::retain_", "libc10.so", 40),
             leaf("ztrtri_LN_single", "libopenblas.so", 30), leaf("sgemm_kernel_SKYLAKEX", "libopenblas.so", 30)])])
-    assert native_kernels(native) == [("sgemm_kernel_SKYLAKEX", 30)]
-    assert [w.split(":")[0] for w in suspect_kernels(native)] == ["ztrtri_LN_single"]
+    assert native_kernels(native, k=K) == [("sgemm_kernel_SKYLAKEX", 30)]
+    assert [w.split(":")[0] for w in suspect_kernels(native, k=K)] == ["ztrtri_LN_single"]
 
 
 def test_must_implement_entries_leave_out_compiler_artefacts_and_cpu_library_ops():
     ops = ["stablehlo.convolution", "fusion(kLoop)", "bitcast", "custom_jvp_call", "stop_gradient",
            "aten::mkldnn_convolution",
            "DeleteVariable", "Convolution (forward)", "aten::convolution_overrideable"]
-    assert interface_entries(ops) == ["stablehlo.convolution", "Convolution (forward)",
+    assert interface_entries(ops, k=K) == ["stablehlo.convolution", "Convolution (forward)",
                                       "aten::convolution_overrideable"]
 
 
 def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_path):
     traces = list(torch_pair())
-    rep = framework_report("torch", traces, [])
-    cards = scorecard([rep], traces)
-    index = write_report([rep], tmp_path, cards=cards)
+    rep = framework_report("torch", traces, [], k=K)
+    cards = scorecard([rep], traces, None, K)
+    index = write_report(assemble([rep], cards, [], knowledge()), tmp_path)
     page = index.read_text()
     assert page.index('id="verdict-table"') < page.index('id="scorecard-table"')
     assert page.index('id="verdict-grid"') < page.index('id="scorecard-table"')
@@ -163,15 +167,15 @@ def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_pa
 
 
 def test_a_repeated_failure_is_one_sentence(tmp_path):
-    from tracer.survey import Gap
+    from tracer.gap import Gap
 
     why = "ImportError: libarmpl_lp64_mp.so: cannot open shared object file"
     gaps = [Gap("torch", "cpu", "default", p, "functional", why, cpu=c) for p in ("relu", "tanh", "dense")
             for c in ("a64fx", "neoverse-n1")]
     gaps.append(Gap("torch", "gpu", "default", "relu", "functional", "no GPU on this machine"))
     traces = list(torch_pair())
-    rep = framework_report("torch", traces, gaps)
-    write_report([rep], tmp_path, cards=scorecard([rep], traces))
+    rep = framework_report("torch", traces, gaps, k=K)
+    write_report(assemble([rep], scorecard([rep], traces, None, K), [], knowledge()), tmp_path)
     for page in ("index.html", "torch.html"):
         text = (tmp_path / page).read_text()
         assert text.count(why) == 1 + (page == "torch.html"), page  # the gap table; the ARM audit's note
@@ -191,7 +195,7 @@ def test_a_recorded_gpu_path_is_set_against_its_own_machines_cpu_path():
     # GPU evidence derived on this machine (read, not run) is set against this machine's CPU path
     derived = trace({"forward": {"op": gpu.runs[0].layers["op"]}}, device="gpu", variant="registered",
                     evidence="registered", **here)
-    rep = framework_report("torch", [survey_cpu, own_cpu, gpu_path, derived], [])
+    rep = framework_report("torch", [survey_cpu, own_cpu, gpu_path, derived], [], k=K)
     (case,) = rep.cases
     assert [pr.kind for pr in case.pairs] == ["device", "device"]  # no machine pair with the GPU host's CPU path
     pr, other = case.pairs
@@ -247,13 +251,13 @@ def test_machine_code_is_read_from_each_paths_own_shared_objects():
 
     cpu = native_trace("/env/lib/libc10.so")
     gpu = native_trace("/gpu-host/env/lib/libc10.so", device="gpu")
-    rep = framework_report("torch", [cpu, gpu], [])
-    (row,) = scorecard([rep], [cpu, gpu], measure)
+    rep = framework_report("torch", [cpu, gpu], [], k=K)
+    (row,) = scorecard([rep], [cpu, gpu], measure, k=K)
     fig = row.figures["bytes"]
     assert fig.value == "1 KiB" and not fig.thin, (fig.value, fig.thin, fig.details)
     assert any(d.startswith("gpu: not measured (libc10.so: not on this machine") for d in fig.details), fig.details
     # the CPU path's own file unreadable: no figure at all, never a partial one
-    (row,) = scorecard([rep], [native_trace("/elsewhere/libc10.so"), gpu], measure)
+    (row,) = scorecard([rep], [native_trace("/elsewhere/libc10.so"), gpu], measure, k=K)
     assert row.figures["bytes"].value == "—" and "not measured" in row.figures["bytes"].thin
 
 
@@ -274,12 +278,12 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     n1_cpu = {"arch": "aarch64", "cpu": "Arm Neoverse-N1 (NEON only) (emulated)"}
     n1 = cpu_trace("2.9.1", n1_cpu, ["reorder jit:uni", "convolution indirect_gemm:acl"],
                    ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
-    rep = framework_report("torch", [x86, n1], [])
+    rep = framework_report("torch", [x86, n1], [], k=K)
     from tracer.analysis.verdict import arm_verdicts
     found = {(a.pass_, a.verdict, a.name) for a in arm_verdicts(rep)}
     assert found == {("forward", "ACL", "convolution indirect_gemm:acl"),
                      ("backward", "reference fallback", "convolution gemm:ref (backward_data)")}
-    write_report([rep], tmp_path, cards=scorecard([rep], [x86, n1]))
+    write_report(assemble([rep], scorecard([rep], [x86, n1], None, K), [], knowledge()), tmp_path)
     page = (tmp_path / "index.html").read_text()
     cell = page[page.index('class="small arm-cross"'):]
     cell = cell[: cell.index("</td>")]
@@ -292,8 +296,8 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
                      ["convolution brgconv_bwd_d:avx512_core"])
     n1b = cpu_trace("2.13.0+cu130", n1_cpu, ["reorder jit:uni", "convolution indirect_gemm:acl"],
                     ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
-    rep = framework_report("torch", [x86b, n1b], [])
-    write_report([rep], tmp_path / "builds", cards=scorecard([rep], [x86b, n1b]))
+    rep = framework_report("torch", [x86b, n1b], [], k=K)
+    write_report(assemble([rep], scorecard([rep], [x86b, n1b], None, K), [], knowledge()), tmp_path / "builds")
     page = (tmp_path / "builds" / "index.html").read_text()
     cell = page[page.index('class="small arm-cross"'):]
     cell = cell[: cell.index("</td>")]
@@ -305,8 +309,8 @@ def test_a_call_graph_is_drawn_once_a_page(tmp_path):
     cpu, gpu = torch_pair()
     both = [trace({p: {"op": t.runs[0].layers["op"]} for p in ("forward", "backward")}, **(
         {"device": "gpu"} if t is gpu else {})) for t in (cpu, gpu)]
-    rep = framework_report("torch", both, [])
-    write_report([rep], tmp_path, cards=scorecard([rep], both))
+    rep = framework_report("torch", both, [], k=K)
+    write_report(assemble([rep], scorecard([rep], both, None, K), [], knowledge()), tmp_path)
     page = (tmp_path / "torch.html").read_text()
     assert page.count('<div class="graph"><svg') == 1
     assert 'the same call graph as <a href="#conv2d-functional-0-forward">' in page
@@ -317,6 +321,6 @@ def test_primitives_not_planned_on_arm_are_said_to_be_that_not_a_gap():
     layers = {"forward": {"op": cpu.runs[0].layers["op"]}}
     n1 = {"machine": {"arch": "aarch64", "cpu": "Neoverse-N1 (emulated)"}, "emulated": {"cpu": "neoverse-n1"}}
     traces = [trace(layers), trace(layers, primitive="relu"), trace(layers, **n1)]
-    rep = framework_report("torch", traces, [])
-    (row,) = scorecard([rep], traces)
+    rep = framework_report("torch", traces, [], k=K)
+    (row,) = scorecard([rep], traces, None, K)
     assert "ARM: 1 of 2 primitives traced, 1 not planned there" in row.figures["coverage"].thin

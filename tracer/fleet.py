@@ -33,9 +33,10 @@ from tracer import envs, fleet_credentials
 from tracer.contract import Exit
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, write_bytes
+from tracer.gap import GAP_SUFFIX, Gap, gap_json, load_gap
 from tracer.registry import Framework
 from tracer.runner import DEFAULT_TIMEOUT
-from tracer.survey import GAP_SUFFIX, Gap, Job, SurveyEvent, case_path, gap_json, load_gap
+from tracer.survey import Job, SurveyEvent, case_path
 from tracer.trace import TraceFormatError, load, save
 
 if TYPE_CHECKING:  # the annotations only: distributed is imported where a fleet is used

@@ -6,9 +6,10 @@ its own GPU kernels), declared with the framework in its frameworks.yaml entry
 tracer.libraries). Compiled into one :class:`Knowledge`, so that no processing module
 names a framework or a library.
 
-The processing stages take a Knowledge as an argument; the entry points (the command
-line, a survey, a report) :func:`load` it once and hand it down. :func:`knowledge` is
-that default, read once per process, for a caller that names none.
+The processing and analysis stages take a Knowledge as a required argument and never
+read one themselves; the entry points (the command line, a survey, a report, an
+importer) :func:`load` it, or take :func:`knowledge`, the default read once per
+process, and hand it down.
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ import gc
 import hashlib
 import json
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_regular
 from tracer.contract import CNN_PRIMITIVES, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES, USER_API, UserWorkload
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_bytes, write_text
+from tracer.gap import GAP_SUFFIX, Gap, load_gap, write_gap
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
 from tracer.importers.source import short_name
 from tracer.paths import PACKAGE
@@ -35,7 +35,6 @@ from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
 from tracer.trace import MAX_TRACE_MIB, Trace, TraceFormatError, load, save
 from tracer.trace_meta import native_not_finished
 
-GAP_SUFFIX = ".gap.json"
 #: The survey's own record of itself, beside its traces: what it ran, on what, and how
 #: long each stage took, so that the figures the docs quote come from a file, not memory.
 RECORD = SURVEY_JSON
@@ -60,50 +59,6 @@ class Job:
     def folder(self) -> str:
         where = f"aarch64-{self.cpu}" if self.cpu else f"{self.arch}-native" if self.arch else self.device
         return f"{self.framework.name}/{where}-{self.variant}"
-
-
-@dataclass
-class Gap:
-    """A case the survey could not trace, with the reason, shown in the report."""
-
-    framework: str
-    device: str
-    variant: str
-    primitive: str
-    api: str
-    error: str
-    kind: str = "failed"
-    cpu: str = ""  # an emulated CPU model, "" for this machine
-    arch: str = ""  # the architecture of the fleet worker it was to run on natively, "" for this machine's
-
-
-#: A gap record is a few hundred bytes (a probe's stderr tail at most a few KB).
-MAX_GAP_BYTES = 1 << 20
-_GAP_FIELDS = {f for f in Gap.__dataclass_fields__}
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_GAP_REQUIRED = ("framework", "device", "variant", "primitive", "api", "error")
-
-
-def load_gap(path: Path) -> Gap:
-    """A gap record read back, checked field by field as traces are: it comes from a
-    folder someone else may have filled. ValueError names what is wrong."""
-    try:
-        doc = json.loads(read_regular(path, MAX_GAP_BYTES))
-    except RecursionError:
-        raise ValueError("JSON nested too deeply to read") from None
-    except (NotRegular, TooLarge) as exc:
-        raise ValueError(str(exc)) from None
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    missing = [k for k in _GAP_REQUIRED if k not in doc]
-    if missing:
-        raise ValueError(f"missing field {missing[0]!r}")
-    for key, value in doc.items():
-        if key not in _GAP_FIELDS:
-            raise ValueError(f"unknown field {str(key)[:40]!r}")
-        if not isinstance(value, str):
-            raise ValueError(f"field {key!r} is {type(value).__name__}, not a string")
-    return Gap(**{k: _LONE_SURROGATE.sub("\ufffd", v) for k, v in doc.items()})
 
 
 @dataclass
@@ -190,20 +145,6 @@ def _variant_cases(fw: Framework, variant: str, cases: tuple[CaseSpec, ...]) -> 
 
 def case_path(root: Path, job: Job, spec: CaseSpec) -> Path:
     return root / "traces" / job.folder / f"{spec.slug()}.json"
-
-
-def gap_json(gap: Gap) -> str:
-    """A gap record; ``arch`` only where it is set, so that a survey folder without
-    fleet-native jobs stays readable by a dltrace that predates the field."""
-    return json.dumps({k: v for k, v in gap.__dict__.items() if k != "arch" or v})
-
-
-def write_gap(path: Path, gap: Gap) -> None:
-    """Write ``gap`` as the record of the case whose trace would be ``path`` (``X.json``
-    becomes ``X.gap.json``), atomically: every stage that loses a case records it this one
-    way, so that collect() and a re-run find it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path.with_name(path.name[: -len(".json")] + GAP_SUFFIX), gap_json(gap))
 
 
 def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
@@ -443,7 +384,7 @@ def keep_inputs(folders: Iterable[tuple[str, Path]], root: Path) -> list[dict[st
     return kept
 
 
-def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
+def read_folders(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
     """Every trace and gap under ``folders``; unreadable files are reported, not fatal.
     A trace or gap met twice (a folder given twice, ``--with-traces`` at the survey's
     own traces, a copy) counts once: the same content is the same evidence.
@@ -455,7 +396,7 @@ def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]
     enabled = gc.isenabled()
     gc.disable()
     try:
-        found = _collect(folders)
+        found = _read_folders(folders)
     finally:
         if enabled:
             gc.enable()
@@ -463,7 +404,7 @@ def collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]
     return found
 
 
-def _collect(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
+def _read_folders(folders: Iterable[Path]) -> tuple[list[Trace], list[Gap], list[str]]:
     traces, gaps, problems = [], [], []
     seen_traces: set[str] = set()
     seen_gaps: set[tuple[str, ...]] = set()

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from tracer.contract import PASSES, PRIMITIVES
-from tracer.knowledge import Knowledge, knowledge
+from tracer.gap import Gap
+from tracer.knowledge import Knowledge
 from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
@@ -82,7 +82,7 @@ def _default_shape(trace: Trace) -> tuple[int, ...] | None:
     return tuple(prim.shape) if prim else None
 
 
-def _gap_label(gap: Any) -> str:
+def _gap_label(gap: Gap) -> str:
     suffix = "" if gap.variant == "default" else f", {gap.variant}"
     return f"{gap.cpu} (emulated){suffix}" if gap.cpu else f"{gap.arch} (native){suffix}"
 
@@ -138,7 +138,7 @@ def _call_name(name: str, library: str, trace: Trace) -> str:
     return f"{name} (NVPL, {platform})" if platform else name
 
 
-def arm_audit(traces: list[Trace], gaps: list[Any], k: Knowledge | None = None) -> ArmAudit | None:
+def arm_audit(traces: list[Trace], gaps: list[Gap], k: Knowledge) -> ArmAudit | None:
     """The audit over a framework's CPU traces at the default shapes, functional API
     (the default path, and each variant that also ran on ARM), when any of them ran
     on an aarch64 CPU, emulated or native, or such a case is a gap; None otherwise."""
@@ -163,7 +163,7 @@ def arm_audit(traces: list[Trace], gaps: list[Any], k: Knowledge | None = None) 
     rows: dict[str, dict[str, ArmCell]] = {}
     linked: dict[str, str] = {}
     for t in host + arm:
-        rows.setdefault(t.info.primitive, {})[_label(t)] = _cell(t, k or knowledge())
+        rows.setdefault(t.info.primitive, {})[_label(t)] = _cell(t, k)
         if t.info.blas:
             linked.setdefault(_label(t), _BLAS_NAMES.get(t.info.blas, t.info.blas))
     for g in arm_gaps:

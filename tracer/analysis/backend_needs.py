@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.tags import library_of
 from tracer.trace import Frame, Node, Trace, op_namespace
 
@@ -34,10 +34,9 @@ class BackendNeeds:
     cpu_library: list[str] = field(default_factory=list)
 
 
-def is_cpu_library_op(op: str, k: Knowledge | None = None) -> bool:
+def is_cpu_library_op(op: str, k: Knowledge) -> bool:
     """An op named for a library that computes on the CPU (libraries.yaml ``groups.cpu``:
     ``aten::mkldnn_convolution``, ``_MklNativeConv2D``)."""
-    k = k or knowledge()
     return library_of(Frame("op", "", op), k) in k.libraries.cpu
 
 
@@ -65,12 +64,11 @@ def _row_needs(op: str, row: dict[str, Any]) -> tuple[str | None, str]:
     return op, ""
 
 
-def backend_needs(traces: list[Trace], k: Knowledge | None = None) -> BackendNeeds | None:
+def backend_needs(traces: list[Trace], k: Knowledge) -> BackendNeeds | None:
     """The needs over ``traces`` (a primitive's passes and API levels), or None when
     none of them recorded its framework's dispatch table. The declared kernels shown are
     those of libraries.yaml's ``other_backends``."""
-    facts = k or knowledge()
-    other_backends = facts.libraries.other_backends
+    other_backends = k.libraries.other_backends
     tables = [d for d in (t.info.dispatch for t in traces) if d is not None and d.ops is not None]
     if not tables:
         return None
@@ -80,7 +78,7 @@ def backend_needs(traces: list[Trace], k: Knowledge | None = None) -> BackendNee
         for op, row in (table.ops or {}).items():
             if not isinstance(row, dict):
                 continue
-            if is_cpu_library_op(op, facts):
+            if is_cpu_library_op(op, k):
                 if op not in out.cpu_library:
                     out.cpu_library.append(op)
                 continue
@@ -89,7 +87,7 @@ def backend_needs(traces: list[Trace], k: Knowledge | None = None) -> BackendNee
                 if (op, why) not in out.free:
                     out.free.append((op, why))
                 continue
-            target = utility if facts.is_utility_op(op) else out.must_implement
+            target = utility if k.is_utility_op(op) else out.must_implement
             if need not in target:
                 target.append(need)
             if isinstance(row.get("must"), bool):  # judged by the probe: its other backends as it names them
@@ -138,11 +136,10 @@ def _add(out: PassNeeds, utility: list[str], names: list[str], k: Knowledge) -> 
             target.append(name)
 
 
-def pass_needs(traces: list[Trace], k: Knowledge | None = None) -> list[PassNeeds]:
+def pass_needs(traces: list[Trace], k: Knowledge) -> list[PassNeeds]:
     """Per pass, what a new backend must implement for a primitive, from each derived
     GPU-evidence trace among ``traces`` (its meta ``backend``: op -> must, implement,
     free, others), merged over API levels: one PassNeeds per (evidence, pass)."""
-    facts = k or knowledge()
     found: dict[tuple[str, str], tuple[PassNeeds, list[str]]] = {}
     for t in traces:
         if not _derived(t):
@@ -170,7 +167,7 @@ def pass_needs(traces: list[Trace], k: Knowledge | None = None) -> list[PassNeed
                     row = {**row, "must": need is not None, "implement": [need] if need else [], "free": why}
                 if row.get("must"):
                     names = [str(n) for n in (row.get("implement") or [op])]
-                    _add(out, utility, names, facts)
+                    _add(out, utility, names, k)
                     others = row.get("others")
                     if isinstance(others, dict) and others:
                         for n in names:
@@ -197,7 +194,7 @@ def _operators(nodes: list[Node], k: Knowledge) -> list[str]:
     return out
 
 
-def op_layer_needs(traces: list[Trace], k: Knowledge | None = None) -> list[PassNeeds]:
+def op_layer_needs(traces: list[Trace], k: Knowledge) -> list[PassNeeds]:
     """Per pass, the framework operators the default CPU path ran (its op layer), for a
     framework from which no GPU evidence is derived (MXNet): each is an operator a new
     backend must give a kernel (MXNet: an FCompute for its device), utility ops last."""
@@ -216,8 +213,7 @@ def op_layer_needs(traces: list[Trace], k: Knowledge | None = None) -> list[Pass
                                               f"the op layer of {t.info.framework}'s CPU run (dltrace)",
                                               "every operator reached (no GPU evidence derived)"), [])
             out, utility = found[run.pass_]
-            facts = k or knowledge()
-            _add(out, utility, _operators(root.children, facts), facts)
+            _add(out, utility, _operators(root.children, k), k)
     for out, utility in found.values():
         out.must_implement += [u for u in utility if u not in out.must_implement]
     return [found[p][0] for p in ("forward", "backward") if p in found]

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
 
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.candidates import Candidate
 from tracer.processing.diff.context import ARTEFACTS
 from tracer.processing.diff.result import walk_splits
@@ -101,20 +101,18 @@ def device_branches(rep: FrameworkReport) -> list[Candidate]:
     return [c for c in rep.device_branches if is_device_branch(c)]
 
 
-def is_compilation_pair(framework: str, pr: PairReport, k: Knowledge | None = None) -> bool:
+def is_compilation_pair(framework: str, pr: PairReport, k: Knowledge) -> bool:
     """A CPU variant pair whose variant switches compilation (JAX's nojit)."""
     if pr.kind != "variant":
         return False
-    facts = k or knowledge()
-    return any(facts.is_compilation_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
+    return any(k.is_compilation_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
 
 
-def is_precision_pair(framework: str, pr: PairReport, k: Knowledge | None = None) -> bool:
+def is_precision_pair(framework: str, pr: PairReport, k: Knowledge) -> bool:
     """A CPU variant pair whose variant switches the element type (torch's and JAX's bf16)."""
     if pr.kind != "variant":
         return False
-    facts = k or knowledge()
-    return any(facts.is_precision_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
+    return any(k.is_precision_variant(framework, str(d.b.get("variant", ""))) for d in pr.diffs.values())
 
 
 def _split_kind(classification: str, compilation: bool, precision: bool = False) -> str:
@@ -127,7 +125,7 @@ def _split_kind(classification: str, compilation: bool, precision: bool = False)
     return classification if classification in DECISIONS else UNCLASSIFIED
 
 
-def pair_splits(framework: str, pr: PairReport, k: Knowledge | None = None) -> tuple[int, Counter[str]]:
+def pair_splits(framework: str, pr: PairReport, k: Knowledge) -> tuple[int, Counter[str]]:
     """(split points of the decision classes, the rest by kind) of one comparison."""
     comp = is_compilation_pair(framework, pr, k)
     precision = is_precision_pair(framework, pr, k)
@@ -147,10 +145,9 @@ def pair_splits(framework: str, pr: PairReport, k: Knowledge | None = None) -> t
     return decided, apart
 
 
-def decisions(rep: FrameworkReport, k: Knowledge | None = None) -> Decisions:
+def decisions(rep: FrameworkReport, k: Knowledge) -> Decisions:
     """The decision sites of ``rep``'s dispatch table whose rows are of a decision class and
     come from a pair that is not jit against eager, and every split counted by kind."""
-    k = k or knowledge()
     compilation = {pr.title for case in rep.cases for pr in case.pairs
                    if is_compilation_pair(rep.name, pr, k) or is_precision_pair(rep.name, pr, k)}
     apart: Counter[str] = Counter()

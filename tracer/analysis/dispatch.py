@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.diff.context import ARTEFACTS
 from tracer.processing.diff.result import Branch, Classification, DiffResult, LayerDiff, Split, walk_splits
 from tracer.processing.symbols import display
@@ -119,14 +119,13 @@ def _calls_op(branches: list[Branch], k: Knowledge) -> bool:
                and not b.label.startswith("XLA:") for b in branches)
 
 
-def decision_site(layer: str, split: Split, k: Knowledge | None = None) -> tuple[str, str]:
+def decision_site(layer: str, split: Split, k: Knowledge) -> tuple[str, str]:
     """(site, kind): the code that made the decision a split shows, counted once
     however many ops it chose for. An op whose sides call two different ops
     (``aten::_convolution``: mkldnn_convolution / cudnn_convolution) chose itself; an op
     whose sides differ only by the kernel under it was chosen for by the kernel registry
     (one site for every such op: TensorFlow's registry, torch's dispatch keys); a split at
     the step whose sides are two compiler targets is one backend selection."""
-    k = k or knowledge()
     if layer == "python":  # the deciding function (a single trace's device branch in it is the same site)
         return split.frame, "python"
     if layer == "native":
@@ -162,9 +161,9 @@ def _library_frame(split: Split) -> str:
 class DispatchTable:
     """Collects the rows over a framework's pair reports, with the knowledge ``k``."""
 
-    def __init__(self, k: Knowledge | None = None) -> None:
+    def __init__(self, k: Knowledge) -> None:
         self.rows: dict[tuple[str, str, str], DispatchPoint] = {}
-        self.k = k or knowledge()
+        self.k = k
 
     def _row(self, layer: str, frame: str, split: Split, primitive: str, pair: str) -> DispatchPoint:
         # a library's rows are one per site: oneDNN's ISA dispatch on A64FX and its hand-off

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tracer.contract import CANDIDATE_MODULE, LOWERING_MODULE_PREFIX, PRIMITIVES
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.diff.context import names_gpu_code, op_names
 from tracer.processing.cpu_kernel import named_kernel
 from tracer.processing.evidence_class import EVIDENCE_ORDER, evidence_class
@@ -117,7 +117,7 @@ class GpuCoverage:
 #: The device activities that are the runtime's copies and fills, not kernels.
 
 
-def kernel_tag(f: Frame, k: Knowledge | None = None) -> str:
+def kernel_tag(f: Frame, k: Knowledge) -> str:
     """A GPU kernel's library: the tag its importer gave it, or for a kernel dltrace's
     probe recorded on a GPU machine (module "cuda" or "hip", untagged: the probe runs
     with the standard library alone) the tag the importer would have given it; "" for
@@ -255,14 +255,13 @@ def _source(trace: Trace) -> tuple[str, str]:
 
 
 def gpu_evidence(trace: Trace, pass_: str, cpu_op: str = "",
-                 probe_ops: frozenset[str] = frozenset(), k: Knowledge | None = None) -> GpuEvidence | None:
+                 probe_ops: frozenset[str] = frozenset(), *, k: Knowledge) -> GpuEvidence | None:
     """What one GPU trace says of one pass (its kernels picked as :func:`_kernels`
     says, against the CPU path's op and ops); None where it has no op layer for it."""
     cls = evidence_class(trace.info)
     run = trace.run(pass_, "warm")
     if cls is None or run is None or "op" not in run.layers:
         return None
-    k = k or knowledge()
     op, kernels, lib, more = _kernels(run.layers["op"], cpu_op, probe_ops, k)
     source, gpu = _source(trace)
     version = trace.info.framework_version or "unknown"
@@ -321,10 +320,9 @@ def _cpu_traces(traces: list[Trace], primitive: str) -> list[Trace]:
                                        len(t.info.shape)))
 
 
-def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
+def gpu_cells(traces: list[Trace], k: Knowledge) -> list[GpuCell]:
     """One framework's cells: every primitive of the contract and both passes, with
     or without evidence (a cell with none says so in the report)."""
-    k = k or knowledge()
     cells = []
     for prim in PRIMITIVES:
         cpus = _cpu_traces(traces, prim)
@@ -337,7 +335,7 @@ def gpu_cells(traces: list[Trace], k: Knowledge | None = None) -> list[GpuCell]:
                       key=lambda t: (t.info.api != "functional", tuple(t.info.shape) != PRIMITIVES[prim].shape))
         for pass_ in PRIMITIVES[prim].passes:
             mine = cpu_side(cpus, reached, pass_, k)
-            found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops, k) for t in gpus) if e]
+            found = [e for e in (gpu_evidence(t, pass_, mine.op if mine else "", probe_ops, k=k) for t in gpus) if e]
             found.sort(key=lambda e: (EVIDENCE_ORDER.index(e.evidence), e.label))
             cells.append(GpuCell(prim, pass_, mine, _one_per_claim(found)))
     return cells

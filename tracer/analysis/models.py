@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import EVIDENCE, MODELS, PASSES, USER_API
+from tracer.gap import Gap
 from tracer.knowledge import Knowledge
 from tracer.processing.evidence_class import evidence_class
 from tracer.processing.pairs import reference_cpus
+from tracer.analysis.decisions import decisions
 from tracer.analysis.portability import framework_report
 from tracer.processing.reach import reach
 from tracer.analysis.scorecard import Figure, ScoreRow, decision_figures, needs_figures
@@ -137,12 +139,12 @@ def _cpu_default(trace: Trace) -> bool:
     return trace.info.device == "cpu" and trace.info.variant == "default" and trace.info.emulated is None
 
 
-def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
-              primitive_card: ScoreRow | None, k: Knowledge | None = None) -> ModelRow:
+def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Gap],
+              primitive_card: ScoreRow | None, k: Knowledge) -> ModelRow:
     """``traces``: this framework's traces of this model (every level and device)."""
     rep = framework_report(framework, traces, gaps, k=k)
     implement, _ = needs_figures(rep, k)
-    decisions, _ = decision_figures(rep, k)
+    sites, _ = decision_figures(rep, decisions(rep, k))
     known = set(primitive_card.figures["implement"].items) if primitive_card is not None else set()
     beyond = [e for e in implement.items if e not in known] if primitive_card is not None else []
     # the GPU machine's own CPU path (a recorded folder's cpu-default) is its GPU path's
@@ -152,11 +154,11 @@ def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Any],
     levels = [_level(t) for t in cpu]
     libraries = list(dict.fromkeys(lib for side, found in rep.libraries.items() if side == "cpu" for lib in found))
     versions = sorted({t.info.framework_version or "" for t in cpu} - {""})
-    return ModelRow(model, framework, ", ".join(versions), implement, beyond, decisions, libraries, levels,
+    return ModelRow(model, framework, ", ".join(versions), implement, beyond, sites, libraries, levels,
                     [f"{g.api} on {g.device}: {g.error}" for g in gaps], gpu_steps(traces, k))
 
 
-def gpu_steps(traces: list[Trace], k: Knowledge | None = None) -> list[GpuStep]:
+def gpu_steps(traces: list[Trace], k: Knowledge) -> list[GpuStep]:
     """Each GPU path of a model's step, strongest evidence first (a recorded step before
     what a compiler or the source says of it)."""
     out = []
@@ -171,8 +173,8 @@ def gpu_steps(traces: list[Trace], k: Knowledge | None = None) -> list[GpuStep]:
                                       g.api, g.gpu))
 
 
-def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow],
-                  k: Knowledge | None = None, primitives: list[Trace] | None = None) -> list[ModelReport]:
+def model_reports(traces: list[Trace], gaps: list[Gap], cards: list[ScoreRow],
+                  k: Knowledge, primitives: list[Trace] | None = None) -> list[ModelReport]:
     """One report per model with any trace or gap, one row per framework that has either;
     then one per user workload (its rows' ``beyond`` and ``coverage`` set against the
     built-in primitives' traces, ``primitives``, and models')."""
@@ -190,8 +192,8 @@ def model_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow],
     return out + workload_reports(traces, gaps, cards, out, k, primitives or [])
 
 
-def workload_reports(traces: list[Trace], gaps: list[Any], cards: list[ScoreRow], built_in: list[ModelReport],
-                     k: Knowledge | None, primitives: list[Trace]) -> list[ModelReport]:
+def workload_reports(traces: list[Trace], gaps: list[Gap], cards: list[ScoreRow], built_in: list[ModelReport],
+                     k: Knowledge, primitives: list[Trace]) -> list[ModelReport]:
     """The user's own workloads: what each needs, and what of it no built-in case reaches."""
     by_card = {c.framework: c for c in cards}
     names = list(dict.fromkeys([*(t.info.primitive for t in traces if is_workload_trace(t)),

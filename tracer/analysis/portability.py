@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from tracer.contract import LAYERS, PRIMITIVES, workload_passes
-from tracer.knowledge import Knowledge, knowledge
+from tracer.gap import Gap
+from tracer.knowledge import Knowledge
 from tracer.analysis.arm_audit import ArmAudit, arm_audit
 from tracer.analysis.backend_needs import BackendNeeds, PassNeeds, backend_needs, op_layer_needs, pass_needs
 from tracer.analysis.standin_needs import StandinNeeds, standin_needs
@@ -82,8 +82,7 @@ def _branch_code(branches: list[Branch], code: SideCode, libs: set[str], isa: se
             code.ops += b.nodes
 
 
-def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> PairReport:
-    k = k or knowledge()
+def pair_report(pair: Pair, threshold: float = DEFAULT_THRESHOLD, *, k: Knowledge) -> PairReport:
     diffs, errors = {}, []
     for pass_ in workload_passes(pair.a.info.primitive):  # an optimizer step has a forward only
         try:
@@ -162,7 +161,7 @@ class FrameworkReport:
     sides: list[str]  # device/variant labels traced
     machines: list[str]
     cases: list[CaseReport]
-    gaps: list[Any]
+    gaps: list[Gap]
     api_level: list[ApiLevelRow]
     dispatch_points: list[DispatchPoint]
     audit: list[AuditRow]
@@ -218,10 +217,9 @@ def _api_level(cases: list[CaseReport], by_case: dict[tuple[str, str], CaseRepor
     return rows
 
 
-def framework_report(name: str, traces: list[Trace], gaps: list[Any],
-                     threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> FrameworkReport:
+def framework_report(name: str, traces: list[Trace], gaps: list[Gap],
+                     threshold: float = DEFAULT_THRESHOLD, *, k: Knowledge) -> FrameworkReport:
     """One framework's report over its traces, read with the knowledge ``k``."""
-    k = k or knowledge()
     # a GPU machine's own CPU path is its GPU path's baseline only (pairs.reference_cpus):
     # every other analysis is of this survey's own paths
     all_pairs = pairs(traces)
@@ -253,10 +251,10 @@ def framework_report(name: str, traces: list[Trace], gaps: list[Any],
         for t in sorted(group, key=lambda t: (t.info.device, t.info.variant != "default", side_label(t))):
             label = side_label(t, with_machine=len({machine_of(x) for x in group
                                                     if side_label(x) == side_label(t)}) > 1)
-            sides[label] = r = reach(t, threshold, k)
+            sides[label] = r = reach(t, threshold, k=k)
             side_libs[path_of(t)].update(r.libraries)
             isa_all.update(r.isa)
-        reports = [pair_report(p, threshold, k) for p in all_pairs if case_key(p.a) == key]
+        reports = [pair_report(p, threshold, k=k) for p in all_pairs if case_key(p.a) == key]
         for pr in reports:
             n_splits += pr.splits
             if pr.first_layer:
@@ -345,13 +343,11 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None], k: Kn
     return rows
 
 
-def survey_reports(traces: list[Trace], gaps: list[Any], threshold: float = DEFAULT_THRESHOLD,
-                   k: Knowledge | None = None) -> list[FrameworkReport]:
-    """Every framework's report, each read with the one knowledge ``k`` (loaded here when
-    the caller hands none)."""
-    k = k or knowledge()
+def survey_reports(traces: list[Trace], gaps: list[Gap], threshold: float = DEFAULT_THRESHOLD,
+                   *, k: Knowledge) -> list[FrameworkReport]:
+    """Every framework's report, each read with the one knowledge ``k`` (the caller's)."""
     by_fw: dict[str, list[Trace]] = defaultdict(list)
     for t in traces:
         by_fw[t.info.framework].append(t)
     names = list(dict.fromkeys([*sorted(by_fw), *(g.framework for g in gaps)]))
-    return [framework_report(n, by_fw.get(n, []), gaps, threshold, k) for n in names]
+    return [framework_report(n, by_fw.get(n, []), gaps, threshold, k=k) for n in names]

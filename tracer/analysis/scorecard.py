@@ -29,17 +29,17 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from tracer.contract import APIS, PASSES, USER_API
 from tracer.analysis.arm_audit import on_arm
 from tracer.analysis.backend_needs import is_cpu_library_op
-from tracer.analysis.decisions import decisions, device_branches, is_device_branch
+from tracer.analysis.decisions import Decisions, decisions, device_branches, is_device_branch
 from tracer.processing.pairs import reference_cpus, side_label
 from tracer.processing.evidence_class import EVIDENCE_ORDER, evidence_class
 from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.standin_needs import StandinNeeds
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.tags import JIT, is_gpu_lib, is_system_lib, is_vendor_lib, library_of, library_order
 from tracer.trace import Frame, Trace
 
@@ -151,7 +151,7 @@ NOT_ENTRIES = re.compile(r"^(?:fusion|bitcast|tuple|get-tuple-element|parameter|
                          r"DeleteVariable|WaitForVar|ImperativeBulk)(?:$|[.(\s:])|\(k(?:Loop|Input|Output)\)")
 
 
-def interface_entries(ops: Iterable[str], k: Knowledge | None = None) -> list[str]:
+def interface_entries(ops: Iterable[str], k: Knowledge) -> list[str]:
     """The ops that are entries of a backend interface: not :data:`NOT_ENTRIES`, and
     not a CPU library's own op (``mkldnn_convolution`` is oneDNN CPU code)."""
     out = []
@@ -174,10 +174,10 @@ def _page(rep: FrameworkReport, anchor: str) -> str:
     return anchor
 
 
-def decision_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Figure, Figure]:
+def decision_figures(rep: FrameworkReport, found: Decisions) -> tuple[Figure, Figure]:
     """Decision sites (the Python device branches a single trace shows are sites too,
-    merged with a split at the same line), and the splits that are none, by kind."""
-    found = decisions(rep, k)
+    merged with a split at the same line), and the splits that are none, by kind, from
+    the framework's decisions (tracer.analysis.decisions)."""
     sites = {s.site: s.kind for s in found.sites}
     for c in device_branches(rep):
         sites.setdefault(c.function, "python")  # the deciding function: one site with a split in it
@@ -202,13 +202,12 @@ def decision_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[
     return fig, apart
 
 
-def needs_figures(rep: FrameworkReport, k: Knowledge | None = None) -> tuple[Figure, Figure]:
+def needs_figures(rep: FrameworkReport, k: Knowledge) -> tuple[Figure, Figure]:
     """From the stand-in device's run where the framework has one (torch, JAX), with the
     list read from its tables or its compiler beside it (:class:`Beside`); else from its
     own dispatch tables (TensorFlow's kernel registry); else from the audit's per-pass
     lists, whose evidence class the cell names (JAX's lowering, Chainer's forward_gpu
     source, MXNet's CPU operators)."""
-    k = k or knowledge()
     ran = [r.standin for r in rep.audit if r.standin is not None]
     if ran:
         implement, gets = _run_needs(rep, ran, k)
@@ -364,10 +363,9 @@ def _path_kind(side: str) -> str:
     return ""
 
 
-def vendor_figure(rep: FrameworkReport, k: Knowledge | None = None) -> Figure:
+def vendor_figure(rep: FrameworkReport, k: Knowledge) -> Figure:
     """The vendor libraries of the default x86 CPU path that the GPU path, or an ARM
     CPU's, does not reach (what a port replaces), and what those paths reach instead."""
-    k = k or knowledge()
     def order(lib: str) -> tuple[int, str]:
         return library_order(lib, k)
 
@@ -550,11 +548,11 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
                   _page(rep, "primitives"), details, "; ".join(thin))
 
 
-def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Measure | None = None,
-              k: Knowledge | None = None) -> list[ScoreRow]:
+def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Measure | None,
+              k: Knowledge, decided: Mapping[str, Decisions] | None = None) -> list[ScoreRow]:
     """One row per framework; ``measure`` reads a shared object's symbol sizes
-    (tracer.elf_code.ElfCode().sizes), None where they cannot be read."""
-    k = k or knowledge()
+    (tracer.elf_code.ElfCode().sizes), None where they cannot be read; ``k``: the
+    knowledge the caller loaded."""
     by_fw: dict[str, list[Trace]] = defaultdict(list)
     for t in traces:
         by_fw[t.info.framework].append(t)
@@ -562,7 +560,7 @@ def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Meas
     refs = {id(t) for t in reference_cpus(traces)}  # a GPU machine's CPU path: its GPU path's baseline only
     for rep in reports:
         mine = [t for t in by_fw.get(rep.name, []) if id(t) not in refs]
-        sites, apart = decision_figures(rep, k)
+        sites, apart = decision_figures(rep, decided[rep.name] if decided is not None else decisions(rep, k))
         implement, free = needs_figures(rep, k)
         rows.append(ScoreRow(rep.name, {
             "decisions": sites, "apart": apart, "implement": implement, "free": free, "vendor": vendor_figure(rep, k),

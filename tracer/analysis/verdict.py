@@ -15,12 +15,15 @@ disagree. Pure.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from tracer.contract import PASSES, PRIMITIVES
+from tracer.knowledge import Knowledge
 from tracer.analysis.arm_audit import ArmCell
-from tracer.analysis.decisions import DECISIONS, decisions, device_branches, is_compilation_pair, is_device_branch
+from tracer.analysis.decisions import (DECISIONS, Decisions, device_branches, is_compilation_pair,
+                                      is_device_branch)
 from tracer.processing.evidence_class import EVIDENCE_ORDER
 from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.scorecard import LIST_EVIDENCE, ScoreRow
@@ -158,8 +161,8 @@ def _site_line(kind: str, site: str, file: str, line: int, entries: int) -> str:
     return f"{kind}: {site}{where}"
 
 
-def framework_verdict(rep: FrameworkReport, card: ScoreRow) -> FrameworkVerdict:
-    found = decisions(rep)
+def framework_verdict(rep: FrameworkReport, card: ScoreRow, found: Decisions) -> FrameworkVerdict:
+    """``found``: the framework's decisions (tracer.analysis.decisions), as the scorecard counted them."""
     figs = card.figures
     sites = [_site_line(s.kind, s.site, s.file, s.line, len(s.entries)) for s in found.sites]
     branches = {c.function: c for c in device_branches(rep) if c.function not in {s.site for s in found.sites}}
@@ -184,17 +187,19 @@ def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, int]:
     return (tier if v.implement.isdigit() else len(LIST_EVIDENCE) + 1, count, v.outside_registry, strength)
 
 
-def verdicts(reports: list[FrameworkReport], cards: list[ScoreRow]) -> list[FrameworkVerdict]:
-    """Every framework's verdict, ordered by :data:`RULE` (the evidence of its list, then its size), ranked from 1."""
+def verdicts(reports: list[FrameworkReport], cards: list[ScoreRow],
+             decided: Mapping[str, Decisions]) -> list[FrameworkVerdict]:
+    """Every framework's verdict, ordered by :data:`RULE` (the evidence of its list, then its size), ranked from 1;
+    ``decided``: each framework's decisions."""
     by_name = {c.framework: c for c in cards}
-    out = [framework_verdict(r, by_name[r.name]) for r in reports if r.name in by_name]
+    out = [framework_verdict(r, by_name[r.name], decided[r.name]) for r in reports if r.name in by_name]
     out.sort(key=_order_key)
     for i, v in enumerate(out, 1):
         v.rank = i
     return out
 
 
-def _parts(rep: FrameworkReport, primitive: str, pass_: str) -> tuple[str, str]:
+def _parts(rep: FrameworkReport, primitive: str, pass_: str, k: Knowledge) -> tuple[str, str]:
     """(where the CPU path and a GPU path part, the section of the framework's page that
     shows it): the first layer with a decision split; else "python" where the CPU path's
     own Python has a device branch (a single trace shows it); "no decision" where the
@@ -203,7 +208,7 @@ def _parts(rep: FrameworkReport, primitive: str, pass_: str) -> tuple[str, str]:
         if case.primitive != primitive:
             continue
         for i, pr in enumerate(case.pairs):
-            if pr.kind != "device" or not pr.b_label.startswith("gpu") or is_compilation_pair(rep.name, pr):
+            if pr.kind != "device" or not pr.b_label.startswith("gpu") or is_compilation_pair(rep.name, pr, k):
                 continue
             result = pr.diffs.get(pass_)
             if result is None:
@@ -227,14 +232,14 @@ _PARTS_SAY = {
 }
 
 
-def grid(reports: list[FrameworkReport]) -> list[GridCell]:
+def grid(reports: list[FrameworkReport], k: Knowledge) -> list[GridCell]:
     """framework x primitive x pass, in the contract's primitive order."""
     cells = []
     for rep in reports:
         for prim in PRIMITIVES:
             gpu = {c.pass_: c for c in rep.gpu_cells_of(prim)}
             for pass_ in PRIMITIVES[prim].passes:
-                parts, anchor = _parts(rep, prim, pass_)
+                parts, anchor = _parts(rep, prim, pass_, k)
                 strongest = gpu[pass_].strongest if pass_ in gpu else None
                 ev = strongest.evidence if strongest else ""
                 say = _PARTS_SAY.get(parts, f"CPU and GPU part at the {parts} layer")

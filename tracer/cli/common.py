@@ -14,14 +14,12 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import click
 from click.shell_completion import CompletionItem
 
 from tracer import registry, tempdirs
-from tracer import survey as sv
 from tracer.contract import APIS, DEVICES, LAYERS, MODELS, PRIMITIVES, WORKLOADS, Exit
 from tracer.emulation.cpus import MODELS as CPU_MODELS
 from tracer.errors import DltraceError, UsageError
@@ -29,8 +27,7 @@ from tracer.files import describe
 from tracer.registry import RegistryError
 from tracer.render.terminal import STDOUT, message, safe_console, tolerant_streams
 from tracer.runner import stop_all
-from tracer.survey import Gap
-from tracer.trace import Trace, TraceFormatError
+from tracer.trace import TraceFormatError
 
 if TYPE_CHECKING:
     # click types ParamType by the value it converts to since 8.4; setup.cfg accepts
@@ -242,17 +239,6 @@ def command_line(argv: list[str] | None = None) -> str:
         return token.rstrip(os.sep).rsplit(os.sep, 1)[-1] or token if os.sep in token else token
 
     return "dltrace " + shlex.join(said(t) for t in (sys.argv[1:] if argv is None else argv))
-
-
-def collect(folders: list[Path], problems: list[str] | None = None) -> tuple[list[Trace], list[Gap]]:
-    """The traces and gaps under ``folders``; each unreadable file is one line, skipped
-    (and added to ``problems``, for a report to say)."""
-    traces, gaps, found = sv.collect(folders)
-    for p in found:
-        err.print(message("!", "yellow", f"skipped {p}"), highlight=False, soft_wrap=True)
-    if problems is not None:
-        problems.extend(found)
-    return traces, gaps
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

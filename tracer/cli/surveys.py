@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import click
 
-from tracer import fleet
+from tracer import fleet, pipeline
 from tracer import survey as sv
 from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds,
-                               collect, command_line, err, flat, frameworks, main, out)
+                               command_line, err, flat, frameworks, main, out)
 from tracer import tempdirs
 from tracer.cli.workloads import distinct, equip, parse, verbose_failure, workload_options
-from tracer.contract import MODELS, USER_API, UserWorkload
+from tracer.contract import MODELS, UserWorkload
 from tracer.errors import UsageError
 from tracer.files import ensure_file_parent
+from tracer.analysis.decisions import decisions
 from tracer.analysis.scorecard import decision_figures, needs_figures
 from tracer.analysis.workload_coverage import coverage
 from tracer.render import coverage_export
@@ -25,19 +27,14 @@ from tracer.render.audit_console import print_coverage
 from tracer.registry import Framework
 from tracer.runner import check, check_workload
 from tracer.workload_record import record as record_workload
-from tracer.derive import survey_evidence
-from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir, write_text
 from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
 from tracer.importers.source import short_name
 from tracer.knowledge import knowledge
-from tracer.machine import describe as describe_machine
-from tracer.analysis.models import is_model_trace, is_workload_trace, model_reports
-from tracer.analysis.portability import framework_report, survey_reports
-from tracer.analysis.scorecard import scorecard
+from tracer.analysis.models import is_model_trace, is_workload_trace
+from tracer.analysis.portability import framework_report
 from tracer.render.audit_console import print_audit, print_pass_needs
-from tracer.render.html import write_report
 from tracer.render.terminal import message
 from tracer.runner import DEFAULT_TIMEOUT
 from tracer.survey import SurveyEvent
@@ -125,12 +122,8 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT; OUTPUT/survey.json
     records what ran and how long each stage took."""
-    import datetime
-    import time
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    start = time.monotonic()
     fleet_at = None
     if scheduler is not None:  # checked before any work; '' is a bad address, never "run here"
         fleet_at = fleet.scheduler(scheduler, "client", tls_ca_file, tls_cert, tls_key, trust_local_users)
@@ -155,73 +148,40 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
                 err.print(message("!", "yellow", f"{fw.name}: {exc}"), highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
                         arm_all=arm_all, models=nets, all_variants=all_variants, workloads=users)
-    host = describe_machine()
-    record = sv.SurveyRecord(command_line(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                             {k: host[k] for k in ("cpu", "arch", "cores", "python")}, [fw.name for fw in chosen],
-                             len(jobs_list), sum(len(j.cases) for j in jobs_list))
-    t0 = time.monotonic()
+    plan = pipeline.SurveyPlan(chosen, jobs_list, output, command_line(), ready, prims, nets, users,
+                               list(with_traces), jobs, fresh, timeout, imports, derived, fleet_at)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err) as progress:
-        total = progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list))
+        said = Said(progress, progress.add_task("survey", total=sum(len(j.cases) for j in jobs_list)))
+        pipeline.survey(plan, said)
 
-        def on_event(e: SurveyEvent) -> None:
-            progress.advance(total, e.done)
-            note = f", {len(e.gaps)} gaps" if e.gaps else ""
-            reused = f", {e.reused} reused" if e.reused else ""
-            progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
 
-        if fleet_at is not None:
-            gaps = fleet.run(jobs_list, output, fleet_at, fresh=fresh, timeout=timeout, on_event=on_event)
+class Said:
+    """The command line's account of a survey or report as it runs (tracer.pipeline's
+    Progress): jobs advance the bar, results go to stdout, the rest to stderr."""
+
+    def __init__(self, progress: Any = None, task: Any = None):
+        self.progress, self.task = progress, task
+
+    def stage(self, name: str) -> None:
+        if name != "probing" and self.progress is not None:  # the bar is done: the other stages' lines follow
+            self.progress.stop()
+
+    def job_done(self, e: SurveyEvent) -> None:
+        if self.progress is None:
+            return
+        self.progress.advance(self.task, e.done)
+        note = f", {len(e.gaps)} gaps" if e.gaps else ""
+        reused = f", {e.reused} reused" if e.reused else ""
+        self.progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
+
+    def note(self, text: str, kind: str = "detail") -> None:
+        if kind == "result":
+            out.print(text, markup=False, highlight=False)
+        elif kind == "warning":
+            err.print(message("!", "yellow", text), highlight=False, soft_wrap=True)
         else:
-            gaps = sv.run(jobs_list, output, workers=jobs, fresh=fresh, timeout=timeout, on_event=on_event)
-    record.seconds["probing"] = round(time.monotonic() - t0, 1)
-    out.print(f"probed in {record.seconds['probing']:.0f} s; {len(gaps)} gaps")
-    t1 = time.monotonic()
-    if imports:
-        def on_file(folder: str, n: int, error: str) -> None:
-            text = f"  {folder}: {error}" if error else f"  {folder}: {n} primitives imported"
-            err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
-
-        gaps += sv.import_references(chosen, output, fresh=fresh, on_file=on_file)
-        record.seconds["imports"] = round(time.monotonic() - t1, 1)
-    # each recorded GPU folder with the GPU machine's own CPU path beside it (cpu-default), the
-    # baseline its GPU path is set against: the same version on the same machine
-    # (once each: two GPU folders of one machine, float32 and bf16, share its CPU path)
-    recorded = list(dict.fromkeys((fw.name, f) for fw in chosen for folder in fw.recorded
-                                  for f in (folder, folder.parent / "cpu-default") if f.is_dir())) if imports else []
-    for name, folder in recorded:
-        n = sum(1 for _ in sv.trace_files([folder]))
-        err.print(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})",
-                  style="dim", highlight=False, markup=False)
-    if derived:
-        def on_done(folder: str, n: int, error: str) -> None:
-            text = f"  {folder}: {error}" if error else f"  {folder}: {n} cases' GPU evidence derived"
-            err.print(text, style="yellow" if error else "dim", highlight=False, markup=False)
-
-        t1 = time.monotonic()
-        gaps += survey_evidence([fw for fw in chosen if fw in ready], output, prims, fresh, timeout, on_done, nets,
-                                users)
-        record.seconds["derive"] = round(time.monotonic() - t1, 1)
-        out.print(f"GPU evidence derived in {record.seconds['derive']:.0f} s")
-    # what the report reads from outside the survey's folder is kept in it, and named in
-    # inputs.json: `dltrace report OUTPUT/traces` then renders the same report
-    outside = [(f"{name}-recorded-{folder.parent.name}-{folder.name}", folder) for name, folder in recorded]
-    inside = (output / "traces").resolve()
-    outside += [(f"with-{i}-{Path(f).name}", Path(f)) for i, f in enumerate(with_traces)
-                if not Path(f).resolve().is_relative_to(inside)]
-    kept = sv.keep_inputs(outside, output)
-    for k in kept:
-        if k.get("skipped"):
-            err.print(message("!", "yellow", f"{k['name']}: {k['skipped']} files left out of the report's inputs "
-                                             "(links, files outside the folder given, files that are not traces)"),
-                      highlight=False, soft_wrap=True)
-    write_text(output / "inputs.json", json.dumps({"kept_in": f"traces/{sv.INPUTS}", "inputs": kept}, indent=1) + "\n")
-    t1 = time.monotonic()
-    _render([output / "traces"], output)
-    record.seconds["report"] = round(time.monotonic() - t1, 1)
-    record.seconds["total"] = round(time.monotonic() - start, 1)
-    record.gaps = len(gaps)
-    sv.write_record(output, record)
+            err.print(text, style="yellow" if kind == "problem" else "dim", highlight=False, markup=False)
 
 
 @main.command()
@@ -229,8 +189,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
 @click.option("-o", "--output", type=OutPath(file_okay=False, path_type=Path), required=True)
 def report(traces: tuple[Path, ...], output: Path) -> None:
     """Render the HTML report from TRACES folders alone (no framework needed)."""
-    ensure_dir(output)
-    _render(list(traces), output)
+    pipeline.report(list(traces), output, Said())
 
 
 def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples: bool) -> dict[str, list[UserWorkload]]:
@@ -260,23 +219,6 @@ def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples:
     return {fw_name: distinct(ws, fw_name) for fw_name, ws in out.items()}
 
 
-def _render(folders: list[Path], output: Path) -> None:
-    skipped: list[str] = []
-    traces, gaps = collect(folders, skipped)
-    if not traces and not gaps:
-        raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
-    # the primitives make the portability report; the models' steps their own page
-    k = knowledge()  # loaded once, handed to every stage
-    nets = [t for t in traces if is_model_trace(t)]
-    prims = [t for t in traces if not is_model_trace(t)]
-    whole = [g for g in gaps if g.primitive in MODELS or g.api == USER_API]  # a model's or a workload's step
-    reports = survey_reports(prims, [g for g in gaps if g not in whole], k=k)
-    cards = scorecard(reports, prims, ElfCode().sizes, k)
-    index = write_report(reports, output, cards=cards, models=model_reports(nets, whole, cards, k, prims),
-                         skipped=skipped)
-    out.print(f"report: {index}", markup=False, highlight=False)
-
-
 @main.command()
 @click.argument("framework", type=FRAMEWORK)
 @click.option("--traces", "folders", multiple=True, type=click.Path(path_type=Path),
@@ -302,7 +244,7 @@ def audit(framework: str, folders: tuple[Path, ...], workload: str | None, name:
     missing = [f for f in folders if not f.exists()]
     if missing:
         raise DltraceError(f"no such folder: {missing[0]}; run: dltrace survey {framework}")
-    traces, gaps = collect(list(folders))
+    traces, gaps, _ = pipeline.read(list(folders), Said())
     mine = [t for t in traces if t.info.framework == framework and not is_model_trace(t)]
     if not mine:
         raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
@@ -330,10 +272,10 @@ def _audit_workload(framework: str, folders: list[Path], user: UserWorkload, ver
     rep = framework_report(framework, traces, gaps, k=k)
     print_audit(rep, out)
     print_pass_needs(rep, out)
-    builtin = [t for t in collect([f for f in folders if f.is_dir()])[0]
+    builtin = [t for t in pipeline.read([f for f in folders if f.is_dir()], Said())[0]
                if t.info.framework == framework and not is_workload_trace(t)] if folders else []
     implement, _ = needs_figures(rep, k)
-    sites, _ = decision_figures(rep, k)
+    sites, _ = decision_figures(rep, decisions(rep, k))
     out.print(f"decision sites on {user.name}'s path: {sites.value} ({sites.explain})", markup=False, highlight=False,
               soft_wrap=True)
     cov = coverage(framework, user.name, implement.items, traces, builtin)

@@ -102,7 +102,7 @@ def probe(framework: str, primitive: str | None, workload: str | None, name: str
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"), verbose_failure(verbose):
         trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu or "")
 
-    print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes)
+    print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes, k=knowledge())
     if output:
         save(trace, output)
         err.print(f"trace written to {output}", style="dim", highlight=False, markup=False)
@@ -143,7 +143,7 @@ def diff(trace_a: str, trace_b: str | None, as_json: bool, layers: tuple[tuple[s
         return
     b = load(trace_b)
     k = knowledge()  # loaded once, handed to each stage
-    result = diff_traces(a, b, pass_, phase, wanted, threshold, force, k)
+    result = diff_traces(a, b, pass_, phase, wanted, threshold, force, k=k)
 
     ran = split_kernels(a, b, pass_, k)  # the framework's own kernels only one side ran
     if as_json:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from tracer.processing.tags import AMD, NVIDIA, kernel_lib, module_of
+from tracer.knowledge import knowledge
+from tracer.processing import tags
+from tracer.processing.tags import AMD, NVIDIA, module_of
 
 __all__ = ["AMD", "NVIDIA", "kernel_lib", "module_of", "vendor_of"]
 
@@ -43,3 +45,10 @@ def vendor_of(gpu_names: Iterable[str], api_names: Iterable[str], header: dict[s
         if _NVIDIA_GPU.search(name):
             return NVIDIA
     return ""
+
+
+def kernel_lib(name: str, vendor: str, kind: str = "kernel") -> str:
+    """The library tag of a GPU activity in a profiler file (:func:`tracer.processing.tags.kernel_lib`),
+    read with the process's knowledge: an importer is an entry point (it reads the registry
+    for the file's framework as well), and what it tags is stored in the trace's frames."""
+    return tags.kernel_lib(name, vendor, kind, k=knowledge())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from tracer.knowledge import Knowledge
 from tracer.processing.tags import LIBC, LIBPYTHON, LIBSTDCXX, library_of
 from tracer.processing.tree import splice
 from tracer.trace import Node
@@ -17,10 +18,10 @@ from tracer.trace import Node
 PLUMBING = frozenset({LIBC, LIBSTDCXX, LIBPYTHON, "libgcc"})
 
 
-def hide_plumbing(root: Node, hidden_libs: frozenset[str] = PLUMBING) -> Node:
-    """A copy without native frames of ``hidden_libs`` (libc, libstdc++, libpython),
-    looked through as :func:`tracer.processing.tree.splice` does."""
-    return splice(root, lambda f: f.kind == "native" and library_of(f) in hidden_libs)
+def hide_plumbing(root: Node, hidden_libs: frozenset[str] = PLUMBING, *, k: Knowledge) -> Node:
+    """A copy without native frames of ``hidden_libs`` (libc, libstdc++, libpython; tagged
+    with the knowledge ``k``), looked through as :func:`tracer.processing.tree.splice` does."""
+    return splice(root, lambda f: f.kind == "native" and library_of(f, k) in hidden_libs)
 
 
 def prune(root: Node, min_share: float) -> tuple[Node, int]:

@@ -16,6 +16,7 @@ from typing import Any, Optional, Union
 
 import networkx as nx
 
+from tracer.knowledge import Knowledge
 from tracer.processing.diff.result import DiffResult, LayerDiff
 from tracer.processing.normalize import identity_label
 from tracer.processing.sampling import DEFAULT_THRESHOLD
@@ -29,23 +30,23 @@ _Group = Optional[list[Node]]
 _SIDE = (SHARED, A_ONLY, B_ONLY)
 
 
-def _attrs(frame: Frame) -> dict[str, Any]:
-    return {"label": frame.label, "kind": frame.kind, "lib": frame.lib, "library": library_of(frame),
-            "isa": isa_of(frame), "file": frame.file, "line": frame.line}
+def _attrs(frame: Frame, k: Knowledge) -> dict[str, Any]:
+    return {"label": frame.label, "kind": frame.kind, "lib": frame.lib, "library": library_of(frame, k),
+            "isa": isa_of(frame, k), "file": frame.file, "line": frame.line}
 
 
-def call_graph(tree: Node) -> nx.DiGraph[tuple[str, ...]]:
-    """One layer's call tree as a graph (same-identity siblings merged, as in the diff).
-    Node attributes: label, kind, lib, library, isa, file, line, count, depth."""
+def call_graph(tree: Node, k: Knowledge) -> nx.DiGraph[tuple[str, ...]]:
+    """One layer's call tree as a graph (same-identity siblings merged, as in the diff),
+    read with the knowledge ``k``. Node attributes: label, kind, lib, library, isa, file, line, count, depth."""
     g: nx.DiGraph[tuple[str, ...]] = nx.DiGraph()
     stack: list[tuple[list[Node], tuple[str, ...], tuple[str, ...] | None]] = [([tree], ("root",), None)]
     while stack:
         group, key, parent = stack.pop()
         count = sum(n.count for n in group)
-        g.add_node(key, **_attrs(group[0].frame), count=count, depth=len(key) - 1)
+        g.add_node(key, **_attrs(group[0].frame, k), count=count, depth=len(key) - 1)
         if parent is not None:
             g.add_edge(parent, key, count=count)
-        for ident, kids in reversed(children_groups(group).items()):
+        for ident, kids in reversed(children_groups(group, k).items()):
             stack.append((kids, key + (identity_label(ident),), key))
     return g
 
@@ -64,6 +65,7 @@ class MergedWalk:
     depth: list[int] = field(default_factory=list)
     #: nodes within reach of a split, kept for the focused drawing: node -> levels left below it
     near: dict[int, int] = field(default_factory=dict)
+    k: Knowledge = field(kw_only=True)  # what the stages know (tracer.knowledge): the walk's frames' tags
 
     def __len__(self) -> int:
         return len(self.parent)
@@ -77,7 +79,7 @@ class MergedWalk:
         g: nx.DiGraph[int] = nx.DiGraph()
         keep = set(nodes)
         for i in nodes:
-            g.add_node(i, **_attrs(self.frame[i]), side=_SIDE[self.side[i]], split=self.split[i],
+            g.add_node(i, **_attrs(self.frame[i], self.k), side=_SIDE[self.side[i]], split=self.split[i],
                        count_a=self.count_a[i], count_b=self.count_b[i], depth=self.depth[i])
             p = self.parent[i]
             if p >= 0 and p in keep:
@@ -106,21 +108,21 @@ def _trees(a: Union[Node, LayerDiff, DiffResult], b: Node | None, layer: str | N
 
 def merged_walk(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *, layer: str | None = None,
                 threshold: float = DEFAULT_THRESHOLD, sampled: bool | None = None, per_side: int = 6,
-                below: int = 1) -> MergedWalk:
+                below: int = 1, k: Knowledge) -> MergedWalk:
     """Walk both trees (or a diff result's, whose threshold and sampling then apply, so
     that graph and diff agree). A node is a split where the two sides' present
     children differ. ``per_side`` differing children of each split, and ``below``
     levels under them (two children per level), are marked :attr:`MergedWalk.near`."""
     a, b, threshold, sampled = _trees(a, b, layer, threshold, sampled)
     total_a, total_b = (total_samples(a), total_samples(b)) if sampled else (0, 0)
-    w = MergedWalk()
+    w = MergedWalk(k=k)
     # (A's group, B's group, parent, depth, levels to keep below it if near a split)
     stack: list[tuple[_Group, _Group, int, int, int | None]] = [([a], [b], -1, 0, None)]
     while stack:
         ga, gb, parent, depth, mark = stack.pop()
         me = len(w.parent)
-        ca = present(children_groups(ga), total_a, threshold, sampled) if ga else {}
-        cb = present(children_groups(gb), total_b, threshold, sampled) if gb else {}
+        ca = present(children_groups(ga, k), total_a, threshold, sampled) if ga else {}
+        cb = present(children_groups(gb, k), total_b, threshold, sampled) if gb else {}
         split = bool(ga and gb and ca.keys() != cb.keys())
         w.parent.append(parent)
         w.side.append(0 if ga and gb else (1 if ga else 2))
@@ -133,7 +135,7 @@ def merged_walk(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *,
         w.depth.append(depth)
         if mark is not None:
             w.near[me] = mark
-        kids = [(ca.get(k), cb.get(k)) for k in [*ca, *(k for k in cb if k not in ca)]]
+        kids = [(ca.get(key), cb.get(key)) for key in [*ca, *(key for key in cb if key not in ca)]]
         marks: list[int | None] = [None] * len(kids)
         if split:
             taken = [0, 0, 0]
@@ -150,11 +152,11 @@ def merged_walk(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *,
 
 
 def merged_graph(a: Union[Node, LayerDiff, DiffResult], b: Node | None = None, *, layer: str | None = None,
-                 threshold: float = DEFAULT_THRESHOLD, sampled: bool | None = None) -> "nx.DiGraph[Any]":
+                 threshold: float = DEFAULT_THRESHOLD, sampled: bool | None = None, k: Knowledge) -> "nx.DiGraph[Any]":
     """Both trees in one graph, every node. Each node has ``side`` in {"shared",
     "A-only", "B-only"}, ``count_a``/``count_b``, and ``split=True`` where the two
     sides' children differ. For drawing a large pair, see :func:`focused_graph`."""
-    return merged_walk(a, b, layer=layer, threshold=threshold, sampled=sampled).whole()
+    return merged_walk(a, b, layer=layer, threshold=threshold, sampled=sampled, k=k).whole()
 
 
 def focused_graph(w: MergedWalk) -> "nx.DiGraph[Any]":

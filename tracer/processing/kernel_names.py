@@ -18,23 +18,22 @@ exported symbol), flagged rather than named. Pure.
 
 from __future__ import annotations
 
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.tags import _bare
 
 #: The precision every probe computes in (the first letter of a typed BLAS routine).
 PROBE_PRECISION = "s"
 
 
-def not_a_kernel(name: str, k: Knowledge | None = None) -> bool:
+def not_a_kernel(name: str, k: Knowledge) -> bool:
     """A native frame that computes nothing a port replaces (see the module)."""
     bare = _bare(name).strip()
-    facts = k or knowledge()
-    return bool(facts.libraries.not_kernels.search(bare) or (facts.not_kernels and facts.not_kernels.search(bare)))
+    return bool(k.libraries.not_kernels.search(bare) or (k.not_kernels and k.not_kernels.search(bare)))
 
 
-def implausible(name: str, k: Knowledge | None = None) -> str:
+def implausible(name: str, k: Knowledge) -> str:
     """Why a kernel name cannot be what ran where the probes compute in float32, or ""."""
-    m = (k or knowledge()).libraries.typed_blas.match(_bare(name).strip().lower())
+    m = k.libraries.typed_blas.match(_bare(name).strip().lower())
     if m and m.group(1) != PROBE_PRECISION:
         kind = {"d": "double-precision", "c": "complex", "z": "complex double-precision"}[m.group(1)]
         return (f"{name}: a {kind} BLAS/LAPACK routine under a float32 primitive: likely a mis-symbolised "

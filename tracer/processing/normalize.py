@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.trace import Frame
 
 NATIVE = frozenset({"native"})
@@ -80,10 +80,9 @@ _SO_VERSION = re.compile(r"(?:\.cpython-[^.]*|\.abi3)?\.so(?:\.[0-9.]+)?$|\.dyli
 
 
 @lru_cache(maxsize=4)
-def rules(k: Knowledge | None = None) -> tuple[Rule, ...]:
+def rules(k: Knowledge) -> tuple[Rule, ...]:
     """:data:`RULES`, with the frameworks' numbered generated names (tracer.knowledge:
     TensorFlow's __inference_conv_1234, JAX's jit_f_17) in their place."""
-    k = k or knowledge()
     at = next(i for i, r in enumerate(RULES) if r.why.startswith("op and kernel names made by code generators"))
     extra = []
     if k.generated is not None:
@@ -94,7 +93,7 @@ def rules(k: Knowledge | None = None) -> tuple[Rule, ...]:
     return (*RULES[:at], *extra, *RULES[at:])
 
 
-def normalize(text: str, kind: str, k: Knowledge | None = None) -> str:
+def normalize(text: str, kind: str, k: Knowledge) -> str:
     """``text`` (a frame's name or module) with the noise of :func:`rules` removed."""
     for rule in rules(k):
         if kind in rule.kinds:
@@ -113,7 +112,7 @@ Identity = tuple[str, str, str]
 
 
 @lru_cache(maxsize=1 << 16)  # pure; equal frames of two traces are normalised once
-def identity(frame: Frame, k: Knowledge | None = None) -> Identity:
+def identity(frame: Frame, k: Knowledge) -> Identity:
     """The hashable key under which two frames are "the same function".
 
     ``(kind, module, name)`` after normalisation. A native frame without a usable

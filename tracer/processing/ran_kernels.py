@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.symbols import display
 from tracer.processing.tags import _bare
 from tracer.trace import Trace
@@ -76,11 +76,11 @@ def _sampled(trace: Trace, pass_: str, k: Knowledge) -> list[tuple[str, int]]:
     return [(name, n) for name, n in found.most_common() if n >= MIN_SAMPLES]
 
 
-def ran_kernels(trace: Trace, pass_: str, k: Knowledge | None = None) -> RanKernels:
-    return RanKernels(_rewrites(trace, pass_), _sampled(trace, pass_, k or knowledge()))
+def ran_kernels(trace: Trace, pass_: str, k: Knowledge) -> RanKernels:
+    return RanKernels(_rewrites(trace, pass_), _sampled(trace, pass_, k))
 
 
-def split_kernels(a: Trace, b: Trace, pass_: str, k: Knowledge | None = None) -> tuple[list[str], list[str]]:
+def split_kernels(a: Trace, b: Trace, pass_: str, k: Knowledge) -> tuple[list[str], list[str]]:
     """What each side ran that the other did not, by the framework's kernel names
     (empty lists where neither source names any)."""
     ka, kb = ran_kernels(a, pass_, k), ran_kernels(b, pass_, k)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tracer.contract import PASSES
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.evidence_class import evidence_class
 from tracer.processing.sampling import DEFAULT_THRESHOLD
 from tracer.processing.summary import PathSummary, summarize
@@ -65,7 +65,7 @@ def _leaves(tree: Node, kinds: tuple[str, ...], facts: Knowledge) -> Counter[str
 
 
 def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int = 5,
-                   k: Knowledge | None = None) -> list[tuple[str, int]]:
+                   *, k: Knowledge) -> list[tuple[str, int]]:
     """The frames that compute, in at least ``threshold`` of the samples: a vendor
     library's (oneDNN, Eigen, BLAS...) first, then the framework's own, most sampled
     first. Each sampled stack counts for its innermost frame that computes by the rules
@@ -74,12 +74,11 @@ def native_kernels(native: Node, threshold: float = DEFAULT_THRESHOLD, most: int
     with none counts for nothing (eager bookkeeping, bindings, reference counts, timers:
     tracer.processing.kernel_names); an impossible name (a complex LAPACK routine under a
     float32 probe) is no kernel (:func:`suspect_kernels`)."""
-    k = k or knowledge()
     found, total = attribute([native], k)
     return [(a.frame.label, a.own + a.below) for a in ranked(found, threshold * (total or 1), k)[:most]]
 
 
-def suspect_kernels(native: Node, k: Knowledge | None = None) -> list[str]:
+def suspect_kernels(native: Node, k: Knowledge) -> list[str]:
     """Why each sampled leaf whose name cannot be what ran is not named (kernel_names.implausible)."""
     return list(dict.fromkeys(why for node in _native_leaves(native) if (why := implausible(node.frame.name, k))))
 
@@ -94,9 +93,8 @@ def _native_leaves(native: Node) -> Iterator[Node]:
         stack.extend(node.children)
 
 
-def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD, k: Knowledge | None = None) -> Reach:
+def reach(trace: Trace, threshold: float = DEFAULT_THRESHOLD, *, k: Knowledge) -> Reach:
     """What ``trace``'s warm path reaches, read with the knowledge ``k``."""
-    k = k or knowledge()
     libs: Counter[str] = Counter()
     isa: set[str] = set()
     kernels, ops, handoffs, python, seconds, calls = [], [], [], {}, {}, []

@@ -22,7 +22,7 @@ Op frames (the framework's own dispatch records) are tagged by ``op`` on the op 
 kernel name (aten::mkldnn_convolution, _MklConv2D, cudnn...), and Python/C frames by
 ``module`` on their module (cupy, numpy, ideep4py), then by ``python_name`` on their
 name (forward_ideep, torch.cuda...). Every function takes the :class:`Knowledge` to
-read (``k``; default: tracer.knowledge.knowledge(), the entry points' one).
+read (``k``, required: the entry points load it once and hand it down).
 Pure functions over a Frame; no I/O.
 """
 
@@ -32,7 +32,7 @@ import re
 from functools import lru_cache
 
 from tracer import libraries as vendor_libraries
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.normalize import normalize_lib
 from tracer.libraries import Table
 from tracer.trace import Frame
@@ -49,40 +49,36 @@ SYSTEM_LIBS = vendor_libraries.default().system
 
 
 @lru_cache(maxsize=1 << 16)
-def is_incidental(frame: Frame, k: Knowledge | None = None) -> bool:
+def is_incidental(frame: Frame, k: Knowledge) -> bool:
     """A native frame that says where a thread waited, forked, allocated or passed a
     call along (libraries.yaml ``incidental``, OpenMP's library, a framework's own
     parallel-for wrapper), not what it computed."""
     if frame.kind != "native":
         return False
-    k = k or knowledge()
     bare = _bare(frame.name).strip()
     return (library_of(frame, k) == "OpenMP" or bool(k.libraries.incidental.match(bare))
             or bool(k.incidental and k.incidental.search(bare)))
 
 
-def is_vendor_lib(lib: str, k: Knowledge | None = None) -> bool:
+def is_vendor_lib(lib: str, k: Knowledge) -> bool:
     """A library a port replaces or links (oneDNN, cuDNN, a framework's own GPU kernels),
     not the framework's core or the system."""
-    k = k or knowledge()
     return lib in k.libraries.vendor or lib in k.gpu_kernel_tags
 
 
-def is_gpu_lib(lib: str, k: Knowledge | None = None) -> bool:
+def is_gpu_lib(lib: str, k: Knowledge) -> bool:
     """GPU code: a GPU library or runtime, or a framework's own GPU kernels."""
-    k = k or knowledge()
     return lib in k.libraries.gpu or lib in k.gpu_kernel_tags
 
 
-def is_system_lib(lib: str, k: Knowledge | None = None) -> bool:
+def is_system_lib(lib: str, k: Knowledge) -> bool:
     """What every native stack passes through whatever the backend (libc, libpython, OpenMP...)."""
-    return lib in (k or knowledge()).libraries.system
+    return lib in k.libraries.system
 
 
-def library_order(lib: str, k: Knowledge | None = None) -> tuple[int, str]:
+def library_order(lib: str, k: Knowledge) -> tuple[int, str]:
     """Sort key for lists of libraries: what a port replaces first (vendor and GPU
     libraries, JIT code), then the framework's core, then the rest, system last."""
-    k = k or knowledge()
     rank = (0 if is_vendor_lib(lib, k) or is_gpu_lib(lib, k) or lib == JIT else 1 if lib in k.core_tags
             else 3 if is_system_lib(lib, k) else 2)
     return rank, lib.lower()
@@ -129,9 +125,8 @@ def is_unnamed(frame: Frame) -> bool:
 
 
 @lru_cache(maxsize=1 << 16)  # pure; a trace has a few thousand distinct frames, seen many times
-def library_of(frame: Frame, k: Knowledge | None = None) -> str:
+def library_of(frame: Frame, k: Knowledge) -> str:
     """The library tag of a frame ("oneDNN", "Eigen", "cuDNN", "torch core"...), "" if unknown."""
-    k = k or knowledge()
     t = k.libraries
     kind = frame.kind
     if kind == "native":
@@ -161,20 +156,20 @@ def library_call_kind(frame: Frame) -> str:
 
 
 @lru_cache(maxsize=1 << 16)
-def vendor_named(frame: Frame, k: Knowledge | None = None) -> str:
+def vendor_named(frame: Frame, k: Knowledge) -> str:
     """The vendor library a native frame's full symbol names anywhere, template
     arguments included (``std::_Function_handler<..., dnnl::impl::...::execute>``
     is oneDNN's lambda even though the frame itself is libstdc++'s)."""
-    return _first((k or knowledge()).libraries.symbol, frame.name) if frame.kind == "native" else ""
+    return _first(k.libraries.symbol, frame.name) if frame.kind == "native" else ""
 
 
 @lru_cache(maxsize=1 << 16)
-def isa_of(frame: Frame, k: Knowledge | None = None) -> str:
+def isa_of(frame: Frame, k: Knowledge) -> str:
     """The ISA a native or op frame's code is written for ("avx2", "avx512_core", "neon",
     "jit" for run-time generated code...), "" if the name does not say."""
     if frame.kind not in ("native", "op", "library"):
         return ""
-    isa = (k or knowledge()).libraries.isa
+    isa = k.libraries.isa
     if is_jit(frame):
         return (not is_unnamed(frame) and _first(isa, frame.name.lower())) or "jit"
     return _first(isa, frame.name.lower())
@@ -185,14 +180,13 @@ def module_of(vendor: str) -> str:
     return "hip" if vendor == AMD else "cuda" if vendor == NVIDIA else "gpu"
 
 
-def kernel_lib(name: str, vendor: str, kind: str = "kernel", k: Knowledge | None = None) -> str:
+def kernel_lib(name: str, vendor: str, kind: str = "kernel", *, k: Knowledge) -> str:
     """The library tag of a GPU activity (a kernel, memcpy or memset): the op table's,
     else the framework's own kernels' (knowledge ``gpu_kernels``). One rule for the
     importers, which tag the kernels of a profile, and for the kernels dltrace's probe
     recorded on a GPU machine, untagged (tracer.analysis.gpu_cells)."""
     if kind != "kernel":
         return HIP_RUNTIME if vendor == AMD else CUDART
-    k = k or knowledge()
     return library_of(Frame("op", module_of(vendor), name), k) or k.gpu_kernel_tag(name, vendor)
 
 
@@ -201,11 +195,11 @@ KERNEL_MODULES = {module_of(v): v for v in (NVIDIA, AMD)}
 _COPIES = re.compile(r"^(?:Memset|Memcpy)\b")
 
 
-def recorded_kernel_lib(f: Frame, k: Knowledge | None = None) -> str:
+def recorded_kernel_lib(f: Frame, k: Knowledge) -> str:
     """The tag the importer would give a GPU activity dltrace's probe recorded on a GPU
     machine (module "cuda" or "hip", untagged: the probe runs with the standard library
     alone); "" for any other frame, or one no table knows."""
     vendor = KERNEL_MODULES.get(f.module)
     if f.lib or vendor is None:
         return ""
-    return kernel_lib(f.name, vendor, "memcpy" if _COPIES.match(f.name) else "kernel", k)
+    return kernel_lib(f.name, vendor, "memcpy" if _COPIES.match(f.name) else "kernel", k=k)

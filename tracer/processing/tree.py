@@ -53,7 +53,7 @@ def above(groups: Groups, minimum: float) -> tuple[Groups, Groups]:
     return keep, low
 
 
-def children_groups(nodes: list[Node], k: Knowledge | None = None) -> dict[tuple[str, str, str], list[Node]]:
+def children_groups(nodes: list[Node], k: Knowledge) -> dict[tuple[str, str, str], list[Node]]:
     """Children of a group of aligned nodes, grouped by identity (for the graph module)."""
     out: dict[tuple[str, str, str], list[Node]] = {}
     for n in nodes:

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from tracer.knowledge import Knowledge
 from tracer.processing.compact import hide_plumbing, prune, short_symbol
 from tracer.processing.summary import summarize
 from tracer.processing.tags import isa_of, library_of
@@ -29,22 +30,22 @@ def _fmt_time(ns: int) -> str:
     return f"{ns / 1e3:.1f} µs"
 
 
-def node_label(node: Node, total: int = 0) -> Text:
+def node_label(node: Node, total: int = 0, *, k: Knowledge) -> Text:
     """One node; ``total`` (the root's samples) marks a sampled layer: counts are
-    shown as shares, native frames with their library and ISA tags."""
+    shown as shares, native frames with their library and ISA tags (read with ``k``)."""
     f = node.frame
     text = Text()
     if f.kind in _HANDOFF:
         text.append(_HANDOFF[f.kind], style=_KIND_STYLE[f.kind])
     if total:
         text.append(clip(short_symbol(f.label) if f.kind == "native" else f.label), style=_KIND_STYLE.get(f.kind, ""))
-        tags = [t for t in (library_of(f), isa_of(f)) if t] if f.kind in ("native", "op") else []
+        tags = [t for t in (library_of(f, k), isa_of(f, k)) if t] if f.kind in ("native", "op") else []
         extra = [f"{100 * node.count / total:.0f}%"] + ([f.lib] if f.lib and f.kind == "native" else []) + tags
         text.append("  " + "  ".join(extra), style="dim")
         return text
     text.append(clip(f.label), style=_KIND_STYLE.get(f.kind, ""))
     if f.kind == "op":
-        tags = [t for t in (library_of(f), isa_of(f)) if t]
+        tags = [t for t in (library_of(f, k), isa_of(f, k)) if t]
         if tags:
             text.append("  [" + ", ".join(tags) + "]", style="cyan dim")
     extra = []
@@ -60,9 +61,9 @@ def node_label(node: Node, total: int = 0) -> Text:
 
 
 def tree_view(root: Node, title: Text | str | None = None, max_depth: int = 40, max_nodes: int = 400,
-              total: int = 0) -> Tree:
+              total: int = 0, *, k: Knowledge) -> Tree:
     """A rich Tree; deeper or further nodes are summarised, not silently dropped."""
-    view = Tree(title if title is not None else node_label(root, total))
+    view = Tree(title if title is not None else node_label(root, total, k=k))
     shown = 0
     stack = [(view, root, 0)]
     while stack:
@@ -78,17 +79,17 @@ def tree_view(root: Node, title: Text | str | None = None, max_depth: int = 40, 
                 branch.add(Text("… more frames not shown (raise --max-nodes)", style="dim"))
                 break
             shown += 1
-            added.append((branch.add(node_label(child, total)), child, depth + 1))
+            added.append((branch.add(node_label(child, total, k=k)), child, depth + 1))
         stack.extend(reversed(added))
     return view
 
 
-def _python_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+def _python_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int, k: Knowledge) -> None:
     s = summarize(tree)
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [python]  ", (
         f"{s.python_functions} framework Python functions, {s.c_handoffs} C hand-offs, "
         f"{s.ext_handoffs} library calls", "dim"))
-    console.print(tree_view(tree, title, max_depth, max_nodes))
+    console.print(tree_view(tree, title, max_depth, max_nodes, k=k))
     st = run.info
     if st.untraced_s and st.traced_s is not None and st.overhead is not None:
         console.print(Text(
@@ -96,38 +97,39 @@ def _python_layer(run: Run, tree: Node, console: Console, max_depth: int, max_no
             f"(×{st.overhead:.2f})", style="dim"))
 
 
-def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int, k: Knowledge) -> None:
     info = run.info.layers.get("op")
     source = info.source if info is not None and info.source is not None else "the framework"
     ops = sum(1 for _, n in tree.walk() if n.frame.kind == "op")
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [op]  ", (f"{ops} op records, from {source}", "dim"))
-    console.print(tree_view(tree, title, max_depth, max_nodes))
+    console.print(tree_view(tree, title, max_depth, max_nodes, k=k))
 
 
-def _library_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+def _library_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int, k: Knowledge) -> None:
     calls = len(tree.children)
     what = f"{calls} calls the vendor libraries reported (oneDNN, MKL, NVPL verbose)" if calls else \
         "no oneDNN, MKL or NVPL call reported: the kernels are the framework's own or another library's"
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [library]  ", (what, "dim"))
-    console.print(tree_view(tree, title, max_depth, max_nodes))
+    console.print(tree_view(tree, title, max_depth, max_nodes, k=k))
 
 
-def _native_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int) -> None:
+def _native_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int, k: Knowledge) -> None:
     st = run.info.layers.get("native") or LayerStats()
     total = tree.count or sum(c.count for c in tree.children)
-    compact, dropped = prune(hide_plumbing(tree), NATIVE_MIN_SHARE)
+    compact, dropped = prune(hide_plumbing(tree, k=k), NATIVE_MIN_SHARE)
     slow = f", loop time ×{st.slowdown:.1f} of unsampled" if st.slowdown else ""
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [native]  ", (
         f"{total} samples at {'?' if st.rate is None else st.rate}/s, {st.errors} unwinding errors{slow}; "
         f"libc/libstdc++/libpython frames hidden, {dropped} frames under {NATIVE_MIN_SHARE:.0%} not shown", "dim"))
-    console.print(tree_view(compact, title, max_depth, max_nodes, total=total or 1))
+    console.print(tree_view(compact, title, max_depth, max_nodes, total=total or 1, k=k))
 
 
 _LAYER_VIEWS = {"python": _python_layer, "op": _op_layer, "library": _library_layer, "native": _native_layer}
 
 
 def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tuple[str, ...] = ("python",),
-                max_depth: int = 40, max_nodes: int = 400) -> None:
+                max_depth: int = 40, max_nodes: int = 400, *, k: Knowledge) -> None:
+    """``trace``'s ``layers`` of its ``phase`` runs on ``console``, tagged with the knowledge ``k``."""
     m = trace.info
     console.print(
         Text.assemble(
@@ -153,4 +155,4 @@ def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tup
                     console.print(Text.assemble((f"{run.pass_}", "bold underline"), f"  [{layer}]  ",
                                                 (f"not captured: {why}", "yellow")))
                 continue
-            _LAYER_VIEWS[layer](run, tree, console, max_depth, max_nodes)
+            _LAYER_VIEWS[layer](run, tree, console, max_depth, max_nodes, k)

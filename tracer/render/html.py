@@ -24,17 +24,18 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
-from tracer.analysis.decisions import decisions, pair_splits
+from tracer.knowledge import Knowledge
 from tracer.processing.diff.context import ARTEFACTS
 from tracer.processing.diff.result import Fragment, LayerDiff
 from tracer.processing.graph import focused_graph, merged_walk
 from tracer.analysis.models import Level, ModelReport
+from tracer.analysis.survey_model import SurveyModel
 from tracer.render import coverage_export
 from tracer.processing.pairs import KIND_NAMES
 from tracer.processing.evidence_class import EVIDENCE_MEANING
 from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
-from tracer.analysis.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
-from tracer.analysis.verdict import RULE, arm_verdicts, grid, verdicts
+from tracer.analysis.scorecard import COLUMNS, EXPLAIN, HEADLINE
+from tracer.analysis.verdict import RULE, FrameworkVerdict
 from tracer.render.grid_svg import PARTS, STROKE, bars_svg, grid_svg
 from tracer.render.survey_json import survey_json, write_survey_json
 from tracer.processing.sampling import ALPHA, DEFAULT_THRESHOLD
@@ -215,8 +216,8 @@ class _Graphs:
     Drawings run on a thread pool, one per core: most of a drawing's time is Graphviz's
     own process, and a survey's report draws over a thousand of them."""
 
-    def __init__(self, out: Path, pool: Executor):
-        self.out = out
+    def __init__(self, out: Path, pool: Executor, k: Knowledge):
+        self.out, self.k = out, k
         self.dir = out / "graphs"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.problem = ""
@@ -237,7 +238,7 @@ class _Graphs:
                 self.problem = str(exc)
                 return None
             self.checked = True
-        return self.pool.submit(_draw, name, layer, title, inline, self.svgs)
+        return self.pool.submit(_draw, name, layer, title, inline, self.svgs, self.k)
 
     def result(self, job: Future[_Drawn] | None) -> Drawing | None:
         """A started drawing, its full graph written (here, in the order the page lists
@@ -255,11 +256,11 @@ class _Graphs:
         return drawing
 
 
-def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.SvgCache) -> _Drawn:
+def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.SvgCache, k: Knowledge) -> _Drawn:
     """One layer's drawing (on a worker thread): what fails is the drawing's gap."""
     drawing, full = Drawing(), None
     try:
-        walk = merged_walk(layer)
+        walk = merged_walk(layer, k=k)
         focused = graphs.fold_chains(focused_graph(walk))
         drawing.nodes, drawing.shown = len(walk), focused.number_of_nodes()
         drawing.svg = Markup(graphs.svg(focused, "", cache=svgs)) if inline else None
@@ -274,26 +275,22 @@ def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.Sv
     return drawing, full
 
 
-def write_report(reports: list[FrameworkReport], out: Path, threshold: float = DEFAULT_THRESHOLD,
-                 cards: list[ScoreRow] | None = None, models: list[ModelReport] | None = None,
-                 skipped: list[str] | None = None) -> Path:
-    """Render the report of the portability model (tracer.analysis.portability) into
-    ``out``, the scorecard (tracer.analysis.scorecard) first on the index, and the
-    models' page (tracer.analysis.models) where model steps were traced; returns the
-    index page. ``skipped``: the files of the folders that could not be read (the index
-    says how many and why, so that a report of part of its traces says so)."""
+def write_report(model: SurveyModel, out: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """Render the survey model (tracer.analysis.survey_model) into ``out``: a page per
+    framework, the models' page where model steps were traced, the index with the
+    scorecard first, and survey.json beside it; returns the index page."""
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
-    env.globals["skipped"] = skipped or []
+    env.globals["skipped"] = model.skipped
     pool = ThreadPoolExecutor(max_workers=graphs.WORKERS)
     try:
-        return _write_report(reports, out, env, _Graphs(out, pool), threshold, cards, models)
+        return _write_report(model, out, env, _Graphs(out, pool, model.knowledge), threshold)
     finally:  # after a failure, the drawings not started are not waited for
         pool.shutdown(cancel_futures=True)
 
 
-def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environment, drawer: _Graphs,
-                  threshold: float, cards: list[ScoreRow] | None, models: list[ModelReport] | None) -> Path:
+def _write_report(model: SurveyModel, out: Path, env: jinja2.Environment, drawer: _Graphs, threshold: float) -> Path:
+    reports, models = model.reports, model.models
     common = {
         "version": __version__,
         "generated": generated_at(),
@@ -301,10 +298,10 @@ def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environ
         "alpha": ALPHA,
         "css": Markup(HtmlFormatter().get_style_defs(".hl")),
         "frameworks": reports,
-        "machines": sorted({m for r in reports for m in r.machines}),
-        "workers": sorted({w for r in reports for w in r.workers}),
-        "models": models or [],
-        "model_frameworks": list(dict.fromkeys(r.framework for m in models or [] for r in m.rows)),
+        "machines": model.machines,
+        "workers": model.workers,
+        "models": models,
+        "model_frameworks": model.model_frameworks,
     }
     pages = page_names([r.name for r in reports])
     # a framework with only model or workload traces has no page of its own: "" (no link)
@@ -329,28 +326,21 @@ def _write_report(reports: list[FrameworkReport], out: Path, env: jinja2.Environ
                                                          graph_problem=problem or drawer.problem)
         write_text(out / pages[rep.name], page)
     if models:
-        overhead = _overhead(models)
         exports = _coverage_files(models, out)
         write_text(out / "models.html", env.get_template("models.html").render(
-            **common, overhead=overhead, overhead_plots=_overhead_plots(overhead), exports=exports))
+            **common, overhead=model.overhead, overhead_plots=_overhead_plots(model.overhead), exports=exports))
     index = out / "index.html"
-    cards = cards or []
-    ranked = verdicts(reports, cards)
-    cells = grid(reports)
-    arm_cross = _arm_cross(reports)
-    # one release in two builds, said once per framework above the column, not in every cell
-    arm_builds = sorted({(e["framework"], *e["builds"]) for entries in arm_cross.values() for e in entries
-                         if e["builds"]})
-    write_text(index, env.get_template("index.html").render(**common, cross=_cross(reports),
-                                                            arm_cross=arm_cross, arm_builds=arm_builds,
-                                                            graph_problem=drawer.problem, cards=cards,
+    write_text(index, env.get_template("index.html").render(**common, cross=model.cross,
+                                                            arm_cross=model.arm_cross, arm_builds=model.arm_builds,
+                                                            graph_problem=drawer.problem, cards=model.cards,
                                                             columns=COLUMNS, explain=EXPLAIN, headline=HEADLINE,
-                                                            verdicts=ranked, rule=RULE,
-                                                            grid=grid_svg(cells, pages.__getitem__) if cells else "",
-                                                            parts=PARTS, strokes=STROKE, plots=_plots(ranked),
-                                                            decided={r.name: decisions(r) for r in reports}))
-    if cards:
-        write_survey_json(out, survey_json(reports, cards, ranked, cells, models))
+                                                            verdicts=model.verdicts, rule=RULE,
+                                                            grid=grid_svg(model.grid, pages.__getitem__)
+                                                            if model.grid else "",
+                                                            parts=PARTS, strokes=STROKE, plots=_plots(model.verdicts),
+                                                            decided=model.decided))
+    if model.cards:
+        write_survey_json(out, survey_json(model))
     return index
 
 
@@ -393,16 +383,6 @@ def _coverage_files(models: list[ModelReport], out: Path) -> dict[tuple[str, str
     return files
 
 
-#: The model whose levels the abstraction-overhead plot compares.
-OVERHEAD_MODEL = "lenet"
-
-
-def _overhead(models: list[ModelReport]) -> list[tuple[str, Level]]:
-    """(framework, level) of LeNet's traced levels, in the models' framework order."""
-    lenet = next((m for m in models if m.model == OVERHEAD_MODEL), None)
-    return [(r.framework, lv) for r in lenet.rows for lv in r.levels] if lenet else []
-
-
 def _overhead_plots(overhead: list[tuple[str, Level]]) -> list[Markup]:
     if not overhead:
         return []
@@ -415,73 +395,14 @@ def _overhead_plots(overhead: list[tuple[str, Level]]) -> list[Markup]:
                      "plot-time", 120)]
 
 
-def _plots(ranked: list[Any]) -> list[Markup]:
+def _plots(ranked: list[FrameworkVerdict]) -> list[Markup]:
     """What a reader would rather look at than read: decision sites and must-implement
     entries per framework, in the verdict's order."""
     if not ranked:
         return []
-    sites = [(v.framework, v.decision_sites, f"({v.outside_registry} in its own code)") for v in ranked]
+    sites: list[tuple[str, int | None, str]] = [(v.framework, v.decision_sites,
+                                                 f"({v.outside_registry} in its own code)") for v in ranked]
     must = [(v.framework, int(v.implement) if v.implement.isdigit() else None,
              v.unit if v.implement.isdigit() else "no list") for v in ranked]
     return [bars_svg("decision sites", sites, "plot-decisions"),
             bars_svg("a backend must implement (unit per framework)", must, "plot-implement")]
-
-
-def _cross(reports: list[FrameworkReport]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """primitive -> framework -> one entry per pair of its functional (else layer) case."""
-    table: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for rep in reports:
-        for case in rep.cases:
-            cell = table.setdefault(case.primitive, {}).setdefault(rep.name, [])
-            if cell and case.api != "functional":
-                continue
-            cell.clear()
-            if not case.pairs and case.candidates:
-                cell.append({"title": "one path", "kind": "candidates", "first": None, "splits": 0, "b_libs": [],
-                             "a_libs": [], "api": case.api, "candidates": len(case.candidates), "apart": ""})
-            for pr in case.pairs:
-                decided, apart = pair_splits(rep.name, pr)
-                cell.append({"title": pr.title, "kind": pr.kind, "first": pr.first_layer if decided else None,
-                             "splits": decided, "apart": ", ".join(f"{n} {k}" for k, n in apart.items()),
-                             "b_libs": pr.libraries["B"], "a_libs": pr.libraries["A"], "api": case.api})
-    return table
-
-
-_EMULATED_CPU = re.compile(r"aarch64 (.*?) \(emulated\)")
-
-
-def _arm_cross(reports: list[FrameworkReport]) -> dict[str, list[dict[str, Any]]]:
-    """primitive -> one entry per framework and emulated ARM CPU: the ARM verdict per
-    pass (ISA kernel, ACL or reference fallback, named) and the libraries only the ARM
-    side reached. Where the two sides are two releases of the framework (an aarch64
-    wheel of another release), the diff's splits are the releases' own: the entry says
-    so and shows no split count, never as a finding."""
-    table: dict[str, list[dict[str, Any]]] = {}
-    for rep in reports:
-        verdicts = arm_verdicts(rep)
-        for case in rep.cases:
-            if case.api != "functional":
-                continue
-            for pr in case.pairs:
-                # a machine pair's title names both machines (pairs.Pair.title)
-                cpus = [c.split(" (")[0] for c in _EMULATED_CPU.findall(pr.title)]
-                if pr.kind != "machine" or len(cpus) != 1 or "x86_64" not in pr.title:
-                    continue  # only x86 against ARM (two emulated CPUs are not this column)
-                result = next(iter(pr.diffs.values()), None)
-                arm_is_a = result is not None and str(result.a.get("arch", "")).startswith(("aarch64", "arm64"))
-                versions = result.differs.get("framework_version") if result is not None else None
-                builds = result.differs.get("framework_build") if result is not None else None
-
-                def x86_first(pair: list[Any] | None) -> list[str] | None:
-                    return ([str(pair[1]), str(pair[0])] if arm_is_a else [str(v) for v in pair]) if pair else None
-
-                table.setdefault(case.primitive, []).append({
-                    "framework": rep.name, "cpu": cpus[0], "first": pr.first_layer, "splits": pr.splits,
-                    "versions": x86_first(versions),
-                    # one release in two builds (torch's +cpu on x86, +cu130 on aarch64)
-                    "builds": None if versions else x86_first(builds),
-                    # the audit names a CPU by its model (neoverse-n1), the pair by its description
-                    "verdicts": [v for v in verdicts if v.primitive == case.primitive
-                                 and v.cpu.split(" (")[0].lower() in cpus[0].lower()],
-                    "libs": pr.libraries["A" if arm_is_a else "B"]})
-    return table

@@ -12,19 +12,20 @@ from typing import Any
 
 from tracer import __version__
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_text
-from tracer.analysis.decisions import decisions
+from tracer.analysis.decisions import Decisions
 from tracer.analysis.models import ModelReport
-from tracer.render import coverage_export
 from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
-from tracer.analysis.verdict import RULE, FrameworkVerdict, GridCell
+from tracer.analysis.survey_model import SurveyModel
+from tracer.analysis.verdict import RULE, FrameworkVerdict
+from tracer.render import coverage_export
 
 #: Bumped when a field changes meaning or is removed (adding one is compatible).
 SCHEMA_VERSION = 1
 
 
-def _framework(rep: FrameworkReport, card: ScoreRow, verdict: FrameworkVerdict | None) -> dict[str, Any]:
-    found = decisions(rep)
+def _framework(rep: FrameworkReport, found: Decisions, card: ScoreRow,
+               verdict: FrameworkVerdict | None) -> dict[str, Any]:
     figures = {key: {"header": COLUMNS[key], "definition": EXPLAIN[key], "headline": key in HEADLINE,
                      "value": f.value, "unit": f.unit, "explain": f.explain, "thin": f.thin, "evidence": f.evidence,
                      "items": f.items or f.details, **({"beside": dataclasses.asdict(f.beside)} if f.beside else {})}
@@ -61,18 +62,17 @@ def _models(models: list[ModelReport]) -> dict[str, Any]:
         for r in m.rows}, **({"workload": m.workload} if m.workload is not None else {})} for m in models}
 
 
-def survey_json(reports: list[FrameworkReport], cards: list[ScoreRow], verdicts: list[FrameworkVerdict],
-                grid: list[GridCell], models: list[ModelReport] | None = None) -> dict[str, Any]:
-    by_card = {c.framework: c for c in cards}
-    by_verdict = {v.framework: v for v in verdicts}
+def survey_json(model: SurveyModel) -> dict[str, Any]:
+    by_card = {c.framework: c for c in model.cards}
+    by_verdict = {v.framework: v for v in model.verdicts}
     return {
         "schema_version": SCHEMA_VERSION,
         "dltrace": __version__,
-        "order": {"rule": RULE, "frameworks": [v.framework for v in verdicts]},
-        "frameworks": {r.name: _framework(r, by_card[r.name], by_verdict.get(r.name))
-                       for r in reports if r.name in by_card},
-        "grid": [dataclasses.asdict(c) for c in grid],
-        "models": _models(models or []),
+        "order": {"rule": RULE, "frameworks": [v.framework for v in model.verdicts]},
+        "frameworks": {r.name: _framework(r, model.decided[r.name], by_card[r.name], by_verdict.get(r.name))
+                       for r in model.reports if r.name in by_card},
+        "grid": [dataclasses.asdict(c) for c in model.grid],
+        "models": _models(model.models),
     }
 
 

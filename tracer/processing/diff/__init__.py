@@ -58,7 +58,7 @@ from tracer.processing.diff.context import label_context
 from tracer.processing.diff.evidence import after_the_exact_layers, replicated
 from tracer.processing.diff.result import DiffResult
 from tracer.processing.sampling import DEFAULT_THRESHOLD
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.tags import is_incidental
 from tracer.processing.tree import looks_sampled, splice
 from tracer.trace import Frame, Node, Run, Trace
@@ -102,15 +102,14 @@ def is_sampled(run: Run, layer: str, root: Node | None) -> bool:
 
 def diff_traces(a: Trace, b: Trace, pass_: str = "forward", phase: str = "warm",
                 layers: Sequence[str] = LAYERS, threshold: float = DEFAULT_THRESHOLD,
-                force: bool = False, k: Knowledge | None = None) -> DiffResult:
+                force: bool = False, *, k: Knowledge) -> DiffResult:
     """Diff the ``pass_``/``phase`` run of two loaded traces, layer by layer.
 
     Traces of a different framework or primitive are refused (DiffError) unless
     ``force``. Layers missing on both sides are skipped; a layer on one side only is
-    a warning; no layer in common is an error. ``k``: what the stages know (default:
-    tracer.knowledge.knowledge(), loaded once by the entry point that calls this).
+    a warning; no layer in common is an error. ``k``: what the stages know (tracer.knowledge,
+    loaded once by the entry point that calls this and handed down).
     """
-    k = k or knowledge()
 
     def incidental(f: Frame) -> bool:
         return is_incidental(f, k)

@@ -9,7 +9,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.diff.result import LayerDiff, Split
 from tracer.processing.diff.split import SplitBuilder
 from tracer.processing.normalize import identity
@@ -24,7 +24,7 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
                sampled: bool | None = None, sources_a: dict[tuple[str, int], list[str]] | None = None,
                sources_b: dict[tuple[str, int], list[str]] | None = None,
                python_elsewhere: bool = False, devices_differ: bool = True,
-               k: Knowledge | None = None) -> LayerDiff:
+               k: Knowledge) -> LayerDiff:
     """Align two trees of one layer and return their split points.
 
     ``sampled`` (default: guessed from the frames) makes ``threshold`` apply: a child
@@ -32,9 +32,8 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     side's frame is a split only if the other's miss is not chance. With
     ``python_elsewhere`` (the traces have a python layer) a sampled layer's Python
     frames never split. The roots are aligned whatever their names (both are the
-    probe step). ``k``: what the stages know (default: tracer.knowledge.knowledge()).
+    probe step). ``k``: what the stages know (tracer.knowledge), handed down by the caller.
     """
-    facts = k or knowledge()
     if sampled is None:
         sampled = looks_sampled(a_root) or looks_sampled(b_root)
     total_a, total_b = (total_samples(a_root), total_samples(b_root)) if sampled else (0, 0)
@@ -42,7 +41,7 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     # every frame above the threshold is tested once at most: the family's significance
     alpha = family_alpha(_above_count(a_root, min_a) + _above_count(b_root, min_b)) if sampled else ALPHA
     ctx = SplitBuilder(layer, sampled, total_a, total_b, sources_a or {}, sources_b or {},
-                       devices_differ=devices_differ, k=facts)
+                       devices_differ=devices_differ, k=k)
 
     # Identities are numbered: int keys hash and compare faster than tuples of strings.
     # keyof maps id(Frame) to that number: Frame objects are shared by all the nodes
@@ -56,11 +55,11 @@ def diff_trees(a_root: Node, b_root: Node, layer: str = "python", threshold: flo
     # where the code decides (tracer.knowledge: noise): aligned when both sides have
     # them in the same place, otherwise ignored
     noise: set[int] = set()
-    is_noise = facts.is_noise
+    is_noise = k.is_noise
     python_keys: set[int] = set()  # identity numbers of Python frames
 
     def key_slow(f: Frame) -> int:
-        ident = identity(f, facts)
+        ident = identity(f, k)
         n = numbers.get(ident)
         if n is None:
             n = numbers[ident] = len(idents)

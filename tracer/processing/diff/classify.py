@@ -11,7 +11,7 @@ import re
 from functools import lru_cache
 
 from tracer.contract import STANDIN_LIB
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.diff.result import Classification
 from tracer.processing.tags import (JIT, MKL, ONEDNN, OPENBLAS, is_gpu_lib, is_system_lib, is_vendor_lib, isa_of,
                                  library_call_kind, library_of, vendor_named)
@@ -51,7 +51,7 @@ def _last_name(f: Frame) -> str:
 
 
 def classify(frames_a: list[Frame], frames_b: list[Frame],
-             devices_differ: bool = True, k: Knowledge | None = None) -> tuple[Classification, str]:
+             devices_differ: bool = True, *, k: Knowledge) -> tuple[Classification, str]:
     """Classify a split from the frames reached on each side only. First rule that fires:
 
     1. device dispatch: GPU code (cuda/gpu/cudnn/cublas/cupy names, GPU library tags) on one side only;
@@ -69,7 +69,6 @@ def classify(frames_a: list[Frame], frames_b: list[Frame],
     The two device rules apply only when the traces compared ran on different devices
     (``devices_differ``): a CPU against a CPU variant cannot be a device dispatch.
     """
-    k = k or knowledge()
 
     def lib(f: Frame) -> str:
         return library_of(f, k)

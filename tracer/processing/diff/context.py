@@ -40,7 +40,7 @@ import re
 from typing import Final, Iterable
 
 from tracer.contract import DERIVED_EVIDENCE, STANDIN
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.diff.result import Branch, Classification, DiffResult, Split, walk_splits
 from tracer.processing.tags import is_gpu_lib
 from tracer.processing.vocabulary import GPU_CODE
@@ -76,7 +76,7 @@ def op_names(trace: Trace) -> frozenset[str]:
     return frozenset(names)
 
 
-def names_gpu_code(name: str, library: str = "", k: Knowledge | None = None) -> bool:
+def names_gpu_code(name: str, library: str = "", *, k: Knowledge) -> bool:
     """A frame's own name or library tag names GPU code (cudnn_convolution, a cuBLAS
     kernel, autograd's CudnnBatchNormBackward0, its CamelCase split into words)."""
     words = _CAMEL.sub(" ", name)
@@ -86,7 +86,7 @@ def names_gpu_code(name: str, library: str = "", k: Knowledge | None = None) -> 
 def _gpu_code(b: Branch, k: Knowledge) -> bool:
     """The split's frame names GPU code itself; its subtree is not asked: a recomputed
     conv2d reaches cuDNN too."""
-    return names_gpu_code(b.label, b.library, k)
+    return names_gpu_code(b.label, b.library, k=k)
 
 
 def _model_branch(b: Branch, imported_side: bool, probe_ops: frozenset[str], k: Knowledge) -> bool:
@@ -107,7 +107,7 @@ def _versions(result: DiffResult) -> tuple[str, str] | None:
 
 def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], classification: Classification,
                result: DiffResult, imported: tuple[bool, bool],
-               probe_ops: frozenset[str], k: Knowledge | None = None) -> tuple[Classification, str] | None:
+               probe_ops: frozenset[str], k: Knowledge) -> tuple[Classification, str] | None:
     """(class, reason) when a split is no decision, else None. First rule that fires:
 
     1. model context: one side is an imported model slice, and every frame on either
@@ -115,7 +115,7 @@ def context_of(branches_a: Iterable[Branch], branches_b: Iterable[Branch], class
     2. version difference: the two sides' framework releases differ (both known) and
        classify() found no device, library, ISA or compilation word that tells them apart.
     """
-    a, b, k = list(branches_a), list(branches_b), k or knowledge()
+    a, b = list(branches_a), list(branches_b)
     if imported[0] != imported[1] and (a or b) and \
             all(_model_branch(x, imported[0], probe_ops, k) for x in a) and \
             all(_model_branch(x, imported[1], probe_ops, k) for x in b):
@@ -144,7 +144,7 @@ def _standin_side(split: Split, standin: tuple[bool, bool]) -> str | None:
             f"hand-off there ({names}) is its own implementation called back from the dispatcher, not a decision")
 
 
-def label_context(result: DiffResult, a: Trace, b: Trace, k: Knowledge | None = None) -> None:
+def label_context(result: DiffResult, a: Trace, b: Trace, k: Knowledge) -> None:
     """Give every split of ``result`` that is no decision (model context, a version
     difference, the stand-in's implementation, a derived trace's shape) its class and
     reason, in place (nested splits too: each is judged on its own frames)."""

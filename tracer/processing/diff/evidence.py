@@ -42,7 +42,7 @@ from typing import Callable
 
 from tracer.processing.diff.result import Branch, LayerDiff, Split
 from tracer.processing.normalize import Identity
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.tags import JIT, MKL, ONEDNN, is_gpu_lib, is_jit, is_vendor_lib, library_of
 from tracer.processing.sampling import ALPHA, miss_chance
 from tracer.processing.tree import children_groups, total_samples
@@ -103,14 +103,13 @@ def _filter(splits: list[Split], keep: Callable[[Split, Branch, str], bool]) -> 
     return out, dropped
 
 
-def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node], k: Knowledge | None = None) -> None:
+def replicated(layer: LayerDiff, replicas_a: list[Node], replicas_b: list[Node], k: Knowledge) -> None:
     """Keep the branches that every pair of independent samplings shows (see module doc)."""
     pairs = list(zip(replicas_a, replicas_b))
-    facts = k or knowledge()
 
     def keep(split: Split, branch: Branch, side: str) -> bool:
-        return all(_present(mine, split.ident_path, branch.ident, layer.threshold, facts)
-                   and not _present(theirs, split.ident_path, branch.ident, layer.threshold, facts)
+        return all(_present(mine, split.ident_path, branch.ident, layer.threshold, k)
+                   and not _present(theirs, split.ident_path, branch.ident, layer.threshold, k)
                    for mine, theirs in ((a, b) if side == "A" else (b, a) for a, b in pairs))
 
     layer.splits, layer.unreplicated = _filter(layer.splits, keep)
@@ -160,10 +159,9 @@ def _all_reporting(split: Split) -> bool:
     return bool(libs) and libs <= REPORTING_LIBS
 
 
-def after_the_exact_layers(layers: list[LayerDiff], k: Knowledge | None = None) -> None:
+def after_the_exact_layers(layers: list[LayerDiff], k: Knowledge) -> None:
     """Set aside sampled splits that the python or op layer already names, and those
     whose two sides reach the same kernels and libraries (see module doc)."""
-    k = k or knowledge()
     named = any(d.splits for d in layers if d.layer in NAMING_LAYERS and not d.sampled)
     reported = next((d for d in layers if d.layer == "library"), None)
     silent = reported is not None and not reported.splits  # the reporting libraries ran the same calls

@@ -14,7 +14,7 @@ from tracer.processing.diff.fragment import fragments
 from tracer.processing.diff.result import Branch, Split
 from tracer.processing.normalize import identity, identity_label
 from tracer.processing.sampling import miss_chance
-from tracer.knowledge import Knowledge, knowledge
+from tracer.knowledge import Knowledge
 from tracer.processing.tags import JIT, is_jit, is_unnamed, isa_of, library_of
 from tracer.processing.tree import Groups, as_list, group_count
 from tracer.trace import Frame, Node
@@ -39,7 +39,7 @@ class SplitBuilder:
     sources_b: dict[tuple[str, int], list[str]]
     idents: list[tuple[str, str, str]] = field(default_factory=list)  # identity number -> identity
     devices_differ: bool = True  # the traces ran on different devices (see classify)
-    k: Knowledge = field(default_factory=knowledge)  # what the stages know (tracer.knowledge)
+    k: Knowledge = field(kw_only=True)  # what the stages know (tracer.knowledge), handed down
 
     def split(self, entry: tuple[Any, ...], only_a: list[Any], only_b: list[Any], low_a: Groups,
               low_b: Groups) -> Split:
@@ -65,7 +65,7 @@ class SplitBuilder:
         backend_a = [g.frame for g in ga[:1] if g.frame.lib == STANDIN_LIB and gb and gb[0].frame.lib != STANDIN_LIB]
         backend_b = [g.frame for g in gb[:1] if g.frame.lib == STANDIN_LIB and ga and ga[0].frame.lib != STANDIN_LIB]
         cls, reason = classify(list(frames_a.values()) + backend_a, list(frames_b.values()) + backend_b,
-                               self.devices_differ, self.k)
+                               self.devices_differ, k=self.k)
         frame = ga[0].frame
         return Split(self.layer, frame.label, frame.kind, frame.file, frame.line, depth, path, branches_a, branches_b,
                      fragments(ga, gb, only_a, only_b, [_label(g[0].frame) for _, g in only_a],
