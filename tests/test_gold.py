@@ -41,7 +41,7 @@ from tracer.processing.diff import diff_traces
 from tracer.render.audit_console import print_audit, print_pass_needs
 from tracer.render.console import print_trace
 from tracer.render.diff_console import print_diff
-from tracer.render.html import write_report
+from tracer.render.report import render
 from tracer.trace import Frame, Node, Run, Trace, save
 
 from tracer.analysis.survey_model import build
@@ -143,7 +143,7 @@ def report(out: Path) -> Path:
     k = knowledge()
     traces = [A, B, *NETS]
     skipped = ["traces/samplefw/broken.json"]
-    return write_report(build(traces, [], k, None, skipped), out)
+    return render(build(traces, [], k, None, skipped), out)
 
 
 def outputs(out: Path) -> Path:

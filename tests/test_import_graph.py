@@ -22,7 +22,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer", "tracer.paths", "tracer.errors", "tracer.contract", "tracer.bounded", "tracer.machine"),
     ("tracer.files", "tracer.trace_meta"),
     ("tracer.trace", "tracer.gap", "tracer.registry", "tracer.libraries"),
-    ("tracer.knowledge", "tracer.profile_reader", "tracer.collect", "tracer.probes"),
+    ("tracer.knowledge", "tracer.profile_reader", "tracer.probes"),
+    ("tracer.collect",),
     ("tracer.processing",),
     ("tracer.analysis",),
     ("tracer.render",),
@@ -172,3 +173,28 @@ def test_function_local_imports_are_the_listed_ones() -> None:
 @pytest.mark.parametrize("module", ["tracer.paths", "tracer.contract", "tracer.errors"])
 def test_leaves_import_nothing_of_the_tool(module: str) -> None:
     assert not IMPORTS[module], IMPORTS[module]
+
+
+def test_no_circle_between_stages() -> None:
+    """Stages (tracer/X/ or tracer/X.py) import each other one way: a module circle is
+    one failure, a stage circle (collect ran probes, whose skeleton checks ran collect's
+    case maker) is the same knot one size up."""
+    g = nx.DiGraph()
+    for module, found in IMPORTS.items():
+        g.add_edges_from((stage(module), stage(target)) for target, _, _, _ in found
+                         if stage(target) != stage(module) and stage(target) != "tracer")
+    cycles = [sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1]
+    assert not cycles, f"stage circles: {cycles}"
+
+
+def test_no_renderer_imports_an_analysis_function() -> None:
+    """Renderers read the survey model (its types, its constants) and compute nothing:
+    a function of tracer.analysis imported into tracer.render is a figure computed twice."""
+    import importlib
+    import inspect
+
+    computing = [f"{m}:{line} imports {name} from {target}" for m, found in IMPORTS.items()
+                 if stage(m) == "tracer.render" for target, name, line, _ in found
+                 if stage(target) == "tracer.analysis" and name
+                 and inspect.isfunction(getattr(importlib.import_module(target), name, None))]
+    assert not computing, "\n".join(computing)

@@ -16,7 +16,7 @@ from tracer.processing.reach import native_kernels, suspect_kernels
 from tracer.analysis.scorecard import COLUMNS, HEADLINE, interface_entries, scorecard
 from tracer.analysis.survey_model import assemble
 from tracer.knowledge import knowledge
-from tracer.render.html import write_report
+from tracer.render.report import render
 from tracer.trace import Frame, Node, Run, Trace
 
 K = knowledge()
@@ -143,7 +143,7 @@ def test_index_opens_with_the_verdict_and_the_grid_and_writes_survey_json(tmp_pa
     traces = list(torch_pair())
     rep = framework_report("torch", traces, [], k=K)
     cards = scorecard([rep], traces, None, K)
-    index = write_report(assemble([rep], cards, [], knowledge()), tmp_path)
+    index = render(assemble([rep], cards, [], knowledge()), tmp_path)
     page = index.read_text()
     assert page.index('id="verdict-table"') < page.index('id="scorecard-table"')
     assert page.index('id="verdict-grid"') < page.index('id="scorecard-table"')
@@ -175,7 +175,7 @@ def test_a_repeated_failure_is_one_sentence(tmp_path):
     gaps.append(Gap("torch", "gpu", "default", "relu", "functional", "no GPU on this machine"))
     traces = list(torch_pair())
     rep = framework_report("torch", traces, gaps, k=K)
-    write_report(assemble([rep], scorecard([rep], traces, None, K), [], knowledge()), tmp_path)
+    render(assemble([rep], scorecard([rep], traces, None, K), [], knowledge()), tmp_path)
     for page in ("index.html", "torch.html"):
         text = (tmp_path / page).read_text()
         assert text.count(why) == 1 + (page == "torch.html"), page  # the gap table; the ARM audit's note
@@ -283,7 +283,7 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     found = {(a.pass_, a.verdict, a.name) for a in arm_verdicts(rep)}
     assert found == {("forward", "ACL", "convolution indirect_gemm:acl"),
                      ("backward", "reference fallback", "convolution gemm:ref (backward_data)")}
-    write_report(assemble([rep], scorecard([rep], [x86, n1], None, K), [], knowledge()), tmp_path)
+    render(assemble([rep], scorecard([rep], [x86, n1], None, K), [], knowledge()), tmp_path)
     page = (tmp_path / "index.html").read_text()
     cell = page[page.index('class="small arm-cross"'):]
     cell = cell[: cell.index("</td>")]
@@ -297,7 +297,7 @@ def test_the_arm_verdict_names_what_runs_on_each_cpu_and_the_index_compares_like
     n1b = cpu_trace("2.13.0+cu130", n1_cpu, ["reorder jit:uni", "convolution indirect_gemm:acl"],
                     ["convolution gemm:ref (backward_data)"], emulated={"cpu": "neoverse-n1"})
     rep = framework_report("torch", [x86b, n1b], [], k=K)
-    write_report(assemble([rep], scorecard([rep], [x86b, n1b], None, K), [], knowledge()), tmp_path / "builds")
+    render(assemble([rep], scorecard([rep], [x86b, n1b], None, K), [], knowledge()), tmp_path / "builds")
     page = (tmp_path / "builds" / "index.html").read_text()
     cell = page[page.index('class="small arm-cross"'):]
     cell = cell[: cell.index("</td>")]
@@ -310,7 +310,7 @@ def test_a_call_graph_is_drawn_once_a_page(tmp_path):
     both = [trace({p: {"op": t.runs[0].layers["op"]} for p in ("forward", "backward")}, **(
         {"device": "gpu"} if t is gpu else {})) for t in (cpu, gpu)]
     rep = framework_report("torch", both, [], k=K)
-    write_report(assemble([rep], scorecard([rep], both, None, K), [], knowledge()), tmp_path)
+    render(assemble([rep], scorecard([rep], both, None, K), [], knowledge()), tmp_path)
     page = (tmp_path / "torch.html").read_text()
     assert page.count('<div class="graph"><svg') == 1
     assert 'the same call graph as <a href="#conv2d-functional-0-forward">' in page

@@ -30,7 +30,7 @@ from tracer.gap import Gap
 from tracer.knowledge import Knowledge, knowledge
 from tracer.machine import describe as describe_machine
 from tracer.registry import Framework
-from tracer.render.html import write_report
+from tracer.render.report import render
 from tracer.runner import DEFAULT_TIMEOUT
 from tracer.trace import Trace
 
@@ -97,7 +97,7 @@ def report(folders: Folders, output: "str | os.PathLike[str]", progress: Progres
     out = ensure_dir(Path(output))
     built = model(folders, k if k is not None else knowledge(), said)
     said.stage("rendering")
-    index = write_report(built, out)
+    index = render(built, out)
     said.note(f"report: {index}", "result")
     return index
 

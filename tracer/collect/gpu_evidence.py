@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
 from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest, UserWorkload
-from tracer.collect.cases import case_passes, make_case
+from tracer.probes.cases import case_passes, make_case
 from tracer.trace import Frame, Node, Run, Trace
 
 if TYPE_CHECKING:

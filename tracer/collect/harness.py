@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any, Callable
 from tracer import __version__, machine
 from tracer.collect import library, sampler
 from tracer.collect.attribution import merge_stats, merge_trees
-from tracer.collect.cases import case_passes, make_case
+from tracer.probes.cases import case_passes, make_case
 from tracer.collect.collector import CollectorError, python_tracer
 from tracer.collect.gpu_evidence import derive_case
 from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
-from tracer.collect.user_workload import WorkloadFailed
+from tracer.probes.user_workload import WorkloadFailed
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, THREAD_ENV, CaseError, CaseRequest, DeviceCheck,
                              DeviceInfo, DispatchTable, EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder,
                              Probe, ProbeRequest, UserWorkload)

@@ -30,7 +30,7 @@ from typing import Any
 
 import jax
 
-from tracer.collect.cases import make_user_case
+from tracer.probes.cases import make_user_case
 from tracer.contract import MODELS, UserWorkload, workload_passes
 from tracer.probes import base
 from tracer.probes import jax as jax_probe

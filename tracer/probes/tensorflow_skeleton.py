@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tracer.collect.cases import make_user_case
+from tracer.probes.cases import make_user_case
 from tracer.contract import MODELS, Exit, UserWorkload, workload_passes
 from tracer.probes import base, tensorflow_standin
 from tracer.probes import tensorflow as tf_probe

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from tracer.collect.cases import make_user_case
+from tracer.probes.cases import make_user_case
 from tracer.contract import MODELS, UserWorkload, workload_passes
 from tracer.probes import torch_models
 from tracer.probes.skeleton_check import STEPS, CheckFailed, Spec, first_line, read_manifest, verdict

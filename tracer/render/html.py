@@ -24,6 +24,7 @@ from pygments.lexers import PythonLexer
 
 from tracer import __version__
 from tracer.files import write_text
+from tracer.gap import Gap
 from tracer.knowledge import Knowledge
 from tracer.processing.diff.context import ARTEFACTS
 from tracer.processing.diff.result import Fragment, LayerDiff
@@ -37,7 +38,6 @@ from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
 from tracer.analysis.scorecard import COLUMNS, EXPLAIN, HEADLINE
 from tracer.analysis.verdict import RULE, FrameworkVerdict
 from tracer.render.grid_svg import PARTS, STROKE, bars_svg, grid_svg
-from tracer.render.survey_json import survey_json, write_survey_json
 from tracer.processing.sampling import ALPHA, DEFAULT_THRESHOLD
 from tracer.processing.symbols import display
 from tracer.processing.tags import SYSTEM_LIBS
@@ -111,10 +111,10 @@ def folded(items: Any) -> list[str]:
     return [text if n == 1 else f"{text} (×{n})" for text, n in counts.items()]
 
 
-def gap_groups(gaps: Any) -> list[tuple[str, list[Any]]]:
+def gap_groups(gaps: list[Gap]) -> list[tuple[str, list[Gap]]]:
     """Gaps grouped by their reason, in first-seen order: one sentence per repeated
     failure, the cases it stopped listed under it."""
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[Gap]] = {}
     for g in gaps:
         groups.setdefault(str(g.error), []).append(g)
     return list(groups.items())
@@ -278,7 +278,8 @@ def _draw(name: str, layer: LayerDiff, title: str, inline: bool, svgs: graphs.Sv
 def write_report(model: SurveyModel, out: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
     """Render the survey model (tracer.analysis.survey_model) into ``out``: a page per
     framework, the models' page where model steps were traced, the index with the
-    scorecard first, and survey.json beside it; returns the index page."""
+    scorecard first; returns the index page (tracer.render.report writes survey.json
+    beside it)."""
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
     env.globals["skipped"] = model.skipped
@@ -339,8 +340,6 @@ def _write_report(model: SurveyModel, out: Path, env: jinja2.Environment, drawer
                                                             if model.grid else "",
                                                             parts=PARTS, strokes=STROKE, plots=_plots(model.verdicts),
                                                             decided=model.decided))
-    if model.cards:
-        write_survey_json(out, survey_json(model))
     return index
 
 

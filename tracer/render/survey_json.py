@@ -76,10 +76,14 @@ def survey_json(model: SurveyModel) -> dict[str, Any]:
     }
 
 
-def write_survey_json(out: Path, doc: dict[str, Any]) -> Path:
-    """``out/survey.json`` with ``doc`` under its ``report`` key; what else it holds (the
-    survey's own record, tracer.survey) is kept."""
+def write(model: SurveyModel, out: Path) -> Path:
+    """``out/survey.json`` with the model's figures under its ``report`` key; what else it
+    holds (the survey's own record, tracer.survey) is kept. A model without figures (no
+    framework's primitives traced) writes none."""
     path = out / SURVEY_JSON
+    if not model.cards:
+        return path
+    doc = survey_json(model)
     whole = read_json_object(path)
     whole[REPORT_KEY] = doc
     write_text(path, json.dumps(whole, indent=1, ensure_ascii=False) + "\n")

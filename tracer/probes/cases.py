@@ -1,14 +1,14 @@
 """The one way a probe process makes a case: a primitive through the probe's
 ``make_case``, a model's training step through its ``make_model_case``
 (tracer.contract.ModelProbe), a user's own workload through its ``workload_case``
-(tracer.contract.WorkloadProbe, with tracer.collect.user_workload). Imported inside
+(tracer.contract.WorkloadProbe, with tracer.probes.user_workload). Imported inside
 framework environments."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tracer.collect import user_workload
+from tracer.probes import user_workload
 from tracer.contract import MODELS, ModelProbe, Probe, UserWorkload, WorkloadProbe
 from tracer.probes import base
 

@@ -10,7 +10,7 @@ goes wrong in the user's code is one line naming the user's file and line
 (:class:`WorkloadFailed`); its traceback keeps the user's frames only, never dltrace's.
 
 Imported inside framework environments: the standard library and tracer.contract only
-(tracer.collect.cases makes the case).
+(tracer.probes.cases makes the case).
 """
 
 from __future__ import annotations
