@@ -1,7 +1,8 @@
 """The wheel: built from this clone, installed into a fresh virtual environment and
-run from a folder outside the clone. It must hold one top-level package, tracer,
-with the registry and the report's templates, and work as the editable install
-does: `dltrace list`, a real probe in a framework environment, `dltrace report`."""
+run from a folder outside the clone. It must hold the source package, tracer, with
+the registry and the report's templates, and dltrace, the library under the tool's
+name, and work as the editable install does: `dltrace list`, a real probe in a
+framework environment, `dltrace report`, `import dltrace`."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
     for name in BUILD_FILES:
         shutil.copy2(PROJECT / name, src / name)
-    shutil.copytree(PROJECT / "tracer", src / "tracer", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("tracer", "dltrace"):
+        shutil.copytree(PROJECT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("dist")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                            "--disable-pip-version-check", "-q", "-w", str(out), str(src)],
@@ -77,9 +79,10 @@ def run(installed, cwd: Path, *args: str, timeout: float = 600) -> subprocess.Co
 
 def test_the_wheel_holds_one_package_with_its_registry_templates_and_probes(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {"tracer", wheel.name.split("-py3")[0] + ".dist-info"}
+    # tracer/, the source folder the project's layout names, and dltrace/, the library under the tool's name
+    assert {n.split("/")[0] for n in names} == {"tracer", "dltrace", wheel.name.split("-py3")[0] + ".dist-info"}
     top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
-    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["tracer"]
+    assert sorted(zipfile.ZipFile(wheel).read(top_level).decode().split()) == ["dltrace", "tracer"]
     assert {"tracer/frameworks.yaml", "tracer/templates/base.html", "tracer/templates/index.html",
             "tracer/templates/framework.html", "tracer/templates/scaffold/kernels.py.j2", "tracer/probes/base.py",
             "tracer/probes/torch.py",
@@ -89,7 +92,7 @@ def test_the_wheel_holds_one_package_with_its_registry_templates_and_probes(whee
             "tracer/reference/imported/licenses/HolisticTraceAnalysis-LICENSE",
             "tracer/reference/imported/tensorflow-timeline/GPU/timeline_02_step_2.json"} <= set(names)
     # every module of the package's source is in it
-    own = {p.relative_to(PROJECT).as_posix() for p in (PROJECT / "tracer").rglob("*.py")}
+    own = {p.relative_to(PROJECT).as_posix() for top in ("tracer", "dltrace") for p in (PROJECT / top).rglob("*.py")}
     assert own <= set(names), own - set(names)
 
 
@@ -101,6 +104,10 @@ def test_the_installed_wheel_runs_outside_the_clone(installed, tmp_path):
     gone = subprocess.run([str(venv / "bin" / "python"), "-c", "import probes"], capture_output=True, text=True,
                           env=env, cwd=tmp_path)
     assert "No module named 'probes'" in gone.stderr
+    # the library under the tool's own name, from the installed wheel
+    lib = subprocess.run([str(venv / "bin" / "python"), "-c", "import dltrace; print(dltrace.report.__module__)"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert lib.returncode == 0 and lib.stdout.strip() == "tracer.pipeline", lib.stderr
 
     proc = run(installed, tmp_path, "list")
     assert proc.returncode == 0, proc.stderr
