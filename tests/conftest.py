@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from tracer import survey as sv
 from tracer.contract import LAYERS, MODELS, PRIMITIVES, Exit
 from tracer.gap import GAP_SUFFIX, load_gap
 from tracer.runner import CaseResult, CaseSpec
+from tracer.trace import Frame, Node, Run, Trace, save
 
 DLTRACE = str(Path(sys.executable).parent / "dltrace")
 
@@ -276,3 +278,39 @@ def assert_tls_refused(address: str, ca: Path, pair: tuple[Path, Path] | None) -
                     raise ConnectionError("closed")
     with pytest.raises(Exception):
         distributed.Client(address.replace("tls://", "tcp://"), timeout=5, set_as_default=False)
+
+
+#: The meta of the synthetic samplefw traces that write_pair saves (and tests that build their own).
+META = {"framework": "samplefw", "framework_version": "1.0", "primitive": "conv2d", "api": "functional",
+        "device": "cpu", "variant": "default", "shape": [2, 3, 8, 8], "machine": {"arch": "x86_64", "cpu": "test"}}
+
+
+def op(name: str, *children: Node) -> Node:
+    return Node(Frame("op", "aten", name), 1, 1000, children=list(children))
+
+
+def write_pair(folder: Path, a_kernel: str, b_kernel: str, **meta) -> tuple[Path, Path]:
+    """A default and a variant trace of one case whose op layers part below a shared op."""
+    paths = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for variant, kernel in (("default", a_kernel), ("fast", b_kernel)):
+        tree = Node(Frame("root", "", "conv2d.forward"), 1, 3000,
+                    children=[op("aten::conv2d", op("aten::_convolution", op(kernel)))])
+        path = folder / f"{variant}.json"
+        save(Trace({**META, "variant": variant, **meta}, [Run("forward", "warm", {"op": tree}, {"untraced_s": 1e-4})]),
+             path)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+#: Under this address-space limit (set in the child), reading what a file claims
+#: instead of what it is allowed to be is a MemoryError, not an exhausted machine.
+MEMORY_LIMIT = 4 << 30
+
+
+def _limited(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`dltrace ARGS` with its address space limited to MEMORY_LIMIT."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    return subprocess.run([DLTRACE, *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=limit)

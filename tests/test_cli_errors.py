@@ -1,10 +1,14 @@
-"""Bad input gets one clear line, never a traceback. Runs the real `dltrace` command."""
+"""Bad input gets one clear line, never a traceback, and so does a standard output that is
+closed or full. Runs the real `dltrace` command."""
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAKE_REGISTRY, dltrace, one_line_error
+from tests.conftest import DLTRACE, FAKE_REGISTRY, dltrace, one_line_error, write_pair
 from tracer.contract import Exit
 
 
@@ -77,3 +81,58 @@ def test_corrupt_registry(tmp_path):
     reg.write_text(FAKE_REGISTRY.replace("    import: json\n", "", 1))
     line = one_line_error(dltrace("list", env={"DLTRACE_REGISTRY": str(reg)}))
     assert "entry 'crashy': missing field 'import'" in line
+
+
+@pytest.mark.parametrize("args", [("survey", "-o", ""), ("report", ".", "-o", ""), ("import", "x.json", "--framework",
+                                                                                    "torch", "-o", " "),
+                                  ("probe", "torch", "relu", "-o", ""), ("derive", "torch", "-o", "")])
+def test_an_empty_output_is_a_usage_error_not_the_working_folder(tmp_path, args):
+    before = set(tmp_path.iterdir())
+    line = one_line_error(dltrace(*args, cwd=tmp_path, timeout=60), Exit.USAGE)
+    assert "is empty" in line and set(tmp_path.iterdir()) == before
+
+
+def test_a_long_shape_is_refused_by_rank_before_any_file(tmp_path):
+    long = "x".join(["2"] * 200)
+    line = one_line_error(dltrace("probe", "torch", "relu", "--shape", long, "-o", str(tmp_path / "t.json"),
+                                  timeout=60), Exit.USAGE)
+    assert "200 dimensions; at most 8" in line
+    line = one_line_error(dltrace("probe", "torch", "conv2d", "--shape", "2x3x4", timeout=60), Exit.USAGE)
+    assert "conv2d needs a 4-d shape" in line
+
+
+@pytest.mark.parametrize("args", [
+    ["probe", "torch", "conv2d", "--timeout", "0"], ["probe", "torch", "conv2d", "--timeout", "-5"],
+    ["probe", "torch", "conv2d", "--timeout", "nan"], ["survey", "--timeout", "inf"],
+    ["survey", "--jobs", "0"], ["survey", "--jobs", "-1"], ["probe", "torch", "conv2d", "--max-depth", "0"],
+])
+def test_impossible_option_values_are_refused(args):
+    proc = dltrace(*args)
+    assert proc.returncode == 2 and "Invalid value" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["list"], ["diff", "{a}", "{b}"], ["export", "{a}", "--format", "collapsed"],
+                                  ["import", "{kineto}", "--framework", "torch", "-o", "{out}"]])
+def test_output_that_cannot_be_written_is_one_line(tmp_path, args):
+    a, b = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    kineto = Path(__file__).parent.parent / "tracer" / "reference" / "imported" / "alexnet-a100.kineto.json.gz"
+    args = [x.format(a=a, b=b, kineto=kineto, out=tmp_path / "o") for x in args]
+    closed = subprocess.run([DLTRACE, *args], capture_output=False, stderr=subprocess.PIPE, text=True, timeout=300,
+                            stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 1 and "Traceback" not in closed.stderr, closed.stderr
+    assert closed.stderr.strip().splitlines()[-1] == "dltrace: error: cannot write to standard output: it is closed"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([DLTRACE, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write to standard output: No space left on device" in proc.stderr
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    proc = subprocess.run(f"'{DLTRACE}' list | head -1", shell=True, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.stderr == "" and proc.stdout.count("\n") == 1
+    # a reader gone before the first line: the status says so (rich's own handler exits 1, a failure)
+    proc = subprocess.run(["bash", "-c", f"'{DLTRACE}' list | true; exit ${{PIPESTATUS[0]}}"], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == Exit.BROKEN_PIPE and proc.stderr == "", (proc.returncode, proc.stderr)

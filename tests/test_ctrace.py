@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from tests import collector_twins, samplefw
+from tests.conftest import dltrace
 from tests.sample_patterns import PATTERNS
+from tests.test_envs import _script
 from tracer import envs, runner
 from tracer.collect import cbuild
 from tracer.collect.collector import ENV, CollectorError, python_tracer
@@ -458,3 +460,36 @@ def test_probes_record_the_same_trees_with_either_collector(frameworks, tmp_path
         for a, b in zip(traces["c"].runs, traces[mode].runs):
             assert (a.pass_, a.phase) == (b.pass_, b.phase)
             assert rows(a.layers["python"]) == rows(b.layers["python"]), (mode, a.pass_, a.phase)
+
+
+def test_a_relative_dltrace_home_names_the_same_folder_in_the_probe(fake_frameworks, tmp_path):
+    home = tmp_path / "rel-home"
+    home.mkdir()
+    shutil.copy(Path(fake_frameworks["DLTRACE_HOME"]) / "external.json", home / "external.json")
+    out = tmp_path / "t.json"
+    proc = dltrace("probe", "crashy", "batchnorm", "--layers", "python", "-o", str(out),
+                   env={**fake_frameworks, "DLTRACE_HOME": "rel-home"}, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    collector = load(out).meta["collector"]
+    # the C core was built in rel-home/ext as the probe saw it, not in the probe's own (removed) folder
+    assert collector == {"python": "c"} and list((home / "ext").glob("_ctrace-*")), collector
+
+
+def test_the_c_core_build_on_a_full_disk_falls_back_with_the_path(tmp_path, monkeypatch):
+    from tracer.collect import cbuild
+
+    # a compiler that meets a full disk: it says so, removes its output and fails (as gcc does)
+    cc = _script(tmp_path / "cc", 'for a; do [ "$prev" = -o ] && rm -f "$a"; prev=$a; done\n'
+                                  'echo "fatal error: error writing to /tmp/ccX.s: No space left on device" >&2\n'
+                                  'exit 1\n')
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path / "home"))
+    with pytest.raises(cbuild.Unavailable, match=r"failed \(into .*home/ext\): .*No space left on device"):
+        cbuild.build(force=True)
+    assert not list((tmp_path / "home" / "ext").iterdir())  # nothing half-built left
+    # a home that cannot be written at all: the path is named
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "ext").write_text("a file where the folder goes")
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path / "ro"))
+    with pytest.raises(cbuild.Unavailable, match=r"cannot write .*ro/ext"):
+        cbuild.build(force=True)

@@ -10,6 +10,7 @@ from tests.conftest import dltrace, one_line_error
 from tracer.processing.candidates import find_candidates
 from tracer.processing.diff import DiffError, diff_traces, diff_trees
 from tracer.processing.diff.classify import classify
+from tracer.processing.diff.fragment import fragments, source_fragment
 from tracer.processing.graph import call_graph, merged_graph
 from tracer.processing.normalize import identity
 from tracer.processing.reach import native_kernels
@@ -721,3 +722,18 @@ def test_native_kernels_are_the_computing_leaves():
                        native("at::native::rare", count=1), count=86), count=100)
     assert native_kernels(tree, k=K) == [("dnnl::impl::cpu::x64::jit_avx2_convolution_fwd_t::execute", 10),
                                     ("at::native::im2col", 25)]
+
+
+def test_the_deciding_statement_is_the_last_shared_branch_above_the_lines_one_side_ran():
+    source = ["def conv(x):", "    w = x.weight", "    if x.is_mkldnn:", "        return mkldnn(x)",
+              "    return thnn(x)"]
+    frame = Frame("python", "fw.conv", "conv", "fw/conv.py", 10)
+    frag = source_fragment(frame, source, {10, 11, 12, 13}, {10, 11, 12, 14}, set(), set(), "AB",
+                           ["mkldnn"], ["thnn"])
+    assert frag.kind == "source" and frag.decision_line == 12
+    assert [(c.line, c.ran, c.decision) for c in frag.lines] == [
+        (10, "AB", False), (11, "AB", False), (12, "AB", True), (13, "A", False), (14, "B", False)]
+    # no source for an op: the names on each side, said why
+    ga, gb = [Node(Frame("op", "aten", "aten::conv2d"), 1, 1)], [Node(Frame("op", "aten", "aten::conv2d"), 1, 1)]
+    (names,) = fragments(ga, gb, [], [], ["a"], ["b"], {}, {})
+    assert names.kind == "symbols" and names.decision_line is None and "op-level records" in names.note

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import dltrace, one_line_error
 from tracer import emulation
 from tracer.emulation import cpus, debian, layout, wheels
 from tracer.emulation import guest as cmd
@@ -226,3 +227,44 @@ def test_torch_conv2d_on_an_emulated_a64fx_runs_onednn_sve512(tmp_path):
     assert set(convs) == {"forward_training", "backward_data", "backward_weights"}, out
     assert all("sve_512" in impl for impl in convs.values()), convs  # brgconv:sve_512, jit:sve_512
     assert "torch 2.13.0" in out and out.rstrip().endswith("done")
+
+
+@pytest.mark.parametrize("where", ["DLTRACE_HOME", "TMPDIR"])
+def test_a_colon_in_a_bound_path_is_one_line_naming_the_setting(tmp_path, monkeypatch, where):
+    from tracer.emulation import guest, layout
+
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    monkeypatch.setenv("DLTRACE_HOME", str(odd if where == "DLTRACE_HOME" else tmp_path / "home"))
+    monkeypatch.setenv("TMPDIR", str(odd if where == "TMPDIR" else tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    ok = tmp_path / "plain"
+    if where == "DLTRACE_HOME":
+        cpu_dir = odd / "emulated" / "_cpus" / "a64fx"
+        call = lambda: guest.proot_argv(ok, ok, cpu_dir, "max", [])  # noqa: E731
+    else:
+        call = lambda: guest.proot_argv(ok, ok, ok, "max", [odd / "dltrace-x"])  # noqa: E731
+    with pytest.raises(layout.DltraceError, match=f"set {where} to a path without ':'"):
+        call()
+    assert guest.proot_argv(ok, ok, ok, "max", [ok])[-1] == "/usr/bin/python3"
+
+
+def test_a_colon_in_dltrace_home_is_said_before_anything_emulated(tmp_path):
+    line = one_line_error(dltrace("probe", "torch", "relu", "--cpu", "a64fx",
+                                  env={"DLTRACE_HOME": str(tmp_path / "home:x")}, timeout=60))
+    assert "set DLTRACE_HOME to a path without ':'" in line and "No module named" not in line
+
+
+@pytest.mark.frameworks
+def test_a_colon_in_tmpdir_is_one_line_for_an_emulated_probe(tmp_path):
+    from tracer import emulation
+
+    if emulation.status("torch") is None:
+        pytest.fail("torch's emulated aarch64 environment must be set up (dltrace env setup torch --arch aarch64)")
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    line = one_line_error(dltrace("probe", "torch", "relu", "--cpu", "a64fx", "--layers", "python",
+                                  env={"TMPDIR": str(odd)}, timeout=300))
+    assert "set TMPDIR to a path without ':'" in line and "No module named" not in line

@@ -1,14 +1,18 @@
 """Framework environments: built from nothing as on a fresh machine, and a failed
-set-up step explained in one line with its log kept."""
+set-up step explained in one line with its log kept; an interpreter that hangs, never
+stops writing or is a folder, and a damaged external.json, are each one bounded line."""
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import dltrace
+from tests.conftest import dltrace, one_line_error
 
 
 @pytest.mark.frameworks
@@ -74,3 +78,47 @@ def test_python_dash_m_tracer_lists_every_command():
         assert proc.returncode == 0, proc.stderr
         for command in ("diff", "env", "list", "probe", "survey", "report", "export", "audit"):
             assert f"  {command} " in proc.stdout, (module, command, proc.stdout)
+
+
+def _script(path: Path, body: str) -> Path:
+    """An executable 'interpreter' that behaves as ``body`` (a shell script) says."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_env_use_of_an_interpreter_that_never_stops_writing_is_bounded(fake_frameworks, tmp_path):
+    chatty = _script(tmp_path / "python", "exec yes 'all work and no play'\n")
+    env = {**fake_frameworks, "DLTRACE_HOME": str(tmp_path / "home")}
+    t0 = time.monotonic()
+    line = one_line_error(dltrace("env", "use", "crashy", str(chatty), env=env, timeout=120))
+    assert "wrote more than 1 MiB while importing json; stopped" in line
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.slow
+def test_list_with_hanging_interpreters_is_bounded(fake_frameworks, tmp_path):
+    from tracer import envs
+
+    hang = _script(tmp_path / "python", "exec sleep 600\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "external.json").write_text(json.dumps({"crashy": str(hang), "broken": str(hang), "absent": str(hang)}))
+    t0 = time.monotonic()
+    proc = dltrace("list", env={**fake_frameworks, "DLTRACE_HOME": str(home)}, timeout=200)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    # three hanging interpreters, asked at once: one version look-up's bound, not 3 x 300 s
+    assert took < envs.VERSION_TIMEOUT_S * 2 + 20, took
+    assert proc.stdout.count("ready ?") == 3
+
+
+def test_a_damaged_external_json_is_one_line(tmp_path):
+    (tmp_path / "external.json").write_text('["not", "a", "mapping"]')
+    line = one_line_error(dltrace("probe", "torch", "conv2d", env={"DLTRACE_HOME": str(tmp_path)}))
+    assert "external.json is damaged" in line
+
+
+def test_env_use_of_a_folder_is_one_line(tmp_path):
+    line = one_line_error(dltrace("env", "use", "torch", str(tmp_path), env={"DLTRACE_HOME": str(tmp_path)}))
+    assert f"torch: {tmp_path} is not an executable Python interpreter" in line

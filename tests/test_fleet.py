@@ -1,6 +1,8 @@
 """A survey run through a real Dask scheduler and workers on loopback (tracer.fleet),
 and the choices the fleet makes on declared worker resources (pure functions: no
-aarch64 machine is at hand, so a native ARM worker is a resource dict here)."""
+aarch64 machine is at hand, so a native ARM worker is a resource dict here); and the
+schedulers it refuses: bad addresses, plain TCP beyond this machine, silent or wrong
+peers, clients without a certificate, a scheduler lost mid-survey."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from pathlib import Path
 import distributed
 import pytest
 
-from tests.conftest import assert_tls_refused, stop_processes
+from tests.conftest import assert_tls_refused, dltrace, one_line_error, stop_processes
 from tracer import fleet, envs, fleet_credentials
 from tracer import survey as sv
+from tracer.contract import Exit
 from tracer.gap import Gap, gap_json, load_gap
 from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node, Run, Trace, load
@@ -429,3 +432,279 @@ def test_dltrace_scheduler_admits_only_the_holders_of_its_credentials(tmp_path):
         assert_tls_refused(procs.address, ca, (other.cert("client"), other.key("client")))
     finally:
         procs.stop()
+
+
+@pytest.mark.parametrize("address", ["", "not a url", "foo://127.0.0.1:8786", "tcp://[::1", "tcp://127.0.0.1:99999",
+                                     "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://127.0.0.1:8786/x?y"])
+def test_bad_scheduler_addresses_are_usage_errors(address, tmp_path):
+    line = one_line_error(dltrace("worker", address, "--no-gpu", timeout=60), Exit.USAGE)
+    assert "is not tcp://HOST:PORT or tls://HOST:PORT" in line
+    line = one_line_error(dltrace("survey", "--scheduler", address, "-o", str(tmp_path / "s"), timeout=60),
+                          Exit.USAGE)
+    assert "is not tcp://HOST:PORT or tls://HOST:PORT" in line
+    assert not (tmp_path / "s").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("address", ["tcp://10.1.2.3:8786", "tcp://0.0.0.0:8786", "tcp://example.org:8786",
+                                     "tls://10.1.2.3:8786"])
+def test_a_scheduler_off_this_machine_needs_tls_with_certificates(address, tmp_path):
+    for command in (("worker", address, "--no-gpu"), ("survey", "--scheduler", address, "-o", str(tmp_path / "s"))):
+        line = one_line_error(dltrace(*command, timeout=60), Exit.USAGE)
+        assert "docs/fleet.md" in line and "--tls-ca-file" in line, line
+
+
+def test_the_loopback_check_is_by_address_not_by_name():
+    from tracer import fleet
+
+    assert fleet.scheduler("tcp://127.0.0.1:8786", "client", trust_local_users=True).loopback
+    assert fleet.scheduler("tcp://[::1]:8786", "worker", trust_local_users=True).loopback
+    assert fleet.scheduler("tcp://localhost:8786", "worker", trust_local_users=True).loopback
+    for host in ("127.0.0.1.example.org", "0.0.0.0", "192.168.1.5", "[::]"):
+        with pytest.raises(fleet.UsageError, match="not on this machine"):
+            fleet.scheduler(f"tcp://{host}:8786", "client")
+
+
+def test_survey_scheduler_empty_is_not_a_local_run(tmp_path):
+    out = tmp_path / "s"
+    line = one_line_error(dltrace("survey", "--scheduler", "", "-o", str(out), timeout=60), Exit.USAGE)
+    assert "scheduler address ''" in line and not out.exists()
+
+
+class _Listener:
+    """A TCP listener on loopback that accepts and never speaks (``http``: answers
+    anything with an HTTP 400, as a web server on the wrong port does)."""
+
+    def __init__(self, http: bool = False) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.http, self.conns, self.stop = http, [], False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.conns.append(conn)
+            if self.http:
+                try:
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join()
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("peer", ["closed", "silent", "http"])
+def test_an_unreachable_or_wrong_scheduler_is_one_line_within_the_wait(tmp_path, peer):
+    from tracer import fleet
+
+    listener = None if peer == "closed" else _Listener(http=peer == "http")
+    port = listener.port if listener else _free_port()
+    try:
+        sched = fleet.scheduler(f"tcp://127.0.0.1:{port}", "client", trust_local_users=True)
+        t0 = time.monotonic()
+        with pytest.raises(fleet.DltraceError, match="unreachable: no Dask scheduler answered within 2 s"):
+            fleet.check_reachable(sched, "worker", wait=2)
+        assert time.monotonic() - t0 < 6
+    finally:
+        if listener:
+            listener.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_worker_and_survey_at_a_silent_listener_end_in_one_line(tmp_path):
+    listener = _Listener()
+    try:
+        for command in (("worker", f"tcp://127.0.0.1:{listener.port}", "--no-gpu", "--trust-local-users"),
+                        ("survey", "--scheduler", f"tcp://127.0.0.1:{listener.port}", "--trust-local-users", "-o",
+                         str(tmp_path / "s"))):
+            t0 = time.monotonic()
+            line = one_line_error(dltrace(*command, timeout=120))
+            assert "unreachable" in line and time.monotonic() - t0 < 40
+    finally:
+        listener.close()
+
+
+class _Fleet:
+    """A scheduler (``tls``: `dask scheduler` with mutual TLS with the given files; else
+    `dltrace scheduler`, with its own) and `dltrace worker` processes on loopback, with
+    the environment ``env`` (a fake registry), stopped at the end."""
+
+    def __init__(self, folder: Path, env: dict[str, str], tls: dict[str, Path] | None = None) -> None:
+        import os
+        import subprocess
+        import sys
+
+        self.env, self.procs, self.tls = {**os.environ, **env}, [], tls
+        self.bin = Path(sys.executable).parent
+        info = folder / "scheduler.json"
+        if tls:
+            self.scheduler = self._start([str(self.bin / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                          "--no-dashboard", "--scheduler-file", str(info), "--protocol", "tls",
+                                          "--tls-ca-file", str(tls["ca"]), "--tls-cert", str(tls["scheduler.pem"]),
+                                          "--tls-key", str(tls["scheduler.key"])], subprocess)
+        else:  # dltrace's own: TLS with the certificates it makes for the user of this DLTRACE_HOME
+            self.scheduler = self._start([str(self.bin / "dltrace"), "scheduler", "--port", "0", "--scheduler-file",
+                                          str(info)], subprocess)
+        deadline = time.monotonic() + 60
+        while not info.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.address = json.loads(info.read_text())["address"]
+
+    def _start(self, argv: list[str], subprocess) -> object:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+        self.procs.append(proc)
+        return proc
+
+    def certs(self, role: str) -> list[str]:
+        assert self.tls
+        return ["--tls-ca-file", str(self.tls["ca"]), "--tls-cert", str(self.tls[f"{role}.pem"]),
+                "--tls-key", str(self.tls[f"{role}.key"])]
+
+    def worker(self, *options: str) -> object:
+        import subprocess
+
+        certs = self.certs("worker") if self.tls else []
+        return self._start([str(self.bin / "dltrace"), "worker", self.address, *certs, "--no-gpu", "--no-emulation",
+                            *options], subprocess)
+
+    def client(self):
+        import distributed
+        from distributed.security import Security
+
+        from tracer.fleet_credentials import Credentials
+
+        sec = Security(tls_ca_file=str(self.tls["ca"]), tls_client_cert=str(self.tls["client.pem"]),
+                       tls_client_key=str(self.tls["client.key"]), require_encryption=True) if self.tls else \
+            Credentials(Path(self.env["DLTRACE_HOME"]) / "fleet-credentials").security()
+        return distributed.Client(self.address, security=sec, timeout=30, set_as_default=False)
+
+    def stop(self) -> None:
+        stop_processes(self.procs)
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory) -> dict[str, Path]:
+    """A CA and a certificate each for the scheduler, a worker and a client, signed by it
+    (openssl, as docs/fleet.md makes them), and one from another CA."""
+    import subprocess
+
+    folder = tmp_path_factory.mktemp("tls")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
+            "-subj", f"/CN=dltrace test {ca}")
+    for name, ca in (("scheduler", "ca"), ("worker", "ca"), ("client", "ca"), ("stranger", "other-ca")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+            f"/CN={name}")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2")
+    files = {p.name: p for p in folder.iterdir()}
+    files["ca"] = folder / "ca.pem"
+    return files
+
+
+@pytest.mark.slow
+def test_a_tls_fleet_runs_a_survey_and_refuses_clients_without_a_certificate(fake_frameworks, tls_files, tmp_path):
+    fleet = _Fleet(tmp_path, fake_frameworks, tls_files)
+    try:
+        fleet.worker("--name", "secure")
+        with fleet.client() as client:
+            client.wait_for_workers(1, timeout=60)
+        out = tmp_path / "s"
+        proc = dltrace("survey", "crashy", "--primitives", "batchnorm", "--devices", "cpu", "--no-native", "--no-arm",
+                       "--no-imports", "--no-derive", "--no-variants", "--scheduler", fleet.address,
+                       *fleet.certs("client"), "-o", str(out), env=fake_frameworks, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (trace_file,) = (out / "traces").rglob("batchnorm-*.json")
+        assert load(trace_file).meta["recorded_by"]["worker"] == "secure"
+        # the attack of the issue: a client that reaches the scheduler without a certificate of its CA
+        assert_tls_refused(fleet.address, tls_files["ca"], None)
+        assert_tls_refused(fleet.address, tls_files["ca"], (tls_files["stranger.pem"], tls_files["stranger.key"]))
+    finally:
+        fleet.stop()
+
+
+@pytest.mark.slow
+def test_a_scheduler_that_dies_mid_survey_costs_only_the_jobs_in_flight(fake_frameworks, tmp_path):
+    import os
+    import subprocess
+
+    fleet = _Fleet(tmp_path, fake_frameworks)
+    try:
+        fleet.worker()
+        with fleet.client() as client:
+            client.wait_for_workers(1, timeout=60)
+            out = tmp_path / "s"
+            # relu hangs in crashy's probe: its job is in flight when the scheduler dies
+            survey = subprocess.Popen([str(fleet.bin / "dltrace"), "survey", "crashy", "--primitives", "relu",
+                                       "--devices", "cpu", "--no-native", "--no-arm", "--no-imports", "--no-derive",
+                                       "--no-variants", "--scheduler", fleet.address, "-o", str(out),
+                                       "--timeout", "300"], env={**os.environ, **fake_frameworks},
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while not any(client.processing().values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert any(client.processing().values())
+        t0 = time.monotonic()
+        fleet.scheduler.kill()
+        stdout, stderr = survey.communicate(timeout=180)
+        took = time.monotonic() - t0
+        assert survey.returncode == 0, stderr[-2000:]
+        assert "Traceback" not in stderr and took < 90, (took, stderr[-2000:])
+        gap = json.loads(next((out / "traces").rglob("relu-*.gap.json")).read_text())
+        assert gap["kind"] == "scheduler" and "scheduler lost mid-survey" in gap["error"]
+        assert (out / "index.html").is_file() and "report:" in stdout
+    finally:
+        fleet.stop()
+
+
+def test_a_plain_scheduler_reached_on_loopback_but_listening_beyond_is_refused(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    info = tmp_path / "scheduler.json"
+    sched = subprocess.Popen([str(Path(sys.executable).parent / "dask"), "scheduler", "--host", "0.0.0.0", "--port",
+                              "0", "--no-dashboard", "--scheduler-file", str(info)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 60
+        while not info.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        port = json.loads(info.read_text())["address"].rsplit(":", 1)[1]
+        for command in (("worker", f"tcp://127.0.0.1:{port}", "--no-gpu", "--trust-local-users"),
+                        ("survey", "--scheduler", f"tcp://127.0.0.1:{port}", "--trust-local-users", "-o",
+                         str(tmp_path / "s"))):
+            line = one_line_error(dltrace(*command, timeout=120), Exit.USAGE)
+            assert "beyond this machine, without TLS" in line and "--host 127.0.0.1" in line
+        assert not (tmp_path / "s").exists()
+    finally:
+        sched.terminate()
+        sched.wait(timeout=30)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import dltrace, write_pair
 from tracer.gap import GAP_SUFFIX, HISTORY, MAX_GAP_BYTES, VERSION, VERSION_FIELD, Gap, gap_json, load_gap, write_gap
 
 GAP = Gap("torch", "cpu", "default", "relu", "functional", "probe timed out", "timeout", "a64fx")
@@ -73,3 +74,20 @@ def test_the_other_checks_stay(tmp_path: Path) -> None:
     big.write_bytes(b" " * (MAX_GAP_BYTES + 1))
     _refusal(big)
     assert load_gap(_written(tmp_path, {**V1, "error": "\ud800"})).error == "\ufffd"
+
+
+@pytest.mark.parametrize("content, why", [
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+    ('{"framework": 1, "device": "cpu", "variant": "default", "primitive": "relu", "api": "functional", "error": "x"}',
+     "field 'framework' is int, not a string"),
+    ('{"device": "cpu"}', "missing field 'framework'"),
+])
+def test_a_bad_gap_record_is_one_line_and_the_rest_renders(tmp_path, content, why):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d", framework="torch")
+    (tmp_path / "t" / "relu-functional.gap.json").write_text(content)
+    for args in (["report", str(tmp_path / "t"), "-o", str(tmp_path / "r")],
+                 ["audit", "torch", "--traces", str(tmp_path / "t")]):
+        proc = dltrace(*args)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 0 and f"unreadable gap record ({why}" in proc.stderr, proc.stderr
+    assert (tmp_path / "r" / "torch.html").exists()

@@ -7,7 +7,7 @@ the functional and layer levels; a user's workload step), the test writes:
 - console-tree.txt, diff.txt, audit.txt: the terminal's tree, ``dltrace diff`` and
   ``dltrace audit`` (rich, 100 columns, no colour);
 - trace.json: the default path's trace as :func:`tracer.trace.save` writes it (bytes);
-- report/: the whole folder :func:`tracer.render.html.write_report` writes: index.html,
+- report/: the whole folder :func:`tracer.render.report.render` writes: index.html,
   samplefw.html, models.html, survey.json, graphs/*.svg (the full diff graphs) and
   workloads/*.coverage.csv/.json (the user workload's coverage table).
 

@@ -4,12 +4,14 @@ MXNet run on a K80, and TensorFlow 1.x timelines (ops placed on /gpu:0)."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import dltrace, one_line_error
+from tests.test_importer_bounds import _all_load, _import, _nvprof_copy
 from tracer.importers import import_file
 from tracer.processing.diff import diff_traces
 from tracer.knowledge import knowledge
@@ -131,3 +133,32 @@ def test_a_json_file_is_not_a_tensorflow_stats_file(tmp_path):
     fake.write_bytes(b"\x08\x96\x01garbage-that-is-not-a-stats-db" * 10)
     assert "not a tensorflow_stats protobuf" in one_line_error(
         dltrace("import", str(fake), "--framework", "tensorflow", "-o", str(tmp_path / "o")))
+
+
+def test_nvprof_file_with_a_hash_sign_is_the_one_read_and_nothing_is_created(tmp_path):
+    src = _nvprof_copy(tmp_path, "k80#.nvvp")
+    proc = _import(src, "mxnet", tmp_path / "o")  # nothing named k80 beside it
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "k80").exists()
+    # a decoy database called k80 beside it: still the named file is read, and hashed
+    decoy = sqlite3.connect(tmp_path / "k80")
+    decoy.execute("create table t (x)")
+    decoy.commit()
+    decoy.close()
+    proc = _import(src, "mxnet", tmp_path / "o2")
+    assert proc.returncode == 0, proc.stderr
+    traces = _all_load(tmp_path / "o2")
+    assert {t.meta["machine"]["gpu"] for t in traces} == {"Tesla K80"}
+    assert {t.meta["provenance"]["sha256"] for t in traces} == {hashlib.sha256(src.read_bytes()).hexdigest()}
+
+
+def test_nvprof_percent_encoded_name_is_not_decoded(tmp_path):
+    (tmp_path / "a").mkdir()
+    other = sqlite3.connect(tmp_path / "a" / "b.nvvp")  # what a%2fb.nvvp decodes to: not nvprof's
+    other.execute("create table t (x)")
+    other.commit()
+    other.close()
+    src = _nvprof_copy(tmp_path, "a%2fb.nvvp")
+    proc = _import(src, "mxnet", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    assert {t.meta["machine"]["gpu"] for t in _all_load(tmp_path / "o")} == {"Tesla K80"}

@@ -1,10 +1,13 @@
 """py-spy attached to a plain Python process (the tool's own): the session, the
-marker attribution and the failure modes, without a framework."""
+marker attribution and the failure modes, without a framework; and a probe that crashes
+while it is sampled, whose case is a gap that says why."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.conftest import dltrace
+from tracer import survey as sv
 from tracer.collect import sampler
 from tracer.runner import find_pyspy
 from tracer.trace import Frame
@@ -62,3 +65,17 @@ def test_pyspy_that_cannot_attach_is_reported(tmp_path):
     fake.chmod(0o755)
     with pytest.raises(sampler.NativeUnavailable, match=r"could not attach \(exit 1\): Permission Denied"):
         sampler.Sampler(str(fake), str(tmp_path)).start()
+
+
+def test_a_crash_during_native_capture_is_a_gap_and_the_trace_says_why(fake_frameworks, tmp_path):
+    proc = dltrace("survey", "crashy", "--primitives", "sigmoid", "-o", str(tmp_path), env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    traces, gaps, _ = sv.read_folders([tmp_path / "traces"])
+    # both traces are kept: the functional case and the kernel-shape case whose native layer was lost
+    assert len(traces) == 2
+    (gap,) = gaps
+    assert gap.kind == "crashed" and gap.error.startswith("native layer lost: ") and "SIGSEGV" in gap.error
+    (kernel,) = [t for t in traces if "native" in t.meta.get("layers_requested", [])]
+    assert "SIGSEGV" in kernel.meta["native"]["error"] and kernel.layer("forward", "native") is None
+    assert "SIGSEGV" in kernel.run("forward", "warm").stats["native_error"]
+    assert "1 gaps" in proc.stdout

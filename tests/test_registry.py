@@ -1,9 +1,14 @@
-"""frameworks.yaml: the real registry loads; malformed entries name entry and field."""
+"""frameworks.yaml: the real registry loads; malformed entries name entry and field; and a
+registry override (DLTRACE_REGISTRY) is data, not code: pip options, other indexes, YAML
+bombs and files that are not files are refused in one line before anything runs."""
 
+import re
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import dltrace, one_line_error
 from tracer import registry
 from tracer.registry import RegistryError
 
@@ -221,3 +226,122 @@ def test_a_survey_plans_each_variant_what_its_question_needs():
     every = planned(all_variants=True, arm_all=True)
     assert every["torch/cpu-bf16"] == every["torch/cpu-onednn-off"] and len(every["torch/cpu-bf16"]) == 45
     assert {c.primitive for c in every["torch/aarch64-a64fx-default"]} == set(PRIMITIVES)
+
+
+REGISTRY = """
+frameworks:
+  fw:
+    import: json
+    version: "1"
+    probe: tests.crashprobe
+    install: [{requirements: [x]}]
+    devices: {cpu: cpu}
+    source_roots: [json]
+    apis: [functional]
+"""
+
+
+def _registry(tmp_path: Path, text: str) -> dict[str, str]:
+    reg = tmp_path / "frameworks.yaml"
+    reg.write_text(text)
+    return {"DLTRACE_REGISTRY": str(reg), "DLTRACE_HOME": str(tmp_path / "home")}
+
+
+def test_pip_options_as_requirements_are_refused_before_pip_runs(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    ran = tmp_path / "setup-py-ran"
+    (pkg / "setup.py").write_text(f"open({str(ran)!r}, 'w').write('x')\nfrom setuptools import setup\nsetup()\n")
+    env = _registry(tmp_path, REGISTRY.replace(
+        "requirements: [x]", f'requirements: ["--no-index", "--no-build-isolation", "-e", "{pkg}"]'))
+    line = one_line_error(dltrace("env", "setup", "fw", env=env, timeout=120))
+    assert "field 'install[0].requirements' item '--no-index' is not a requirement specifier" in line
+    assert "--trust-registry" in line and not ran.exists()
+
+
+@pytest.mark.parametrize("step, where", [
+    ('{requirements: ["--index-url=http://127.0.0.1:9/simple", x]}', "install[0].requirements"),
+    ('{requirements: [x], options: ["--index-url=http://127.0.0.1:9/simple"]}', "install[0].options"),
+    ('{requirements: ["x @ http://127.0.0.1:9/x.whl"]}', "install[0].requirements"),
+    ('{requirements: ["./x"]}', "install[0].requirements"),
+])
+def test_other_indexes_urls_and_paths_are_refused(tmp_path, step, where):
+    from tracer import registry
+
+    env = _registry(tmp_path, REGISTRY.replace("{requirements: [x]}", step))
+    with pytest.raises(registry.RegistryError, match=f"field '{re.escape(where)}'"):
+        registry.load(env["DLTRACE_REGISTRY"])
+
+
+def test_trust_registry_is_a_flag_the_user_types(tmp_path):
+    env = _registry(tmp_path, REGISTRY.replace("{requirements: [x]}",
+                                               '{requirements: ["./x"], options: ["--no-index"]}'))
+    refused = dltrace("list", env=env, timeout=120)
+    assert "is not a requirement specifier" in one_line_error(refused)
+    trusted = dltrace("--trust-registry", "list", env=env, timeout=120)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "fw" in trusted.stdout
+
+
+@pytest.mark.parametrize("native", ["{rate: .inf}", "{rate: -.inf}", "{rate: .nan}", "{seconds: .nan}",
+                                    "{seconds: .inf}", "{rate: 1e400}"])
+def test_native_numbers_must_be_finite(tmp_path, native):
+    env = _registry(tmp_path, REGISTRY + f"    native: {native}\n")
+    line = one_line_error(dltrace("list", env=env, timeout=120))
+    assert "field 'native' needs" in line
+
+
+def test_a_name_with_a_trailing_newline_is_no_name(tmp_path):
+    env = _registry(tmp_path, REGISTRY.replace("  fw:", '  "fw\\n":').replace(
+        "import: json", 'import: "json\\n"'))
+    assert "framework name 'fw\\n' must be a short name" in one_line_error(dltrace("list", env=env, timeout=120))
+    env = _registry(tmp_path, REGISTRY.replace("import: json", 'import: "json\\n"'))
+    assert "field 'import' must be a dotted module name" in one_line_error(dltrace("list", env=env, timeout=120))
+
+
+def test_a_registry_that_is_a_fifo_or_a_device_or_huge_is_one_line(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    line = one_line_error(dltrace("list", env={"DLTRACE_REGISTRY": str(fifo)}, timeout=60))
+    assert "a named pipe, not a file" in line and time.monotonic() - t0 < 30
+    line = one_line_error(dltrace("list", env={"DLTRACE_REGISTRY": "/dev/zero"}, timeout=60))
+    assert "a character device, not a file" in line
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(REGISTRY + "#" * (2 << 20) + "\n")
+    assert "larger than the 1 MiB allowed" in one_line_error(
+        dltrace("list", env={"DLTRACE_REGISTRY": str(huge)}, timeout=60))
+
+
+BOMB = """\
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+"""
+
+
+@pytest.mark.parametrize("where", ["    variants: {v: {description: *h, env: {A: '1'}}}\n",
+                                   "    variants: {v: {set: {torch.x: *h}}}\n"])
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path, where):
+    bomb = "x-bomb:\n" + "".join(f"  {line}\n" for line in BOMB.splitlines())  # 9**8 strings once expanded
+    env = _registry(tmp_path, bomb + REGISTRY + where)
+    t0 = time.monotonic()
+    line = one_line_error(dltrace("list", env=env, timeout=120))
+    assert "more than 100,000 YAML nodes once its aliases are followed" in line
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_recursive_alias_is_refused(tmp_path):
+    from tracer import registry
+
+    with pytest.raises(registry.RegistryError, match="YAML nodes once its aliases"):
+        registry.load(_registry(tmp_path, "x: &a [*a]\n" + REGISTRY)["DLTRACE_REGISTRY"])
+    # a few shared anchors, as a person writes them, still read
+    assert "fw" in registry.load(_registry(tmp_path, "x: &a [1, 2]\ny: [*a, *a]\n" + REGISTRY)["DLTRACE_REGISTRY"])

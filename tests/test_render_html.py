@@ -1,16 +1,21 @@
 """The HTML report is written whatever the folder holds: only a model's (or a user
 workload's) traces, no framework page to link to; only gap records, more of one reason
 than a page lists. Each ends in a report that says what is missing, never a template
-error. Fast tier: synthetic traces and gap records."""
+error. Names in traces are hostile (script injection, bidirectional controls, names too
+long for a file or a graph): they are shown as text and never break a page or a link.
+Fast tier (but for one slow page of 100,000 kernels): synthetic traces and gap records."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
-from tests.conftest import dltrace
-from tracer.trace import Frame, Node, Run, Trace, save
+from tests.conftest import META, dltrace, op, write_pair
+from tracer.trace import Frame, Node, Run, Trace, load, save
 
 
 def _model_trace(primitive: str, api: str, device: str = "cpu") -> Trace:
@@ -70,3 +75,143 @@ def test_a_report_says_which_files_it_could_not_read(tmp_path):
     assert proc.returncode == 0, proc.stderr
     index = (tmp_path / "r" / "index.html").read_text()
     assert 'id="skipped-files">1 file of the trace folders could not be read' in index and "broken.json" in index
+
+
+INJECTION = '<a>, URL="javascript:alert(1337)", target=<_top>'
+
+
+def test_frame_names_cannot_inject_links_into_the_report(tmp_path):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", INJECTION)
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "r" / "samplefw.html").read_text()
+    files = list((tmp_path / "r" / "graphs").glob("*.svg"))
+    inline = re.findall(r"<svg\b.*?</svg>", page, re.S)
+    assert files and inline  # drawn, not refused
+    for svg in [*inline, *(f.read_text() for f in files)]:
+        root = ElementTree.fromstring(svg[svg.find("<svg"):])
+        for el in root.iter():  # dot's tooltips are <a> with a title only: no link, no target
+            assert not any("href" in k or k.lower() in ("url", "target") for k in el.attrib), el.attrib
+    assert not re.search(r"href=[\"']?\s*javascript:", page, re.I)
+    assert "javascript:alert(1337)" in page  # the name is shown, as text
+
+
+def test_a_graph_that_cannot_be_drawn_is_a_gap_not_a_lost_report(tmp_path):
+    long_name = "at::native::" + "k" * 20000 + "<float>"
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", long_name)
+    write_pair(tmp_path / "u", "aten::mkldnn_convolution", "aten::thnn_conv2d", primitive="relu")
+    proc = dltrace("report", str(tmp_path / "t"), str(tmp_path / "u"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "r" / "samplefw.html").read_text()
+    assert (tmp_path / "r" / "index.html").exists()
+    # names are shortened for drawing, so both graphs are drawn
+    assert page.count('<div class="graph"><svg') == 2
+    assert max(len(g.read_text()) for g in (tmp_path / "r" / "graphs").glob("*.svg")) < 200_000
+
+
+def test_drawing_failures_are_marked_on_the_page(tmp_path, monkeypatch):
+    from tracer.analysis.portability import survey_reports
+    from tracer.render import graphs
+    from tracer.analysis.survey_model import assemble
+    from tracer.knowledge import knowledge
+    from tracer.render.html import write_report
+
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    traces = [load(p) for p in sorted((tmp_path / "t").glob("*.json"))]
+
+    def failing(*args, **kwargs):
+        raise graphs.GraphError("dot failed: syntax error in line 1")
+
+    monkeypatch.setattr(graphs, "svg", failing)
+    index = write_report(assemble(survey_reports(traces, [], k=knowledge()), [], [], knowledge()), tmp_path / "r")
+    page = (tmp_path / "r" / "samplefw.html").read_text()
+    assert index.exists() and 'class="warn small graph-gap">graph not drawn: dot failed: syntax error' in page
+
+
+def test_an_invalid_trace_is_skipped_and_the_rest_renders(tmp_path):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    doc = json.loads((tmp_path / "t" / "default.json").read_text())
+    del doc["meta"]["framework"]
+    (tmp_path / "t" / "no-framework.json").write_text(json.dumps(doc))
+    doc["meta"]["framework"] = ["samplefw"]
+    (tmp_path / "t" / "list-framework.json").write_text(json.dumps(doc))
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    skipped = [line for line in proc.stderr.splitlines() if "skipped" in line]
+    assert len(skipped) == 2 and "Traceback" not in proc.stderr
+    assert any("no-framework.json: malformed trace (meta.framework is missing)" in line for line in skipped)
+    assert any("list-framework.json: malformed trace (meta.framework must be a non-empty string, not list)" in line
+               for line in skipped)
+    assert "aten::thnn_conv2d" in (tmp_path / "r" / "samplefw.html").read_text()
+
+
+def _named(folder: Path, name: str, **meta) -> Path:
+    a, _ = write_pair(folder / name.encode().hex()[:40], "aten::mkldnn_convolution", "aten::thnn_conv2d",
+                      framework=name, **meta)
+    return a
+
+
+def test_each_framework_name_gets_its_own_page_and_none_replaces_the_index(tmp_path):
+    for name in ("torch", "torch!", "Torch", "index", "!!!", "graphs"):
+        _named(tmp_path / "t", name)
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    pages = sorted(p.name for p in (tmp_path / "r").glob("*.html"))
+    assert len(pages) == 7 and "torch.html" in pages and "index.html" in pages, pages
+    assert not [p for p in pages if p.startswith(".")]
+    index = (tmp_path / "r" / "index.html").read_text()
+    assert "<h1" in index and "dltrace survey" in index and "Gaps" in index  # the index, not a framework page
+    assert "<title>torch · dltrace" in (tmp_path / "r" / "torch.html").read_text()
+    links = re.findall(r'<a href="([^"#]+\.html)"><b>([^<]+)</b>', index)
+    assert len({h for h, _ in links}) == 6 and all((tmp_path / "r" / h).exists() for h, _ in links)
+
+
+@pytest.mark.parametrize("field", ["framework", "primitive", "variant", "api", "machine.cpu"])
+def test_long_names_do_not_reach_file_names(tmp_path, field):
+    long = "x" * 300
+    meta = {"machine": {"arch": "x86_64", "cpu": long}} if field == "machine.cpu" else {field: long}
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d", **meta)
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (tmp_path / "r" / "index.html").exists()
+    assert max(len(p.name) for p in (tmp_path / "r").rglob("*")) < 120
+
+
+def test_bidirectional_controls_are_inert_in_the_report(tmp_path):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::evil\u202ekernel\u2066x")
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    for page in (tmp_path / "r").rglob("*.html"):
+        text = page.read_text()
+        assert "\u202e" not in text and "\u2066" not in text, page
+    assert "aten::evil\\u202ekernel\\u2066x" in (tmp_path / "r" / "samplefw.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_page_lists_a_bounded_number_of_kernels(tmp_path):
+    kids = [Node(Frame("op", "aten", f"aten::kernel_{i}"), 1, 10) for i in range(100_000)]
+    for variant, children in (("default", [op("aten::mkldnn_convolution")]), ("fast", kids)):
+        tree = Node(Frame("root", "", "conv2d.forward"), 1, 3000,
+                    children=[op("aten::conv2d",
+                                 Node(Frame("op", "aten", "aten::_convolution"), 1, 10, children=children))])
+        save(Trace({**META, "variant": variant}, [Run("forward", "warm", {"op": tree}, {"untraced_s": 1e-4})]),
+             tmp_path / "t" / f"{variant}.json") if (tmp_path / "t").mkdir(exist_ok=True) is None else None
+    proc = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert sum(p.stat().st_size for p in (tmp_path / "r").rglob("*.html")) < 2 << 20
+
+
+def test_the_verdict_grid_links_each_cell_to_its_comparison_and_escapes_names():
+    from tracer.analysis.verdict import GridCell
+    from tracer.render.grid_svg import PARTS, STROKE, grid_svg
+
+    cells = [GridCell("torch", "conv2d", "forward", "op", "recorded", "conv2d-forward", "parts at an op"),
+             GridCell('x"<fw>', "relu", "forward", "unknown-layer", "", "relu-forward", INJECTION)]
+    svg = str(grid_svg(cells, lambda fw: f"{fw}.html"))
+    root = ElementTree.fromstring(svg)
+    links = [el for el in root.iter() if el.tag.endswith("}a")]
+    assert [a.get("href") for a in links] == ["torch.html#conv2d-forward", 'x"<fw>.html#relu-forward']
+    rects = [el for el in root.iter() if el.tag.endswith("}rect")]
+    assert (rects[0].get("fill"), rects[0].get("stroke")) == (PARTS["op"][0], STROKE["recorded"])
+    assert rects[1].get("fill") == PARTS["no GPU pair"][0]  # a part it does not know is drawn as no pair
+    assert "javascript:" not in " ".join(a.get("href") for a in links)

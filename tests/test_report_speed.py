@@ -13,7 +13,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from tests.test_hostile_inputs import META, op
+from tests.conftest import META, op
 from tracer import survey as sv
 from tracer.analysis.portability import survey_reports
 from tracer.render import graphs

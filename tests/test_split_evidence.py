@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import dltrace
 from tracer.collect.vendor_log import parse
 from tracer.processing.diff import diff_traces
 from tracer.processing.diff.classify import classify
 from tracer.analysis.dispatch import DispatchTable
 from tracer.processing.symbols import display
 from tracer.knowledge import knowledge
-from tracer.trace import Frame, Node, Run, Trace
+from tracer.trace import Frame, Node, Run, Trace, load
 
 K = knowledge()
 
@@ -236,3 +237,14 @@ def test_a_reported_time_that_is_no_duration_is_an_unreadable_line_not_a_figure(
     mkl = f"MKL_VERBOSE SGEMM(T,N,8,4,16,0x1,0x2,16,0x3,16,0x4,0x5,8) {time}ms CNR:OFF Dyn:1 FastMM:1 TID:0  NThr:2\n"
     log = parse(onednn + mkl)
     assert log.calls == [] and log.unreadable == 2
+
+
+def test_a_malformed_library_line_costs_no_case(fake_frameworks, tmp_path):
+    out = tmp_path / "softmax.json"
+    proc = dltrace("probe", "crashy", "softmax", "--layers", "python,library", "--pass", "forward", "-o", str(out),
+                   env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    run = load(out).run("forward")
+    assert [n.frame.name for _, n in run.layers["library"].walk()][1:] == ["softmax jit:avx2 (forward_training)"]
+    assert run.stats["layers"]["library"]["unreadable_lines"] == 3
+    assert "python" in run.layers

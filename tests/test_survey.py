@@ -10,10 +10,12 @@ import shutil
 
 import pytest
 
-from tests.conftest import dltrace
+from tests.conftest import _limited, dltrace, write_pair
+from tests.test_trace_format import BAD_DEFLATE, _gzip_bomb
 from tracer import survey as sv
 from tracer.knowledge import knowledge
 from tracer.contract import PRIMITIVES, THREAD_ENV
+from tracer.trace import load
 
 K = knowledge()
 
@@ -244,3 +246,62 @@ def test_probes_side_by_side_share_the_cores(cpu_traces):
     for key in (("torch", "default", "lenet", "layer"), ("tensorflow", "default", "dense", "functional")):
         t = cpu_traces[key].load()
         assert t.meta["thread_env"] == {k: share for k in THREAD_ENV}, key
+
+
+def test_a_corrupt_trace_in_a_survey_folder_is_probed_again(fake_frameworks, tmp_path):
+    args = ("survey", "crashy", "--primitives", "dense", "--no-native", "-o", str(tmp_path))
+    assert dltrace(*args, env=fake_frameworks).returncode == 0
+    (trace,) = (tmp_path / "traces").rglob("dense-functional.json")
+    trace.write_bytes(BAD_DEFLATE)
+    proc = dltrace(*args, env=fake_frameworks)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "crashy/cpu-default: 1 cases" in proc.stderr and "reused" not in proc.stderr
+    assert load(trace).meta["primitive"] == "dense"
+
+
+def test_a_probe_that_writes_a_corrupt_trace_is_a_gap(fake_frameworks, tmp_path):
+    proc = dltrace("survey", "crashy", "--primitives", "maxpool2d", "--no-native", "-o", str(tmp_path),
+                   env=fake_frameworks)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 gaps" in proc.stdout
+    _, gaps, _ = sv.read_folders([tmp_path / "traces"])
+    assert [g.primitive for g in gaps] == ["maxpool2d"] and "the probe wrote an unreadable trace" in gaps[0].error
+    assert not list((tmp_path / "traces").rglob("maxpool2d-functional.json"))
+
+
+@pytest.mark.slow
+def test_a_survey_resumes_past_a_bomb_in_its_traces(fake_frameworks, tmp_path):
+    args = ("survey", "crashy", "--primitives", "dense", "--no-native", "-o", str(tmp_path))
+    assert dltrace(*args, env=fake_frameworks).returncode == 0
+    (trace,) = (tmp_path / "traces").rglob("dense-functional.json")
+    _gzip_bomb(trace, 5.8)
+    proc = _limited(*args, env=fake_frameworks)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert load(trace).meta["primitive"] == "dense"  # probed again
+
+
+def test_a_folder_where_a_trace_goes_is_that_cases_gap(fake_frameworks, tmp_path):
+    job_dir = tmp_path / "traces" / "crashy" / "cpu-default"
+    (job_dir / "dense-functional.json").mkdir(parents=True)
+    proc = dltrace("survey", "crashy", "--primitives", "dense,softmax", "--no-native", "-o", str(tmp_path),
+                   env=fake_frameworks)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert load(job_dir / "softmax-functional.json").meta["primitive"] == "softmax"
+    _, gaps, _ = sv.read_folders([tmp_path / "traces"])
+    assert [(g.primitive, g.kind) for g in gaps] == [("dense", "output")] and "is not a file" in gaps[0].error
+
+
+def test_the_same_trace_twice_counts_once(tmp_path):
+    write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    (tmp_path / "copy").mkdir()
+    for p in (tmp_path / "t").iterdir():
+        (tmp_path / "copy" / p.name).write_bytes(p.read_bytes())
+    once, _, _ = sv.read_folders([tmp_path / "t"])
+    thrice, _, _ = sv.read_folders([tmp_path / "t", tmp_path / "t", tmp_path / "copy"])
+    assert len(once) == len(thrice) == 2
+    single = dltrace("report", str(tmp_path / "t"), "-o", str(tmp_path / "r1"))
+    triple = dltrace("report", str(tmp_path / "t"), str(tmp_path / "t"), str(tmp_path / "copy"),
+                     "-o", str(tmp_path / "r3"))
+    assert single.returncode == triple.returncode == 0
+    count = lambda r: (tmp_path / r / "samplefw.html").read_text().count("split point(s)")  # noqa: E731
+    assert count("r1") == count("r3") >= 1

@@ -1,14 +1,18 @@
-"""tracer/render/terminal.py on its own: what reaches a terminal cannot act on it, names
-are cut with a count, markup in input stays text, and narrow terminals get records.
-Fast tier."""
+"""What reaches a terminal cannot act on it (tracer/render/terminal.py on its own, then
+the real `dltrace` printing hostile traces): names are cut with a count, escapes and
+markup in input stay text, narrow or ASCII terminals get records and escapes. Names in
+a trace come from other machines and other people. Fast tier."""
 
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from rich.text import Text
 
+from tests.conftest import dltrace, one_line_error, write_pair
+from tracer.contract import Exit
 from tracer.render.terminal import (NAME_WIDTH, TerminalSafe, clip, message, safe, safe_console,
                                     table_or_records)
 
@@ -74,3 +78,55 @@ def test_table_or_records_by_width() -> None:
     assert "┃ framework" in wide.getvalue() and "version: 0.10.2" not in wide.getvalue()
     assert narrow.getvalue().splitlines() == ["envs", "torch", "  version: 2.13.0", "  status: ready",
                                               "jax", "  version: 0.10.2", "  status: missing"]
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J"
+
+
+def test_escape_sequences_in_traces_never_reach_the_terminal(tmp_path):
+    a, b = write_pair(tmp_path, "aten::mkldnn_convolution", f"aten::evil{ESCAPES}kernel")
+    for env in ({}, {"FORCE_COLOR": "1", "TERM": "xterm-256color"}):  # a pipe, and a colour terminal
+        proc = dltrace("diff", str(a), str(b), env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "\x1b]" not in proc.stdout and "\x1b[2J" not in proc.stdout and "\x07" not in proc.stdout
+        assert "aten::evil\\x1b]0;pwned" in proc.stdout and "\\x1b[2Jkernel" in proc.stdout
+
+
+def test_a_probes_stderr_is_made_safe(fake_frameworks):
+    line = one_line_error(dltrace("probe", "crashy", "avgpool2d", env=fake_frameworks))
+    assert "SIGSEGV" in line and "\x1b" not in line and "\\x1b]0;pwned" in line
+
+
+def test_rich_markup_in_input_is_printed_as_it_is(tmp_path):
+    line = one_line_error(dltrace("probe", "[/bold][red]x", "conv2d"), Exit.USAGE)
+    assert "unknown framework '[/bold][red]x'" in line
+
+
+def test_a_huge_name_does_not_flood_the_console(tmp_path):
+    a, b = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::" + "z" * 100_000)
+    proc = dltrace("diff", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) < 20_000 and "chars)" in proc.stdout
+
+
+def test_a_lone_surrogate_does_not_stop_the_output(tmp_path):
+    a, b = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    b.write_text(b.read_text().replace("aten::thnn_conv2d", "aten::thnn\\udc80conv2d"))
+    proc = dltrace("diff", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert "aten::thnn\ufffdconv2d" in proc.stdout
+
+
+def test_a_narrow_terminal_gets_records_not_empty_cells():
+    proc = dltrace("list", env={"COLUMNS": "20"})
+    assert proc.returncode == 0, proc.stderr
+    assert "│  │" not in proc.stdout
+    for name in ("torch", "tensorflow", "chainer", "mxnet", "jax"):
+        assert re.search(rf"^{name}$", proc.stdout, re.M), proc.stdout
+
+
+def test_an_ascii_terminal_gets_escapes_not_a_codec_error(tmp_path):
+    a, b = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::thnn_conv2d\u00e9")
+    proc = dltrace("diff", str(a), str(b), env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "aten::thnn_conv2d\\xe9" in proc.stdout and "split" in proc.stdout

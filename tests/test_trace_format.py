@@ -2,10 +2,12 @@
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
 from tests import samplefw
+from tests.conftest import _limited, dltrace, one_line_error, write_pair
 from tracer.collect.pytrace import PythonTracer
 from tracer.trace import VERSION, Frame, Node, Run, Trace, TraceFormatError, load, save
 
@@ -165,3 +167,55 @@ def test_version_history_and_old_traces(tmp_path):
         assert doc["version"] == 1 and "collector" in doc["meta"]  # a field of version 6, written as 1
         trace = load(path)
         assert trace.info.collector is not None and trace.runs
+
+
+BAD_DEFLATE = gzip.compress(b'{"format": "dltrace-trace"}' * 50, mtime=0)[:10] + bytes([0, 5, 0, 0, 0]) + b"x" * 40
+
+
+@pytest.mark.parametrize("content, why", [
+    (BAD_DEFLATE, "corrupt or truncated trace"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+])
+def test_corrupt_traces_are_one_line_in_every_command(tmp_path, content, why):
+    good, _ = write_pair(tmp_path, "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(content)
+    for args in (["diff", str(bad), str(good)], ["diff", str(good), str(bad)], ["diff", str(bad)],
+                 ["export", str(bad), "--format", "collapsed"], ["report", str(bad), "-o", str(tmp_path / "r")]):
+        proc = dltrace(*args)
+        if args[0] == "report":  # the only file is skipped with one line: nothing to report
+            assert proc.returncode == 1 and f"skipped {bad}: " in proc.stderr and why in proc.stderr
+            assert "Traceback" not in proc.stderr
+        else:
+            assert why in one_line_error(proc)
+
+
+def _gzip_bomb(path: Path, gib: float) -> Path:
+    """A gzip file of concatenated members (legal gzip) that expands to ``gib`` GiB of
+    zeros behind a valid trace header, in a few MB."""
+    member = gzip.compress(bytes(64 << 20), compresslevel=9)
+    path.write_bytes(gzip.compress(b'{"format": "dltrace-trace", "version": 1, "meta": {"x": "')
+                     + member * int(gib * 16))
+    return path
+
+
+@pytest.mark.slow
+def test_a_decompression_bomb_is_one_line_in_every_command(tmp_path):
+    good, _ = write_pair(tmp_path / "t", "aten::mkldnn_convolution", "aten::thnn_conv2d")
+    bomb = _gzip_bomb(tmp_path / "t" / "bomb.json.gz", 5.8)
+    zero = tmp_path / "t" / "zero.json"
+    zero.symlink_to("/dev/zero")
+    assert bomb.stat().st_size < 8 << 20
+    for bad in (bomb, zero):
+        for args in (["diff", str(bad), str(good)], ["export", str(bad), "--format", "collapsed"]):
+            line = one_line_error(_limited(*args))
+            assert ("MiB allowed" if bad == bomb else "a character device, not a file") in line
+        line = one_line_error(_limited("diff", str(bad)))
+        assert str(bad) in line and ("expands to more than the 256 MiB allowed" in line or "a character device" in line)
+    proc = _limited("report", str(tmp_path / "t"), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"skipped {bomb}: not read: expands to more than" in proc.stderr
+    assert f"skipped {zero}: not read: a character device, not a file" in proc.stderr
+    assert "aten::thnn_conv2d" in (tmp_path / "r" / "samplefw.html").read_text()
+    proc = _limited("audit", "torch", "--traces", str(tmp_path / "t"))
+    assert "Traceback" not in proc.stderr and "skipped" in proc.stderr

@@ -1,0 +1,76 @@
+"""Stopping dltrace (Ctrl-C, SIGTERM or SIGKILL) stops the probe processes it started,
+because a probe hung inside a framework must never outlive the command a user gave up on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DLTRACE
+
+
+def _probe_pids(parent: int) -> list[int]:
+    """Probe processes (the harness) started by ``parent``."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"tracer.collect.harness" in cmd:
+            out.append(int(pid))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def _sigint_as_at_a_terminal() -> None:
+    """In the child: SIGINT at its default disposition. A background job of a
+    non-interactive shell (`nohup make test &`) inherits SIGINT ignored, and so would
+    the dltrace under test: Ctrl-C at a terminal is what these tests mean."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("command", ["probe", "survey"])
+def test_stopping_dltrace_stops_its_probes(fake_frameworks, tmp_path, command, how):
+    args = ["probe", "crashy", "relu"] if command == "probe" else ["survey", "crashy", "--primitives", "relu",
+                                                                    "--no-native", "-o", str(tmp_path)]
+    proc = subprocess.Popen([DLTRACE, *args], env={**os.environ, **fake_frameworks}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal)
+    deadline = time.monotonic() + 60
+    while not (probes := _probe_pids(proc.pid)):
+        assert time.monotonic() < deadline and proc.poll() is None, "the probe never started"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(getattr(signal, how))
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(map(_alive, probes)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, probes)), f"probe {probes} still running after dltrace got {how}"
+    if how != "SIGKILL":  # dltrace's own handling: one line and the status of an interrupt
+        assert proc.returncode == 130, (proc.returncode, proc.stderr)
+
+
+@pytest.mark.slow
+def test_the_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(fake_frameworks, tmp_path):
+    """`nohup make test &` from a non-interactive shell: pytest and everything it starts
+    inherit SIGINT ignored. The test above must still mean Ctrl-C, so run it that way."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                           f"{__file__}::test_stopping_dltrace_stops_its_probes[probe-SIGINT]"],
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).parent.parent, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:]
