@@ -68,9 +68,13 @@ def test_stopping_dltrace_stops_its_probes(fake_frameworks, tmp_path, command, h
 @pytest.mark.slow
 def test_the_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(fake_frameworks, tmp_path):
     """`nohup make test &` from a non-interactive shell: pytest and everything it starts
-    inherit SIGINT ignored. The test above must still mean Ctrl-C, so run it that way."""
+    inherit SIGINT ignored. The test above must still mean Ctrl-C, so run it that way.
+    The inner pytest gets a folder of its own: given this session's (PYTEST_ADDOPTS
+    --basetemp), it would empty it, the shared survey's traces with it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                           "--basetemp", str(tmp_path / "inner"),
                            f"{__file__}::test_stopping_dltrace_stops_its_probes[probe-SIGINT]"],
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), capture_output=True,
-                          text=True, timeout=300, cwd=Path(__file__).parent.parent, stdin=subprocess.DEVNULL)
+                          text=True, timeout=300, cwd=Path(__file__).parent.parent, stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:]
