@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracer.analysis.decisions import Decisions, decisions, pair_splits
 from tracer.analysis.models import Level, ModelReport, is_model_trace, model_reports
@@ -19,11 +19,9 @@ from tracer.analysis.portability import FrameworkReport, survey_reports
 from tracer.analysis.scorecard import Measure, ScoreRow, scorecard
 from tracer.analysis.verdict import ArmVerdict, FrameworkVerdict, GridCell, arm_verdicts, grid, verdicts
 from tracer.contract import MODELS, USER_API
+from tracer.gap import Gap
 from tracer.knowledge import Knowledge
 from tracer.trace import Trace
-
-if TYPE_CHECKING:
-    from tracer.gap import Gap
 
 #: The model whose levels the abstraction-overhead plot compares.
 OVERHEAD_MODEL = "lenet"
