@@ -17,7 +17,7 @@ normalises the tool's version (``dltrace VERSION``: a release does not change ev
 and the geometry of Graphviz's drawings (where dot puts a node depends on its version and
 fonts, not on dltrace); nothing else. The report's "generated" time is fixed by
 SOURCE_DATE_EPOCH (tracer.render.html.generated_at). Without Graphviz's ``dot`` the
-report has no drawings, so the test is skipped (``make system`` installs it).
+report has no drawings, so the comparison fails saying so (``make system`` installs it).
 
 ``DLTRACE_REGEN_GOLD=1 pytest tests/test_gold.py`` writes the files again from the
 current code; review them with ``git diff tests/gold`` before committing. Fast tier."""
