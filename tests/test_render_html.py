@@ -215,3 +215,59 @@ def test_the_verdict_grid_links_each_cell_to_its_comparison_and_escapes_names():
     assert (rects[0].get("fill"), rects[0].get("stroke")) == (PARTS["op"][0], STROKE["recorded"])
     assert rects[1].get("fill") == PARTS["no GPU pair"][0]  # a part it does not know is drawn as no pair
     assert "javascript:" not in " ".join(a.get("href") for a in links)
+
+
+def _workload_trace(name: str) -> Trace:
+    return _model_trace(name, "user")
+
+
+def test_a_workload_name_from_a_trace_writes_nothing_outside_the_report(tmp_path):
+    """meta.primitive is a workload's name, and its coverage table's file name: ``../``, an
+    absolute path or a ``/`` in it stays inside OUT/workloads, and two names that join alike
+    keep a table each."""
+    folder = tmp_path / "deep" / "er" / "traces"
+    folder.mkdir(parents=True)
+    for i, name in enumerate(["../../ESCAPED", str(tmp_path / "ABSOLUTE"), "no/such/folder", "a-b", "a"]):
+        save(_workload_trace(name), folder / f"w{i}.json")
+    out = tmp_path / "deep" / "er" / "out"
+    proc = dltrace("report", str(folder), "-o", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and "coverage" in p.name]
+    assert written and all(p.parent == out / "workloads" for p in written), written
+    assert len(written) == 2 * 5
+
+
+def test_a_link_in_place_of_the_reports_workloads_folder_is_refused(tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    save(_workload_trace("mynet"), folder / "w.json")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "workloads").symlink_to(elsewhere)
+    proc = dltrace("report", str(folder), "-o", str(tmp_path / "out"))
+    assert proc.returncode != 0 and "symbolic link" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not list(elsewhere.iterdir())
+
+
+def test_a_workload_name_too_long_for_a_page_is_refused_as_a_malformed_trace(tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    save(_workload_trace("x" * 100_000), folder / "long.json")
+    save(_workload_trace("mynet"), folder / "w.json")
+    proc = dltrace("report", str(folder), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert "meta.primitive is 100000 characters long" in proc.stderr
+    assert (tmp_path / "r" / "models.html").stat().st_size < 200_000
+
+
+@pytest.mark.parametrize("epoch, shown", [
+    ("1700000000", "2023-11-14 22:13"), ("253402300800", "9999-12-31 23:59"), ("99999999999999999999", "9999-12-31 23:59"),
+    ("²", None), ("①", None), ("-1", None), ("", None)])
+def test_source_date_epoch_is_read_or_clamped_never_a_traceback(monkeypatch, epoch, shown):
+    from tracer.render.html import generated_at
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+    got = generated_at()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", got)
+    if shown is not None:
+        assert got == shown

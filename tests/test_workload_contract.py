@@ -85,10 +85,51 @@ def test_the_table_is_csv_a_spreadsheet_will_not_run():
     ])
     rows = list(csv.reader(io.StringIO(coverage_export.to_csv(cov))))
     assert rows[0] == list(coverage_export.COLUMNS)
-    assert rows[1] == ["aten::relu_", "aten::relu_", "", "forward", "3", "", "yes"]
+    assert rows[1] == ["aten::relu_", "aten::relu_", "", "forward", "3", "", "yes", ""]
     assert rows[2][0] == "'=HYPERLINK(1)" and rows[2][5] == "lenet;relu" and rows[2][6] == "no"
     doc = coverage_export.to_json(cov)
     assert doc["coverage_version"] == coverage_export.COVERAGE_VERSION and doc["rows"][0]["beyond_built_in"]
+
+
+def test_no_cell_of_the_table_starts_a_row_or_a_formula():
+    """Names from a trace written elsewhere: a bare CR would start a row in a reader that
+    splits on it, whose first cell a spreadsheet runs; every text column is made inert."""
+    evil = "x\r=cmd|' /C calc'!A0"
+    cov = WorkloadCoverage("torch", "net", "standin", [
+        CoverageRow(evil, evil, "@SUM(1)", ["+forward"], 1, ["-lenet"], True)], incomplete="=why\n@")
+    text = coverage_export.to_csv(cov)
+    assert "\r=" not in text and "\n=" not in text and "\n@" not in text
+    for line in text.split("\r\n")[:-1]:  # RFC 4180: CRLF ends each row, and no other CR or LF is left
+        assert "\r" not in line and "\n" not in line
+    row = next(csv.reader(io.StringIO(text.split("\r\n")[1])))
+    assert row[0] == "x\ufffd=cmd|' /C calc'!A0"
+    assert all(not cell.startswith(("=", "+", "-", "@")) for cell in row), row
+
+
+@pytest.mark.parametrize("workload, framework", [
+    ("../../ESCAPED", "torch"), ("/tmp/abs", "torch"), ("net", "../up"), ("a/b", "torch"), ("..", "torch"),
+    ("x" * 100_000, "torch"), (".hidden", "torch"),
+])
+def test_the_tables_files_stay_in_their_folder(tmp_path, workload, framework):
+    folder = tmp_path / "out" / "workloads"
+    folder.mkdir(parents=True)
+    cov = WorkloadCoverage(framework, workload, "standin", [CoverageRow("aten::relu_", "aten::relu_", "", [], 1, [])])
+    paths = coverage_export.write(cov, folder, set())
+    for p in paths:
+        assert p.parent == folder and p.is_file() and not p.name.startswith(".") and len(p.name) < 120
+    assert sorted(x.name for x in tmp_path.rglob("*") if x.is_file()) == sorted(p.name for p in paths)
+
+
+def test_two_workloads_whose_names_join_alike_keep_both_tables(tmp_path):
+    taken: set[str] = set()
+    rows = [CoverageRow("aten::relu_", "aten::relu_", "", [], 1, [])]
+    first = coverage_export.write(WorkloadCoverage("c", "a-b", "cpu", rows), tmp_path, taken)
+    second = coverage_export.write(WorkloadCoverage("b-c", "a", "cpu", rows), tmp_path, taken)
+    again = coverage_export.write(WorkloadCoverage("c", "a-b", "cpu", rows), tmp_path, taken)  # the same pair twice
+    assert len({first[0], second[0], again[0]}) == 3 and len(list(tmp_path.iterdir())) == 6
+    # a plain name keeps its plain file name
+    assert coverage_export.write(WorkloadCoverage("torch", "torch_mlp", "cpu", rows), tmp_path)[0].name \
+        == "torch_mlp-torch.coverage.csv"
 
 
 def _trace(primitive: str, device: str, ops: dict[str, list[str]], reached: dict[str, list[str]] | None = None,

@@ -97,6 +97,22 @@ def ensure_dir(folder: str | os.PathLike[str]) -> Path:
     return folder
 
 
+def own_folder(folder: str | os.PathLike[str]) -> Path:
+    """``folder`` as a real folder of the output, made if needed: a symbolic link in its
+    place (planted in an output folder) is refused, so nothing is written through it to
+    wherever it points."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise OutputError(f"cannot write {folder}: it is a symbolic link, not a folder of the output")
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise OutputError(describe(exc, folder)) from None
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {folder}: it is a file, not a folder")
+    return folder
+
+
 def ensure_file_parent(path: str | os.PathLike[str]) -> Path:
     """For an output file: its folder exists and is writable, and the path is not a folder."""
     path = Path(path)

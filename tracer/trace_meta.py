@@ -32,6 +32,8 @@ def _empty() -> Mapping[str, Any]:
 
 #: Meta fields every trace has: the processing stages group and pair traces by them.
 REQUIRED_META = ("framework", "primitive", "api", "device")
+#: The longest name one of them may be (a workload's is at most 64: tracer.contract.UserWorkload).
+MAX_NAME = 512
 #: Optional meta fields the loader checks, and their JSON types.
 OPTIONAL_META: dict[str, tuple[type, ...]] = {
     "variant": (str,), "framework_version": (str,), "shape": (list,), "passes": (list,), "machine": (dict,),
@@ -218,6 +220,8 @@ def _check_types(meta: dict[str, Any]) -> None:
             raise ValueError(f"meta.{key} is missing")
         if not isinstance(value, str) or not value:
             raise _wrong(f"meta.{key}", value, "a non-empty string")
+        if len(value) > MAX_NAME:  # each page, table and file name repeats it
+            raise ValueError(f"meta.{key} is {len(value)} characters long (at most {MAX_NAME})")
     for key, kinds in OPTIONAL_META.items():
         value = meta.get(key)
         if value is not None and not isinstance(value, kinds):

@@ -212,7 +212,8 @@ def workload_reports(traces: list[Trace], gaps: list[Gap], cards: list[ScoreRow]
             known.update(e for m in built_in for r in m.rows if r.framework == fw for e in r.implement.items)
             row.beyond = [e for e in row.implement.items if e not in known]
             row.coverage = coverage(fw, name, row.implement.items, [t for t in mine if t.info.framework == fw],
-                                    [t for t in builtin_traces if t.info.framework == fw], row.beyond)
+                                    [t for t in builtin_traces if t.info.framework == fw], row.beyond,
+                                    row.implement.incomplete)
             rows.append(row)
         about = next((dict(t.info.model["workload"]) for t in mine if isinstance(t.info.model.get("workload"), dict)),
                      {})

@@ -71,6 +71,9 @@ class Figure:
     items: list[str] = field(default_factory=list)  # the whole list behind the figure (survey.json)
     evidence: str = ""  # what the figure rests on, where its sources differ in strength (LIST_EVIDENCE)
     beside: Beside | None = None  # a run's list: what the registry or the compiler said, and the differences
+    #: why the list is not whole (a pass that did not run on the stand-in): then it is no
+    #: must-implement list, and every place that shows it says so
+    incomplete: str = ""
 
 
 @dataclass
@@ -287,6 +290,10 @@ def _run_needs(rep: FrameworkReport, ran: list[StandinNeeds], k: Knowledge) -> t
                   link, list(free)[:10])
     if len(ran) < len(rep.primitives):
         implement.thin = f"run for {len(ran)} of {len(rep.primitives)} primitives"
+    lost = {what: why for run in ran for what, why in run.lost.items()}
+    if lost:
+        implement.incomplete = "; ".join(f"{what} did not run whole on the {ran[0].device} device: {why}"
+                                         for what, why in lost.items())
     return implement, gets
 
 

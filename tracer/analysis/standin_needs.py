@@ -51,6 +51,9 @@ class StandinNeeds:
     elsewhere: list[str] = field(default_factory=list)
     apis: list[str] = field(default_factory=list)  # the API levels that ran on the stand-in
     differences: list[Difference] = field(default_factory=list)
+    #: "CASE PASS" -> why: passes that did not run whole on the stand-in, whose ops are
+    #: therefore not all on the list (an op it could not compute, a program it could not run)
+    lost: dict[str, str] = field(default_factory=dict)
 
     @property
     def must_implement(self) -> list[str]:
@@ -126,6 +129,18 @@ def _tables_only(op: str, run: StandinNeeds, cpu_nodes: list[tuple[Node, list[st
     return "not reached on the stand-in device's path"
 
 
+def lost_passes(trace: Trace) -> dict[str, str]:
+    """"CASE PASS" -> why, for each pass of a stand-in trace that recorded no op layer: its
+    list of what reached the device is that much short (JAX's stand-in could not run a
+    program of the pass; a run cut short). A list missing a pass is no list."""
+    out: dict[str, str] = {}
+    for r in trace.runs:
+        if "op" not in r.layers:
+            why = r.info.not_captured.get("op") or "the pass recorded no op layer"
+            out.setdefault(f"{trace.info.primitive} ({trace.info.api}) {r.pass_}", why)
+    return out
+
+
 def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | None) -> StandinNeeds | None:
     """The run's needs over a primitive's stand-in traces (passes and API levels), set
     against ``table`` (from ``cpu``, the default CPU traces), or None without a run."""
@@ -141,6 +156,8 @@ def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | 
                 if isinstance(o, str) and o not in have:
                     have.append(o)
         out.by_name += [str(o) for o in m.registered_by_name if o not in out.by_name]
+    for t in standin:
+        out.lost.update(lost_passes(t))
     run_nodes = _op_nodes(standin)
     reached = set(out.must_implement)
     spaces = {op_namespace(op) for op in reached} - {""}  # the op namespace the backend's kernels are named in

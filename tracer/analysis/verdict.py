@@ -168,7 +168,7 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow, found: Decisions) ->
     branches = {c.function: c for c in device_branches(rep) if c.function not in {s.site for s in found.sites}}
     sites += [f"python: {c.function.rsplit('.', 1)[-1]} ({c.file}:{c.line}, single trace)" for c in branches.values()]
     must = figs["implement"]
-    checked = must.value not in ("—", "") and not must.thin and must.evidence in _CHECKED
+    checked = must.value not in ("—", "") and not must.thin and not must.incomplete and must.evidence in _CHECKED
     arm = arm_verdicts(rep)
     return FrameworkVerdict(
         rep.name, rep.name, sites, must.value, must.unit or "entries", must.evidence, checked,
@@ -176,7 +176,8 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow, found: Decisions) ->
         arm, _arm_summary(arm), _evidence(rep),
         int(figs["decisions"].value) if figs["decisions"].value.isdigit() else len(sites),  # the scorecard's count
         len([s for s in sites if not s.startswith(("kernel registry", "library"))]),
-        by_kind=figs["decisions"].explain, thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin])
+        by_kind=figs["decisions"].explain, thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin]
+        + [f"{k}: incomplete, {f.incomplete}" for k, f in figs.items() if f.incomplete])
 
 
 def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, int]:

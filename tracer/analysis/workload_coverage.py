@@ -53,6 +53,8 @@ class WorkloadCoverage:
     device: str  # where the list's trace ran (the stand-in device, or the CPU)
     rows: list[CoverageRow] = field(default_factory=list)
     costs: list[LayerCost] = field(default_factory=list)
+    #: why the list the rows are is not whole (scorecard.Figure.incomplete); "" when it is
+    incomplete: str = ""
 
     @property
     def beyond(self) -> list[str]:
@@ -135,7 +137,7 @@ def layer_costs(trace: Trace) -> list[LayerCost]:
 
 
 def coverage(framework: str, workload: str, items: list[str], traces: list[Trace], builtin: list[Trace],
-             beyond: list[str] | None = None) -> WorkloadCoverage:
+             beyond: list[str] | None = None, incomplete: str = "") -> WorkloadCoverage:
     """``items``: the workload's must-implement list in its framework's unit;
     ``traces``: the workload's traces in that framework; ``builtin``: the framework's
     traces of its built-in primitives and models; ``beyond``: the entries on no built-in
@@ -146,7 +148,7 @@ def coverage(framework: str, workload: str, items: list[str], traces: list[Trace
     cpu = next((t for t in traces if _default(t, "cpu")), None)
     gpu = [t for t in traces if t.info.device == "gpu" and t.info.emulated is None]
     sources = [t for t in (standin, cpu, *gpu) if t is not None]
-    cov = WorkloadCoverage(framework, workload, sources[0].info.device if sources else "")
+    cov = WorkloadCoverage(framework, workload, sources[0].info.device if sources else "", incomplete=incomplete)
     if cpu is not None:
         cov.costs = layer_costs(cpu)
     if not sources:

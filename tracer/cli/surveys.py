@@ -35,7 +35,7 @@ from tracer.knowledge import knowledge
 from tracer.analysis.models import is_model_trace, is_workload_trace
 from tracer.analysis.portability import framework_report
 from tracer.render.audit_console import print_audit, print_pass_needs
-from tracer.render.terminal import message
+from tracer.render.terminal import clip, message
 from tracer.runner import DEFAULT_TIMEOUT
 from tracer.survey import SurveyEvent
 from tracer.trace import save
@@ -278,8 +278,10 @@ def _audit_workload(framework: str, folders: list[Path], user: UserWorkload, ver
     sites, _ = decision_figures(rep, decisions(rep, k))
     out.print(f"decision sites on {user.name}'s path: {sites.value} ({sites.explain})", markup=False, highlight=False,
               soft_wrap=True)
-    cov = coverage(framework, user.name, implement.items, traces, builtin)
+    cov = coverage(framework, user.name, implement.items, traces, builtin, incomplete=implement.incomplete)
     print_coverage(cov, implement, out)
+    if cov.incomplete:  # printed, as what ran; never written or passed as the list
+        raise DltraceError(f"{user.name}: no must-implement list: {clip(cov.incomplete, 400)}")
     if output is not None:
         write_text(output, coverage_export.to_csv(cov) if output.suffix == ".csv"
                    else json.dumps(coverage_export.to_json(cov), indent=1) + "\n")

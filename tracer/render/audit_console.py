@@ -125,7 +125,9 @@ def print_pass_needs(rep: FrameworkReport, console: Console) -> None:
 
 def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -> None:
     """A user's workload: its must-implement list op by op, and which built-in cases reach each."""
-    table = Table(title=f"{cov.workload}: what a {cov.framework} backend must implement ({implement.value} "
+    what = (f"what reached the {cov.device} device, INCOMPLETE (not a must-implement list)" if cov.incomplete
+            else f"what a {cov.framework} backend must implement")
+    table = Table(title=f"{cov.workload}: {what} ({implement.value} "
                         f"{implement.unit or 'entries'}; {implement.evidence or 'evidence as the report says'})",
                   title_justify="left")
     for col in ("op", "overload", "passes", "calls", "also reached by (built-in)"):
@@ -134,6 +136,8 @@ def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -
         table.add_row(Text(clip(r.name)), Text(clip(r.overload)), ", ".join(r.passes), str(r.calls),
                       Text(", ".join(r.also_in)) if r.also_in else Text("no built-in case", style="yellow"))
     console.print(table)
+    if cov.incomplete:
+        console.print(Text(clip(f"incomplete: {cov.incomplete}", 2000), style="yellow"), highlight=False)
     known = "built-in traces given" if any(r.also_in for r in cov.rows) else "no built-in trace to compare with"
     console.print(Text(f"{len(cov.beyond)} of {len(cov.rows)} reached by no built-in case ({known})"), highlight=False)
     for c in cov.costs:

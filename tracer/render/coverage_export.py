@@ -6,50 +6,84 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from tracer.files import write_text
 from tracer.analysis.workload_coverage import WorkloadCoverage
 
-#: The CSV's columns, in order; ``also_in`` lists the built-in cases, ``;``-separated.
-COLUMNS = ("op", "name", "overload", "passes", "calls", "also_in", "beyond_built_in")
-#: Bumped when a column or field changes meaning.
-COVERAGE_VERSION = 1
+#: The CSV's columns, in order; ``also_in`` lists the built-in cases, ``;``-separated;
+#: ``incomplete``, on every row, why the list is not whole ("" when it is: then it is the
+#: must-implement list).
+COLUMNS = ("op", "name", "overload", "passes", "calls", "also_in", "beyond_built_in", "incomplete")
+#: Bumped when a column or field changes meaning (2: ``incomplete``).
+COVERAGE_VERSION = 2
 #: A cell a spreadsheet would run as a formula (=, +, -, @) is written with a leading quote.
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA = ("=", "+", "-", "@")
+#: Control characters (a bare CR starts a row in some readers, a tab a cell): shown as U+FFFD.
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 def _cell(value: str) -> str:
+    """A text cell as a spreadsheet may open it: no control character (the names come
+    from traces written elsewhere), and no formula at its start."""
+    value = _CONTROL.sub("\ufffd", value)
     return "'" + value if value.startswith(_FORMULA) else value
 
 
 def to_csv(cov: WorkloadCoverage) -> str:
+    """RFC 4180 (CRLF rows, every text cell quoted), each text cell made inert by
+    :func:`_cell`."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_NONNUMERIC)
     w.writerow(COLUMNS)
     for r in cov.rows:
-        w.writerow([_cell(r.op), _cell(r.name), _cell(r.overload), ";".join(r.passes), r.calls,
-                    _cell(";".join(r.also_in)), "yes" if r.beyond else "no"])
+        w.writerow([_cell(r.op), _cell(r.name), _cell(r.overload), _cell(";".join(r.passes)), r.calls,
+                    _cell(";".join(r.also_in)), "yes" if r.beyond else "no", _cell(cov.incomplete)])
     return buf.getvalue()
 
 
 def to_json(cov: WorkloadCoverage) -> dict[str, Any]:
     return {"coverage_version": COVERAGE_VERSION, "framework": cov.framework, "workload": cov.workload,
-            "device": cov.device, "rows": [{**dataclasses.asdict(r), "beyond_built_in": r.beyond} for r in cov.rows],
+            "device": cov.device, "incomplete": cov.incomplete,
+            "rows": [{**dataclasses.asdict(r), "beyond_built_in": r.beyond} for r in cov.rows],
             "layer_costs": [dataclasses.asdict(c) for c in cov.costs]}
 
 
+#: A name used as it is in a file name; any other is cut to its safe characters and hashed.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]{0,59}")
+
+
+def _part(text: str) -> str:
+    """``text`` where it is a short name of letters, digits, ``_`` and ``.`` that starts with
+    neither ``.`` nor ``-`` (``torch_mlp``); else its safe characters and a hash of the whole:
+    the names come from traces, and ``../x``, ``/etc/x`` or a 100 kB name is no file name."""
+    if _SAFE_NAME.fullmatch(text):
+        return text
+    kept = re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")[:40]
+    return f"{kept or 'workload'}_{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+
+
 def file_stem(cov: WorkloadCoverage) -> str:
-    return f"{cov.workload}-{cov.framework}.coverage"
+    """NAME-FRAMEWORK: ``-`` joins two parts that hold none, so no two pairs of names join
+    into one file name (``a-b`` with ``c``, ``a`` with ``b-c``)."""
+    return f"{_part(cov.workload)}-{_part(cov.framework)}"
 
 
-def write(cov: WorkloadCoverage, folder: Path) -> tuple[Path, Path]:
-    """``folder``/NAME-FRAMEWORK.coverage.csv and .json."""
-    stem = file_stem(cov)
-    csv_path, json_path = folder / f"{stem}.csv", folder / f"{stem}.json"
+def write(cov: WorkloadCoverage, folder: Path, taken: set[str] | None = None) -> tuple[Path, Path]:
+    """``folder``/NAME-FRAMEWORK.coverage.csv and .json; a stem already in ``taken`` (the
+    stems this report wrote) gets a number, so that one table never replaces another."""
+    stem, n = file_stem(cov), 1
+    while taken is not None and stem in taken:
+        n += 1
+        stem = f"{file_stem(cov)}-{n}"
+    if taken is not None:
+        taken.add(stem)
+    csv_path, json_path = folder / f"{stem}.coverage.csv", folder / f"{stem}.coverage.json"
     write_text(csv_path, to_csv(cov))
     write_text(json_path, json.dumps(to_json(cov), indent=1) + "\n")
     return csv_path, json_path

@@ -23,7 +23,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from tracer import __version__
-from tracer.files import write_text
+from tracer.files import own_folder, write_text
 from tracer.gap import Gap
 from tracer.knowledge import Knowledge
 from tracer.processing.diff.context import ARTEFACTS
@@ -51,13 +51,20 @@ _FORMATTER = HtmlFormatter(nowrap=True)
 _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+#: SOURCE_DATE_EPOCH's form, and the latest time it is read as (9999-12-31 23:59:59 UTC, the
+#: last a date of four digits holds): a later one is clamped there, not an overflow.
+_EPOCH = re.compile("[0-9]{1,40}", re.ASCII)
+_LAST_EPOCH = 253402300799
+
+
 def generated_at() -> str:
     """When the report was made, in the local time of the machine; SOURCE_DATE_EPOCH
     (the reproducible-builds convention) fixes it, in UTC, so that two renderings of the
     same traces are byte-identical (the gold files, a report checked into a repository)."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
-    if epoch.isdigit():
-        return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    if _EPOCH.fullmatch(epoch):  # ASCII digits only: '²' and '①' are digits to str.isdigit, not to int
+        return datetime.datetime.fromtimestamp(min(int(epoch), _LAST_EPOCH), datetime.timezone.utc) \
+            .strftime("%Y-%m-%d %H:%M")
     return datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
 
 
@@ -218,8 +225,7 @@ class _Graphs:
 
     def __init__(self, out: Path, pool: Executor, k: Knowledge):
         self.out, self.k = out, k
-        self.dir = out / "graphs"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = own_folder(out / "graphs")
         self.problem = ""
         self.pool = pool
         self.checked = False
@@ -370,13 +376,12 @@ def _coverage_files(models: list[ModelReport], out: Path) -> dict[tuple[str, str
     """Each user workload's coverage table as CSV and JSON in ``out``/workloads/; (workload,
     framework) -> their paths relative to the pages."""
     files = {}
+    taken: set[str] = set()
     for m in models:
         for r in m.rows:
             if r.coverage is None or not r.coverage.rows:
                 continue
-            folder = out / COVERAGE_FOLDER
-            folder.mkdir(exist_ok=True)
-            csv_path, json_path = coverage_export.write(r.coverage, folder)
+            csv_path, json_path = coverage_export.write(r.coverage, own_folder(out / COVERAGE_FOLDER), taken)
             files[(m.model, r.framework)] = (f"{COVERAGE_FOLDER}/{csv_path.name}",
                                              f"{COVERAGE_FOLDER}/{json_path.name}")
     return files

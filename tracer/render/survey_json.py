@@ -27,7 +27,8 @@ SCHEMA_VERSION = 1
 def _framework(rep: FrameworkReport, found: Decisions, card: ScoreRow,
                verdict: FrameworkVerdict | None) -> dict[str, Any]:
     figures = {key: {"header": COLUMNS[key], "definition": EXPLAIN[key], "headline": key in HEADLINE,
-                     "value": f.value, "unit": f.unit, "explain": f.explain, "thin": f.thin, "evidence": f.evidence,
+                     "value": f.value, "unit": f.unit, "explain": f.explain, "thin": f.thin, "incomplete": f.incomplete,
+                     "evidence": f.evidence,
                      "items": f.items or f.details, **({"beside": dataclasses.asdict(f.beside)} if f.beside else {})}
                for key, f in card.figures.items()}
     cells = [{"primitive": c.primitive, "pass": c.pass_,
@@ -53,7 +54,7 @@ def _models(models: list[ModelReport]) -> dict[str, Any]:
     return {m.model: {"title": m.title, "frameworks": {r.framework: {
         "version": r.version,
         "implement": {"value": r.implement.value, "unit": r.implement.unit, "evidence": r.implement.evidence,
-                      "thin": r.implement.thin, "items": r.implement.items,
+                      "thin": r.implement.thin, "incomplete": r.implement.incomplete, "items": r.implement.items,
                       **({"beside": dataclasses.asdict(r.implement.beside)} if r.implement.beside else {})},
         "beyond_primitives": r.beyond, "decision_sites": r.decisions.items, "libraries": r.libraries,
         "levels": [dataclasses.asdict(lv) for lv in r.levels], "gaps": r.gaps,
