@@ -136,3 +136,21 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     proc = subprocess.run(["bash", "-c", f"'{DLTRACE}' list | true; exit ${{PIPESTATUS[0]}}"], capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == Exit.BROKEN_PIPE and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_a_workload_file_whose_name_holds_an_equals_sign_is_a_file(tmp_path, monkeypatch):
+    """``--workload a=b.py``: where ``a`` is no framework and the file exists, it is the file;
+    where it does not exist, the line says how to name it."""
+    from tracer.cli.surveys import _survey_workloads
+    from tracer.errors import UsageError
+    from tracer.registry import load
+
+    torch = load()["torch"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a=b.py").write_text("def workload(device):\n    return lambda: 0\n")
+    with pytest.raises(UsageError, match=r"workload name 'a=b': letters, digits"):  # read as the file it is
+        _survey_workloads([torch], ("a=b.py",), examples=False)
+    line = one_line_error(dltrace("survey", "torch", "--workload", "c=nothere.py", "-o", str(tmp_path / "r"),
+                                  cwd=tmp_path), Exit.USAGE)
+    assert "c is not one of this survey's frameworks" in line and "write FRAMEWORK=c=nothere.py or ./c=nothere.py" \
+        in line, line

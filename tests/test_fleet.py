@@ -708,3 +708,68 @@ def test_a_plain_scheduler_reached_on_loopback_but_listening_beyond_is_refused(t
     finally:
         sched.terminate()
         sched.wait(timeout=30)
+
+
+# ----------------------------------------------------------------------------- workloads, the scheduler, dates
+
+
+def test_only_a_workloads_own_job_asks_for_the_workloads_resource():
+    """A job holding a user's workload beside built-in cases is split: relu runs on any
+    worker of the framework, and only the workload waits for one started with --workloads."""
+    from tracer import registry
+    from tracer.contract import USER_API, UserWorkload
+    from tracer.runner import CaseSpec
+
+    torch = registry.load()["torch"]
+    mine = CaseSpec("mine", USER_API, user=UserWorkload("mine", "/w/mine.py"))
+    job = sv.Job(torch, "cpu", "default", (CaseSpec("relu", "functional"), mine))
+    apart = fleet.workloads_apart([job])
+    assert [j.cases for j in apart] == [(job.cases[0],), (mine,)]
+    assert [fleet.WORKLOAD_RESOURCE in fleet.needs(j, "x86_64") for j in apart] == [False, True]
+    assert fleet._runnable(fleet.needs(apart[0], "x86_64"), [X86])  # no --workloads worker: relu still runs
+    assert fleet.workloads_apart(apart) == apart
+
+
+def test_dltrace_scheduler_on_a_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line_error(dltrace("scheduler", "--port", str(port), env={"DLTRACE_HOME": str(tmp_path)},
+                                      timeout=120))
+    assert f"127.0.0.1:{port}" in line and "in use" in line
+
+
+def test_a_scheduler_file_that_is_a_link_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path))
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "link.json").symlink_to(victim)
+    with pytest.raises(fleet.UsageError, match="is a symbolic link"):
+        fleet.start_scheduler(0, tmp_path / "link.json", print)
+    assert victim.read_text() == "keep"
+    assert not (tmp_path / "fleet-credentials").exists()  # refused before anything was made
+
+
+def test_an_expired_certificate_says_it_expired_and_when(tmp_path):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "old")])
+    end = datetime.datetime(2020, 3, 4, 5, 6, tzinfo=datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(end - datetime.timedelta(days=1)).not_valid_after(end)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "old.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "old.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    with pytest.raises(fleet.DltraceError, match=r"old\.pem expired on 2020-03-04 05:06 UTC"):
+        fleet.scheduler("tls://10.1.2.3:8786", "client", str(tmp_path / "old.pem"), str(tmp_path / "old.pem"),
+                        str(tmp_path / "old.key"))

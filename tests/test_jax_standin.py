@@ -126,3 +126,21 @@ def test_a_users_workload_gets_its_skeleton_proved(frameworks, tmp_path):
     assert "jax_mlp (user): 2 steps match JAX: each of the 2 program(s)" in proc.stdout, proc.stdout
     ops = skeleton_ops(tmp_path / "sk")
     assert {"stablehlo.dot_general", "stablehlo.maximum"} <= set(ops) and f"{len(ops)} ops, each needed" in proc.stdout
+
+
+def test_a_list_that_lost_a_pass_is_no_list(frameworks, tmp_path):
+    """The forward program calls back into Python, which the stand-in cannot run: the
+    audit prints what ran as incomplete and exits 1 naming the pass and the reason, with
+    no table written, and scaffold writes no skeleton from it."""
+    workload = str(Path(__file__).parent / "workloads" / "jax_callback.py")
+    table = tmp_path / "ops.csv"
+    proc = dltrace("audit", "jax", "--workload", workload, "--traces", str(tmp_path / "none"), "-o", str(table),
+                   timeout=900)
+    line = one_line_error(proc, Exit.ERROR)
+    assert "jax_callback: no must-implement list" in line and "forward did not run whole" in line, line
+    assert "INCOMPLETE" in proc.stdout and "what a jax backend must implement" not in proc.stdout, proc.stdout
+    assert not table.exists()
+    proc = dltrace("scaffold", "jax", "--workload", workload, "-o", str(tmp_path / "sk"), timeout=900)
+    line = one_line_error(proc, Exit.ERROR)
+    assert "no must-implement list to scaffold" in line and "forward" in line, line
+    assert not (tmp_path / "sk" / "ops.txt").exists()

@@ -86,3 +86,19 @@ def test_import_dltrace_is_the_library_under_the_tools_name(folder, tmp_path):
     assert proc.returncode == 0, proc.stderr
     first, second = proc.stdout.splitlines()
     assert first.endswith(" []") and second == "index.html"
+
+
+def test_one_folder_given_as_a_string_is_that_folder_not_its_characters(folder, monkeypatch, tmp_path):
+    """`dltrace.report("traces", "out")` read "t", "r", "a"... as folders: a str or a
+    path is one folder; what is not a folder is one line, never a TypeError."""
+    monkeypatch.chdir(folder.parent)
+    traces, gaps, skipped = pipeline.read("traces")
+    assert len(traces) == 2 and len(gaps) == 1 and len(skipped) == 1
+    assert len(pipeline.read(folder)[0]) == 2  # a Path alone too
+    with pytest.raises(DltraceError, match=r"no traces found in nothing-here$"):
+        pipeline.model("nothing-here", None)  # type: ignore[arg-type]
+    for bad in (3, [folder, 3], b"traces"):
+        with pytest.raises(DltraceError, match="folder"):
+            pipeline.read(bad)  # type: ignore[arg-type]
+    plan = pipeline.SurveyPlan([], [], tmp_path, "dltrace survey", [], with_traces="traces")  # type: ignore[arg-type]
+    assert [str(p) for p in plan.with_traces] == ["traces"]

@@ -237,7 +237,7 @@ def test_a_workload_name_from_a_trace_writes_nothing_outside_the_report(tmp_path
     assert len(written) == 2 * 5
 
 
-def test_a_link_in_place_of_the_reports_workloads_folder_is_refused(tmp_path):
+def test_a_link_in_place_of_the_reports_workloads_folder_is_replaced_not_followed(tmp_path):
     folder = tmp_path / "traces"
     folder.mkdir()
     save(_workload_trace("mynet"), folder / "w.json")
@@ -246,8 +246,9 @@ def test_a_link_in_place_of_the_reports_workloads_folder_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "workloads").symlink_to(elsewhere)
     proc = dltrace("report", str(folder), "-o", str(tmp_path / "out"))
-    assert proc.returncode != 0 and "symbolic link" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
     assert not list(elsewhere.iterdir())
+    assert not (tmp_path / "out" / "workloads").is_symlink() and list((tmp_path / "out" / "workloads").iterdir())
 
 
 def test_a_workload_name_too_long_for_a_page_is_refused_as_a_malformed_trace(tmp_path):
@@ -262,7 +263,8 @@ def test_a_workload_name_too_long_for_a_page_is_refused_as_a_malformed_trace(tmp
 
 
 @pytest.mark.parametrize("epoch, shown", [
-    ("1700000000", "2023-11-14 22:13"), ("253402300800", "9999-12-31 23:59"), ("99999999999999999999", "9999-12-31 23:59"),
+    ("1700000000", "2023-11-14 22:13"), ("253402300800", "9999-12-31 23:59"),
+    ("99999999999999999999", "9999-12-31 23:59"),
     ("²", None), ("①", None), ("-1", None), ("", None)])
 def test_source_date_epoch_is_read_or_clamped_never_a_traceback(monkeypatch, epoch, shown):
     from tracer.render.html import generated_at

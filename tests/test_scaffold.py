@@ -142,3 +142,30 @@ def test_a_missing_environment_and_a_folder_in_use_are_one_line(tmp_path):
     assert "not empty" in line and (tmp_path / "used" / "kernels.py").read_text() == "# a team's work\n"
     line = one_line_error(dltrace("scaffold", "torch", "-o", str(tmp_path / "used"), "--check", env=env))
     assert "holds no skeleton" in line
+
+
+def test_a_check_that_prints_without_end_costs_only_its_tail(tmp_path, monkeypatch):
+    """The check's output is streamed to files and read back by its tail: 48 MiB printed
+    costs dltrace's process kilobytes, and the reason is still its last line."""
+    import sys
+    import tracemalloc
+
+    from tracer import registry
+    from tracer import scaffold as sc
+
+    (tmp_path / sc.MANIFEST).write_text("{}")
+    (tmp_path / "check.py").write_text("import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(48 * 1024):\n"
+                                       "    sys.stdout.write(line)\n    sys.stderr.write(line)\n"
+                                       "sys.exit('check failed: the last line')\n")
+    monkeypatch.setattr(envs, "python_for", lambda fw: Path(sys.executable))
+    torch = registry.load()["torch"]
+    tracemalloc.start()
+    try:
+        result = sc.check(torch, tmp_path, timeout=120)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not result.ok and result.reason == "the last line"
+    assert peak < 2 << 20, peak  # kept whole, the output would be 96 MiB, twice
+    assert "bytes of the check's output left out" in result.lines[0]
+    assert sum(len(line) + 1 for line in result.lines) < sc.OUTPUT_TAIL + 200

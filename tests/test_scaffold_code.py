@@ -164,3 +164,42 @@ def test_a_tensorflow_device_name_with_a_digit_is_refused():
     assert sc.check_name("dev2", "torch") == "dev2"
     with pytest.raises(UsageError, match="no digits"):
         sc.check_name("dev2", "tensorflow")
+
+
+def test_a_torch_version_that_carries_code_stays_text_in_kernels_py(tmp_path, monkeypatch):
+    """The framework's version comes from the trace, which a workload can change: in
+    torch's kernels.py it is escaped as TensorFlow's and JAX's skeletons escape it."""
+    from types import SimpleNamespace
+
+    from tracer.runner import CaseSpec
+
+    ks = [sc.Kernel("aten::relu", ("forward",), "relu")]
+    monkeypatch.setattr(sc, "needs_of", lambda traces: SimpleNamespace(evidence="run"))
+    monkeypatch.setattr(sc, "kernels", lambda needs: ks)
+    monkeypatch.setattr(sc, "case_rows", lambda specs, traces: [])
+    trace = SimpleNamespace(info=SimpleNamespace(framework_version=HOSTILE))
+    sc.write(tmp_path, "mydevice", [CaseSpec("relu")], [trace], "dltrace scaffold torch")
+    tree = ast.parse((tmp_path / "mydevice" / "kernels.py").read_text())  # it compiles
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "str"]
+    assert HOSTILE in ast.get_docstring(tree, clean=False)  # said as text
+
+
+def test_scaffold_json_names_no_folder_of_this_machine_and_the_check_finds_the_workload(tmp_path):
+    from tracer.contract import USER_API, UserWorkload
+    from tracer.probes.skeleton_check import read_manifest
+    from tracer.runner import CaseSpec
+
+    mine = [tmp_path / "home" / d / "net.py" for d in ("a", "b")]
+    for i, f in enumerate(mine):
+        f.parent.mkdir(parents=True)
+        f.write_text(f"# {i}\n")
+    specs = [CaseSpec("relu"), *(CaseSpec(f"net{i}", USER_API, user=UserWorkload(f"net{i}", str(f)))
+                                 for i, f in enumerate(mine))]
+    out = tmp_path / "skeleton"
+    out.mkdir()
+    sc.write_manifest(out, "torch", "2.13", "mydevice", "what", specs, [], "run", "dltrace scaffold")
+    text = (out / sc.MANIFEST).read_text()
+    assert str(tmp_path) not in text  # no folder of this machine
+    _, read = read_manifest(out)
+    files = [Path(s.user["file"]) for s in read if s.user]
+    assert files == [f.resolve() for f in mine]  # each file where it is, beside what it imports

@@ -98,18 +98,16 @@ def ensure_dir(folder: str | os.PathLike[str]) -> Path:
 
 
 def own_folder(folder: str | os.PathLike[str]) -> Path:
-    """``folder`` as a real folder of the output, made if needed: a symbolic link in its
-    place (planted in an output folder) is refused, so nothing is written through it to
-    wherever it points."""
+    """``folder`` as a folder of the output's own, made if needed: a symbolic link there
+    (planted to a folder elsewhere) is replaced by a folder, never followed, and so is a
+    file: nothing is written through it to wherever it points."""
     folder = Path(folder)
-    if folder.is_symlink():
-        raise OutputError(f"cannot write {folder}: it is a symbolic link, not a folder of the output")
     try:
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()
         folder.mkdir(exist_ok=True)
     except OSError as exc:
         raise OutputError(describe(exc, folder)) from None
-    if not folder.is_dir():
-        raise OutputError(f"cannot write {folder}: it is a file, not a folder")
     return folder
 
 

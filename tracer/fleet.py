@@ -17,6 +17,7 @@ from tracer import tempdirs
 import asyncio
 import concurrent.futures
 import ipaddress
+import json
 import logging
 import os
 import platform
@@ -140,6 +141,8 @@ def scheduler(address: str, role: str, ca: str | None = None, cert: str | None =
         path = getattr(sec, attr)
         if path and not Path(path).is_file():
             raise UsageError(f"scheduler {address}: TLS file {path} not found")
+    for attr in ("tls_ca_file", f"tls_{role}_cert"):
+        fleet_credentials.check_dates(getattr(sec, attr))
     return Scheduler(address.strip(), host, loopback, sec)
 
 
@@ -164,7 +167,7 @@ def check_reachable(sched: Scheduler, role: str, wait: float = CONNECT_S) -> Non
     try:
         reply = asyncio.run(asyncio.wait_for(identify(), wait))
     except Exception as exc:  # whatever a wrong peer makes the handshake raise: one line
-        why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        why = _refused_certificate(exc) or (str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__)
         raise DltraceError(f"scheduler {sched.address} unreachable: no Dask scheduler answered within "
                            f"{wait:g} s ({why})") from None
     if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
@@ -175,6 +178,19 @@ def check_reachable(sched: Scheduler, role: str, wait: float = CONNECT_S) -> Non
         raise UsageError(f"scheduler {sched.address} also listens on {said[:80]}, beyond this machine, without TLS "
                          f"(whoever reaches it runs code in every worker): start it with --host 127.0.0.1, or use "
                          f"TLS with certificates ({HOW})")
+
+
+def _refused_certificate(exc: BaseException) -> str:
+    """Why the handshake refused the scheduler's certificate, from the SSL error Dask
+    wraps as "TLS certificate does not match" (an expired one says it expired), or ""."""
+    import ssl
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"the scheduler's TLS certificate was refused: {seen.verify_message or seen.reason}"
+        seen = seen.__cause__ or seen.__context__
+    return ""
 
 
 def gpu_count() -> int:
@@ -237,6 +253,24 @@ def needs(job: Job, here: str | None = None) -> dict[str, float]:
         # on the submitting machine's architecture, never mixed with another's
         req[f"arch-{job.arch or here or platform.machine()}"] = 1
     return req
+
+
+def workloads_apart(jobs: Iterable[Job]) -> list[Job]:
+    """The jobs with each user's workload a job of its own: only a worker started with
+    ``--workloads`` runs a user's code, so a job holding a workload asks for that
+    resource (:func:`needs`), and the built-in cases beside it must not wait on it (with
+    no such worker, relu would become a gap too). Jobs already apart stay as they are."""
+    out: list[Job] = []
+    for job in jobs:
+        users = [s for s in job.cases if s.user is not None]
+        if not users or len(users) == len(job.cases) == 1:
+            out.append(job)
+            continue
+        built_in = tuple(s for s in job.cases if s.user is None)
+        if built_in:
+            out.append(replace(job, cases=built_in))
+        out += [replace(job, cases=(s,)) for s in users]
+    return out
 
 
 def _runnable(req: dict[str, float], workers: list[dict[str, float]]) -> bool:
@@ -379,11 +413,11 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
         gaps.extend(event.gaps)
         on_event(event)
 
-    routed = list(jobs)
+    routed = workloads_apart(jobs)
     futures: dict[_Sent, Job] = {}
     try:
         workers = _resources(client)
-        routed = route(jobs, workers)
+        routed = route(workloads_apart(jobs), workers)
         for job in routed:
             if not _todo(job, root, fresh):
                 emit(SurveyEvent(job, len(job.cases), reused=len(job.cases)))
@@ -488,25 +522,62 @@ def start_scheduler(port: int, scheduler_file: Path | None, announce: Callable[[
     """Run a Dask scheduler for a fleet on this machine, in this process until told to
     stop: on loopback only, over mutual TLS with the certificates dltrace makes for this
     user (made the first time), so another local user cannot use it. ``announce`` gets
-    its address once it listens; ``scheduler_file`` is Dask's (the address as JSON)."""
+    its address once it listens; ``scheduler_file`` is Dask's (the address as JSON),
+    written here (:func:`_write_scheduler_file`), never by Dask, which opens it as it is."""
     from distributed import Scheduler as DaskScheduler
 
+    if scheduler_file is not None:
+        _refuse_link(scheduler_file)
     creds = fleet_credentials.ensure()
 
     async def main() -> None:
+        log = logging.getLogger("distributed")
+        level = log.level
+        log.setLevel(logging.WARNING)  # a start that fails is one line, not Dask's INFO lines before it
         s = DaskScheduler(host="127.0.0.1", port=port, protocol="tls", security=creds.security(), dashboard=False,
-                          dashboard_address="127.0.0.1:0",
-                          scheduler_file=str(scheduler_file) if scheduler_file else None)
+                          dashboard_address="127.0.0.1:0")
         try:
             await s
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # Dask wraps the listener's OSError in a RuntimeError
             await s.close()
-            raise DltraceError(f"scheduler could not listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
+            raise DltraceError(f"scheduler could not listen on 127.0.0.1:{port}: {_why_not_listening(exc)}") from None
+        finally:
+            log.setLevel(level)
         async with s:
-            announce(s.address)
-            await s.finished()
+            if scheduler_file is not None:
+                _write_scheduler_file(scheduler_file, s.identity())
+            try:
+                announce(s.address)
+                await s.finished()
+            finally:
+                if scheduler_file is not None:
+                    scheduler_file.unlink(missing_ok=True)
 
     _serve(main)
+
+
+def _why_not_listening(exc: BaseException) -> str:
+    """The OSError under what Dask raised (port in use: ``Address already in use``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen.strerror or str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+
+
+def _refuse_link(path: Path) -> None:
+    """A scheduler file that is a symbolic link is refused: writing through it would
+    replace whatever file it points at (another user's link in a shared folder)."""
+    if path.is_symlink():
+        raise UsageError(f"--scheduler-file {path} is a symbolic link: name a file of its own")
+
+
+def _write_scheduler_file(path: Path, identity: dict[str, Any]) -> None:
+    """Dask's scheduler file (its identity as JSON), written to a temporary name beside
+    ``path`` and renamed: a link put there since the start is replaced, never followed."""
+    ensure_file_parent(path)
+    write_bytes(path, json.dumps(identity, indent=2, default=str).encode())
 
 
 def _serve(main: Callable[[], Any]) -> None:

@@ -82,7 +82,30 @@ def _checked(where: Path) -> Credentials:
                                "makes new ones") from None
         if not stat.S_ISREG(mode):
             raise DltraceError(f"fleet credentials {path} is not a regular file: remove {where}")
+    for path in (creds.ca, *(creds.cert(r) for r in ROLES)):
+        check_dates(path, f": remove {where}, and dltrace makes new ones")
     return creds
+
+
+def check_dates(path: str | os.PathLike[str], remedy: str = "") -> None:
+    """One line when a certificate in the PEM file ``path`` has expired or is not valid
+    yet: the TLS handshake would otherwise fail as "TLS certificate does not match",
+    which sends the user looking at the wrong thing. A file that is not PEM is left to
+    the handshake to refuse."""
+    from cryptography import x509
+
+    try:
+        certs = x509.load_pem_x509_certificates(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for cert in certs:
+        after, before = cert.not_valid_after_utc, cert.not_valid_before_utc
+        if after < now:
+            raise DltraceError(f"TLS certificate {path} expired on {after:%Y-%m-%d %H:%M} UTC{remedy}")
+        if before > now:
+            raise DltraceError(f"TLS certificate {path} is not valid before {before:%Y-%m-%d %H:%M} UTC "
+                               f"(is this machine's clock right?){remedy}")
 
 
 def existing() -> Credentials | None:

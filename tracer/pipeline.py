@@ -13,10 +13,10 @@ import datetime
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeAlias, Union
 
 from tracer import fleet
 from tracer import survey as sv
@@ -65,14 +65,31 @@ class Quiet:
         pass
 
 
-Folders = Sequence["str | os.PathLike[str]"]
+#: Folders of traces: a list of them, or one folder (a str or a path) alone.
+Folders: TypeAlias = Union[Sequence[Union[str, "os.PathLike[str]"]], str, "os.PathLike[str]"]
+
+
+def folder_list(folders: Folders, what: str = "folders") -> list[Path]:
+    """``folders`` as a list of paths: one str or path is one folder (never its
+    characters, each read as a folder: ``report("traces", out)``); anything else
+    that is not a path is one DltraceError line naming it."""
+    if isinstance(folders, (str, os.PathLike)):
+        return [Path(folders)]
+    if isinstance(folders, (bytes, Mapping)) or not isinstance(folders, Iterable):
+        raise DltraceError(f"{what}: a folder or a list of folders, not {type(folders).__name__}")
+    out = []
+    for f in folders:
+        if not isinstance(f, (str, os.PathLike)):
+            raise DltraceError(f"{what}: each a folder (str or path), not {type(f).__name__} {str(f)[:80]!r}")
+        out.append(Path(f))
+    return out
 
 
 def read(folders: Folders, progress: Progress | None = None) -> tuple[list[Trace], list[Gap], list[str]]:
     """The traces and gap records under ``folders``, and the files that could not be
     read (each said once, as a warning: a report of part of its traces says so)."""
     said = progress or Quiet()
-    traces, gaps, skipped = sv.read_folders([Path(f) for f in folders])
+    traces, gaps, skipped = sv.read_folders(folder_list(folders))
     for p in skipped:
         said.note(f"skipped {p}", "warning")
     return traces, gaps, skipped
@@ -81,6 +98,7 @@ def read(folders: Folders, progress: Progress | None = None) -> tuple[list[Trace
 def model(folders: Folders, k: Knowledge, progress: Progress | None = None) -> SurveyModel:
     """The survey model of the traces and gap records under ``folders``."""
     said = progress or Quiet()
+    folders = folder_list(folders)
     said.stage("reading traces")
     traces, gaps, skipped = read(folders, said)
     if not traces and not gaps:
@@ -123,6 +141,10 @@ class SurveyPlan:
     imports: bool = True
     derive: bool = True
     scheduler: fleet.Scheduler | None = None
+
+    def __post_init__(self) -> None:
+        # one folder given as a str is that folder, never its characters
+        self.with_traces = folder_list(self.with_traces, "with_traces")
 
 
 def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:

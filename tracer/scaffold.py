@@ -32,7 +32,7 @@ import jinja2
 from tracer import __version__, envs, tempdirs
 from tracer.contract import MODELS, PASSES, USER_API, Exit, UserWorkload
 from tracer.errors import DltraceError, ProbeFailed, UsageError
-from tracer.files import OutputError, ensure_dir, write_bytes, write_text
+from tracer.files import OutputError, ensure_dir, own_folder, write_bytes, write_text
 from tracer.paths import PACKAGE, code_path
 from tracer.analysis.standin_needs import PASS_ORDER, StandinNeeds, standin_needs
 from tracer.registry import Framework
@@ -113,6 +113,10 @@ def needs_of(traces: list[Trace]) -> StandinNeeds:
     needs = standin_needs(traces, [], None)
     if needs is None or not needs.must_implement:
         raise DltraceError("the stand-in run recorded no op reaching the backend (no standin meta in its traces)")
+    if needs.lost:  # a skeleton of part of the list would pass for the whole
+        what, why = next(iter(needs.lost.items()))
+        raise DltraceError(f"no must-implement list to scaffold: {what} did not run whole on the stand-in device: "
+                           f"{why}")
     return needs
 
 
@@ -215,13 +219,22 @@ def write_list(folder: Path, framework: str, version: str, what: str, must: str,
 def write_manifest(folder: Path, framework: str, version: str, name: str, what: str, specs: list[CaseSpec],
                    ks: list[Kernel], evidence: str, command: str, **more: str) -> None:
     """scaffold.json: what was run (the cases the check runs again), the list, by whom."""
+    kept = workload_refs(folder, specs)
     manifest = {"framework": framework, "package": name, **more, "what": what,
                 "cases": [{"workload": s.primitive, "api": s.api, "shape": list(s.resolved_shape()),
-                           **({"user": s.user.to_json()} if s.user is not None else {})} for s in specs],
+                           **({"user": kept[s.user]} if s.user is not None else {})} for s in specs],
                 "ops": {k.op: list(k.passes) for k in ks},
                 "made_by": {"dltrace": __version__, "command": command, framework: version,
                             "evidence": evidence, "passes": list(PASSES)}}
     write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+
+
+def workload_refs(folder: Path, specs: list[CaseSpec]) -> dict[UserWorkload, dict[str, str]]:
+    """Each user's workload as scaffold.json names it: its file relative to the skeleton
+    (``../models/net.py``), so that the manifest names no folder of this machine, and the
+    check still runs the file where it is, beside the modules it imports."""
+    return {w: {**w.to_json(), "file": os.path.relpath(w.file, folder.resolve())}
+            for w in dict.fromkeys(s.user for s in specs if s.user is not None)}
 
 
 def prepare(folder: Path, force: bool) -> Path:
@@ -243,15 +256,6 @@ def prepare(folder: Path, force: bool) -> Path:
     return ensure_dir(folder)
 
 
-def own_folder(path: Path) -> Path:
-    """``path`` as a folder of the skeleton's own: a link there (to a folder elsewhere)
-    is replaced by a folder, never followed; a file there is replaced."""
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        path.unlink()
-    path.mkdir(exist_ok=True)
-    return path
-
-
 def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], command: str) -> list[Kernel]:
     """Write the skeleton into ``folder`` (made by :func:`prepare`); its kernels."""
     needs = needs_of(traces)
@@ -259,7 +263,7 @@ def write(folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace], c
     torch_version = str(traces[0].info.framework_version or "?")
     what = describe_cases(specs)
     ctx: dict[str, Any] = {"name": name, "what": what, "kernels": ks, "ops": ks, "tool_version": __version__,
-                           "command": code_text(command), "torch_version": torch_version,
+                           "command": code_text(command), "torch_version": code_text(torch_version),
                            "folder": code_text(folder.name or str(folder)),
                            "steps": 2, "models": any(s.primitive in MODELS or s.user is not None for s in specs),
                            "random": any(_RANDOM.search(k.op) for k in ks), "cases": case_rows(specs, traces)}
@@ -284,9 +288,16 @@ class Checked:
     seconds: float
 
 
+#: Bytes of the check's output kept for its lines and its reason: it is streamed to
+#: files, and only their tails are read back (a check that printed 640 MiB took
+#: dltrace to 1.97 GB when its output was kept whole, twice).
+OUTPUT_TAIL = 64 * 1024
+
+
 def check(fw: Framework, folder: Path, timeout: float = DEFAULT_TIMEOUT) -> Checked:
     """Run the skeleton's check.py in ``fw``'s environment with the tracer package on
-    its path (as a probe runs); its verdict, or the one line why it failed."""
+    its path (as a probe runs); its verdict, or the one line why it failed. Its output
+    goes to files in its temporary folder, of which the last OUTPUT_TAIL bytes are read."""
     if not (folder / MANIFEST).is_file() or not (folder / "check.py").is_file():
         raise DltraceError(f"{folder} holds no skeleton (no {MANIFEST} or check.py): write one with --model "
                            "or --primitives")
@@ -295,15 +306,29 @@ def check(fw: Framework, folder: Path, timeout: float = DEFAULT_TIMEOUT) -> Chec
         env = {**os.environ, **fw.env}
         env["PYTHONPATH"] = os.pathsep.join([str(code_path(tmp)), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run([str(python), str(folder.resolve() / "check.py")], capture_output=True, text=True,
-                                  env=env, cwd=tmp, timeout=timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return Checked(False, [], f"the check did not end in {timeout:g} s", timeout)
+        with open(tmp / "check.out", "wb") as stdout, open(tmp / "check.err", "wb") as stderr:
+            try:
+                proc = subprocess.run([str(python), str(folder.resolve() / "check.py")], stdout=stdout,
+                                      stderr=stderr, env=env, cwd=tmp, timeout=timeout, stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                return Checked(False, [], f"the check did not end in {timeout:g} s", timeout)
         seconds = time.perf_counter() - t0
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        lines = [line for line in tail(tmp / "check.out").splitlines() if line.strip()]
+        said = [line.strip() for line in tail(tmp / "check.err").splitlines() if line.strip()]
     if proc.returncode == Exit.OK:
         return Checked(True, lines, "", seconds)
-    said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
     reason = said[-1] if said else f"exit status {proc.returncode}"
-    return Checked(False, lines, reason.removeprefix("check failed: "), seconds)
+    return Checked(False, lines, reason.removeprefix("check failed: ")[:OUTPUT_TAIL // 16], seconds)
+
+
+def tail(path: Path, limit: int = OUTPUT_TAIL) -> str:
+    """The last ``limit`` bytes of ``path`` as text, from a line's start, a first line
+    saying how much was left out before them: never the whole file in memory."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size <= limit:
+            fh.seek(0)
+            return fh.read().decode(errors="replace")
+        fh.seek(size - limit)
+        kept = fh.read().decode(errors="replace").partition("\n")[2]
+    return f"[... {size - len(kept.encode(errors='replace')):,} bytes of the check's output left out]\n{kept}"

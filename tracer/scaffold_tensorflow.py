@@ -21,11 +21,11 @@ from typing import Any
 from tracer import __version__
 from tracer.contract import MODELS
 from tracer.errors import DltraceError
-from tracer.files import write_bytes, write_text
+from tracer.files import own_folder, write_bytes, write_text
 from tracer.paths import PACKAGE
 from tracer.analysis.standin_needs import StandinNeeds
 from tracer.runner import CaseSpec
-from tracer.scaffold import Kernel, case_rows, code_text, describe_cases, needs_of, own_folder, template_env, \
+from tracer.scaffold import Kernel, case_rows, code_text, describe_cases, needs_of, template_env, \
     write_list, write_manifest
 from tracer.trace import Trace
 

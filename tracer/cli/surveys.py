@@ -200,8 +200,9 @@ def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples:
     out: dict[str, list[UserWorkload]] = {n: [] for n in names}
     for text in given:
         fw_name, sep, ref = text.partition("=")
-        if not sep or "/" in fw_name or fw_name.endswith(".py"):
-            fw_name, ref = "", text
+        if not sep or "/" in fw_name or fw_name.endswith(".py") or (fw_name not in frameworks()
+                                                                   and Path(text).is_file()):
+            fw_name, ref = "", text  # a file whose name holds "=" (a=b.py) is a file, not framework a
         if not fw_name:
             if len(names) != 1:
                 raise UsageError(f"--workload {text}: say which framework runs it, FRAMEWORK={text} (this survey "
@@ -209,7 +210,7 @@ def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples:
             fw_name = names[0]
         if fw_name not in out:
             raise UsageError(f"--workload {text}: {fw_name} is not one of this survey's frameworks "
-                             f"({', '.join(names)})")
+                             f"({', '.join(names)}); for a file of that name, write FRAMEWORK={text} or ./{text}")
         out[fw_name].append(check_workload(parse(ref)))
     if examples:
         for fw in chosen:

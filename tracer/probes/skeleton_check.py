@@ -37,9 +37,18 @@ class Spec:
 
 
 def read_manifest(folder: Path) -> tuple[dict[str, Any], list[Spec]]:
-    """The skeleton's manifest and the cases it names."""
+    """The skeleton's manifest and the cases it names; a workload's file is named relative
+    to the skeleton (tracer.scaffold.workload_refs), or absolute in a skeleton of before
+    2026-12."""
     manifest: dict[str, Any] = json.loads((folder / MANIFEST).read_text())
-    return manifest, [Spec(c["workload"], c["api"], tuple(c["shape"]), c.get("user")) for c in manifest["cases"]]
+    return manifest, [Spec(c["workload"], c["api"], tuple(c["shape"]), _kept(folder, c.get("user")))
+                      for c in manifest["cases"]]
+
+
+def _kept(folder: Path, user: dict[str, str] | None) -> dict[str, str] | None:
+    if not user or Path(user["file"]).is_absolute():
+        return user
+    return {**user, "file": str((folder / user["file"]).resolve())}
 
 
 def first_line(exc: BaseException) -> str:
