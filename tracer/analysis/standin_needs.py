@@ -130,13 +130,15 @@ def _tables_only(op: str, run: StandinNeeds, cpu_nodes: list[tuple[Node, list[st
 
 
 def lost_passes(trace: Trace) -> dict[str, str]:
-    """"CASE PASS" -> why, for each pass of a stand-in trace that recorded no op layer: its
-    list of what reached the device is that much short (JAX's stand-in could not run a
-    program of the pass; a run cut short). A list missing a pass is no list."""
+    """"CASE PASS" -> why, for each pass of a stand-in trace whose op layer could not be
+    recorded (the warm run's ``op_error``): its list of what reached the device is that
+    much short (JAX's stand-in could not run a program of the pass). A list missing a
+    pass is no list. (A cold run records no op layer, and a probe asked for other layers
+    only records none: neither is a loss.)"""
     out: dict[str, str] = {}
     for r in trace.runs:
-        if "op" not in r.layers:
-            why = r.info.not_captured.get("op") or "the pass recorded no op layer"
+        why = r.info.not_captured.get("op")
+        if r.phase == "warm" and "op" not in r.layers and why:
             out.setdefault(f"{trace.info.primitive} ({trace.info.api}) {r.pass_}", why)
     return out
 

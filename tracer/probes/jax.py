@@ -415,6 +415,16 @@ def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
     return base.merge_siblings(out)
 
 
+def _held(value: Any, aval: Any) -> np.ndarray:
+    """A program's argument as a host copy of the type the program was traced for: a
+    Python int (optimizers.adam's step counter) is a weak int32 to the program, where
+    NumPy would make it int64, and the compiled program refuses a buffer of another size;
+    a typed PRNG key stays a key (a copy of its data: a donated buffer is gone after the call)."""
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(np.array(jax.random.key_data(value)), impl=jax.random.key_impl(value))
+    return np.array(value, dtype=aval.dtype)
+
+
 def _ran_programs(run: Callable[[], object], values: bool = False) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
     """The programs ``run()`` (a user's pass, whose programs dltrace cannot name in
     advance) dispatches, as (function, argument shapes), or with ``values`` the
@@ -430,7 +440,7 @@ def _ran_programs(run: Callable[[], object], values: bool = False) -> list[tuple
     original = jpjit._pjit_call_impl_python
 
     def capture(*args: Any, jaxpr: Any, **params: Any) -> Any:
-        seen.append((jaxpr, [np.array(a) for a in args] if values else None))
+        seen.append((jaxpr, [_held(a, aval) for a, aval in zip(args, jaxpr.in_avals)] if values else None))
         return original(*args, jaxpr=jaxpr, **params)
 
     jax.clear_caches()

@@ -89,6 +89,8 @@ def _alone(op: Any) -> str:
     with op.context, ir.Location.unknown():
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
+            for declared in _declarations(op):  # the meshes an op's sharding names (sdy.mesh @empty_mesh)
+                declared.clone()
             main = func.FuncOp("main", ir.FunctionType.get([o.type for o in op.operands],
                                                            [r.type for r in op.results]))
             block = main.add_entry_block()
@@ -107,13 +109,23 @@ def _calls(op: Any) -> bool:
     return any(name == "func.call" for name in _nested(op))
 
 
-def _functions(op: Any) -> list[Any]:
-    """The functions of the module ``op`` is in, but its main one."""
+def _top(op: Any) -> list[Any]:
+    """The operations at the top of the module ``op`` is in."""
     module = op
     while module.parent is not None:
         module = module.parent
-    return [f.operation for f in module.regions[0].blocks[0].operations if f.operation.name == "func.func"
-            and f.operation.attributes["sym_name"].value != "main"]
+    return [f.operation for f in module.regions[0].blocks[0].operations]
+
+
+def _functions(op: Any) -> list[Any]:
+    """The functions of the module ``op`` is in, but its main one."""
+    return [f for f in _top(op) if f.name == "func.func" and f.attributes["sym_name"].value != "main"]
+
+
+def _declarations(op: Any) -> list[Any]:
+    """What the module ``op`` is in declares beside its functions (Shardy's meshes, which
+    a sharding constraint or a host callback's result names): an op alone needs them too."""
+    return [f for f in _top(op) if f.name != "func.func"]
 
 
 _COMPILED: dict[str, Any] = {}
@@ -127,6 +139,10 @@ def cpu(op: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
     from jax._src import config, xla_bridge
     from jax._src.lib import xla_client
 
+    if op.name == "stablehlo.custom_call" and "callback" in str(op.attributes["call_target_name"]):
+        # the callback's context lives in the program JAX compiled: compiled alone, it crashes the process
+        raise ValueError(f"{op.attributes['call_target_name']}: a host callback (jax.pure_callback, io_callback, "
+                         "debug.callback) calls back into the step's Python, which an op run alone cannot")
     text = _alone(op)
     backend = xla_bridge.get_backend("cpu")
     device = backend.local_devices()[0]
@@ -221,6 +237,21 @@ def describe() -> dict[str, Any]:
             "registered_by_name": [], "reached": {}}
 
 
+def _is_key(value: Any) -> bool:
+    import jax
+
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def host(value: Any) -> np.ndarray:
+    """A program's input or output as the buffer a backend holds: a typed PRNG key
+    (``jax.random.key``) is its key data (uint32), as the lowered program takes it."""
+    import jax
+
+    return np.asarray(jax.random.key_data(value)) if _is_key(value) else np.asarray(value)
+
+
 def run_program(fn: Callable[..., Any], args: Sequence[Any], consumer: Consumer, ctx: Any) -> list[np.ndarray]:
     """``fn`` (a program the step runs) lowered for ``args`` and run by ``consumer``: its
     outputs, flat. Every argument is kept (``keep_unused``): the program's parameters
@@ -230,7 +261,7 @@ def run_program(fn: Callable[..., Any], args: Sequence[Any], consumer: Consumer,
     flat = jax.tree_util.tree_leaves(args)
     module = parse(jax.jit(fn, keep_unused=True).trace(*args).lower().as_text(), ctx)
     with ctx:
-        return consumer.run(module, [np.asarray(a) for a in flat])
+        return consumer.run(module, [host(a) for a in flat])
 
 
 def differs(got: Sequence[np.ndarray], want: Sequence[Any], rtol: float = 1e-4, atol: float = 1e-5) -> str:
@@ -242,7 +273,7 @@ def differs(got: Sequence[np.ndarray], want: Sequence[Any], rtol: float = 1e-4, 
     if len(got) != len(want):
         return f"{len(got)} outputs, JAX's program gives {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
-        w = np.asarray(w)
+        w = host(w)
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"output {i} is {g.dtype}{list(g.shape)}, JAX's is {w.dtype}{list(w.shape)}"
         if g.dtype.kind in "fc":
