@@ -221,3 +221,12 @@ def test_standin_traces_stop_at_the_op_layer(standin_root):
     line = one_line_error(dltrace("probe", "torch", "relu", "--device", "standin", "--layers", "python,library"),
                           Exit.USAGE)
     assert "python and op layers only" in line
+
+
+def test_a_pass_that_fails_on_the_standin_fails_the_probe_naming_it(frameworks, tmp_path):
+    """No list without its backward: the probe exits 1 naming the pass and the reason."""
+    workload = Path(__file__).parent / "workloads" / "torch_standin_fails_backward.py"
+    line = one_line_error(dltrace("probe", "torch", "--workload", str(workload), "--device", "standin",
+                                  "--layers", "op", "-o", str(tmp_path / "t.json")), Exit.ERROR)
+    assert "standin" in line and "running backward(loss): RuntimeError: this op has no kernel" in line, line
+    assert not (tmp_path / "t.json").exists()

@@ -106,3 +106,13 @@ def test_a_skeleton_that_does_not_build_is_one_line(tf_lenet_skeleton, tmp_path)
     copy = _edited(folder, tmp_path, "namespace {", "namespace { this is not C++;")
     said = one_line_error(_check(copy), Exit.ERROR)
     assert "the skeleton does not build" in said and "error" in said, said
+
+
+def test_a_pass_the_standin_cannot_place_fails_the_probe_naming_the_op(frameworks, tmp_path):
+    """An op with no kernel on the stand-in device (a resource variable's gather) fails the
+    forward pass there: exit 1 naming the pass and the op, never a list without it."""
+    workload = Path(__file__).parent / "workloads" / "tf_resource_gather.py"
+    line = one_line_error(dltrace("probe", "tensorflow", "--workload", str(workload), "--device", "standin",
+                                  "--layers", "op", "-o", str(tmp_path / "t.json"), timeout=600), Exit.ERROR)
+    assert "running forward()" in line and "ResourceGather" in line and "STANDIN" in line, line
+    assert not (tmp_path / "t.json").exists()
