@@ -170,23 +170,27 @@ def test_a_tensorflow_workload_scaffolds(frameworks, tmp_path):
 # ----------------------------------------------------------------------------- audit and survey
 
 
-def test_audit_of_a_workload_writes_its_table(frameworks, tmp_path):
+def test_audit_of_a_workload_writes_its_table_as_the_survey_does(workload_survey, tmp_path):
+    """Against the survey's built-in traces, the audit's table marks as beyond the built-in
+    cases exactly the rows the survey's own export marks (one rule: tracer.analysis.models)."""
     table = tmp_path / "ops.csv"
-    proc = dltrace("audit", "torch", "--workload", str(TORCH_MLP), "--traces", str(tmp_path / "none"),
+    proc = dltrace("audit", "torch", "--workload", str(TORCH_MLP), "--traces", str(workload_survey / "traces"),
                    "-o", str(table), timeout=900)
     assert proc.returncode == Exit.OK, proc.stderr
     assert "torch_mlp: what a torch backend must implement" in proc.stdout
     assert "decision sites on torch_mlp's path" in proc.stdout
-    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    rows = list(csv.DictReader(io.StringIO(table.read_text(), newline="")))
+    survey = list(csv.DictReader(io.StringIO((workload_survey / "workloads" / "torch_mlp-torch.coverage.csv")
+                                             .read_text(), newline="")))
+    assert {(r["op"], r["beyond_built_in"]) for r in rows} == {(r["op"], r["beyond_built_in"]) for r in survey}
+    assert {r["beyond_built_in"] for r in rows} == {"yes", "no"}  # addmm is dense's; the in-place ReLU no case's
     assert rows and set(rows[0]) == {"op", "name", "overload", "passes", "calls", "also_in", "beyond_built_in",
                                      "incomplete"}
     assert all(r["incomplete"] == "" for r in rows)  # every pass ran whole on the stand-in: the list
     by_op = {r["op"]: r for r in rows}
     assert by_op["aten::relu_"]["passes"] == "forward" and int(by_op["aten::relu_"]["calls"]) >= 1
     assert by_op["aten::addmm.out"]["overload"] == "out"
-    # no built-in traces were given: nothing is "also in" a built-in case, and it says so
-    assert all(r["beyond_built_in"] == "yes" for r in rows)
-    assert "no built-in trace to compare with" in proc.stdout
+    assert by_op["aten::relu_"]["beyond_built_in"] == "yes" and by_op["aten::addmm.out"]["beyond_built_in"] == "no"
     assert re.search(r"forward: untraced step [\d.]+ ms; recording cost: python ×[\d.]+, op ×[\d.]+, native ",
                      proc.stdout), proc.stdout
 

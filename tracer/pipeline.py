@@ -20,6 +20,9 @@ from typing import Protocol, TypeAlias, Union
 
 from tracer import fleet
 from tracer import survey as sv
+from tracer.analysis.audit_model import WorkloadAudit, framework_audit, workload_audit
+from tracer.analysis.models import is_model_trace, is_workload_trace
+from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.survey_model import SurveyModel, build
 from tracer.contract import UserWorkload
 from tracer.derive import survey_evidence
@@ -118,6 +121,29 @@ def report(folders: Folders, output: "str | os.PathLike[str]", progress: Progres
     index = render(built, out)
     said.note(f"report: {index}", "result")
     return index
+
+
+def audit(framework: str, folders: Folders, k: Knowledge | None = None,
+          progress: Progress | None = None) -> FrameworkReport:
+    """The porting audit of ``framework``'s built-in cases under ``folders`` (a survey's traces)."""
+    folders = folder_list(folders)
+    missing = [f for f in folders if not f.exists()]
+    if missing:
+        raise DltraceError(f"no such folder: {missing[0]}; run: dltrace survey {framework}")
+    traces, gaps, _ = read(folders, progress)
+    if not [t for t in traces if t.info.framework == framework and not is_model_trace(t)]:
+        raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
+    return framework_audit(framework, [t for t in traces if t.info.framework == framework], gaps,
+                           k if k is not None else knowledge())
+
+
+def audit_workload(framework: str, workload: str, traces: list[Trace], gaps: list[Gap], folders: Folders = (),
+                   k: Knowledge | None = None, progress: Progress | None = None) -> WorkloadAudit:
+    """The audit of a workload from its ``traces`` and ``gaps`` (tracer.workload_record),
+    set against the built-in cases' traces under ``folders`` that exist (none: it says so)."""
+    given = [f for f in folder_list(folders) if f.is_dir()]
+    builtin = [t for t in read(given, progress)[0] if not is_workload_trace(t)] if given else []
+    return workload_audit(framework, workload, traces, gaps, builtin, k if k is not None else knowledge())
 
 
 @dataclass

@@ -35,6 +35,10 @@ from tracer.processing.vocabulary import DEVICE_CONDITION
 DECISIONS: Final = ("device dispatch", "library choice", "ISA-specific code")
 #: What jit against eager is shown as (a variant frameworks.yaml marks ``switches: compilation``).
 COMPILATION_MODE: Final = "compilation mode (jit vs eager)"
+#: Split classes that are no decision whatever the pair: the artefacts of what was
+#: compared (model context, versions, the stand-in's own code, the evidence's shape) and
+#: compiled-or-not. The one set: the counts here, and the pages' drawings (no inline graph).
+NOT_DECISIONS: Final = ARTEFACTS | {"compilation"}
 #: What float32 against a reduced precision is shown as (``switches: precision``).
 PRECISION_MODE: Final = "precision (float32 vs reduced)"
 #: What the diff could not class (no device, library or ISA word on either side).
@@ -118,7 +122,7 @@ def is_precision_pair(framework: str, pr: PairReport, k: Knowledge) -> bool:
 def _split_kind(classification: str, compilation: bool, precision: bool = False) -> str:
     if precision:
         return PRECISION_MODE
-    if compilation or classification == "compilation":
+    if compilation or classification in NOT_DECISIONS - ARTEFACTS:
         return COMPILATION_MODE
     if classification in ARTEFACTS:
         return classification

@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.contract import EVIDENCE, MODELS, PASSES, USER_API
+from tracer.contract import MODELS, PASSES, USER_API
+from tracer.evidence_classes import EVIDENCE
 from tracer.gap import Gap
 from tracer.knowledge import Knowledge
 from tracer.processing.evidence_class import evidence_class
 from tracer.processing.pairs import reference_cpus
 from tracer.analysis.decisions import decisions
-from tracer.analysis.portability import framework_report
+from tracer.analysis.portability import FrameworkReport, framework_report
 from tracer.processing.reach import reach
 from tracer.analysis.scorecard import Figure, ScoreRow, decision_figures, needs_figures
 from tracer.analysis.workload_coverage import WorkloadCoverage, coverage
@@ -140,9 +141,10 @@ def _cpu_default(trace: Trace) -> bool:
 
 
 def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Gap],
-              primitive_card: ScoreRow | None, k: Knowledge) -> ModelRow:
-    """``traces``: this framework's traces of this model (every level and device)."""
-    rep = framework_report(framework, traces, gaps, k=k)
+              primitive_card: ScoreRow | None, k: Knowledge, rep: FrameworkReport | None = None) -> ModelRow:
+    """``traces``: this framework's traces of this model (every level and device);
+    ``rep``: their portability report where the caller made it already (the audit prints it)."""
+    rep = rep if rep is not None else framework_report(framework, traces, gaps, k=k)
     implement, _ = needs_figures(rep, k)
     sites, _ = decision_figures(rep, decisions(rep, k))
     known = set(primitive_card.figures["implement"].items) if primitive_card is not None else set()
@@ -193,8 +195,12 @@ def model_reports(traces: list[Trace], gaps: list[Gap], cards: list[ScoreRow],
 
 
 def workload_reports(traces: list[Trace], gaps: list[Gap], cards: list[ScoreRow], built_in: list[ModelReport],
-                     k: Knowledge, primitives: list[Trace]) -> list[ModelReport]:
-    """The user's own workloads: what each needs, and what of it no built-in case reaches."""
+                     k: Knowledge, primitives: list[Trace],
+                     reports: dict[tuple[str, str], FrameworkReport] | None = None) -> list[ModelReport]:
+    """The user's own workloads: what each needs, and what of it no built-in case reaches
+    (one rule, the survey's and the audit's: an entry on no built-in primitive's or
+    model's list, in the framework's unit). ``reports``: (workload, framework) -> its
+    portability report, where the caller made it already."""
     by_card = {c.framework: c for c in cards}
     names = list(dict.fromkeys([*(t.info.primitive for t in traces if is_workload_trace(t)),
                                 *(g.primitive for g in gaps if g.api == USER_API)]))
@@ -207,7 +213,8 @@ def workload_reports(traces: list[Trace], gaps: list[Gap], cards: list[ScoreRow]
         rows = []
         for fw in frameworks:
             row = model_row(name, fw, [t for t in mine if t.info.framework == fw],
-                            [g for g in my_gaps if g.framework == fw], by_card.get(fw), k)
+                            [g for g in my_gaps if g.framework == fw], by_card.get(fw), k,
+                            (reports or {}).get((name, fw)))
             known = set(by_card[fw].figures["implement"].items) if fw in by_card else set()
             known.update(e for m in built_in for r in m.rows if r.framework == fw for e in r.implement.items)
             row.beyond = [e for e in row.implement.items if e not in known]

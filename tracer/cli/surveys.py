@@ -19,11 +19,8 @@ from tracer.cli.workloads import distinct, equip, parse, verbose_failure, worklo
 from tracer.contract import MODELS, UserWorkload
 from tracer.errors import UsageError
 from tracer.files import ensure_file_parent
-from tracer.analysis.decisions import decisions
-from tracer.analysis.scorecard import decision_figures, needs_figures
-from tracer.analysis.workload_coverage import coverage
 from tracer.render import coverage_export
-from tracer.render.audit_console import print_coverage
+from tracer.render.audit_console import print_workload_audit
 from tracer.registry import Framework
 from tracer.runner import check, check_workload
 from tracer.workload_record import record as record_workload
@@ -31,9 +28,6 @@ from tracer.errors import DltraceError
 from tracer.files import ensure_dir, write_text
 from tracer.importers import ImportFailed, file_suffixes, import_file, importable, imported_path
 from tracer.importers.source import short_name
-from tracer.knowledge import knowledge
-from tracer.analysis.models import is_model_trace, is_workload_trace
-from tracer.analysis.portability import framework_report
 from tracer.render.audit_console import print_audit, print_pass_needs
 from tracer.render.terminal import clip, message
 from tracer.runner import DEFAULT_TIMEOUT
@@ -242,14 +236,7 @@ def audit(framework: str, folders: tuple[Path, ...], workload: str | None, name:
         return
     if output is not None or name is not None:
         raise UsageError("-o and --name go with --workload")
-    missing = [f for f in folders if not f.exists()]
-    if missing:
-        raise DltraceError(f"no such folder: {missing[0]}; run: dltrace survey {framework}")
-    traces, gaps, _ = pipeline.read(list(folders), Said())
-    mine = [t for t in traces if t.info.framework == framework and not is_model_trace(t)]
-    if not mine:
-        raise DltraceError(f"no {framework} traces in {', '.join(map(str, folders))}; run: dltrace survey {framework}")
-    rep = framework_report(framework, mine, gaps, k=knowledge())
+    rep = pipeline.audit(framework, list(folders), progress=Said())
     print_audit(rep, out)
     print_pass_needs(rep, out)
 
@@ -269,18 +256,11 @@ def _audit_workload(framework: str, folders: list[Path], user: UserWorkload, ver
             traces, gaps = record_workload(fw, user, tmp, timeout, command_line(), lambda s: status.update(s + "…"))
     for g in gaps:
         err.print(message("!", "yellow", f"{g.device}: {g.error}"), highlight=False, soft_wrap=True)
-    k = knowledge()
-    rep = framework_report(framework, traces, gaps, k=k)
-    print_audit(rep, out)
-    print_pass_needs(rep, out)
-    builtin = [t for t in pipeline.read([f for f in folders if f.is_dir()], Said())[0]
-               if t.info.framework == framework and not is_workload_trace(t)] if folders else []
-    implement, _ = needs_figures(rep, k)
-    sites, _ = decision_figures(rep, decisions(rep, k))
-    out.print(f"decision sites on {user.name}'s path: {sites.value} ({sites.explain})", markup=False, highlight=False,
-              soft_wrap=True)
-    cov = coverage(framework, user.name, implement.items, traces, builtin, incomplete=implement.incomplete)
-    print_coverage(cov, implement, out)
+    audited = pipeline.audit_workload(framework, user.name, traces, gaps, folders, progress=Said())
+    print_workload_audit(audited, out)
+    cov = audited.row.coverage
+    if cov is None:
+        raise DltraceError(f"{user.name}: no list was recorded in {framework}")
     if cov.incomplete:  # printed, as what ran; never written or passed as the list
         raise DltraceError(f"{user.name}: no must-implement list: {clip(cov.incomplete, 400)}")
     if output is not None:

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracer.analysis.audit_model import WorkloadAudit
 from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
 from tracer.analysis.scorecard import Figure
 from tracer.analysis.workload_coverage import WorkloadCoverage
@@ -123,6 +124,18 @@ def print_pass_needs(rep: FrameworkReport, console: Console) -> None:
     console.print(table)
 
 
+def print_workload_audit(audited: WorkloadAudit, console: Console) -> None:
+    """A workload's audit (tracer.analysis.audit_model): the dispatch points and per-pass
+    needs of its traces, the decision sites on its path, its list op by op."""
+    print_audit(audited.report, console)
+    print_pass_needs(audited.report, console)
+    row = audited.row
+    console.print(Text(f"decision sites on {row.model}'s path: {row.decisions.value} ({row.decisions.explain})"),
+                  highlight=False, soft_wrap=True)
+    if row.coverage is not None:
+        print_coverage(row.coverage, row.implement, console)
+
+
 def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -> None:
     """A user's workload: its must-implement list op by op, and which built-in cases reach each."""
     what = (f"what reached the {cov.device} device, INCOMPLETE (not a must-implement list)" if cov.incomplete
@@ -145,4 +158,5 @@ def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -
             return "not measured" if x is None else f"×{x:.2f}"
         untraced = "not timed" if c.untraced_s is None else f"{c.untraced_s * 1e3:.2f} ms"
         console.print(Text(f"{c.pass_}: untraced step {untraced}; recording cost: python {factor(c.python)}, "
-                           f"op {factor(c.op)}, native {factor(c.native)}", style="dim"), highlight=False)
+                           f"op {factor(c.op)}, native {factor(c.native)}", style="dim"), highlight=False,
+                      soft_wrap=True)  # one line per pass, whatever the terminal's width

@@ -26,7 +26,7 @@ from tracer import __version__
 from tracer.files import own_folder, write_text
 from tracer.gap import Gap
 from tracer.knowledge import Knowledge
-from tracer.processing.diff.context import ARTEFACTS
+from tracer.analysis.decisions import NOT_DECISIONS
 from tracer.processing.diff.result import Fragment, LayerDiff
 from tracer.processing.graph import focused_graph, merged_walk
 from tracer.analysis.models import Level, ModelReport
@@ -81,10 +81,6 @@ def inert_text(value: Any) -> Any:
     if isinstance(value, str) and _BIDI.search(value):
         return _BIDI.sub(_visible, value)
     return value
-
-
-#: Split classes that are no decision: one line each on a page, no inline graph.
-NOT_DECISIONS = ARTEFACTS | {"compilation"}
 
 
 def _env() -> jinja2.Environment:
