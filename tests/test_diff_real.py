@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import dltrace
 from tracer.processing.candidates import find_candidates
+from tracer.processing.cpu_kernel import computes
 from tracer.knowledge import knowledge
 from tracer.processing.diff import diff_traces
 
@@ -120,6 +121,50 @@ def test_chainer_single_trace_names_the_device_branch(cpu_traces):
     taken = {call for arm in branch.arms if arm.ran for call in arm.calls}
     untaken = {call for arm in branch.arms if arm.ran is False for call in arm.calls}
     assert any(c.endswith("forward_cpu") for c in taken) and any(c.endswith("forward_gpu") for c in untaken)
+
+
+def _onednn_pair(native_traces, fw):
+    """The framework's oneDNN path and the path without it (TensorFlow's default may be either)."""
+    default = load(native_traces, (fw, "default"))
+    if fw == "tensorflow" and not default.meta["onednn_enabled"]:
+        default = load(native_traces, (fw, "onednn-on"))
+    return default, load(native_traces, (fw, "onednn-off"))
+
+
+def reaches_only_what_computes(a, b):
+    """Every name a native split's "reaches" lists is a frame the kernel cells' rule
+    (cpu_kernel.computes) says computes: never a helper (write, a refcount, a log
+    check, the engine's push lambda) or unnamed code; the lists that remain name the
+    kernels. Returns what each side reaches, for the caller's own checks."""
+    frames: dict[str, list] = {}
+    for t in (a, b):
+        for run in t.runs:
+            if "native" in run.layers:
+                for _, node in run.layers["native"].walk():
+                    frames.setdefault(node.frame.label, []).append(node.frame)
+    reached: dict[str, set[str]] = {"A": set(), "B": set()}
+    for pass_ in ("forward", "backward"):
+        native = [d for d in diff_traces(a, b, pass_=pass_, k=K).layers if d.layer == "native"]
+        for layer in native:
+            for _, split in layer.all_splits():
+                for side, branches in (("A", split.only_a), ("B", split.only_b)):
+                    for br in branches:
+                        helpers = [h for h in br.hot if not any(computes(f, K) for f in frames.get(h, []))]
+                        assert not helpers, f"{split.frame} {side} only {br.label}: reaches helpers {helpers}"
+                        reached[side].update(br.hot)
+    return reached
+
+
+@pytest.mark.parametrize("fw", ["mxnet", "tensorflow"])
+def test_a_diffs_reaches_lists_name_only_frames_that_compute(native_traces, fw):
+    """MXNet's conv2d, default against onednn-off, said "reaches: [unknown], write,
+    std::_Sp_counted_base<, dmlc::LogCheck_GE<int>, Engine::PushSync (lambda)" where
+    oneDNN's convolution computed (issue 60)."""
+    reached = reaches_only_what_computes(*_onednn_pair(native_traces, fw))
+    assert reached["A"] and reached["B"], reached
+    if fw == "mxnet":  # the oneDNN convolution on one side, the gemm path's on the other
+        assert any("MKLDNNConvolution" in h for h in reached["A"]), reached
+        assert any("ConvolutionOp" in h or "sgemm" in h for h in reached["B"]), reached
 
 
 @pytest.mark.parametrize("fw", ["torch", "mxnet", "tensorflow"])

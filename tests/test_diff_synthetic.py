@@ -737,3 +737,40 @@ def test_the_deciding_statement_is_the_last_shared_branch_above_the_lines_one_si
     ga, gb = [Node(Frame("op", "aten", "aten::conv2d"), 1, 1)], [Node(Frame("op", "aten", "aten::conv2d"), 1, 1)]
     (names,) = fragments(ga, gb, [], [], ["a"], ["b"], {}, {})
     assert names.kind == "symbols" and names.decision_line is None and "op-level records" in names.note
+
+
+def test_a_native_branch_reaches_what_computed_never_a_helper():
+    """A native branch's "reaches" follows the kernel cells' rule (cpu_kernel.computes):
+    a stack ending in a helper (write, a refcount release) or unnamed code counts for the
+    computing frame above it, a stack reaching none counts for nothing (issue 60: MXNet's
+    "reaches: [unknown], write, std::_Sp_counted_base<, ...")."""
+    conv = "dnnl::impl::cpu::x64::jit_avx2_conv_fwd_kernel_f32::execute"
+
+    def tree(onednn):
+        if onednn:
+            branch = native("at::native::mkldnn_convolution",
+                            native(conv, native("write", count=300, lib="libc.so.6"),
+                                   native("[unknown]", count=200, lib=""), count=500),
+                            native("c10::intrusive_ptr_target::release", count=100, lib="libc10.so"), count=600)
+        else:
+            branch = native("at::native::slow_conv2d", native("sgemm_kernel", count=600, lib="libopenblas.so"),
+                            count=600)
+        return root(native("at::native::conv2d", branch, count=600), count=600)
+
+    (split,) = diff_trees(tree(True), tree(False), "native", sampled=True, k=K).splits
+    (a,) = split.only_a
+    # the helpers' and the unnamed samples counted for the frame above them that computes
+    assert a.hot == [conv, "at::native::mkldnn_convolution"]
+    text = _printed(split)
+    assert "write" not in text and "[unknown]" not in text and "intrusive_ptr" not in text
+    # a python or op layer's leaves are its calls, listed as before
+    (op,) = diff_trees(root(n("fw.a", n("fw.helper"))), root(n("fw.b", n("fw.other"))), "python", k=K).splits
+    assert op.only_a[0].hot == ["fw.fw.helper"]  # module.name
+
+
+def _printed(split):
+    """The split's branches as the diff's console prints them."""
+    from tracer.render.diff_console import _branch
+
+    return "\n".join(_branch(side, b, False).plain for side, bs in (("A", split.only_a), ("B", split.only_b))
+                     for b in bs)

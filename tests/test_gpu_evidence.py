@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import dltrace
 from tracer import registry
-from tracer.contract import DERIVED_EVIDENCE, Exit
+from tracer.contract import Exit
+from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.derive import derive
 from tracer.runner import CaseSpec, probe_one
 from tracer.knowledge import knowledge

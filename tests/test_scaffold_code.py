@@ -1,5 +1,5 @@
-"""What a user supplies never becomes code in a generated skeleton (tracer.scaffold,
-tracer.scaffold_jax, tracer.scaffold_tensorflow): a command line or folder holding quotes, a triple quote, a
+"""What a user supplies never becomes code in a generated skeleton (tracer.scaffold:
+its writers for torch, JAX and TensorFlow): a command line or folder holding quotes, a triple quote, a
 newline and C++ is written into kernels.py's docstrings and the C++ files' comments
 escaped, so that the Python still compiles to the same module and no line of C++ is
 added. Fast tier: the templates are rendered without a framework."""
@@ -58,7 +58,7 @@ def test_a_jax_skeleton_written_from_a_hostile_command_compiles_to_the_same_modu
 
 
 def test_a_jax_op_name_that_is_no_stablehlo_name_is_refused():
-    from tracer import scaffold_jax
+    from tracer.scaffold import jax as scaffold_jax
 
     assert scaffold_jax.STABLEHLO_OP.fullmatch("stablehlo.dot_general")
     for bad in ('stablehlo.add"); import os; ("', "stablehlo.add\n", "Stablehlo.add", "add"):
@@ -84,7 +84,7 @@ def test_the_tensorflow_skeleton_takes_no_line_from_the_command():
 
 
 def test_a_tensorflow_name_that_is_no_identifier_is_refused():
-    from tracer import scaffold_tensorflow
+    from tracer.scaffold import tensorflow as scaffold_tensorflow
 
     assert scaffold_tensorflow.TF_NAME.fullmatch("Conv2DBackpropFilter")
     for bad in ('MatMul"); system("id', "MatMul\n", "_Arg", "9op"):
@@ -92,7 +92,7 @@ def test_a_tensorflow_name_that_is_no_identifier_is_refused():
 
 
 def test_force_writes_only_over_a_skeleton_and_never_through_links(tmp_path):
-    from tracer.files import OutputError
+    from tracer.files import OutputError, own_folder
 
     with pytest.raises(OutputError, match="holds no skeleton dltrace wrote"):
         sc.prepare(Path("/"), force=True)  # `scaffold -o / --force` wrote five entries into the root
@@ -114,7 +114,7 @@ def test_force_writes_only_over_a_skeleton_and_never_through_links(tmp_path):
     assert sc.prepare(folder, force=True) == folder
     # a skeleton whose package folder and files are links to elsewhere: replaced, never followed
     (folder / "mydevice").symlink_to(other, target_is_directory=True)
-    pkg = sc.own_folder(folder / "mydevice")
+    pkg = own_folder(folder / "mydevice")
     assert pkg.is_dir() and not pkg.is_symlink() and (other / "kernels.py").read_text() == "their kernels\n"
     (folder / "README.md").symlink_to(other / "kernels.py")
     from tracer.files import write_text
@@ -131,21 +131,19 @@ def test_an_op_name_that_cannot_be_code_is_refused(op):
 
     needs = StandinNeeds("standin", "run", "torch", by_pass={"forward": ["aten::relu", op]})
     with pytest.raises(DltraceError, match="cannot be written into a skeleton"):
-        sc.kernels(needs)
+        sc.WRITERS["torch"].kernels(needs)
 
 
 @pytest.mark.parametrize("framework, op", [("tensorflow", 'MatMul"); system("id'), ("tensorflow", "Mat\nMul"),
                                            ("jax", "stablehlo.dot general"), ("jax", 'stablehlo.add"); import os')])
 def test_a_tensorflow_or_jax_op_name_that_cannot_be_code_is_refused(framework, op):
-    from tracer import scaffold_jax, scaffold_tensorflow
     from tracer.errors import DltraceError
     from tracer.analysis.standin_needs import StandinNeeds
 
     fine = "MatMul" if framework == "tensorflow" else "stablehlo.add"
     needs = StandinNeeds("standin", "run", framework, by_pass={"forward": [fine, op]})
-    writer = scaffold_tensorflow if framework == "tensorflow" else scaffold_jax
     with pytest.raises(DltraceError, match="cannot be written into a skeleton"):
-        writer.kernels(needs)
+        sc.WRITERS[framework].kernels(needs)
 
 
 @pytest.mark.parametrize("name", ["os", "json", "typing", "numpy", "torch", "check"])
@@ -169,16 +167,18 @@ def test_a_tensorflow_device_name_with_a_digit_is_refused():
 def test_a_torch_version_that_carries_code_stays_text_in_kernels_py(tmp_path, monkeypatch):
     """The framework's version comes from the trace, which a workload can change: in
     torch's kernels.py it is escaped as TensorFlow's and JAX's skeletons escape it."""
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from tracer.runner import CaseSpec
+    from tracer.scaffold import skeleton
 
     ks = [sc.Kernel("aten::relu", ("forward",), "relu")]
-    monkeypatch.setattr(sc, "needs_of", lambda traces: SimpleNamespace(evidence="run"))
-    monkeypatch.setattr(sc, "kernels", lambda needs: ks)
-    monkeypatch.setattr(sc, "case_rows", lambda specs, traces: [])
+    monkeypatch.setattr(skeleton, "needs_of", lambda traces: SimpleNamespace(evidence="run"))
+    monkeypatch.setattr(skeleton, "case_rows", lambda specs, traces: [])
     trace = SimpleNamespace(info=SimpleNamespace(framework_version=HOSTILE))
-    sc.write(tmp_path, "mydevice", [CaseSpec("relu")], [trace], "dltrace scaffold torch")
+    writer = replace(sc.WRITERS["torch"], kernels=lambda needs: ks)
+    writer.write(tmp_path, "mydevice", [CaseSpec("relu")], [trace], "dltrace scaffold torch")
     tree = ast.parse((tmp_path / "mydevice" / "kernels.py").read_text())  # it compiles
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "str"]
     assert HOSTILE in ast.get_docstring(tree, clean=False)  # said as text
@@ -203,3 +203,25 @@ def test_scaffold_json_names_no_folder_of_this_machine_and_the_check_finds_the_w
     _, read = read_manifest(out)
     files = [Path(s.user["file"]) for s in read if s.user]
     assert files == [f.resolve() for f in mine]  # each file where it is, beside what it imports
+
+
+def test_every_writer_in_the_table_names_templates_and_sources_that_exist():
+    """The table is the one place a framework's skeleton is named: each row's templates
+    render from templates/scaffold/, its copied stand-in is in the package, and the
+    frameworks it holds are the ones the command line takes."""
+    env = sc.template_env()
+    assert set(sc.WRITERS) == {"torch", "tensorflow", "jax"}
+    for framework, writer in sc.WRITERS.items():
+        assert writer.framework == framework
+        for template in [t for _, t in writer.rendered] + [writer.check_template, writer.readme_template]:
+            env.get_template(template)  # raises when it is missing
+        assert all(source.is_file() for _, source in writer.copied), framework
+        assert "{name}" in writer.summary and "{n}" in writer.summary
+
+
+def test_a_framework_with_no_writer_is_named_not_written():
+    from tracer.errors import UsageError
+
+    assert sc.check_framework("jax") is sc.WRITERS["jax"]
+    with pytest.raises(UsageError, match="MXLoadLib.*torch's, TensorFlow's and JAX's backends only"):
+        sc.check_framework("mxnet")

@@ -14,6 +14,7 @@ from tests.conftest import dltrace, one_line_error
 from tracer import envs
 from tracer import survey as sv
 from tracer.contract import PRIMITIVES, STANDIN_LIB, Exit
+from tracer.evidence_classes import EVIDENCE
 from tracer.processing.diff import diff_traces
 from tracer.analysis.portability import framework_report
 from tracer.knowledge import knowledge
@@ -44,7 +45,7 @@ KNOWN = {
     # an optimizer step has no backward; the foreach ops' composites hand the backend per-tensor ops
     "adam": ("aten::addcdiv.out", None),
 }
-GPU_EVIDENCE = {"recorded", "imported", "registered", "lowered", "compiled", "source"}
+GPU_EVIDENCE = set(EVIDENCE)
 
 
 @pytest.fixture(scope="session")

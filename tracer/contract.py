@@ -35,13 +35,6 @@ DEVICES = ("cpu", "gpu", STANDIN)
 #: The library tag of an op-layer frame that reached the stand-in backend: the kernels
 #: a new backend must provide (the diff names a split into them a device dispatch).
 STANDIN_LIB = "standin backend"
-#: How a GPU-side trace knows what it shows (its meta ``evidence``): run by dltrace on a
-#: GPU, imported from a profile recorded elsewhere, or derived here without a GPU: the
-#: GPU build's kernel registry, JAX's lowering for cuda/rocm, XLA's GPU compiler run
-#: deviceless, the device branch read from the framework's source.
-#: Strongest first: a cell shows the strongest it has and lists the rest.
-EVIDENCE = ("recorded", "imported", "compiled", "lowered", "registered", "source")
-DERIVED_EVIDENCE = ("registered", "lowered", "compiled", "source")
 #: The thread-count variables of the libraries the frameworks compute with (OpenMP, MKL,
 #: OpenBLAS, TensorFlow's intra-op pool, MXNet's operators): a survey running several
 #: probes at once on a few cores gives each its share (tracer.survey.run), since two
@@ -538,7 +531,7 @@ class GpuEvidence(Protocol):
     for a step: ``gpu_evidence(case, pass_, run)`` (``run()`` is the step, as for
     :class:`OpRecorder`, to learn what it reaches) returns a plain dict::
 
-        {"evidence": one of DERIVED_EVIDENCE, "provenance": {"read": what was read, ...},
+        {"evidence": one of tracer.evidence_classes.DERIVED_EVIDENCE, "provenance": {"read": what was read, ...},
          "ops": [{"name": op, "module": ..., "lib": "", "children": [implementation
                   nodes, same keys, lib = the library: cuDNN, cuBLAS, CuPy, XLA...]}],
          "backend": {"key": what a new backend registers as,

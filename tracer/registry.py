@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar, Union, get_a
 
 import yaml
 
-from tracer.contract import (APIS, DERIVED_EVIDENCE, DEVICES, GPU_BUILD, MODELS, PRIMITIVES, PROFILE_FORMATS,
-                             NativeRequest)
+from tracer.contract import APIS, DEVICES, GPU_BUILD, MODELS, PRIMITIVES, PROFILE_FORMATS, NativeRequest
+from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.paths import PACKAGE, PROJECT
 
 if TYPE_CHECKING:

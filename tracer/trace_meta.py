@@ -178,7 +178,7 @@ class TraceMeta:
     native_env: Mapping[str, Any] = field(default_factory=_empty)
     dispatch: Dispatch | None = None
     library: Mapping[str, Any] = field(default_factory=_empty)
-    evidence: str = ""  # the evidence class the trace names (tracer.contract.EVIDENCE), "" where none
+    evidence: str = ""  # the evidence class the trace names (tracer.evidence_classes.EVIDENCE), "" where none
     backend: Backend | None = None
     standin: Standin | None = None
     recorded_by: Mapping[str, str] = field(default_factory=_empty)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.knowledge import Knowledge
 from tracer.processing.tags import library_of
 from tracer.trace import Frame, Node, Trace, op_namespace
@@ -124,8 +125,6 @@ class PassNeeds:
 
 
 def _derived(trace: Trace) -> bool:
-    from tracer.contract import DERIVED_EVIDENCE
-
     return trace.info.evidence in DERIVED_EVIDENCE and trace.info.backend is not None
 
 

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from tracer.contract import LAYERS, PRIMITIVES, workload_passes
+from tracer.evidence_classes import RAN_ON_GPU
 from tracer.gap import Gap
 from tracer.knowledge import Knowledge
 from tracer.analysis.arm_audit import ArmAudit, arm_audit
@@ -321,7 +322,7 @@ def _audit(cases: list[CaseReport], needs: dict[str, BackendNeeds | None], k: Kn
         kernels: list[str] = []
         for case in (c for c in cases if c.primitive == prim):
             for r in case.sides.values():
-                if r.device == "gpu" and r.evidence in ("recorded", "imported"):  # a GPU ran it: the rest
+                if r.device == "gpu" and r.evidence in RAN_ON_GPU:  # a GPU ran it: the rest
                     # (registries, lowering, source) is shown with its class in the GPU cells, never here
                     gpu_libs = (gpu_libs or set()) | {lib for lib in r.libraries
                                                       if is_gpu_lib(lib, k) or is_vendor_lib(lib, k)}

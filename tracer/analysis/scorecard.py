@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from tracer.contract import APIS, PASSES, USER_API
+from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.analysis.arm_audit import on_arm
 from tracer.analysis.backend_needs import is_cpu_library_op
 from tracer.analysis.decisions import Decisions, decisions, device_branches, is_device_branch
@@ -100,8 +101,9 @@ class Beside:
 
 #: What a must-implement list rests on, strongest first: a run on a stand-in backend, the
 #: framework's own kernel registry or dispatch tables, its compiler (compiled, lowered for a
-#: GPU), its GPU source read, the operators its CPU path ran.
-LIST_EVIDENCE = ("run", "registry", "compiled", "lowered", "registered", "source", "recorded")
+#: GPU), its GPU source read, the operators its CPU path ran: the derived GPU classes in
+#: their order of tracer.evidence_classes, between a list's own words and "recorded".
+LIST_EVIDENCE = ("run", "registry", *DERIVED_EVIDENCE, "recorded")
 
 
 @dataclass

@@ -24,18 +24,21 @@ from tracer.knowledge import Knowledge
 from tracer.analysis.arm_audit import ArmCell
 from tracer.analysis.decisions import (DECISIONS, Decisions, device_branches, is_compilation_pair,
                                       is_device_branch)
+from tracer.evidence_classes import CHECKED_EVIDENCE
 from tracer.processing.evidence_class import EVIDENCE_ORDER
 from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.scorecard import LIST_EVIDENCE, ScoreRow
 
 #: How the frameworks are ordered, written beside the ordering.
-RULE: Final = ("Rule: must-implement counts are in each framework's own unit, so they are compared only at "
-               "equal evidence: ordered by what the list rests on (a stand-in backend's run > the kernel registry "
-               "> the GPU compiler > the GPU source > the CPU path's operators), then the fewest entries, then "
-               "the fewest decision sites in the framework's own code, then the stronger GPU evidence.")
+RULE: Final = ("Rule: must-implement counts are in each framework's own unit (ATen ops, TensorFlow op kernels, "
+               "StableHLO ops...), so no count ranks one framework above another: ordered by what the list "
+               "rests on (a stand-in backend's run > the kernel registry > the GPU compiler > the GPU source > "
+               "the CPU path's operators; a framework with no list last), then the fewest decision sites in the "
+               "framework's own code (one unit for every framework: a site), then the stronger GPU evidence, "
+               "then the name.")
 
 #: Lists whose entries were checked against a device's interface (run, registered, compiled for one).
-_CHECKED = frozenset({"run", "registry", "compiled", "lowered", "registered"})
+_CHECKED = frozenset({"run", "registry", *CHECKED_EVIDENCE})
 
 
 #: An ARM cell where no vendor library reported a call: the framework's own kernels (or Eigen's, which report none).
@@ -180,12 +183,12 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow, found: Decisions) ->
         + [f"{k}: incomplete, {f.incomplete}" for k, f in figs.items() if f.incomplete])
 
 
-def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, int]:
+def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, str]:
+    """:data:`RULE`: never the list's size, whose unit is the framework's own."""
     tier = LIST_EVIDENCE.index(v.list_evidence) if v.list_evidence in LIST_EVIDENCE else len(LIST_EVIDENCE)
-    count = int(v.implement) if v.implement.isdigit() else 10**9
     ev = v.evidence.split(" ")[0]
     strength = EVIDENCE_ORDER.index(ev) if ev in EVIDENCE_ORDER else len(EVIDENCE_ORDER)
-    return (tier if v.implement.isdigit() else len(LIST_EVIDENCE) + 1, count, v.outside_registry, strength)
+    return (tier if v.implement.isdigit() else len(LIST_EVIDENCE) + 1, v.outside_registry, strength, v.framework)
 
 
 def verdicts(reports: list[FrameworkReport], cards: list[ScoreRow],

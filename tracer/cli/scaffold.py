@@ -9,7 +9,6 @@ import click
 
 from tracer import envs
 from tracer import scaffold as sc
-from tracer import scaffold_jax, scaffold_tensorflow
 from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds, command_line, err, \
     frameworks, main, out
 from tracer.errors import DltraceError, UsageError
@@ -46,7 +45,7 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     of the StableHLO ops a PJRT plugin must execute, run by dltrace's consumer. With
     --check and neither --model nor --primitives: check the skeleton already in the
     folder (after editing its kernels)."""
-    sc.check_framework(framework)
+    writer = sc.check_framework(framework)
     fw = frameworks()[framework]
     users = distinct([check_workload(parse(w)) for w in workloads], framework)
     equip(fw, users)
@@ -68,15 +67,8 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
             if made and not any(folder.iterdir()):
                 folder.rmdir()
             raise
-        if framework == "jax":
-            ks = scaffold_jax.write(folder, name, specs, traces, command_line())
-            what = f"{name}/ops.py holds {len(ks)} StableHLO ops"
-        elif framework == "tensorflow":
-            ks = scaffold_tensorflow.write(folder, name, specs, traces, command_line())
-            what = f"{name}/kernels.cc registers {len(ks)} op kernels"
-        else:
-            ks = sc.write(folder, name, specs, traces, command_line())
-            what = f"{name}/kernels.py registers {len(ks)} ops"
+        ks = writer.write(folder, name, specs, traces, command_line())
+        what = writer.summary.format(name=name, n=len(ks))
         passes = {p: sum(p in k.passes for k in ks) for p in ("setup", "forward", "backward")}
         out.print(f"{folder}: {what} "
                   f"({', '.join(f'{p} {n}' for p, n in passes.items() if n or p != 'setup')}; ops.txt lists them)",

@@ -15,7 +15,8 @@ import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
-from tracer.contract import DERIVED_EVIDENCE, GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest, UserWorkload
+from tracer.contract import GPU_BUILD, CaseRequest, GpuEvidence, ProbeRequest, UserWorkload
+from tracer.evidence_classes import DERIVED_EVIDENCE, strongest
 from tracer.probes.cases import case_passes, make_case
 from tracer.trace import Frame, Node, Run, Trace
 
@@ -72,7 +73,7 @@ def derive_case(req: ProbeRequest, case_req: CaseRequest, probe: _EvidenceProbe,
         root = _node({"name": f"{case_req.primitive}.{pass_}", "children": doc.get("ops", [])})
         runs.append(Run(pass_, "warm", {"op": root}, {"layers": {"op": {"source": provenance.get("read", "")}}}))
     # compiled beats lowered where both were derived: name the strongest class the runs share
-    cls = next(c for c in ("compiled", "registered", "lowered", "source") if c in evidence)
+    cls = strongest(evidence)
     meta = {
         "framework": req.framework.removesuffix(GPU_BUILD), "framework_version": version,
         "primitive": case_req.primitive,

@@ -6,20 +6,12 @@ different claims, and every GPU cell of a report says which one it rests on
 
 from __future__ import annotations
 
-from tracer.contract import EVIDENCE
+from tracer.evidence_classes import EVIDENCE, EVIDENCE_MEANING as EVIDENCE_MEANING
 from tracer.trace_meta import TraceMeta
 
-#: Evidence classes, strongest first (the order only decides which a cell shows first).
+#: Evidence classes, strongest first (the order only decides which a cell shows first),
+#: and what each is (the report's legend and tooltips): tracer.evidence_classes' table.
 EVIDENCE_ORDER = EVIDENCE
-#: What each class is, for the report's legend and tooltips.
-EVIDENCE_MEANING = {
-    "recorded": "dltrace ran the probe on a GPU machine",
-    "imported": "a real profile recorded elsewhere, by others (with its provenance)",
-    "compiled": "XLA's GPU compiler run here, without a GPU",
-    "lowered": "the framework's lowering for the cuda/rocm platforms, done here",
-    "registered": "the framework's GPU build's own kernel registry or dispatch table",
-    "source": "the device branch read from the framework's own source",
-}
 
 
 def evidence_class(meta: TraceMeta) -> str | None:

@@ -39,7 +39,8 @@ from __future__ import annotations
 import re
 from typing import Final, Iterable
 
-from tracer.contract import DERIVED_EVIDENCE, STANDIN
+from tracer.contract import STANDIN
+from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.knowledge import Knowledge
 from tracer.processing.diff.result import Branch, Classification, DiffResult, Split, walk_splits
 from tracer.processing.tags import is_gpu_lib

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracer.contract import STANDIN_LIB
+from tracer.processing.cpu_kernel import attribute
 from tracer.processing.diff.classify import classify
 from tracer.processing.diff.fragment import fragments
 from tracer.processing.diff.result import Branch, Split
@@ -20,6 +21,9 @@ from tracer.processing.tree import Groups, as_list, group_count
 from tracer.trace import Frame, Node
 
 HOT = 5  # most-sampled / most-called leaf frames shown per branch
+#: The layer whose leaves are machine code: its "reaches" names the frames that
+#: computed, by the rule a kernel cell names one (tracer.processing.cpu_kernel.computes).
+NATIVE = "native"
 
 
 def _label(frame: Frame) -> str:
@@ -94,7 +98,7 @@ class SplitBuilder:
         subtree = list(mine.values())
         libs = sorted({t for f in subtree if (t := library_of(f, self.k))})
         isas = sorted({t for f in subtree if (t := isa_of(f, self.k))})
-        hot = [label for label, _ in sorted(leaves.items(), key=lambda kv: -kv[1])[:HOT]]
+        hot = self._hot(group, leaves)
         share = other = p = None
         if self.sampled:
             share = count / total if total else 0.0
@@ -106,4 +110,16 @@ class SplitBuilder:
         return Branch(_label(frame), frame.kind, identity_label(self.idents[key]), frame.file, frame.line,
                       library_of(frame, self.k), count, share, other, call_lines, nodes, libs, isas, hot,
                       p if self.sampled else None, self.idents[key])
+
+    def _hot(self, group: list[Node], leaves: dict[str, int]) -> list[str]:
+        """What the branch reaches, most counted first. A python or op layer's leaves
+        are the calls it made. A native layer's are often helpers (a write, a refcount,
+        a log check, the engine's push lambda) or unnamed code, so there each stack
+        counts for the innermost frame below the branch that computes, by the kernel
+        cells' one rule (cpu_kernel.attribute, cpu_kernel.computes), and a stack that
+        reaches none counts for nothing: a helper is never said to be what a path reaches."""
+        if self.layer != NATIVE:
+            return [label for label, _ in sorted(leaves.items(), key=lambda kv: -kv[1])[:HOT]]
+        found, _ = attribute(group, self.k)
+        return [a.frame.label for a in sorted(found, key=lambda a: (-(a.own + a.below), a.frame.label))[:HOT]]
 
