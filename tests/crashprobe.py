@@ -75,3 +75,8 @@ VERBOSE = (b"onednn_verbose,v1,primitive,exec,cpu,softmax,jit:avx2,forward_train
 def _malformed_verbose() -> int:
     os.write(1, VERBOSE)  # fd 1, where oneDNN and MKL print
     return sum(range(10))
+
+
+def workload_case(build, device):
+    """A user's workload (tracer.contract.WorkloadProbe): its function gets the selector."""
+    return build(device)

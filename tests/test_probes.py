@@ -110,3 +110,23 @@ def test_cold_path_keeps_one_time_initialisation_apart(cpu_traces):
     cold, warm = names(t.layer("forward", phase="cold")), names(t.layer("forward"))
     assert any("compile" in n for n in cold - warm), sorted(cold - warm)[:20]
     assert not any(n.endswith("compiler.backend_compile") or n.endswith("backend_compile_and_load") for n in warm)
+
+
+CPU_ONLY = '''import torch
+
+
+def workload(device):
+    w = torch.randn(4, 4, requires_grad=True)  # never moved to the device it is given
+    x = torch.randn(2, 4)
+    return (lambda: (x @ w).relu().sum()), (lambda loss: loss.backward())
+'''
+
+
+@pytest.mark.frameworks
+def test_a_workload_that_puts_nothing_on_the_standin_says_so_not_an_empty_list(tmp_path):
+    """An empty list would read as a backend that needs nothing."""
+    from tests.conftest import dltrace, one_line_error
+
+    (tmp_path / "cpu_only.py").write_text(CPU_ONLY)
+    proc = dltrace("probe", "torch", "--workload", str(tmp_path / "cpu_only.py"), "--device", "standin", timeout=120)
+    assert "its step put nothing on the standin device (no op reached it)" in one_line_error(proc)

@@ -7,14 +7,17 @@ import os
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import _limited, dltrace, write_pair
 from tests.test_trace_format import BAD_DEFLATE, _gzip_bomb
+from tracer import registry
 from tracer import survey as sv
 from tracer.knowledge import knowledge
-from tracer.contract import PRIMITIVES, THREAD_ENV
+from tracer.contract import EXACT_LAYERS, LAYERS, PRIMITIVES, THREAD_ENV, USER_API, UserWorkload
+from tracer.runner import CaseSpec
 from tracer.trace import load
 
 K = knowledge()
@@ -305,3 +308,25 @@ def test_the_same_trace_twice_counts_once(tmp_path):
     assert single.returncode == triple.returncode == 0
     count = lambda r: (tmp_path / r / "samplefw.html").read_text().count("split point(s)")  # noqa: E731
     assert count("r1") == count("r3") >= 1
+
+
+def test_a_workload_that_exits_early_leaves_no_case_unexplained(fake_frameworks, tmp_path, monkeypatch):
+    """Each workload is planned in a probe of its own (its global state, its exit, cannot
+    reach a built-in case); one that still shares a job with a case that asked for
+    native stacks (as a fleet's job may) leaves that case's native layer explained, and
+    its own gap names its file and its exit."""
+    for key, value in fake_frameworks.items():
+        monkeypatch.setenv(key, value)
+    fw = registry.load(Path(fake_frameworks["DLTRACE_REGISTRY"]))["crashy"]
+    (tmp_path / "quits.py").write_text("import os\n\ndef workload(device):\n    os._exit(0)\n")
+    w = UserWorkload.parse(str(tmp_path / "quits.py"))
+    jobs = sv.plan([fw], ["gelu"], variants=False, native=True, workloads={"crashy": [w]})
+    assert [[c.primitive for c in j.cases] for j in jobs] == [["gelu", "gelu"], ["quits"]]
+    job = sv.Job(fw, "cpu", "default", (CaseSpec("gelu", layers=LAYERS), CaseSpec(w.name, USER_API, user=w,
+                                                                                  layers=EXACT_LAYERS)))
+    event = sv.run_job(job, tmp_path / "s")
+    why = {g.primitive: g.error for g in event.gaps}
+    assert "ended early with exit status 0 while running workload quits.py" in why["quits"], why
+    assert why["gelu"].startswith("native layer lost: ") and "workload quits.py" in why["gelu"], why
+    native = load(sv.case_path(tmp_path / "s", job, job.cases[0])).info.native
+    assert native is not None and "exit status 0 while running workload quits.py" in native.error

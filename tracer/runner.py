@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, MODELS, P
                              CaseRequest, EmulatedCpu, Exit, THREAD_ENV, ProbeRequest, UserWorkload, default_shape,
                              workload_passes)
 from tracer.emulation.guest import Bind
-from tracer.errors import DltraceError, EnvNotReady, ProbeFailed, UsageError
+from tracer.errors import DltraceError, EnvNotReady, FailureKind, ProbeFailed, UsageError
 from tracer.paths import code_path, package_bind
 from tracer.registry import Framework
 from tracer.trace import Trace, TraceFormatError, load, save
@@ -146,13 +147,11 @@ def find_pyspy() -> str:
     return shutil.which("py-spy") or ""
 
 
-def _tail(path: Path, lines: int = 3) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    keep = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("done ")]
-    return " | ".join(keep[-lines:])
+def _tail(stderr: Capture, lines: int = 3, chars: int = 300) -> str:
+    """The probe's last few lines of standard error (its progress lines left out),
+    each cut to ``chars``: a workload's one endless line must not become the message."""
+    keep = [line.strip() for line in stderr.text().splitlines() if line.strip() and not line.startswith("done ")]
+    return " | ".join(line if len(line) <= chars else line[:chars] + "…" for line in keep[-lines:])
 
 
 def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], dict[str, str]]:
@@ -250,55 +249,56 @@ def run_probe(
             folders = list(dict.fromkeys(Path(c.user.file).parent for c in cases if c.user is not None))
             python, extra = _emulated(fw, cpu, [tmpdir, out_dir, package_bind(code), *folders])
             env.update(extra)
-        stderr_path = tmpdir / "stderr.txt"
+        report = tmpdir / "report.txt"
+        env[REPORT_ENV] = str(report)
+        env[TOKEN_ENV] = token = f"{os.getpid()}-{id(cases)}-{time.monotonic_ns()}"
         if _stopping.is_set():
             raise ProbeFailed(f"{fw.name} probe not started: dltrace is stopping", "interrupted")
-        with open(stderr_path, "wb") as err:
+        read_end, write_end = os.pipe()
+        try:
             proc = subprocess.Popen(
                 [*python, "-m", "tracer.collect.harness", str(tmpdir / "request.json")],
-                stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmpdir, start_new_session=True,
+                stdout=subprocess.DEVNULL, stderr=write_end, env=env, cwd=tmpdir, start_new_session=True,
             )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        stderr = Capture(read_end)
+        family = Family(proc.pid, token)
+        with _live_lock:
+            _live.add(proc)
+        if own_perfmap:  # removed below; by the next dltrace's sweep if this one is killed first
+            tempdirs.note_perfmap(tmpdir, perfmap_path(proc.pid))
+        try:
+            rc = _wait(proc, timeout, memory_limit(), family)
+        except subprocess.TimeoutExpired:
+            where = _stuck_in(proc, stderr, [c.user.file for c in cases if c.user is not None])
+            _kill(proc)
+            proc.wait()
+            said = f"; stderr: {_tail(stderr) or '(empty)'}" if not where else ""
+            raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s{where}{said}", "timeout") from None
+        except MemoryError as exc:
+            _kill(proc)
+            proc.wait()
+            raise ProbeFailed(f"{fw.name} probe used more than {exc} of memory and was stopped "
+                              f"({MEMORY_ENV} sets the bound); stderr: {_tail(stderr) or '(empty)'}",
+                              "crashed") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the probe must not outlive dltrace
+            _kill(proc)
+            proc.wait()
+            raise
+        finally:
+            family.kill()  # what the probe started ends with it, however it ended
+            stderr.close()
             with _live_lock:
-                _live.add(proc)
-            if own_perfmap:  # removed below; by the next dltrace's sweep if this one is killed first
-                tempdirs.note_perfmap(tmpdir, perfmap_path(proc.pid))
-            try:
-                rc = _wait(proc, timeout, memory_limit())
-            except subprocess.TimeoutExpired:
-                where = _stuck_in(proc, stderr_path, [c.user.file for c in cases if c.user is not None])
-                _kill(proc)
-                proc.wait()
-                said = f"; stderr: {_tail(stderr_path) or '(empty)'}" if not where else ""
-                raise ProbeFailed(f"{fw.name} probe timed out after {timeout:g} s{where}{said}", "timeout") from None
-            except MemoryError as exc:
-                _kill(proc)
-                proc.wait()
-                raise ProbeFailed(f"{fw.name} probe used more than {exc} of memory and was stopped "
-                                  f"({MEMORY_ENV} sets the bound); stderr: {_tail(stderr_path) or '(empty)'}",
-                                  "crashed") from None
-            except BaseException:  # Ctrl-C, SIGTERM: the probe must not outlive dltrace
-                _kill(proc)
-                proc.wait()
-                raise
-            finally:
-                with _live_lock:
-                    _live.discard(proc)
-                if own_perfmap:
-                    Path(perfmap_path(proc.pid)).unlink(missing_ok=True)
+                _live.discard(proc)
+            if own_perfmap:
+                Path(perfmap_path(proc.pid)).unlink(missing_ok=True)
         if _stopping.is_set():
             raise ProbeFailed(f"{fw.name} probe stopped: dltrace was interrupted", "interrupted")
-        what = f"{fw.name} probe ({device}, {variant})"
-        if rc == Exit.NO_DEVICE:
-            raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "no-device")
-        if rc == Exit.IMPORT:
-            raise ProbeFailed(f"{what}: {_tail(stderr_path, 1)}", "import")
-        if rc < 0:
-            name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-            raise ProbeFailed(f"{what} crashed with signal {name} (exit {rc}); "
-                              f"stderr: {_tail(stderr_path) or '(empty)'}", "crashed")
-        if rc != 0:
-            raise ProbeFailed(f"{what} failed with exit status {rc}; stderr: {_tail(stderr_path) or '(empty)'}",
-                              "failed")
+        _check_exit(f"{fw.name} probe ({device}, {variant})", rc, cases, stderr, _notes(report))
     return [_result(spec, out) for spec, out in zip(cases, outs)]
 
 
@@ -321,7 +321,7 @@ def memory_limit() -> int:
         return 0
 
 
-def _stuck_in(proc: subprocess.Popen[bytes], stderr_path: Path, files: list[str]) -> str:
+def _stuck_in(proc: subprocess.Popen[bytes], stderr: Capture, files: list[str]) -> str:
     """Where a probe running a user's workload is stuck, as ", stuck in FILE:LINE" (its
     Python stack, which the harness writes on SIGUSR1), or ""."""
     if not files:
@@ -331,37 +331,158 @@ def _stuck_in(proc: subprocess.Popen[bytes], stderr_path: Path, files: list[str]
         proc.wait(timeout=2)
     except (OSError, subprocess.TimeoutExpired):
         pass
-    try:
-        text = stderr_path.read_text(errors="replace")[-65536:]
-    except OSError:
-        return ""
-    for line in text.splitlines():  # faulthandler writes the innermost frame first
+    for line in stderr.text()[-65536:].splitlines():  # faulthandler writes the innermost frame first
         found = re.match(r'\s*File "(.+)", line (\d+)', line)
         if found and found.group(1) in files:
             return f", stuck in {found.group(1)}:{found.group(2)}"
     return ""
 
 
-def _group_rss(pgid: int) -> int:
-    """Resident bytes of the processes in process group ``pgid`` (a probe and its children)."""
-    total = 0
+#: What dltrace keeps of a probe's standard error, in bytes: its first and its last
+#: half, what lies between dropped and counted. It is read from a pipe, so the bound
+#: holds for whatever writes to the probe's fd 2: Python's sys.stderr and
+#: sys.__stderr__, os.write(2, ...), C code, the workload's own child processes.
+STDERR_BOUND = 1 << 20
+
+
+class Capture:
+    """A probe's standard error, read from its pipe by a thread and kept within
+    STDERR_BOUND (a file would grow with whatever the workload writes, to a full disk)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.head, self.tail, self.dropped = fd, bytearray(), bytearray(), 0
+        self._lock, self._done = threading.Lock(), threading.Event()
+        self._thread = threading.Thread(target=self._pump, name="dltrace-probe-stderr", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        while True:
+            ready, _, _ = select.select([self.fd], [], [], 0.2)
+            if not ready:
+                if self._done.is_set():
+                    return
+                continue
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except OSError:
+                return
+            if not data:
+                return
+            self.feed(data)
+
+    def feed(self, data: bytes) -> None:
+        """Keep ``data``'s share: the head fills first, then the tail rolls."""
+        half = STDERR_BOUND // 2
+        with self._lock:
+            room = max(half - len(self.head), 0)
+            self.head += data[:room]
+            self.tail += data[room:]
+            over = len(self.tail) - half
+            if over > 0:
+                del self.tail[:over]
+                self.dropped += over
+
+    def text(self) -> str:
+        with self._lock:
+            cut = f"\n[dltrace: {self.dropped} bytes of the probe's output dropped here]\n" if self.dropped else ""
+            return (bytes(self.head).decode("utf-8", "replace") + cut + bytes(self.tail).decode("utf-8", "replace"))
+
+    def close(self) -> None:
+        """Read what is left (the probe and its children are gone: the pipe ends), then
+        stop, waiting at most a few seconds for a writer that is somehow still there."""
+        self._done.set()
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            os.close(self.fd)
+
+
+def _processes() -> dict[int, tuple[int, int, int]]:
+    """pid -> (parent pid, start time, resident bytes) of every process in /proc that
+    has not ended (a zombie is left out)."""
+    found: dict[int, tuple[int, int, int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat", "rb") as fh:
                 fields = fh.read().rsplit(b")", 1)[1].split()
-        except OSError:
+            if fields[0] == b"Z":  # ended, its parent not told yet: nothing left to count or kill
+                continue
+            # after the command: state ppid pgrp ...; starttime is the 22nd field, rss the 24th
+            found[int(entry.name)] = (int(fields[1]), int(fields[19]), int(fields[21]) * _PAGE)
+        except (OSError, IndexError, ValueError):
             continue
-        # after the command: state ppid pgrp ... rss is the 24th field (index 21 here)
-        if len(fields) > 21 and int(fields[2]) == pgid:
-            total += int(fields[21]) * _PAGE
-    return total
+    return found
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> int:
+class Family:
+    """A probe and every process it started, its children in a session of their own
+    and their orphans included: what the probe's process group alone would miss.
+    Each :meth:`scan` (the runner polls every half second) adds the processes that
+    descend from one already seen (a pid counts with its start time, so a reused pid is
+    not taken for it); :meth:`kill` also finds, by the token in their environment, the
+    ones started and orphaned between two scans."""
+
+    def __init__(self, pid: int, token: str) -> None:
+        self.pid, self.token = pid, token
+        self.seen: dict[int, int] = {}
+        procs = _processes()
+        if pid in procs:
+            self.seen[pid] = procs[pid][1]
+
+    def _members(self, procs: dict[int, tuple[int, int, int]]) -> set[int]:
+        alive = {p for p, start in self.seen.items() if p in procs and procs[p][1] == start}
+        kids: dict[int, list[int]] = {}
+        for p, (ppid, _, _) in procs.items():
+            kids.setdefault(ppid, []).append(p)
+        todo, members = list(alive), set(alive)
+        while todo:
+            for kid in kids.get(todo.pop(), []):
+                if kid not in members:
+                    members.add(kid)
+                    todo.append(kid)
+        for p in members:
+            self.seen.setdefault(p, procs[p][1])
+        return members
+
+    def scan(self) -> int:
+        """The resident bytes of the family now (the memory bound counts them all)."""
+        procs = _processes()
+        return sum(procs[p][2] for p in self._members(procs))
+
+    def _marked(self, procs: dict[int, tuple[int, int, int]]) -> set[int]:
+        mark = f"{TOKEN_ENV}={self.token}".encode()
+        found = set()
+        for p in procs:
+            try:
+                with open(f"/proc/{p}/environ", "rb") as fh:
+                    if mark in fh.read().split(b"\0"):
+                        found.add(p)
+            except OSError:
+                continue
+        return found
+
+    def kill(self) -> None:
+        """SIGKILL every member still running, the probe's own pid aside (its Popen
+        reaps it), a few rounds: one may fork while the others die."""
+        for _ in range(5):
+            procs = _processes()
+            for p in self._marked(procs):
+                self.seen.setdefault(p, procs[p][1])
+            left = self._members(procs) - {self.pid, os.getpid()}
+            if not left:
+                return
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float, limit: int, family: Family) -> int:
     """``proc``'s exit status; TimeoutExpired after ``timeout`` s, MemoryError (its
-    text the bound) once its process group holds more than ``limit`` bytes."""
+    text the bound) once it and every process it started hold more than ``limit`` bytes."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -370,8 +491,69 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> int:
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
                 raise
-        if limit and _group_rss(proc.pid) > limit:
+        resident = family.scan()
+        if limit and resident > limit:
             raise MemoryError(f"{limit / (1 << 30):.1f} GiB")
+
+
+#: The file the harness notes its progress in (tracer.collect.harness.note), by its
+#: path each time: what it did reaches dltrace even when the workload closed fds 1 and 2.
+REPORT_ENV = "DLTRACE_REPORT"
+#: In the probe's environment, inherited by what it starts: how Family finds them.
+TOKEN_ENV = "DLTRACE_PROBE_TOKEN"
+
+
+def _notes(path: Path) -> list[str]:
+    """The harness's notes (one per line), bounded: the workload may write there too."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(1 << 20).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
+def _exit_words(rc: int) -> str:
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+        return f"crashed with signal {name} (exit {rc})"
+    return f"failed with exit status {rc}" if rc else "ended early with exit status 0"
+
+
+def _during(cases: list[CaseSpec], notes: list[str]) -> str:
+    """What the probe was doing when it ended, from the harness's notes: the case (a
+    workload by its file's name) or the native capture, whose layer was then cut."""
+    started = [int(n.split()[1]) for n in notes if n.startswith("case ") and n.split()[1:2] and
+               n.split()[1].isdigit()]
+    if "native" in notes:
+        asked = [c for c in cases if "native" in c.layers]
+        who = ", ".join(f"workload {Path(c.user.file).name}" if c.user else c.primitive for c in asked)
+        return f" during the native capture ({who}): the native layer was cut"
+    if not started or started[-1] >= len(cases):
+        return ""
+    spec = cases[started[-1]]
+    if spec.user is not None:
+        return f" while running workload {Path(spec.user.file).name}"
+    return f" while tracing {spec.primitive} ({spec.api})"
+
+
+def _check_exit(what: str, rc: int, cases: list[CaseSpec], stderr: Capture, notes: list[str]) -> None:
+    """The probe's end as a ProbeFailed unless the harness got to its own end: a probe
+    that stopped early (a signal, an exit status, or 0 from a workload's os._exit) left
+    a case or a layer cut, and the line says which, with its exit."""
+    said = [n[len("error "):] for n in notes if n.startswith("error ")]
+    last = said[-1] if said else _tail(stderr, 1)
+    started = any(n.startswith("case ") for n in notes)  # after that, an exit status is the workload's own
+    if rc == Exit.NO_DEVICE and not started:
+        raise ProbeFailed(f"{what}: {last}", "no-device")
+    if rc == Exit.IMPORT and not started:
+        raise ProbeFailed(f"{what}: {last}", "import")
+    if rc == 0 and "end" in notes:
+        return
+    during = _during(cases, notes)
+    stderr_text = "; ".join(said[-2:]) or _tail(stderr) or "(empty)"
+    # a case that started and did not finish: a crash of that case, the others go on
+    kind: FailureKind = "crashed" if rc < 0 or during else "failed"
+    raise ProbeFailed(f"{what} {_exit_words(rc)}{during}; stderr: {stderr_text}", kind)
 
 
 def _result(spec: CaseSpec, out: Path) -> CaseResult:

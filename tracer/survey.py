@@ -97,8 +97,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     port must implement for the network); not to
     the CPU switches, the native layer or the emulated CPUs, which the primitives
     cover at a fraction of the time. ``workloads`` (framework -> the user's own
-    workloads, the examples among them) are added as the models are, each as one case
-    at its own level, with native stacks on the CPU where ``native`` (what each layer costs on it).
+    workloads, the examples among them) are added to each device's default variant,
+    each as one case at its own level in a job of its own (a probe process of its own),
+    with native stacks on the CPU where ``native`` (what each layer costs on it).
 
     A CPU switch variant runs what its question needs, unless ``all_variants``: a
     library or compilation switch (oneDNN off, jit off) the CNN family, the primitives
@@ -121,12 +122,16 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 if device == "standin" else cases
             nets = tuple(CaseSpec(m, api, layers=("python", "op") if device == "standin" else EXACT_LAYERS)
                          for m in models if m in fw.models for api in MODELS[m].apis)
-            on_cpu = LAYERS if native else EXACT_LAYERS
-            nets += tuple(CaseSpec(w.name, USER_API, layers=("python", "op") if device == "standin" else on_cpu,
-                                   user=w) for w in (workloads or {}).get(fw.name, []))
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + nets if variant == "default"
                                 else mine if all_variants else _variant_cases(fw, variant, mine)))
+            # each workload in a probe process of its own: the user's code may set the
+            # framework's global state (torch.backends.mkldnn.enabled = False), exit, or
+            # take the process down, and no built-in case may pay for it
+            on_cpu = LAYERS if native else EXACT_LAYERS
+            jobs += [Job(fw, device, "default", (CaseSpec(w.name, USER_API, user=w,
+                                                          layers=("python", "op") if device == "standin" else on_cpu),))
+                     for w in (workloads or {}).get(fw.name, [])]
         if arm and fw.aarch64 is not None:
             some = fw.aarch64.primitives or CNN_PRIMITIVES
             emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if arm_all or p in some)

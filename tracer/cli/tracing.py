@@ -25,7 +25,7 @@ from tracer.render.diff_console import print_candidates, print_diff
 from tracer.render.export import select_trees
 from tracer.render.terminal import STDOUT, TerminalSafe, safe
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
-from tracer.trace import load, save
+from tracer.trace import Trace, load, save
 
 
 # --------------------------------------------------------------------------- probe
@@ -101,11 +101,27 @@ def probe(framework: str, primitive: str | None, workload: str | None, name: str
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"), verbose_failure(verbose):
         trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu or "")
+    if user is not None and nothing_on_device(trace):
+        raise DltraceError(f"workload {Path(user.file).name}: its step put nothing on the {device} device (no op "
+                           f"reached it): it computes elsewhere, so there is no list of what a backend needs; move "
+                           f"its model and inputs to the device its function is given")
 
     print_trace(trace, out, phase=phase, layers=chosen, max_depth=max_depth, max_nodes=max_nodes, k=knowledge())
     if output:
         save(trace, output)
         err.print(f"trace written to {output}", style="dim", highlight=False, markup=False)
+
+
+def nothing_on_device(trace: Trace) -> bool:
+    """A stand-in run whose step sent the device nothing (its setup, its passes and
+    their first calls all empty): an empty list would read as a backend that needs
+    nothing, when the workload ran on the CPU."""
+    standin = trace.info.standin
+    if standin is None:
+        return False
+    first = trace.meta.get("standin", {}).get("first_step") or {}
+    lists = [*standin.reached.values(), *(first.values() if isinstance(first, dict) else ())]
+    return not any(lists)
 
 
 # --------------------------------------------------------------------------- diff

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the annotations only
 #: process dies during the capture, the trace already on disk says so.
 NATIVE_PENDING = native_not_finished("the probe process ended during it")
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 #: Each pass's native stacks are sampled in this many independent windows (kept as the
 #: layer's replicas): the diff accepts a sampled split only where every one shows it.
 REPLICAS = 2
@@ -73,6 +74,71 @@ def die_with_parent() -> None:
         return
     if str(os.getppid()) != parent:  # the parent died before the prctl
         os._exit(Exit.ERROR)
+
+
+def adopt_orphans() -> None:
+    """Become the parent of what the processes this probe starts leave orphaned (a
+    workload's child that forks and exits, one in a session of its own): they stay in
+    this probe's process tree, where the runner counts their memory and ends them with
+    the probe (tracer.runner.Family), instead of going to init."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def note(line: str) -> None:
+    """A line in the runner's report file (DLTRACE_REPORT, tracer.runner._notes), the
+    file opened by its path each time: what this probe did and said reaches dltrace
+    even when the workload closed fds 1 and 2, or this process ends without a word."""
+    path = os.environ.get("DLTRACE_REPORT")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line.replace("\n", " ") + "\n")
+    except OSError:
+        pass
+
+
+def say(text: str, error: bool = False) -> None:
+    """``text`` on standard error (for the user's eyes, and --verbose), and an error in
+    the report file too; a standard error the workload closed or replaced is no error
+    of the probe's."""
+    if error:
+        note(f"error {text}")
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+class TracerRemoved(Exception):
+    """The traced step removed the Python tracer (sys.settrace(None), sys.setprofile,
+    sys.monitoring): the Python layer of that step is cut, and no trace claims it."""
+
+
+def _hooks() -> tuple[Any, ...]:
+    """The trace and profile functions and dltrace's sys.monitoring events, as now."""
+    mon = getattr(sys, "monitoring", None)
+    ours: tuple[Any, ...] = ()
+    if mon is not None:
+        ours = tuple((i, mon.get_events(i)) for i in range(6) if mon.get_tool(i) == "dltrace")
+    return sys.gettrace(), sys.getprofile(), ours
+
+
+def watched(step: Callable[[], Any], what: str) -> Callable[[], Any]:
+    """``step`` that raises TracerRemoved when the hooks it started under are not the
+    ones it ends under (it runs inside the tracer's recording)."""
+    def run() -> Any:
+        before = _hooks()
+        result = step()
+        if _hooks() != before:
+            raise TracerRemoved(f"{what} removed dltrace's Python tracer (sys.settrace, sys.setprofile or "
+                                "sys.monitoring): its Python layer is cut, so no trace of it is kept")
+        return result
+
+    return run
 
 
 def set_dotted(dotted: str, value: Any) -> Any:
@@ -172,16 +238,18 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     layers = case_req.layers
     runs: list[Run] = []
 
+    who = f"{os.path.basename(user.file)}: running {{}}()" if user else f"{case_req.primitive}'s {{}} pass"
+
     def traced(pass_: str) -> tuple[Node, float]:
         """One traced step: (tree, seconds). Backward traces only the backward call."""
         label = f"{case_req.primitive}.{pass_}"
         if pass_ == "forward":
             t0 = time.perf_counter()
-            tree, _ = tracer.record(case.forward, label)
+            tree, _ = tracer.record(watched(case.forward, who.format(pass_)), label)
             return tree, time.perf_counter() - t0
         state = case.forward()
         t0 = time.perf_counter()
-        tree, _ = tracer.record(lambda: case.backward(state), label)
+        tree, _ = tracer.record(watched(lambda: case.backward(state), who.format(pass_)), label)
         return tree, time.perf_counter() - t0
 
     def untraced(pass_: str) -> float:
@@ -342,6 +410,7 @@ def _list_own_perfmap() -> None:
 
 def main(argv: list[str]) -> int:
     die_with_parent()
+    adopt_orphans()
     # where a case is stuck, when the runner asks before it stops one that timed out
     faulthandler.register(signal.SIGUSR1, file=sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else sys.stderr,
                           all_threads=False)
@@ -355,17 +424,17 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - reported as one line to the tool
         where = f" (tracer from {', '.join(getattr(sys.modules.get('tracer'), '__path__', []))})" \
             if isinstance(exc, ModuleNotFoundError) else ""
-        print(f"cannot import {req.import_name} / {req.probe}: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+        say(f"cannot import {req.import_name} / {req.probe}: {type(exc).__name__}: {exc}{where}", error=True)
         return Exit.IMPORT
     if not isinstance(probe, Probe):
-        print(f"{req.probe} is not a probe: it lacks gpu_available() or make_case() (tracer.contract.Probe)",
-              file=sys.stderr)
+        say(f"{req.probe} is not a probe: it lacks gpu_available() or make_case() (tracer.contract.Probe)",
+            error=True)
         return Exit.IMPORT
     if req.kind == "gpu-evidence":
         return _gpu_evidence(req, probe, str(getattr(fw, "__version__", "unknown")))
     available = probe.device_available(req.device_select) if isinstance(probe, DeviceCheck) else probe.gpu_available()
     if req.device != "cpu" and not available:
-        print(f"no {req.device.upper()} visible to {req.framework} on this machine", file=sys.stderr)
+        say(f"no {req.device.upper()} visible to {req.framework} on this machine", error=True)
         return Exit.NO_DEVICE
     version = str(getattr(fw, "__version__", "unknown"))
     # What the imports made lives as long as the process: kept out of the cyclic GC's
@@ -375,31 +444,34 @@ def main(argv: list[str]) -> int:
     try:
         tracer = python_tracer(req.source_roots)  # the C core where it builds, else PythonTracer
     except CollectorError as exc:
-        print(str(exc), file=sys.stderr)
+        say(str(exc), error=True)
         return Exit.ERROR
     # the libraries' own reports go to fd 1: into a file while the cases run
     log = StdoutLog(os.path.join(tempfile.gettempdir(), f"dltrace-stdout-{os.getpid()}.log")) \
         if any("library" in c.layers for c in req.cases) else None
-    for case_req in req.cases:
+    for i, case_req in enumerate(req.cases):
         out = case_req.out
+        note(f"case {i}")
         try:
             trace, case = _trace_case(req, case_req, probe, version, applied, tracer, log)
+            if "native" in case_req.layers:  # until it has them: a probe that ends first leaves it said
+                trace.set_meta("native", dict(NATIVE_PENDING))
             save(trace, out)
             if "native" in case_req.layers:
                 pending.append((replace(case_req, passes=tuple(trace.meta["passes"])), trace, case))
         except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
             _write_error(out, exc)
-        print(f"done {case_req.primitive} {case_req.api}", file=sys.stderr, flush=True)
+        note(f"done {i}")
+        say(f"done {case_req.primitive} {case_req.api}")
     if log is not None:
         log.mute()  # the sampled loops would write megabytes of lines nobody reads
     if pending:
-        for case_req, trace, _ in pending:
-            trace.set_meta("native", dict(NATIVE_PENDING))
-            save(trace, case_req.out)
+        note("native")
         _native_layers(req, pending)
         for case_req, trace, _ in pending:
             save(trace, case_req.out)
-        print(f"done native ({len(pending)} cases)", file=sys.stderr, flush=True)
+        say(f"done native ({len(pending)} cases)")
+    note("end")
     return Exit.OK
 
 
@@ -407,15 +479,17 @@ def _gpu_evidence(req: ProbeRequest, probe: Probe, version: str) -> int:
     """A ``gpu-evidence`` request: each case's derived GPU evidence (see
     tracer.collect.gpu_evidence), run on this machine's CPU."""
     if not isinstance(probe, GpuEvidence):
-        print(f"{req.probe} derives no GPU evidence: it lacks gpu_evidence() (tracer.contract.GpuEvidence)",
-              file=sys.stderr)
+        say(f"{req.probe} derives no GPU evidence: it lacks gpu_evidence() (tracer.contract.GpuEvidence)", error=True)
         return Exit.IMPORT
-    for case_req in req.cases:
+    for i, case_req in enumerate(req.cases):
+        note(f"case {i}")
         try:
             save(derive_case(req, case_req, probe, version), case_req.out)
         except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
             _write_error(case_req.out, exc)
-        print(f"done {case_req.primitive} {case_req.api} (gpu evidence)", file=sys.stderr, flush=True)
+        note(f"done {i}")
+        say(f"done {case_req.primitive} {case_req.api} (gpu evidence)")
+    note("end")
     return Exit.OK
 
 
@@ -430,5 +504,15 @@ def _write_error(out: str, exc: BaseException) -> None:
         fh.write(record.to_json())
 
 
+def run(argv: list[str]) -> int:
+    """main, whose uncaught exception is also noted in the report file (its traceback
+    goes to a standard error the workload may have closed)."""
+    try:
+        return main(argv)
+    except Exception as exc:
+        note(f"error {type(exc).__name__}: {str(exc)[:300]}")
+        raise
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))
