@@ -22,15 +22,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tracer import registry  # noqa: E402
 from tracer.contract import LAYERS  # noqa: E402
-from tracer.registry import NativeSpec, parse_shape  # noqa: E402
+from tracer.registry import parse_shape  # noqa: E402
+from tracer.registry_entries import Framework, NativeSpec  # noqa: E402
 from tracer.runner import CaseSpec, run_probe  # noqa: E402
 
 
-def untuned(fw: registry.Framework) -> registry.Framework:
+def untuned(fw: Framework) -> Framework:
     return dataclasses.replace(fw, native=NativeSpec(rate=100, seconds=fw.native.seconds, env={}, prime=False))
 
 
-def measure(fw: registry.Framework, shape: tuple[int, ...], scheme: str) -> list[dict]:
+def measure(fw: Framework, shape: tuple[int, ...], scheme: str) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="dltrace-bench-") as tmp:
         t0 = time.time()
         (res,) = run_probe(fw, [CaseSpec("conv2d", "functional", shape, layers=LAYERS)], Path(tmp), timeout=900)

@@ -53,7 +53,8 @@ import scaling  # noqa: E402
 
 from tracer import envs, registry  # noqa: E402
 from tracer.contract import PRIMITIVES  # noqa: E402
-from tracer.registry import ROOT, Framework  # noqa: E402
+from tracer.registry import ROOT  # noqa: E402
+from tracer.registry_entries import Framework  # noqa: E402
 
 OVERHEAD_PRIMITIVES = ("conv2d", "dense", "relu", "batchnorm")
 #: "dltrace": the collector a probe runs (the C core where it builds), its tree built;

@@ -22,6 +22,7 @@ from tracer import envs, registry
 from tracer import survey as sv
 from tracer.contract import LAYERS, MODELS, PRIMITIVES, Exit
 from tracer.gap import GAP_SUFFIX, load_gap
+from tracer.registry_entries import Framework
 from tracer.runner import CaseResult, CaseSpec
 from tracer.trace import Frame, Node, Run, Trace, save
 
@@ -35,7 +36,7 @@ def dltrace(*args: str, env: dict | None = None, timeout: float = 900,
                           timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd)
 
 
-def model_losses(fw: registry.Framework, cases: list[tuple[str, str]], steps: int) -> dict[str, list[float]]:
+def model_losses(fw: Framework, cases: list[tuple[str, str]], steps: int) -> dict[str, list[float]]:
     """The losses of ``steps`` real training steps of each (model, api) case, run in
     ``fw``'s environment by tests/model_losses.py: {"MODEL-API": [losses]}."""
     from tests.test_ctrace import runner_env  # a test module that itself reads this conftest's fixtures
@@ -109,7 +110,7 @@ def fake_frameworks(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def frameworks() -> dict[str, registry.Framework]:
+def frameworks() -> dict[str, Framework]:
     return registry.load()
 
 

@@ -66,7 +66,7 @@ def test_one_order_ranks_every_class_once():
 
 
 def test_the_scorecards_list_evidence_takes_the_gpu_classes_order():
-    from tracer.analysis.scorecard import LIST_EVIDENCE
+    from tracer.analysis.figure import LIST_EVIDENCE
 
     assert [e for e in LIST_EVIDENCE if e in DERIVED_EVIDENCE] == list(DERIVED_EVIDENCE)
 

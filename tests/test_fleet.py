@@ -18,7 +18,7 @@ import distributed
 import pytest
 
 from tests.conftest import assert_tls_refused, dltrace, one_line_error, stop_processes
-from tracer import fleet, envs, fleet_credentials
+from tracer import fleet, envs, fleet_credentials, fleet_routing
 from tracer import survey as sv
 from tracer.contract import Exit
 from tracer.gap import Gap, gap_json, load_gap
@@ -44,32 +44,32 @@ def _arm_jobs(frameworks, name: str) -> list[sv.Job]:
 def test_arm_jobs_stay_emulated_without_an_aarch64_worker(frameworks):
     jobs = _arm_jobs(frameworks, "torch")
     assert {j.cpu for j in jobs} == {"a64fx", "neoverse-n1"}
-    routed = fleet.route(jobs, [X86, EMU], here="x86_64")
+    routed = fleet_routing.route(jobs, [X86, EMU], here="x86_64")
     assert routed == jobs
-    assert [fleet.needs(j) for j in routed] == [{f"emu-torch-{j.cpu}": 1} for j in jobs]
+    assert [fleet_routing.needs(j) for j in routed] == [{f"emu-torch-{j.cpu}": 1} for j in jobs]
 
 
 def test_arm_jobs_prefer_a_native_aarch64_worker(frameworks):
     jobs = _arm_jobs(frameworks, "torch")
-    (native,) = fleet.route(jobs, [EMU, ARM], here="x86_64")  # the two emulated models: one real CPU
+    (native,) = fleet_routing.route(jobs, [EMU, ARM], here="x86_64")  # the two emulated models: one real CPU
     assert native.cpu == "" and native.arch == "aarch64" and native.cases == jobs[0].cases
     assert native.folder == "torch/aarch64-native-default"
-    assert fleet.needs(native, "x86_64") == {"fw-torch": 1, "arch-aarch64": 1}
+    assert fleet_routing.needs(native, "x86_64") == {"fw-torch": 1, "arch-aarch64": 1}
     # the plain CPU jobs stay on the submitting machine's architecture
     cpu = [j for j in sv.plan([frameworks["torch"]], ["relu"], ["cpu"], arm=True) if not j.cpu]
-    assert fleet.route(cpu, [EMU, ARM], here="x86_64") == cpu
+    assert fleet_routing.route(cpu, [EMU, ARM], here="x86_64") == cpu
 
 
 def test_native_routing_needs_the_framework_on_the_arm_worker(frameworks):
     jobs = _arm_jobs(frameworks, "tensorflow")  # default and onednn-on, on two models
-    assert fleet.route(jobs, [EMU, ARM], here="x86_64") == jobs  # the ARM worker has no TensorFlow
-    both = fleet.route(jobs, [EMU, {**ARM, "fw-tensorflow": 1}], here="x86_64")
+    assert fleet_routing.route(jobs, [EMU, ARM], here="x86_64") == jobs  # the ARM worker has no TensorFlow
+    both = fleet_routing.route(jobs, [EMU, {**ARM, "fw-tensorflow": 1}], here="x86_64")
     assert [(j.arch, j.variant) for j in both] == [("aarch64", "default"), ("aarch64", "onednn-on")]
 
 
 def test_on_an_aarch64_machine_emulated_models_stay_emulated(frameworks):
     jobs = _arm_jobs(frameworks, "torch")
-    assert fleet.route(jobs, [ARM, {**ARM, "emu-torch-a64fx": 1, "emu-torch-neoverse-n1": 1}],
+    assert fleet_routing.route(jobs, [ARM, {**ARM, "emu-torch-a64fx": 1, "emu-torch-neoverse-n1": 1}],
                        here="aarch64") == jobs
 
 
@@ -121,19 +121,19 @@ def test_recorded_by_is_checked_field_by_field(tmp_path):
 
 
 def test_worker_options_narrow_the_declared_resources(frameworks, monkeypatch):
-    monkeypatch.setattr(fleet, "_emulated_ready", lambda fw: fw.aarch64 is not None)
-    monkeypatch.setattr(fleet, "gpu_count", lambda: 1)
+    monkeypatch.setattr(fleet_routing, "_emulated_ready", lambda fw: fw.aarch64 is not None)
+    monkeypatch.setattr(fleet_routing, "gpu_count", lambda: 1)
     monkeypatch.setattr(envs, "status", lambda fw: type("S", (), {"ready": True})())
-    every = fleet.resources_here([frameworks["torch"], frameworks["chainer"]])
+    every = fleet_routing.resources_here([frameworks["torch"], frameworks["chainer"]])
     assert {"gpu", "fw-torch", "fw-chainer", "emu-torch-a64fx", "emu-chainer-neoverse-n1"} <= set(every)
-    plain = fleet.resources_here([frameworks["torch"]], emulation=False, gpu=False)
+    plain = fleet_routing.resources_here([frameworks["torch"]], emulation=False, gpu=False)
     assert set(plain) == {f"arch-{fleet.platform.machine()}", "fw-torch"}
 
 
 @pytest.fixture(scope="module")
 def cluster(frameworks):
     """A scheduler and one in-process worker on 127.0.0.1, random ports, declaring this machine's resources."""
-    res = fleet.resources_here(frameworks.values())
+    res = fleet_routing.resources_here(frameworks.values())
     with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=2, host="127.0.0.1", protocol="tls",
                                   security=fleet_credentials.ensure().security(), scheduler_port=0,
                                   dashboard_address=None, resources=res) as lc:
@@ -162,7 +162,7 @@ def test_fleet_survey_brings_traces_back_like_a_local_run(cluster, frameworks, t
 
 
 def test_gpu_job_without_gpu_worker_is_a_scheduler_gap(cluster, frameworks, tmp_path):
-    if fleet.gpu_count():
+    if fleet_routing.gpu_count():
         pytest.skip("this machine has a GPU: its worker can run the job")
     fw = frameworks["chainer"]
     job = sv.Job(fw, "gpu", "default", sv.plan([fw], ["relu"], ["cpu"], variants=False)[0].cases)
@@ -222,7 +222,7 @@ def two_workers(frameworks, tmp_path_factory):
     from tests.conftest import dltrace
 
     fw = frameworks["torch"]
-    if not envs.status(fw).ready or not fleet._emulated_ready(fw):
+    if not envs.status(fw).ready or not fleet_routing._emulated_ready(fw):
         pytest.fail("torch and its emulated aarch64 environment must be set up (dltrace env setup torch)")
     tmp = tmp_path_factory.mktemp("fleet2")
     procs = Processes(tmp)
@@ -714,20 +714,21 @@ def test_a_plain_scheduler_reached_on_loopback_but_listening_beyond_is_refused(t
 
 
 def test_only_a_workloads_own_job_asks_for_the_workloads_resource():
-    """A job holding a user's workload beside built-in cases is split: relu runs on any
-    worker of the framework, and only the workload waits for one started with --workloads."""
+    """A survey plans each user's workload as a job of its own (tracer.survey.plan): relu
+    runs on any worker of the framework, and only the workload waits for one started with
+    --workloads."""
     from tracer import registry
-    from tracer.contract import USER_API, UserWorkload
-    from tracer.runner import CaseSpec
+    from tracer.contract import UserWorkload
 
     torch = registry.load()["torch"]
-    mine = CaseSpec("mine", USER_API, user=UserWorkload("mine", "/w/mine.py"))
-    job = sv.Job(torch, "cpu", "default", (CaseSpec("relu", "functional"), mine))
-    apart = fleet.workloads_apart([job])
-    assert [j.cases for j in apart] == [(job.cases[0],), (mine,)]
-    assert [fleet.WORKLOAD_RESOURCE in fleet.needs(j, "x86_64") for j in apart] == [False, True]
-    assert fleet._runnable(fleet.needs(apart[0], "x86_64"), [X86])  # no --workloads worker: relu still runs
-    assert fleet.workloads_apart(apart) == apart
+    jobs = sv.plan([torch], ["relu"], ["cpu"], native=False, variants=False,
+                   workloads={"torch": [UserWorkload("mine", "/w/mine.py")]})
+    asks = {tuple(c.primitive for c in j.cases): fleet_routing.WORKLOAD_RESOURCE in fleet_routing.needs(j, "x86_64")
+            for j in jobs}
+    assert asks[("mine",)] and not any(v for k, v in asks.items() if "mine" not in k), asks
+    # no --workloads worker: relu still runs
+    relu = next(j for j in jobs if "mine" not in [c.primitive for c in j.cases])
+    assert fleet_routing.runnable(fleet_routing.needs(relu, "x86_64"), [X86])
 
 
 def test_dltrace_scheduler_on_a_port_in_use_is_one_line(tmp_path):

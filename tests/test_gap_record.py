@@ -91,3 +91,17 @@ def test_a_bad_gap_record_is_one_line_and_the_rest_renders(tmp_path, content, wh
         assert "Traceback" not in proc.stderr, proc.stderr
         assert proc.returncode == 0 and f"unreadable gap record ({why}" in proc.stderr, proc.stderr
     assert (tmp_path / "r" / "torch.html").exists()
+
+
+def test_a_gap_names_a_file_by_its_last_part_never_a_folder_of_this_machine():
+    """A reason is kept and shown (models.html, survey.json): an absolute path in it keeps
+    its file's name only; a URL or a relative path is left as it is."""
+    from tracer.gap import Gap
+
+    def said(error: str) -> str:
+        return Gap("torch", "cpu", "default", "net", "user", error).error
+
+    assert said("/home/me/models/net.py:3: running forward(): ValueError") == "net.py:3: running forward(): ValueError"
+    assert said('crashed while running workload /tmp/x/net.py; File "/usr/lib/a.py", line 2') == \
+        'crashed while running workload net.py; File "a.py", line 2'
+    assert said("see https://example.org/a/b and models/net.py") == "see https://example.org/a/b and models/net.py"

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import dltrace
 from tracer import registry
+from tracer.data_file import RegistryError
 from tracer.contract import Exit
 from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.derive import derive
@@ -179,5 +180,5 @@ def test_the_registry_rejects_an_unknown_evidence_class(tmp_path):
                                                          "gpu_evidence: {evidence: recorded}")
     path = tmp_path / "frameworks.yaml"
     path.write_text(text)
-    with pytest.raises(registry.RegistryError, match="gpu_evidence.evidence"):
+    with pytest.raises(RegistryError, match="gpu_evidence.evidence"):
         registry.load(path)

@@ -14,7 +14,7 @@ from tracer import knowledge, libraries
 from tracer.libraries import LibrariesError
 from tracer.processing.diff.align import diff_trees
 from tracer.processing.tags import library_of
-from tracer.registry import RegistryError
+from tracer.data_file import RegistryError
 from tracer.trace import Frame, Node
 
 K = knowledge.knowledge()

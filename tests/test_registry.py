@@ -10,7 +10,8 @@ import pytest
 
 from tests.conftest import dltrace, one_line_error
 from tracer import registry
-from tracer.registry import RegistryError
+from tracer.data_file import RegistryError
+from tracer.registry_entries import ProfileVocab
 
 
 def test_real_registry():
@@ -62,7 +63,7 @@ def test_profile_vocabulary_is_declared_with_each_framework():
     fws = registry.load()
     for fw in fws.values():
         for fmt in fw.profiles:
-            vocab = fw.profile_vocab.get(fmt, registry.ProfileVocab())
+            vocab = fw.profile_vocab.get(fmt, ProfileVocab())
             if fmt in ("xplane", "op-stats"):  # read in the framework's environment, by a probe-side module
                 assert vocab.reader.startswith("tracer.probes."), (fw.name, fmt)
                 assert importlib.util.find_spec(vocab.reader) is not None, vocab.reader
@@ -269,7 +270,7 @@ def test_other_indexes_urls_and_paths_are_refused(tmp_path, step, where):
     from tracer import registry
 
     env = _registry(tmp_path, REGISTRY.replace("{requirements: [x]}", step))
-    with pytest.raises(registry.RegistryError, match=f"field '{re.escape(where)}'"):
+    with pytest.raises(RegistryError, match=f"field '{re.escape(where)}'"):
         registry.load(env["DLTRACE_REGISTRY"])
 
 
@@ -341,7 +342,7 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path, where):
 def test_a_recursive_alias_is_refused(tmp_path):
     from tracer import registry
 
-    with pytest.raises(registry.RegistryError, match="YAML nodes once its aliases"):
+    with pytest.raises(RegistryError, match="YAML nodes once its aliases"):
         registry.load(_registry(tmp_path, "x: &a [*a]\n" + REGISTRY)["DLTRACE_REGISTRY"])
     # a few shared anchors, as a person writes them, still read
     assert "fw" in registry.load(_registry(tmp_path, "x: &a [1, 2]\ny: [*a, *a]\n" + REGISTRY)["DLTRACE_REGISTRY"])

@@ -16,7 +16,7 @@ import pytest
 from tracer.importers import hierarchy, import_file, kineto
 from tracer.importers.slicing import MAX_DEPTH, build_slices, choose_step, find_instances, op_tree
 from tracer.importers.source import Source
-from tracer.registry import OpRule
+from tracer.registry_entries import OpRule
 
 CONV = OpRule("conv2d", forward=("aten::conv2d", "aten::convolution", "aten::_convolution", "aten::cudnn_convolution"),
               backward=("ConvolutionBackward0",))

@@ -13,7 +13,8 @@ from tracer.analysis.decisions import COMPILATION_MODE, PRECISION_MODE, decision
 from tracer.processing.kernel_names import implausible, not_a_kernel
 from tracer.analysis.portability import framework_report
 from tracer.processing.reach import native_kernels, suspect_kernels
-from tracer.analysis.scorecard import COLUMNS, HEADLINE, interface_entries, scorecard
+from tracer.analysis.needs_figures import interface_entries
+from tracer.analysis.scorecard import COLUMNS, HEADLINE, scorecard
 from tracer.analysis.survey_model import assemble
 from tracer.knowledge import knowledge
 from tracer.render.report import render

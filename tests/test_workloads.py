@@ -247,6 +247,9 @@ BAD = {
     "gpu.py": ("import torch\ndef workload(device):\n"
                "    return (lambda: torch.ones(1, device='cuda')), (lambda l: None)\n",
                r"gpu\.py:3: running forward\(\): AssertionError: Torch not compiled with CUDA enabled"),
+    "endless.py": ("import itertools\ndef workload(device):\n"
+                   "    return (lambda: 0), (lambda loss: None), itertools.repeat(0)\n",
+                   r"endless\.py:2: the parameters workload\(device\) returned are more than 100,000"),
     "spews.py": ("import torch\ndef workload(device):\n    def step():\n        for _ in range(100000):\n"
                  "            print('x' * 100)\n        return torch.ones(1).sum()\n    return step\n", None),
 }

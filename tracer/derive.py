@@ -15,7 +15,7 @@ from tracer import envs
 from tracer.contract import MODELS, PASSES, PRIMITIVES, USER_API, UserWorkload
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.gap import GAP_SUFFIX, Gap, write_gap
-from tracer.registry import Framework, gpu_build_env
+from tracer.registry_entries import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
 
 

@@ -24,7 +24,7 @@ from tracer import tempdirs
 from tracer.errors import DltraceError, EnvNotReady
 from tracer.files import write_text
 from tracer.paths import code_path
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 
 MARKER = "dltrace-env.json"
 

@@ -21,23 +21,22 @@ import json
 import logging
 import os
 import platform
-import shutil
 import signal
-import subprocess
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlsplit
 
-from tracer import envs, fleet_credentials
+from tracer import fleet_credentials
 from tracer.contract import Exit
 from tracer.errors import DltraceError, UsageError
 from tracer.files import ensure_file_parent, write_bytes
 from tracer.gap import GAP_SUFFIX, Gap, gap_json, load_gap
-from tracer.registry import Framework
+from tracer.fleet_routing import SLOTS, WORKLOAD_RESOURCE, needs, resources_here, route, runnable
+from tracer.registry_entries import Framework
 from tracer.runner import DEFAULT_TIMEOUT
-from tracer.survey import Job, SurveyEvent, case_path
+from tracer.survey import Job, SurveyEvent, case_path, run_job
 from tracer.trace import TraceFormatError, load, save
 
 if TYPE_CHECKING:  # the annotations only: distributed is imported where a fleet is used
@@ -47,8 +46,6 @@ if TYPE_CHECKING:  # the annotations only: distributed is imported where a fleet
     #: what run_remote sends back: (the worker, the files it wrote by their relative path)
     _Sent = Future[tuple[dict[str, str], dict[str, bytes]]]
 
-#: Concurrent jobs a worker accepts per resource it declares.
-SLOTS = 2
 #: Seconds a scheduler has to answer (connect, handshake, identify itself): a closed
 #: port, an HTTP server or a listener that never speaks is one line after this.
 CONNECT_S = 10.0
@@ -193,113 +190,6 @@ def _refused_certificate(exc: BaseException) -> str:
     return ""
 
 
-def gpu_count() -> int:
-    """GPUs ``nvidia-smi -L`` lists: the simplest honest rule (a probe's own GPU check is per framework env)."""
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in listing.splitlines() if line.startswith("GPU "))
-
-
-def _emulated_ready(fw: Framework) -> bool:
-    """Whether ``fw``'s emulated aarch64 environment is built here (QEMU found, the
-    Debian guest root and the framework's aarch64 wheels ready)."""
-    if fw.aarch64 is None or fw.aarch64.unavailable:
-        return False
-    try:
-        from tracer import emulation
-        from tracer.emulation import guest
-        guest.qemu()
-        return emulation.status(fw.name) is not None
-    except Exception:  # no qemu, no guest root: emulated jobs are not declared
-        return False
-
-
-def resources_here(frameworks: Iterable[Framework], emulation: bool = True, gpu: bool = True) -> dict[str, float]:
-    """What this machine can run, as Dask worker resources (names are flat strings).
-    ``emulation``/``gpu`` False leave those out: two workers on one machine can then
-    offer different things (one for the emulated ARM jobs, one for the rest)."""
-    res: dict[str, float] = {f"arch-{platform.machine()}": SLOTS}
-    gpus = gpu_count() if gpu else 0
-    if gpus:
-        res["gpu"] = gpus
-    for fw in frameworks:
-        if envs.status(fw).ready:  # a missing environment is not declared, so never attempted
-            res[f"fw-{fw.name}"] = SLOTS
-        if emulation and fw.aarch64 is not None and _emulated_ready(fw):  # (False without aarch64 anyway)
-            for cpu in fw.aarch64.cpus:
-                res[f"emu-{fw.name}-{cpu}"] = SLOTS
-    return res
-
-
-#: The architecture an ARM-audit job runs on natively, where a worker has it.
-ARM = "aarch64"
-
-
-def needs(job: Job, here: str | None = None) -> dict[str, float]:
-    """The worker resources ``job`` requires (``here``: the submitting machine's architecture)."""
-    if job.cpu:
-        return {f"emu-{job.framework.name}-{job.cpu}": 1}
-    req: dict[str, float] = {f"fw-{job.framework.name}": 1}
-    if any(s.user is not None for s in job.cases):
-        req[WORKLOAD_RESOURCE] = 1  # only a worker started with --workloads runs a user's code
-    if job.device == "gpu":
-        req["gpu"] = 1
-    else:
-        # the CPU and stand-in paths land in the same folders as a local survey's: traced
-        # on the submitting machine's architecture, never mixed with another's
-        req[f"arch-{job.arch or here or platform.machine()}"] = 1
-    return req
-
-
-def workloads_apart(jobs: Iterable[Job]) -> list[Job]:
-    """The jobs with each user's workload a job of its own: only a worker started with
-    ``--workloads`` runs a user's code, so a job holding a workload asks for that
-    resource (:func:`needs`), and the built-in cases beside it must not wait on it (with
-    no such worker, relu would become a gap too). Jobs already apart stay as they are."""
-    out: list[Job] = []
-    for job in jobs:
-        users = [s for s in job.cases if s.user is not None]
-        if not users or len(users) == len(job.cases) == 1:
-            out.append(job)
-            continue
-        built_in = tuple(s for s in job.cases if s.user is None)
-        if built_in:
-            out.append(replace(job, cases=built_in))
-        out += [replace(job, cases=(s,)) for s in users]
-    return out
-
-
-def _runnable(req: dict[str, float], workers: list[dict[str, float]]) -> bool:
-    return any(all(w.get(k, 0) >= v for k, v in req.items()) for w in workers)
-
-
-def route(jobs: Iterable[Job], workers: list[dict[str, float]], here: str | None = None) -> list[Job]:
-    """The jobs as the fleet runs them: an ARM-audit job (an emulated CPU model) goes to
-    a native aarch64 worker with the framework's environment where one exists, the
-    emulated models' jobs of one framework and variant becoming one native job (real
-    hardware is one CPU, whichever models were asked for); emulation only where no
-    such worker exists. A pure function of the workers' declared resources
-    (``here``: the submitting machine's architecture; on an aarch64 machine the CPU
-    jobs are native already and the emulated models stay emulated)."""
-    here = here or platform.machine()
-    out: list[Job] = []
-    seen: set[str] = set()
-    for job in jobs:
-        if job.cpu and here != ARM:
-            native = replace(job, cpu="", arch=ARM)
-            if _runnable(needs(native, here), workers):
-                if native.folder in seen:
-                    continue
-                seen.add(native.folder)
-                job = native
-        out.append(job)
-    return out
-
-
 def _worker() -> dict[str, str]:
     """The Dask worker running this task, as the trace names it: its name (``dltrace
     worker --name``, else Dask's default, its address) and address."""
@@ -311,8 +201,6 @@ def _worker() -> dict[str, str]:
 
 def run_remote(job: Job, fresh: bool, timeout: float) -> tuple[dict[str, str], dict[str, bytes]]:
     """On a worker: run the job into a temporary folder; return who ran it and its files' bytes."""
-    from tracer.survey import run_job
-
     who = _worker()
     if job.arch and job.arch != who["arch"]:
         raise DltraceError(f"worker {who['worker']} is {who['arch']}, the job needs {job.arch}")
@@ -413,17 +301,17 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
         gaps.extend(event.gaps)
         on_event(event)
 
-    routed = workloads_apart(jobs)
+    routed = list(jobs)
     futures: dict[_Sent, Job] = {}
     try:
         workers = _resources(client)
-        routed = route(workloads_apart(jobs), workers)
+        routed = route(jobs, workers)
         for job in routed:
             if not _todo(job, root, fresh):
                 emit(SurveyEvent(job, len(job.cases), reused=len(job.cases)))
                 continue
             req = needs(job)
-            if not _runnable(req, workers):
+            if not runnable(req, workers):
                 emit(_gap_all(job, root, f"no worker of the scheduler has {', '.join(sorted(req))}"))
                 continue
             futures[client.submit(run_remote, job, fresh, timeout, resources=req, pure=False)] = job
@@ -451,7 +339,7 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
                     if client.status in ("running", "connecting") and time.monotonic() - silent_since < lost_after:
                         continue
                     raise
-                for fut in [f for f in pending if not _runnable(needs(futures[f]), workers)]:
+                for fut in [f for f in pending if not runnable(needs(futures[f]), workers)]:
                     fut.cancel()
                     pending.discard(fut)
                     emit(_gap_all(futures[fut], root, "worker lost mid-job and no worker left has "
@@ -471,8 +359,6 @@ def run(jobs: list[Job], root: Path, address: str | Scheduler, fresh: bool = Fal
 
 #: The folders whose workload files this worker process runs (``dltrace worker --workloads``).
 WORKLOADS_ENV = "DLTRACE_FLEET_WORKLOADS"
-#: The resource a worker that runs users' workloads declares.
-WORKLOAD_RESOURCE = "workloads"
 
 
 def _allowed(file: str) -> bool:

@@ -47,6 +47,15 @@ class Gap:
     cpu: str = ""  # an emulated CPU model, "" for this machine
     arch: str = ""  # the architecture of the fleet worker it was to run on natively, "" for this machine's
 
+    def __post_init__(self) -> None:
+        # a record is kept and shown (models.html, survey.json): it names a file by its last
+        # part, as every output does, never a folder of the machine it was made on
+        self.error = _FOLDERS.sub("", self.error)
+
+
+#: The folders of an absolute path in a reason (``/home/me/models/net.py:3`` -> ``net.py:3``).
+_FOLDERS = re.compile(r"(?<![\w.~:/-])/(?:[^/\s:'\"(),]+/)+")
+
 
 #: A gap record is a few hundred bytes (a probe's stderr tail at most a few KB).
 MAX_GAP_BYTES = 1 << 20

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from tracer import libraries as vendor_libraries
 from tracer import registry
+from tracer.registry_entries import Framework
 from tracer.libraries import QUALIFIED, Libraries
 
 _Table = tuple[tuple[re.Pattern[str], str], ...]
@@ -81,7 +82,7 @@ def _either(patterns: list[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(patterns)) if patterns else None
 
 
-def from_frameworks(frameworks: dict[str, registry.Framework], libraries: Libraries | None = None) -> Knowledge:
+def from_frameworks(frameworks: dict[str, Framework], libraries: Libraries | None = None) -> Knowledge:
     """The tables of every framework, in registry order, with ``libraries`` (default: the package's)."""
     facts = [fw.knowledge for fw in frameworks.values()]
     return Knowledge(

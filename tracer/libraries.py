@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracer.registry import RegistryError, read_text, safe_yaml
+from tracer.data_file import RegistryError, read_text, safe_yaml
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):

@@ -32,7 +32,7 @@ from tracer.files import ensure_dir, write_text
 from tracer.gap import Gap
 from tracer.knowledge import Knowledge, knowledge
 from tracer.machine import describe as describe_machine
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 from tracer.render.report import render
 from tracer.runner import DEFAULT_TIMEOUT
 from tracer.trace import Trace

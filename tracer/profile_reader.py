@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tracer.registry import OpRule, ProfileVocab
+from tracer.registry_entries import OpRule, ProfileVocab
 
 if TYPE_CHECKING:
     from tracer.importers import Imported

@@ -27,7 +27,7 @@ from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, MODELS, P
 from tracer.emulation.guest import Bind
 from tracer.errors import DltraceError, EnvNotReady, FailureKind, ProbeFailed, UsageError
 from tracer.paths import code_path, package_bind
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 from tracer.trace import Trace, TraceFormatError, load, save
 
 DEFAULT_TIMEOUT = 600.0

@@ -30,7 +30,7 @@ from tracer.gap import GAP_SUFFIX, Gap, load_gap, write_gap
 from tracer.importers import SUFFIX, ImportFailed, file_suffixes, import_file, imported_path
 from tracer.importers.source import short_name
 from tracer.paths import PACKAGE
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe, stop_all
 from tracer.trace import MAX_TRACE_MIB, Trace, TraceFormatError, load, save
 from tracer.trace_meta import native_not_finished

@@ -14,7 +14,7 @@ from tracer.contract import LAYERS, STANDIN, USER_API, UserWorkload
 from tracer.derive import derive
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.gap import Gap
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
 from tracer.trace import Trace
 

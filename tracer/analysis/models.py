@@ -25,7 +25,9 @@ from tracer.processing.pairs import reference_cpus
 from tracer.analysis.decisions import decisions
 from tracer.analysis.portability import FrameworkReport, framework_report
 from tracer.processing.reach import reach
-from tracer.analysis.scorecard import Figure, ScoreRow, decision_figures, needs_figures
+from tracer.analysis.figure import Figure
+from tracer.analysis.needs_figures import needs_figures
+from tracer.analysis.scorecard import ScoreRow, decision_figures
 from tracer.analysis.workload_coverage import WorkloadCoverage, coverage
 from tracer.trace import Node, Trace
 

@@ -16,7 +16,8 @@ from typing import Any
 from tracer.analysis.decisions import Decisions, decisions, pair_splits
 from tracer.analysis.models import Level, ModelReport, is_model_trace, model_reports
 from tracer.analysis.portability import FrameworkReport, survey_reports
-from tracer.analysis.scorecard import Measure, ScoreRow, scorecard
+from tracer.analysis.code_bytes import Measure
+from tracer.analysis.scorecard import ScoreRow, scorecard
 from tracer.analysis.verdict import ArmVerdict, FrameworkVerdict, GridCell, arm_verdicts, grid, verdicts
 from tracer.contract import MODELS, USER_API
 from tracer.gap import Gap

@@ -27,7 +27,8 @@ from tracer.analysis.decisions import (DECISIONS, Decisions, device_branches, is
 from tracer.evidence_classes import CHECKED_EVIDENCE
 from tracer.processing.evidence_class import EVIDENCE_ORDER
 from tracer.analysis.portability import FrameworkReport
-from tracer.analysis.scorecard import LIST_EVIDENCE, ScoreRow
+from tracer.analysis.figure import LIST_EVIDENCE
+from tracer.analysis.scorecard import ScoreRow
 
 #: How the frameworks are ordered, written beside the ordering.
 RULE: Final = ("Rule: must-implement counts are in each framework's own unit (ATen ops, TensorFlow op kernels, "
@@ -68,7 +69,7 @@ class FrameworkVerdict:
     sites: list[str]  # "kind: site (file:line)"
     implement: str  # the count
     unit: str
-    list_evidence: str  # what the list rests on (scorecard.LIST_EVIDENCE)
+    list_evidence: str  # what the list rests on (figure.LIST_EVIDENCE)
     checked: bool  # the list was checked against a device's interface (a run, a registry, a compiler)
     replaces: list[str]  # "GPU path replaces ... with ..."
     arm: list[ArmVerdict]

@@ -53,7 +53,7 @@ class WorkloadCoverage:
     device: str  # where the list's trace ran (the stand-in device, or the CPU)
     rows: list[CoverageRow] = field(default_factory=list)
     costs: list[LayerCost] = field(default_factory=list)
-    #: why the list the rows are is not whole (scorecard.Figure.incomplete); "" when it is
+    #: why the list the rows are is not whole (figure.Figure.incomplete); "" when it is
     incomplete: str = ""
 
     @property

@@ -24,7 +24,8 @@ from tracer.contract import APIS, DEVICES, LAYERS, MODELS, PRIMITIVES, WORKLOADS
 from tracer.emulation.cpus import MODELS as CPU_MODELS
 from tracer.errors import DltraceError, UsageError
 from tracer.files import describe
-from tracer.registry import RegistryError
+from tracer.data_file import RegistryError
+from tracer.registry_entries import Framework
 from tracer.render.terminal import STDOUT, message, safe_console, tolerant_streams
 from tracer.runner import stop_all
 from tracer.trace import TraceFormatError
@@ -222,7 +223,7 @@ class Seconds(_SecondsType):
         return seconds
 
 
-def frameworks() -> dict[str, registry.Framework]:
+def frameworks() -> dict[str, Framework]:
     return registry.load()
 
 

@@ -7,7 +7,8 @@ from typing import Callable
 import click
 from rich.markup import escape
 
-from tracer import emulation, envs, registry
+from tracer import emulation, envs
+from tracer.registry_entries import Framework, gpu_build_env
 from tracer.cli.common import err, frameworks, main, out
 from tracer.contract import MODELS, PASSES, PRIMITIVES
 from tracer.errors import DltraceError
@@ -16,7 +17,7 @@ from tracer.runner import check
 
 
 # --------------------------------------------------------------------------- list
-def _statuses(fws: list[registry.Framework], sizes: bool = False) -> list[envs.EnvStatus]:
+def _statuses(fws: list[Framework], sizes: bool = False) -> list[envs.EnvStatus]:
     """Each framework's environment status, asked at once: an external interpreter
     that hangs costs its version look-up's bound (envs.VERSION_TIMEOUT_S) once, not
     once per framework."""
@@ -67,7 +68,7 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
     """Create the environments of NAMES (default: all frameworks, and their GPU builds: NAME-gpu-build)."""
     fws = frameworks()
     # the frameworks' GPU builds (frameworks.yaml gpu_build): environments of their own
-    builds = {b.name: b for b in map(registry.gpu_build_env, fws.values()) if b is not None}
+    builds = {b.name: b for b in map(gpu_build_env, fws.values()) if b is not None}
     for name in names:
         if name not in builds:
             check(fws, name)
@@ -89,7 +90,7 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
         raise DltraceError(f"environment set-up failed for: {', '.join(failed)}")
 
 
-def _setup_emulated(fw: registry.Framework, arch: str, force: bool, named: bool, log: Callable[[str], None]) -> bool:
+def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Callable[[str], None]) -> bool:
     """The framework's emulated aarch64 environment, where its registry entry has one;
     False if that failed (said on one line)."""
     name, spec = fw.name, fw.aarch64

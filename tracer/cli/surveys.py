@@ -21,7 +21,7 @@ from tracer.errors import UsageError
 from tracer.files import ensure_file_parent
 from tracer.render import coverage_export
 from tracer.render.audit_console import print_workload_audit
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 from tracer.runner import check, check_workload
 from tracer.workload_record import record as record_workload
 from tracer.errors import DltraceError

@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from tracer import envs, registry
+from tracer import envs
 from tracer.cli.common import err
 from tracer.contract import UserWorkload, WorkloadError
 from tracer.errors import ProbeFailed, UsageError
-from tracer.registry import Framework
+from tracer.registry_entries import Framework, gpu_build_env
 
 WORKLOAD_HELP = ("Your own training step: a Python file whose function (default: workload) takes the device and "
                  "returns (forward, backward) (docs/workloads.md); FILE.py:FUNCTION names another function.")
@@ -68,7 +68,7 @@ def equip(fw: Framework, users: list[UserWorkload]) -> None:
     in the framework's environment, and in its GPU build's where that is set up (the GPU
     path of a workload is derived there)."""
     needed = tuple(dict.fromkeys(x for u in users for x in fw.extras_for(u.file)))
-    build = registry.gpu_build_env(fw)
+    build = gpu_build_env(fw)
     for target in (fw, *([build] if build is not None and envs.status(build).ready else [])):
         missing = envs.missing_extras(target, needed) if needed else []
         if missing:

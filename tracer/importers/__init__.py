@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracer.errors import DltraceError, UsageError
-from tracer.registry import Framework, OpRule, ProfileVocab
+from tracer.registry_entries import Framework, OpRule, ProfileVocab
 from tracer.trace import Trace
 
 #: How an imported trace is named in its folder: ``<primitive>-imported.json``.

@@ -23,7 +23,7 @@ from tracer.importers.kineto import parse
 from tracer.importers.provenance import provenance
 from tracer.importers.slicing import Slice, build_slices
 from tracer.importers.source import clip, read_source, short_name
-from tracer.registry import OpRule, ProfileVocab
+from tracer.registry_entries import OpRule, ProfileVocab
 from tracer.trace import Run, Trace
 
 

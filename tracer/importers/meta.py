@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from tracer import __version__
 from tracer.importers.source import clip
-from tracer.registry import EnvHeader
+from tracer.registry_entries import EnvHeader
 
 #: Header keys (Kineto's top level) worth keeping: runtime and driver versions.
 SOFTWARE_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "hip_runtime_version",

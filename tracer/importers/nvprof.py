@@ -25,7 +25,7 @@ from tracer.importers import meta as m
 from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.provenance import provenance
 from tracer.importers.source import MAX_OBJECTS, clip, read_source, short_name
-from tracer.registry import OpRule, ProfileVocab
+from tracer.registry_entries import OpRule, ProfileVocab
 from tracer.trace import Frame, Node, Run, Trace
 
 #: primitive -> pass -> what a kernel's (mangled) name holds when it is that primitive's.

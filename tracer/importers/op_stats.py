@@ -24,7 +24,7 @@ from tracer.importers.checks import bad_time
 from tracer.importers.provenance import provenance
 from tracer.importers.env_reader import read_in_env
 from tracer.importers.source import clip, read_source, short_name
-from tracer.registry import OpRule, ProfileVocab
+from tracer.registry_entries import OpRule, ProfileVocab
 from tracer.trace import Frame, Node, Run, Trace
 
 TIMEOUT_S = 120

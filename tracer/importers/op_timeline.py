@@ -33,7 +33,7 @@ from tracer.importers import meta as m
 from tracer.importers.checks import bad_span, bad_time
 from tracer.importers.provenance import provenance
 from tracer.importers.source import Source, clip, load_json, read_source, short_name
-from tracer.registry import OpRule, ProfileVocab, TimelineDialect
+from tracer.registry_entries import OpRule, ProfileVocab, TimelineDialect
 from tracer.trace import Frame, Node, Run, Trace
 
 #: How many events are looked at to tell whose timeline a file is.

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracer.registry import OpRule
+from tracer.registry_entries import OpRule
 from tracer.trace import op_namespace
 
 EVALUATE = "autograd::engine::evaluate_function: "

@@ -27,7 +27,7 @@ from tracer.importers.hierarchy import Hierarchy, ancestors, walk
 from tracer.importers.kernels import kernel_lib, module_of
 from tracer.importers.kineto import HostOp, KinetoProfile, Step
 from tracer.importers.primitives import EVALUATE, input_rank, namespaces
-from tracer.registry import OpRule
+from tracer.registry_entries import OpRule
 from tracer.trace import Frame, Node, op_namespace
 
 #: Levels of ops kept below an instance, and the deepest an instance may sit. Real

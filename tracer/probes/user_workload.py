@@ -16,6 +16,7 @@ Imported inside framework environments: the standard library and tracer.contract
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import io
 import os
 import sys
@@ -29,6 +30,8 @@ from tracer.contract import USER_API, UserWorkload
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: What the one-line error keeps of a message the user's code raised.
 _MESSAGE_CHARS = 300
+#: The most parameters a workload's third value is read to (torchvision's ResNet-50 has 161 tensors).
+MAX_PARAMETERS = 100_000
 
 
 class WorkloadFailed(Exception):
@@ -135,7 +138,8 @@ def load(w: UserWorkload) -> Callable[..., Any]:
     if fn is None:
         defined = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
                          and getattr(v, "__module__", None) == module_name)
-        raise WorkloadFailed(f"{w.file}: no function {w.function!r} (it defines: {', '.join(defined) or 'none'})")
+        raise WorkloadFailed(f"{w.file}: no function {w.function!r} "
+                             f"(it defines: {', '.join(defined) or 'none'})")
     if not callable(fn):
         raise WorkloadFailed(f"{w.file}: {w.function!r} is a {type(fn).__name__}, not a function")
     return fn  # type: ignore[no-any-return]
@@ -179,10 +183,13 @@ def steps(w: UserWorkload, fn: Callable[..., Any], device: Any) -> tuple[Callabl
     params: list[Any] | None = None
     if len(made) == 3:
         try:
-            params = list(made[2])
+            params = list(itertools.islice(made[2], MAX_PARAMETERS + 1))
         except TypeError:
             raise WorkloadFailed(f"{where}: the parameters {w.function}(device) returned are a "
                                  f"{type(made[2]).__name__}, not an iterable of tensors") from None
+        if len(params) > MAX_PARAMETERS:  # an endless iterator would run to the memory bound
+            raise WorkloadFailed(f"{where}: the parameters {w.function}(device) returned are more than "
+                                 f"{MAX_PARAMETERS:,} (an endless iterator?): return a list of tensors")
     return _guarded(w, "running forward()", forward), _guarded(w, "running backward(loss)", backward), params
 
 

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from tracer.analysis.audit_model import WorkloadAudit
 from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
-from tracer.analysis.scorecard import Figure
+from tracer.analysis.figure import Figure
 from tracer.analysis.workload_coverage import WorkloadCoverage
 from tracer.render.terminal import clip
 

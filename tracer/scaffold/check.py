@@ -13,7 +13,7 @@ from tracer import envs, tempdirs
 from tracer.contract import Exit
 from tracer.errors import DltraceError
 from tracer.paths import code_path
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 from tracer.runner import DEFAULT_TIMEOUT
 from tracer.scaffold.skeleton import MANIFEST
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracer import tempdirs
 from tracer.contract import MODELS, USER_API, UserWorkload
 from tracer.errors import ProbeFailed, UsageError
-from tracer.registry import Framework
+from tracer.registry_entries import Framework
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, run_probe
 from tracer.trace import Trace
 
