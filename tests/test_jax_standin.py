@@ -165,3 +165,8 @@ def test_a_list_that_lost_a_pass_is_no_list(frameworks, tmp_path):
     line = one_line_error(proc, Exit.ERROR)
     assert "no must-implement list to scaffold" in line and "forward" in line, line
     assert not (tmp_path / "sk" / "ops.txt").exists()
+    proc = dltrace("probe", "jax", "--workload", workload, "--device", "standin", "--layers", "op",
+                   "-o", str(tmp_path / "t.json"), timeout=600)
+    assert proc.returncode == Exit.ERROR and "Traceback" not in proc.stderr, proc.stderr
+    assert "list is incomplete, not a must-implement list: jax_callback (user) forward" in proc.stderr
+    assert (tmp_path / "t.json").exists()  # kept: it says what was lost

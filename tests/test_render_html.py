@@ -273,3 +273,24 @@ def test_source_date_epoch_is_read_or_clamped_never_a_traceback(monkeypatch, epo
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", got)
     if shown is not None:
         assert got == shown
+
+
+def test_a_standin_list_that_lost_a_pass_is_marked_incomplete_everywhere(tmp_path):
+    """A workload's stand-in run whose forward could not run there (its op layer's error
+    kept): the models page, survey.json and the coverage export call its list incomplete."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    t = _model_trace("mynet", "user", device="standin")
+    t.runs[0].layers.pop("op")
+    t.runs[0].stats["op_error"] = "ProbeError: the stand-in could not run program 1 of the forward pass"
+    t.meta["standin"] = {"reached": {"backward": ["aten::addmm"]}}
+    save(t, folder / "w.json")
+    write_pair(folder / "prims", "aten::mkldnn_convolution", "aten::thnn_conv2d")  # figures: survey.json is written
+    proc = dltrace("report", str(folder), "-o", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert "incomplete, not a must-implement list: mynet (user) forward" in (tmp_path / "r" / "models.html").read_text()
+    doc = json.loads((tmp_path / "r" / "survey.json").read_text())
+    implement = doc["report"]["models"]["mynet"]["frameworks"]["torch"]["implement"]
+    assert "could not run program 1 of the forward pass" in implement["incomplete"]
+    exported = json.loads(next((tmp_path / "r" / "workloads").glob("*.coverage.json")).read_text())
+    assert "forward did not run whole" in exported["incomplete"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from tracer.contract import STANDIN_LIB
 from tracer.analysis.backend_needs import BackendNeeds
+from tracer.processing.standin_record import lost_passes
 from tracer.trace import Node, Trace, op_namespace
 
 EVIDENCE = "run on the stand-in device"
@@ -127,20 +128,6 @@ def _tables_only(op: str, run: StandinNeeds, cpu_nodes: list[tuple[Node, list[st
                 return (f"CPU's choice below {anc}; on a new backend {anc} routes to "
                         f"{', '.join(routed) or 'other ops'} instead")
     return "not reached on the stand-in device's path"
-
-
-def lost_passes(trace: Trace) -> dict[str, str]:
-    """"CASE PASS" -> why, for each pass of a stand-in trace whose op layer could not be
-    recorded (the warm run's ``op_error``): its list of what reached the device is that
-    much short (JAX's stand-in could not run a program of the pass). A list missing a
-    pass is no list. (A cold run records no op layer, and a probe asked for other layers
-    only records none: neither is a loss.)"""
-    out: dict[str, str] = {}
-    for r in trace.runs:
-        why = r.info.not_captured.get("op")
-        if r.phase == "warm" and "op" not in r.layers and why:
-            out.setdefault(f"{trace.info.primitive} ({trace.info.api}) {r.pass_}", why)
-    return out
 
 
 def standin_needs(standin: list[Trace], cpu: list[Trace], table: BackendNeeds | None) -> StandinNeeds | None:

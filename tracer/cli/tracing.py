@@ -19,11 +19,12 @@ from tracer.processing.candidates import find_candidates
 from tracer.processing.diff import DiffError, describe, diff_traces
 from tracer.processing.ran_kernels import split_kernels
 from tracer.processing.sampling import DEFAULT_THRESHOLD
+from tracer.processing.standin_record import lost_passes
 from tracer.render import EXPORTS
 from tracer.render.console import print_trace
 from tracer.render.diff_console import print_candidates, print_diff
 from tracer.render.export import select_trees
-from tracer.render.terminal import STDOUT, TerminalSafe, safe
+from tracer.render.terminal import STDOUT, TerminalSafe, clip, safe
 from tracer.runner import DEFAULT_TIMEOUT, CaseSpec, check, probe_one
 from tracer.trace import Trace, load, save
 
@@ -110,6 +111,11 @@ def probe(framework: str, primitive: str | None, workload: str | None, name: str
     if output:
         save(trace, output)
         err.print(f"trace written to {output}", style="dim", highlight=False, markup=False)
+    lost = lost_passes(trace) if trace.info.standin is not None else {}
+    if lost:  # the trace is kept (it says what was lost); the list it holds is no must-implement list
+        what, why = next(iter(lost.items()))
+        raise DltraceError(f"the {device} device's list is incomplete, not a must-implement list: {what} did not "
+                           f"run whole there: {clip(why, 300)}")
 
 
 def nothing_on_device(trace: Trace) -> bool:
