@@ -169,11 +169,46 @@ def test_layer_costs_read_each_layers_factor_and_tolerate_odd_stats():
     t = _trace("net", "cpu", {"forward": ["aten::relu"]},
                stats={"untraced_s": 0.01, "overhead": 1.5, "layers": {"op": {"seconds": 0.02},
                                                                       "native": {"slowdown": 3.0}}})
-    (c,) = layer_costs(t)
-    assert (c.pass_, c.untraced_s, c.python, c.op, c.native) == ("forward", 0.01, 1.5, 2.0, 3.0)
+    (c,) = layer_costs(t)  # a trace of before the pairs: one timing each side, no spread
+    assert (c.pass_, c.untraced_s, c.python.factor, c.op.factor, c.native.factor) == ("forward", 0.01, 1.5, 2.0, 3.0)
+    assert (c.python.said, c.op.said) == ("×1.50", "×2.00")
     odd = _trace("net", "cpu", {"forward": ["x"]}, stats={"untraced_s": True, "layers": {"op": "nope"}})
     (c,) = layer_costs(odd)
-    assert (c.untraced_s, c.python, c.op, c.native) == (None, None, None, None)
+    assert (c.untraced_s, c.python.factor, c.op.factor, c.native.factor) == (None, None, None, None)
+    assert c.python.said == "not measured"
+
+
+def test_a_cost_is_a_paired_median_and_noise_is_never_a_cost():
+    """The harness's stats (tracer.collect.costs): the median of the pairs' ratios with
+    their quartiles. A factor under 1, or one whose quartiles reach 1, is within noise."""
+    t = _trace("net", "cpu", {"forward": ["aten::relu"]},
+               stats={"untraced_s": 0.01, "overhead": 1.43, "overhead_spread": [1.3, 1.6],
+                      "layers": {"op": {"seconds": 0.5, "overhead": 0.79, "overhead_spread": [0.7, 0.9]},
+                                 "native": {"slowdown": 0.64}}})
+    (c,) = layer_costs(t)
+    assert c.python.said == "×1.43 (×1.30–×1.60)"
+    assert c.op.said == "within noise (×0.70–×0.90)"  # the paired factor, never seconds / untraced (×50)
+    assert c.native.said == "within noise"
+    from tracer.analysis.workload_coverage import Cost
+    assert Cost(1.1, 0.97, 1.2).said == "within noise (×0.97–×1.20)" and not Cost(1.1, 1.02, 1.2).noise
+
+
+def test_paired_timing_alternates_and_reads_the_median_ratio():
+    from tracer.collect import costs
+
+    calls: list[str] = []
+
+    def side(name: str, seconds: list[float]):
+        def step() -> float:
+            calls.append(name)
+            return seconds[len([c for c in calls if c == name]) - 1]
+        return step
+
+    got = costs.paired(side("u", [1.0, 1.0, 2.0, 1.0, 1.0]), side("t", [1.5, 3.0, 1.5, 9.0]), lambda: None,
+                       first=1.5, least=5, most=5)
+    assert calls == ["u", "u", "t", "u", "t", "u", "t", "u", "t"]  # the kept traced step's pair, then in turn
+    assert got["pairs"] == 5 and got["overhead"] == 1.5 and got["overhead_spread"] == [1.5, 1.5]
+    assert got["untraced_s"] == 1.0 and got["traced_s"] == 1.5
 
 
 def test_a_fleet_worker_runs_only_workloads_under_its_folders(tmp_path, monkeypatch):

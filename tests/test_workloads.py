@@ -191,8 +191,10 @@ def test_audit_of_a_workload_writes_its_table_as_the_survey_does(workload_survey
     assert by_op["aten::relu_"]["passes"] == "forward" and int(by_op["aten::relu_"]["calls"]) >= 1
     assert by_op["aten::addmm.out"]["overload"] == "out"
     assert by_op["aten::relu_"]["beyond_built_in"] == "yes" and by_op["aten::addmm.out"]["beyond_built_in"] == "no"
-    assert re.search(r"forward: untraced step [\d.]+ ms; recording cost: python ×[\d.]+, op ×[\d.]+, native ",
-                     proc.stdout), proc.stdout
+    cost = r"(×[\d.]+ \(×[\d.]+–×[\d.]+\)|within noise \(×[\d.]+–×[\d.]+\))"
+    assert re.search(rf"forward: untraced step [\d.]+ ms; recording cost \(median of paired steps, quartiles\): "
+                     rf"python {cost}, op {cost}, native ", proc.stdout), proc.stdout
+    assert not re.search(r"(python|op|native) ×0\.", proc.stdout)  # a factor under 1 is never shown as a cost
 
 
 def test_audit_of_a_tensorflow_workload(frameworks):

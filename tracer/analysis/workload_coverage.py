@@ -35,15 +35,40 @@ class CoverageRow:
 
 
 @dataclass
+class Cost:
+    """What recording one layer cost: the median of the recorded step's time over the
+    untraced step's, in pairs timed in turn (tracer.collect.costs), and the pairs' spread
+    (their ratios' quartiles) where it was measured. A factor whose spread reaches 1, or
+    under 1, is no cost: it is said "within noise", never shown as a factor."""
+
+    factor: float | None
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def noise(self) -> bool:
+        return self.factor is not None and (self.factor < 1 or (self.low is not None and self.low <= 1))
+
+    @property
+    def said(self) -> str:
+        """The one way every output words it (the audit, the models page; survey.json
+        keeps the numbers beside it)."""
+        if self.factor is None:
+            return "not measured"
+        spread = f" (×{self.low:.2f}–×{self.high:.2f})" if self.low is not None and self.high is not None else ""
+        return f"within noise{spread}" if self.noise else f"×{self.factor:.2f}{spread}"
+
+
+@dataclass
 class LayerCost:
-    """What recording a layer cost on one pass of the workload, against its untraced
-    step: a factor (×1.6: the step took 1.6 times as long), or None where not measured."""
+    """What recording each layer cost on one pass of the workload, against its untraced
+    step (×1.6: the recorded step took 1.6 times as long)."""
 
     pass_: str
     untraced_s: float | None
-    python: float | None  # the Python tracer's traced step / the untraced step
-    op: float | None  # the framework's profiler's recorded step / the untraced step
-    native: float | None  # py-spy's sampled loop / the unsampled loop
+    python: Cost  # the Python tracer's traced step / the untraced step
+    op: Cost  # the framework's profiler's step (its start, stop and events' processing left out) / the untraced step
+    native: Cost  # py-spy's sampled loop / the unsampled loop
 
 
 @dataclass
@@ -121,18 +146,31 @@ def _mapping(doc: Any, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _cost(stats: Any, key: str = "overhead") -> Cost:
+    """A factor and its spread (``overhead_spread``: two numbers) from a run's stats."""
+    spread = stats.get(f"{key}_spread") if isinstance(stats, dict) else None
+    if isinstance(spread, list) and len(spread) == 2 and all(type(v) in (int, float) for v in spread):
+        return Cost(_number(stats, key), float(spread[0]), float(spread[1]))
+    return Cost(_number(stats, key))
+
+
 def layer_costs(trace: Trace) -> list[LayerCost]:
-    """Each pass's cost of each layer on the workload's CPU trace."""
+    """Each pass's cost of each layer on the workload's CPU trace. A trace recorded before
+    costs were paired has one timing of each side: its factor is read, without a spread."""
     out = []
     for r in trace.runs:
         if r.phase != "warm":
             continue
         untraced = _number(r.stats, "untraced_s")
         layers = _mapping(r.stats, "layers")
-        op_s = _number(_mapping(layers, "op"), "seconds")
-        out.append(LayerCost(r.pass_, untraced, _number(r.stats, "overhead"),
-                             op_s / untraced if op_s is not None and untraced else None,
-                             _number(_mapping(layers, "native"), "slowdown")))
+        op = _mapping(layers, "op")
+        op_s = _number(op, "seconds")
+        if "pairs" in r.stats or "overhead" in op:  # paired (collect.costs): a record that timed no step has none
+            op_cost = _cost(op)
+        else:  # a trace of before the pairs: the record's seconds over the untraced step
+            op_cost = Cost(op_s / untraced if op_s is not None and untraced else None)
+        out.append(LayerCost(r.pass_, untraced, _cost(r.stats), op_cost,
+                             Cost(_number(_mapping(layers, "native"), "slowdown"))))
     return out
 
 

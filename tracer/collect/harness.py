@@ -17,7 +17,6 @@ import importlib
 import os
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from tracer import __version__, machine
-from tracer.collect import library, sampler
+from tracer.collect import costs, library, sampler
 from tracer.collect.attribution import merge_stats, merge_trees
 from tracer.probes.cases import case_passes, make_case
 from tracer.collect.collector import CollectorError, python_tracer
@@ -155,19 +154,6 @@ def set_dotted(dotted: str, value: Any) -> Any:
     return getattr(obj, parts[-1])
 
 
-def _timed(step: Callable[[], Any], sync: Callable[[], None], budget_s: float = 0.1, most: int = 20,
-           first: tuple[float, ...] = ()) -> float:
-    """Median seconds per call of ``step`` over at least 5 calls, repeated until the
-    budget or ``most``; ``first``: calls already timed (the traced step the trace keeps
-    is one of its timing calls, not a sixth traced call)."""
-    times: list[float] = list(first)
-    t_end = time.perf_counter() + budget_s
-    while len(times) < 5 or (len(times) < most and time.perf_counter() < t_end):
-        times.append(step())
-        sync()
-    return statistics.median(times)
-
-
 def _step(case: Case, pass_: str) -> Callable[[], Any]:
     """Exactly the step the Python layer traces: the forward call, or the backward call
     on a fresh forward's state (run here, before the step)."""
@@ -177,18 +163,59 @@ def _step(case: Case, pass_: str) -> Callable[[], Any]:
     return lambda: case.backward(state)
 
 
-def _op_layer(probe: OpRecorder, case: Case, pass_: str, label: str) -> tuple[Node | None, dict[str, Any]]:
-    """The probe's op-level record of one warm step, hung under a root like the
-    Python layer's; (None, {"op_error": ...}) when the hook fails."""
+#: Pairs of untraced and profiled steps an op layer's cost is read from (the first profiled
+#: step is the recorded one; each more is a whole record, its processing included, untimed).
+OP_PAIRS = 3
+
+
+def _profiled(probe: OpRecorder, case: Case, pass_: str) -> tuple[Any, list[float]]:
+    """One op-level record of a fresh step, and the seconds of the step itself under the
+    profiler (what the profiler's start, its stop and dltrace's reading of its events
+    take is outside: that is processing, not what recording costs the step)."""
     run = _step(case, pass_)
+    steps: list[float] = []
+
+    def timed() -> Any:
+        t0 = time.perf_counter()
+        out = run()
+        case.sync()
+        steps.append(time.perf_counter() - t0)
+        return out
+
+    return probe.record_ops(case, pass_, timed), steps
+
+
+def _op_layer(probe: OpRecorder, case: Case, pass_: str, label: str,
+              untraced: Callable[[], float]) -> tuple[Node | None, dict[str, Any]]:
+    """The probe's op-level record of one warm step, hung under a root like the
+    Python layer's; (None, {"op_error": ...}) when the hook fails. Its cost: the step
+    under the profiler against the untraced step, in pairs (tracer.collect.costs), on a
+    CPU path (on the stand-in, the device computes in Python: no cost to speak of)."""
     t0 = time.perf_counter()
     try:
-        rec = probe.record_ops(case, pass_, run)
+        rec, steps = _profiled(probe, case, pass_)
     except Exception as exc:  # noqa: BLE001 - the other layers are still worth writing
         return None, {"op_error": f"{type(exc).__name__}: {exc}"}
     case.sync()
     root = Node(Frame("root", "", label), 1, sum(n.time_ns for n in rec.ops), children=list(rec.ops))
-    return root, {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
+    info = {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
+    if len(steps) == 1 and case.info.get("standin") is None:
+        def again() -> float:
+            more = _profiled(probe, case, pass_)[1]
+            if len(more) != 1:
+                raise _NotTimed
+            return more[0]
+
+        try:
+            cost = costs.paired(untraced, again, case.sync, first=steps[0], least=OP_PAIRS, most=OP_PAIRS)
+        except _NotTimed:  # a record read from programs, not from a run of the step (JAX's, once read): no cost
+            return root, info
+        info.update(step_s=cost["traced_s"], **{k: cost[k] for k in ("overhead", "overhead_spread") if k in cost})
+    return root, info
+
+
+class _NotTimed(Exception):
+    """A record that ran no step of its own to time."""
 
 
 def _library_layer(log: StdoutLog, case: Case, pass_: str, label: str) -> tuple[Node, dict[str, Any]]:
@@ -273,14 +300,11 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     for pass_ in passes:
         tree, secs = traced(pass_)
         case.sync()
-        stats: dict[str, Any] = {
-            "untraced_s": _timed(lambda: untraced(pass_), case.sync),
-            "traced_s": _timed(lambda: traced(pass_)[1], case.sync, most=5, first=(secs,)),
-        }
-        stats["overhead"] = stats["traced_s"] / stats["untraced_s"] if stats["untraced_s"] else None
+        stats: dict[str, Any] = costs.paired(lambda: untraced(pass_), lambda: traced(pass_)[1], case.sync,
+                                             first=secs)
         run = Run(pass_, "warm", {"python": tree}, stats)
         if "op" in layers and isinstance(probe, OpRecorder):
-            ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}")
+            ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}", lambda: untraced(pass_))
             if ops is None:
                 stats.update(info)
             else:

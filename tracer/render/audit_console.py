@@ -154,9 +154,8 @@ def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -
     known = "built-in traces given" if any(r.also_in for r in cov.rows) else "no built-in trace to compare with"
     console.print(Text(f"{len(cov.beyond)} of {len(cov.rows)} reached by no built-in case ({known})"), highlight=False)
     for c in cov.costs:
-        def factor(x: float | None) -> str:
-            return "not measured" if x is None else f"×{x:.2f}"
         untraced = "not timed" if c.untraced_s is None else f"{c.untraced_s * 1e3:.2f} ms"
-        console.print(Text(f"{c.pass_}: untraced step {untraced}; recording cost: python {factor(c.python)}, "
-                           f"op {factor(c.op)}, native {factor(c.native)}", style="dim"), highlight=False,
+        console.print(Text(f"{c.pass_}: untraced step {untraced}; recording cost (median of paired steps, "
+                           f"quartiles): python {c.python.said}, op {c.op.said}, native {c.native.said}",
+                           style="dim"), highlight=False,
                       soft_wrap=True)  # one line per pass, whatever the terminal's width
