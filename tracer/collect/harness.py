@@ -186,11 +186,12 @@ def _profiled(probe: OpRecorder, case: Case, pass_: str) -> tuple[Any, list[floa
 
 
 def _op_layer(probe: OpRecorder, case: Case, pass_: str, label: str,
-              untraced: Callable[[], float]) -> tuple[Node | None, dict[str, Any]]:
+              untraced: Callable[[], float] | None = None) -> tuple[Node | None, dict[str, Any]]:
     """The probe's op-level record of one warm step, hung under a root like the
-    Python layer's; (None, {"op_error": ...}) when the hook fails. Its cost: the step
-    under the profiler against the untraced step, in pairs (tracer.collect.costs), on a
-    CPU path (on the stand-in, the device computes in Python: no cost to speak of)."""
+    Python layer's; (None, {"op_error": ...}) when the hook fails. With ``untraced``
+    (a user's workload, whose costs its outputs show): its cost, the step under the
+    profiler against the untraced step, in pairs (tracer.collect.costs), on a CPU path
+    (on the stand-in, the device computes in Python: no cost to speak of)."""
     t0 = time.perf_counter()
     try:
         rec, steps = _profiled(probe, case, pass_)
@@ -199,7 +200,7 @@ def _op_layer(probe: OpRecorder, case: Case, pass_: str, label: str,
     case.sync()
     root = Node(Frame("root", "", label), 1, sum(n.time_ns for n in rec.ops), children=list(rec.ops))
     info = {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
-    if len(steps) == 1 and case.info.get("standin") is None:
+    if untraced is not None and len(steps) == 1 and case.info.get("standin") is None:
         def again() -> float:
             more = _profiled(probe, case, pass_)[1]
             if len(more) != 1:
@@ -304,7 +305,8 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
                                              first=secs)
         run = Run(pass_, "warm", {"python": tree}, stats)
         if "op" in layers and isinstance(probe, OpRecorder):
-            ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}", lambda: untraced(pass_))
+            ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}",
+                                  (lambda: untraced(pass_)) if user is not None else None)
             if ops is None:
                 stats.update(info)
             else:
