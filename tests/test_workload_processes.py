@@ -130,3 +130,14 @@ def test_a_workload_that_exits_during_the_native_capture_cuts_that_layer_and_say
     line = one_line_error(proc)
     assert "ended early with exit status 0 during the native capture (workload w.py): the native layer was cut" \
         in line, line
+
+
+def test_no_file_a_probe_writes_grows_past_its_bound(fake_frameworks, tmp_path):
+    """A workload writing a file without end (as one printing from C into the library
+    layer's log of fd 1 would): the write fails at the bound, the disk is not filled, and
+    the probe says so in one line instead of dying of SIGXFSZ."""
+    big = tmp_path / "big.bin"
+    path = _workload(tmp_path, forward=f"open({str(big)!r}, 'wb').write(b'x' * (16 << 20))")
+    line = one_line_error(_probe({**fake_frameworks, "DLTRACE_PROBE_FILE_MB": "4"}, path))
+    assert "running forward(): OSError: [Errno 27] File too large" in line, line
+    assert big.stat().st_size <= 4 << 20

@@ -10,6 +10,7 @@ the traces) and the exit status (tracer.contract.Exit).
 from __future__ import annotations
 
 import ctypes
+import resource
 import datetime
 import faulthandler
 import gc
@@ -83,6 +84,28 @@ def adopt_orphans() -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
+        pass
+
+
+#: The largest file a probe process writes (a trace, the library layer's log of fd 1, what a
+#: workload writes itself), in MiB (FILE_ENV sets another): past it a write fails (EFBIG)
+#: and the file stops growing, so a workload printing from C in a loop cannot fill the
+#: disk. A survey's largest trace is tens of MB.
+MAX_FILE_MB = 2048
+FILE_ENV = "DLTRACE_PROBE_FILE_MB"
+
+
+def bound_files() -> None:
+    """Every file this process and its children write is at most MAX_FILE_MB: the kernel
+    refuses the write past it (SIGXFSZ ignored, so that the write fails rather than the
+    process dying; a bounded log is still read)."""
+    try:
+        limit = int(float(os.environ.get(FILE_ENV) or MAX_FILE_MB) * (1 << 20))
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft == resource.RLIM_INFINITY or soft > limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    except (OSError, ValueError):
         pass
 
 
@@ -437,6 +460,7 @@ def _list_own_perfmap() -> None:
 def main(argv: list[str]) -> int:
     die_with_parent()
     adopt_orphans()
+    bound_files()
     # where a case is stuck, when the runner asks before it stops one that timed out
     faulthandler.register(signal.SIGUSR1, file=sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else sys.stderr,
                           all_threads=False)

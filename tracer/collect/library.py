@@ -26,6 +26,10 @@ _libc = ctypes.CDLL(None)
 _OPENBLAS = re.compile(r"/lib(?:scipy_)?openblas[^/]*\.so[^/]*$")
 
 
+#: The most of one step's fd 1 the library layer reads.
+MAX_STEP_LOG = 64 << 20
+
+
 class StdoutLog:
     """This process's fd 1 redirected to ``path``; :meth:`between` returns what the C
     libraries wrote while a callable ran. ``mute`` sends fd 1 to /dev/null (a long
@@ -49,9 +53,11 @@ class StdoutLog:
         return os.lseek(self._fd, 0, os.SEEK_END)
 
     def _text(self, start: int, end: int) -> str:
+        """What fd 1 received between two marks, at most MAX_STEP_LOG of it (a step's
+        vendor lines are a few MB; a workload that prints without end is not read whole)."""
         with open(self.path, "rb") as fh:
             fh.seek(start)
-            return fh.read(end - start).decode("utf-8", "replace")
+            return fh.read(min(end - start, MAX_STEP_LOG)).decode("utf-8", "replace")
 
     def between(self, run: Callable[[], Any]) -> VendorLog:
         """The calls the libraries reported while ``run()`` ran (facts seen since the
