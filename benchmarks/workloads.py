@@ -15,6 +15,7 @@ Writes benchmarks/workloads.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import re
@@ -40,8 +41,9 @@ def _run(*args: str, timeout: float = 1800) -> tuple[subprocess.CompletedProcess
     return proc, time.perf_counter() - t0
 
 
-def _factor(x: float | None) -> str:
-    return "—" if x is None else f"×{x:.2f}"
+def _factor(cost: dict) -> str:
+    """A layer's cost as the audit words it (tracer.analysis.workload_coverage.Cost.said), short."""
+    return "—" if cost["factor"] is None else cost["said"].replace("within noise", "noise").split(" (")[0]
 
 
 def main() -> int:
@@ -68,8 +70,10 @@ def main() -> int:
                              "audit_s": round(audit_s, 1),
                              "must_implement": int(found.group(1)) if found else None,
                              "unit": found.group(2) if found else audit.stderr.strip()[-200:],
-                             "passes": [{"pass": c.pass_, "untraced_s": c.untraced_s, "python": c.python,
-                                         "op": c.op, "native": c.native} for c in costs]})
+                             "passes": [{"pass": c.pass_, "untraced_s": c.untraced_s,
+                                         **{layer: {**dataclasses.asdict(getattr(c, layer)),
+                                                    "said": getattr(c, layer).said}
+                                            for layer in ("python", "op", "native")}} for c in costs]})
         if args.skeleton and (not only or "torch" in only):
             ex = registry.load()["torch"].examples["resnet18"]
             proc, wall = _run("scaffold", "torch", "--workload", str(ex.path), "-o", str(Path(tmp) / "sk"), "--check")

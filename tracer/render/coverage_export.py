@@ -20,7 +20,8 @@ from tracer.analysis.workload_coverage import WorkloadCoverage
 #: ``incomplete``, on every row, why the list is not whole ("" when it is: then it is the
 #: must-implement list).
 COLUMNS = ("op", "name", "overload", "passes", "calls", "also_in", "beyond_built_in", "incomplete")
-#: Bumped when a column or field changes meaning (2: ``incomplete``).
+#: Bumped when a column or field changes meaning (2: ``incomplete``, and each layer cost as its factor
+#: and the quartiles of its paired steps: {"factor", "low", "high"}).
 COVERAGE_VERSION = 2
 #: A cell a spreadsheet would run as a formula (=, +, -, @) is written with a leading quote.
 _FORMULA = ("=", "+", "-", "@")
