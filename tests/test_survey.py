@@ -208,6 +208,10 @@ def test_a_survey_records_itself_in_survey_json(fake_frameworks, tmp_path):
     assert rec["report"]["schema_version"] == 1 and set(rec["report"]["frameworks"]) == {"crashy"}
     seconds = rec["seconds"]
     assert set(seconds) >= {"probing", "report", "total"} and seconds["total"] >= seconds["probing"] > 0
+    # and each job's: where the probing time went
+    jobs = rec["job_seconds"]
+    assert jobs and all(k.startswith("crashy/") and v > 0 for k, v in jobs.items()), jobs
+    assert sum(jobs.values()) <= seconds["probing"] * 2 + 1  # two at a time at most
 
 
 @pytest.mark.slow

@@ -187,12 +187,19 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
                              [fw.name for fw in plan.frameworks], len(plan.jobs), sum(len(j.cases) for j in plan.jobs))
     t0 = time.monotonic()
     said.stage("probing")
+
+    def job_done(event: sv.SurveyEvent) -> None:
+        if event.seconds:
+            where = str(event.job.folder)
+            record.job_seconds[where] = round(record.job_seconds.get(where, 0.0) + event.seconds, 2)
+        said.job_done(event)
+
     if plan.scheduler is not None:
         gaps = fleet.run(plan.jobs, output, plan.scheduler, fresh=plan.fresh, timeout=plan.timeout,
-                         on_event=said.job_done)
+                         on_event=job_done)
     else:
         gaps = sv.run(plan.jobs, output, workers=plan.workers, fresh=plan.fresh, timeout=plan.timeout,
-                      on_event=said.job_done)
+                      on_event=job_done)
     record.seconds["probing"] = round(time.monotonic() - t0, 1)
     said.note(f"probed in {record.seconds['probing']:.0f} s; {len(gaps)} gaps", "result")
     if plan.imports:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import time
 import os
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,7 @@ class SurveyEvent:
     done: int  # cases finished in this job (traced, reused or gap)
     gaps: list[Gap] = field(default_factory=list)
     reused: int = 0
+    seconds: float = 0.0  # the job's wall time where it ran here (0: not timed, a fleet's)
 
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
@@ -155,7 +157,15 @@ def case_path(root: Path, job: Job, spec: CaseSpec) -> Path:
 def run_job(job: Job, root: Path, fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
             threads: int | None = None) -> SurveyEvent:
     """Probe the cases of ``job`` that have no trace yet; failures become gaps.
-    ``threads``: the libraries' thread count for its probe (tracer.contract.THREAD_ENV)."""
+    ``threads``: the libraries' thread count for its probe (tracer.contract.THREAD_ENV).
+    The event says how long the job took (survey.json's per-job times)."""
+    t0 = time.monotonic()
+    event = _run_job(job, root, fresh, timeout, threads)
+    event.seconds = round(time.monotonic() - t0, 2)
+    return event
+
+
+def _run_job(job: Job, root: Path, fresh: bool, timeout: float, threads: int | None) -> SurveyEvent:
     todo, blocked = [], []
     for spec in job.cases:
         path = case_path(root, job, spec)
@@ -466,6 +476,8 @@ class SurveyRecord:
     cases: int
     gaps: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    #: each job's wall time, by its folder (framework/device-variant[-cpu]), where it ran here
+    job_seconds: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"format": RECORD_FORMAT, "version": 1, "tool_version": __version__, **self.__dict__},
