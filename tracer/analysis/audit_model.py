@@ -30,8 +30,6 @@ class WorkloadAudit:
 
     report: FrameworkReport
     row: ModelRow
-    #: how many built-in traces the row was set against (0: none were given)
-    against: int
 
 
 def framework_audit(framework: str, traces: list[Trace], gaps: list[Gap], k: Knowledge) -> FrameworkReport:
@@ -54,4 +52,4 @@ def workload_audit(framework: str, workload: str, traces: list[Trace], gaps: lis
     row = next((r for m in mine for r in m.rows if m.model == workload and r.framework == framework), None)
     if row is None:
         raise DltraceError(f"{workload}: no trace or gap of it in {framework}: nothing to audit")
-    return WorkloadAudit(rep, row, len(builtin))
+    return WorkloadAudit(rep, row)

@@ -10,12 +10,12 @@ the traces) and the exit status (tracer.contract.Exit).
 from __future__ import annotations
 
 import ctypes
-import resource
 import datetime
 import faulthandler
 import gc
 import importlib
 import os
+import resource
 import shutil
 import signal
 import sys
