@@ -21,7 +21,9 @@ from typing import Protocol, TypeAlias, Union
 from tracer import fleet
 from tracer import survey as sv
 from tracer.analysis.audit_model import WorkloadAudit, framework_audit, workload_audit
-from tracer.analysis.models import is_model_trace, is_workload_trace
+from tracer.analysis.compiled_needs import CompiledNeeds
+from tracer.analysis.models import compiled_door, is_model_trace, is_workload_trace
+from tracer.analysis.standin_needs import StandinNeeds, standin_needs
 from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.survey_model import SurveyModel, build
 from tracer.contract import UserWorkload
@@ -259,3 +261,11 @@ def _keep_inputs(plan: SurveyPlan, recorded: list[tuple[str, Path]], said: Progr
             said.note(f"{k['name']}: {k['skipped']} files left out of the report's inputs "
                       "(links, files outside the folder given, files that are not traces)", "warning")
     write_text(output / "inputs.json", json.dumps({"kept_in": f"traces/{sv.INPUTS}", "inputs": kept}, indent=1) + "\n")
+
+
+def doors(traces: list[Trace]) -> tuple[StandinNeeds | None, CompiledNeeds | None]:
+    """One step's two doors from its traces (``dltrace probe --door compiled``, ``dltrace
+    audit torch --door compiled``): the eager list of its stand-in traces, and the
+    compiled door's list of the traces that recorded one, set beside the eager list."""
+    standin = [t for t in traces if t.info.standin is not None]
+    return (standin_needs(standin, [], None) if standin else None), compiled_door(traces)

@@ -186,6 +186,7 @@ def run_probe(
     cpu: str = "",
     kind: str = "trace",
     threads: int | None = None,
+    door: str = "eager",
 ) -> list[CaseResult]:
     """Trace ``cases`` in one subprocess (one framework import for all of them), on this
     machine, or with ``cpu`` on that emulated aarch64 CPU model (tracer.emulation: the
@@ -224,7 +225,7 @@ def run_probe(
             native_env=dict(nat.env) if wants_native else {},
             cases=tuple(CaseRequest(c.primitive, c.api, c.resolved_shape(), c.resolved_passes(), tuple(c.layers),
                                     str(o), c.user.to_json() if c.user else None)
-                        for c, o in zip(cases, outs)), kind=kind,
+                        for c, o in zip(cases, outs)), kind=kind, door=door,
         )
         (tmpdir / "request.json").write_text(request.to_json())
         wants_library = any("library" in c.layers for c in cases)
@@ -576,10 +577,11 @@ def _result(spec: CaseSpec, out: Path) -> CaseResult:
 
 def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str = "default",
               timeout: float = DEFAULT_TIMEOUT, out: Path | None = None, command: str = "",
-              pyspy: str | None = None, cpu: str = "") -> Trace:
-    """Trace a single case; its failure is a ProbeFailed."""
+              pyspy: str | None = None, cpu: str = "", door: str = "eager") -> Trace:
+    """Trace a single case (``door`` "compiled": under torch.compile); its failure is a ProbeFailed."""
     with tempdirs.owned("dltrace-out-") as tmp:
-        (res,) = run_probe(fw, [spec], tmp, device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu)
+        (res,) = run_probe(fw, [spec], tmp, device, variant, timeout, command=command, pyspy=pyspy, cpu=cpu,
+                           door=door)
         if res.error:
             raise ProbeFailed(f"{fw.name} {spec.primitive} ({spec.api}, {device}, {variant}): {res.error}",
                               detail=res.detail)

@@ -43,6 +43,8 @@ HISTORY: tuple[tuple[int, str, str], ...] = (
     (8, "2026-11-28", "meta.api \"user\" and meta.model.workload: a user's own workload (its file's name, function)"),
     (9, "2026-11-28", "meta.standin of TensorFlow's and JAX's stand-ins: its unit, TensorFlow's registrations (each "
                       "op's element types)"),
+    (10, "2026-12-01", "meta.door and meta.compiled: a torch step run through the compiled door (the ops of the graphs "
+                       "torch.compile's backend is handed, their input variations, the graph breaks)"),
 )
 VERSION = HISTORY[-1][0]
 

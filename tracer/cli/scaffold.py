@@ -12,6 +12,7 @@ from tracer import scaffold as sc
 from tracer.cli.common import API, FRAMEWORK, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds, command_line, err, \
     frameworks, main, out
 from tracer.errors import DltraceError, UsageError
+from tracer.cli.doors import check_door, door_option
 from tracer.cli.workloads import WORKLOAD_HELP, distinct, equip, parse
 from tracer.runner import DEFAULT_TIMEOUT, check_workload
 
@@ -35,8 +36,10 @@ from tracer.runner import DEFAULT_TIMEOUT, check_workload
 @click.option("--force", is_flag=True, help="Write into a folder that is not empty.")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds before the stand-in run, or the check, is stopped.")
+@door_option
 def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...], workloads: tuple[str, ...],
-             api: str | None, folder: Path, run_check: bool, name: str, force: bool, timeout: float) -> None:
+             api: str | None, folder: Path, run_check: bool, name: str, force: bool, timeout: float,
+             door: str) -> None:
     """Write a minimal backend that holds exactly the ops the stand-in device says a
     backend must implement for MODEL's training step (or PRIMITIVES, or your
     workload), each computing on the CPU, every other op refused; with --check, prove
@@ -44,8 +47,11 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
     (its kernel registrations and its device, built by the check); jax: the op table
     of the StableHLO ops a PJRT plugin must execute, run by dltrace's consumer. With
     --check and neither --model nor --primitives: check the skeleton already in the
-    folder (after editing its kernels)."""
-    writer = sc.check_framework(framework)
+    folder (after editing its kernels). With --door compiled (torch): a torch.compile
+    backend lowering the ops of AOTAutograd's graphs, each graph node run through its
+    table, every other op refused."""
+    check_door(framework, door)
+    writer = sc.COMPILED_WRITERS[framework] if door == "compiled" else sc.check_framework(framework)
     fw = frameworks()[framework]
     users = distinct([check_workload(parse(w)) for w in workloads], framework)
     equip(fw, users)
@@ -61,8 +67,9 @@ def scaffold(framework: str, models: tuple[str, ...], primitives: tuple[str, ...
         sc.prepare(folder, force)  # before the run: its result must not be lost to a bad folder
         try:
             envs.python_for(fw)
-            with err.status(f"running {running} on {framework}'s stand-in device…"):
-                traces = sc.stand_in(fw, specs, timeout, command_line())
+            where = "under torch.compile" if door == "compiled" else f"on {framework}'s stand-in device"
+            with err.status(f"running {running} {where}…"):
+                traces = sc.stand_in(fw, specs, timeout, command_line(), door=door)
         except BaseException:  # a run that could not start or failed leaves no folder it made
             if made and not any(folder.iterdir()):
                 folder.rmdir()

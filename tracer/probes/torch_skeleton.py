@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -65,10 +65,11 @@ def _user_case(spec: Spec, dev: torch.device) -> tuple[Any, list[torch.Tensor], 
     return case, tensors, [f"parameter #{i}" for i in range(len(tensors))], case.private["single_step"]
 
 
-def _run(spec: Spec, dev: torch.device, observe: bool = True) -> Run:
+def _run(spec: Spec, dev: torch.device, observe: bool = True, wrap: Callable[[Any], None] | None = None) -> Run:
     """``STEPS`` steps of the case on ``dev``; with ``observe``, what they computed. A
     model's (and a user's workload's) gradients are read as each is accumulated (its
-    update then clears them)."""
+    update then clears them). ``wrap(case)`` changes how its passes run (the compiled
+    door's skeleton: under torch.compile with the skeleton's backend)."""
     model = spec.workload in MODELS or spec.user is not None
     single = False
     if spec.user is not None:
@@ -81,6 +82,8 @@ def _run(spec: Spec, dev: torch.device, observe: bool = True) -> Run:
         case = torch_probe.primitive_step(spec.workload, spec.api, dev, spec.shape)
         tensors, lr = case.private["leaves"], None
         names = ["the input", *(f"parameter #{i}" for i in range(1, len(tensors)))]
+    if wrap is not None:
+        wrap(case)
     steps = []
     for _ in range(STEPS):
         grads: dict[int, torch.Tensor] = {}
@@ -132,8 +135,9 @@ def _update_differs(a: torch.Tensor, b: torch.Tensor, grad: torch.Tensor | None,
     return (_differs(a[~small], b[~small]) or _differs(a[small], b[small], atol=lr)), int((small & (grad != 0)).sum())
 
 
-def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType) -> str:
-    """Raise CheckFailed unless ``spec`` runs on the skeleton as on the CPU; a summary."""
+def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType, wrap: Callable[[Any], None] | None = None) -> str:
+    """Raise CheckFailed unless ``spec`` runs on the skeleton as on the CPU; a summary.
+    ``wrap``: how the skeleton's run is made (see :func:`_run`)."""
     try:  # first: each build seeds torch's generator (dropout masks match)
         want = _run(spec, torch.device("cpu"))
     except Exception as exc:  # noqa: BLE001 - a workload that does not run on the CPU proves nothing
@@ -141,7 +145,7 @@ def check_case(spec: Spec, dev: torch.device, skeleton: ModuleType) -> str:
             from None
     skeleton.REFUSED.clear()
     try:
-        got = _run(spec, dev)
+        got = _run(spec, dev, wrap=wrap)
     except Exception as exc:  # noqa: BLE001 - any failure of the step is the check's answer
         raise CheckFailed(f"{spec.label}: {first_line(exc)}") from None
     if skeleton.REFUSED:
@@ -175,7 +179,8 @@ def _named(op: str, message: str) -> bool:
     return op in message or re.search(rf"\b{re.escape(short)}\b", message) is not None
 
 
-def check_minimal(specs: list[Spec], dev: torch.device, skeleton: ModuleType) -> str:
+def check_minimal(specs: list[Spec], dev: torch.device, skeleton: ModuleType,
+                  wrap: Callable[[Any], None] | None = None) -> str:
     """Raise CheckFailed unless removing each registered op's kernel alone makes a step
     fail naming it."""
     for op in list(skeleton.KERNELS):
@@ -184,7 +189,7 @@ def check_minimal(specs: list[Spec], dev: torch.device, skeleton: ModuleType) ->
             failure = None
             for spec in specs:
                 try:
-                    _run(spec, dev, observe=False)
+                    _run(spec, dev, observe=False, wrap=wrap)
                 except Exception as exc:  # noqa: BLE001
                     failure = first_line(exc)
                     break

@@ -20,18 +20,21 @@ import re
 import sys
 
 from tracer.errors import UsageError
-from tracer.scaffold import jax, tensorflow, torch
+from tracer.scaffold import jax, tensorflow, torch, torch_compiled
 from tracer.scaffold.check import OUTPUT_TAIL, Checked, check, tail
 from tracer.scaffold.plan import plan, stand_in
 from tracer.scaffold.skeleton import MANIFEST, Kernel, Writer, case_rows, code_text, describe_cases, needs_of, \
     prepare, template_env, workload_refs, write_list, write_manifest
 
-__all__ = ["INTERFACES", "MANIFEST", "OUTPUT_TAIL", "WRITERS", "Checked", "Kernel", "Writer", "case_rows", "check",
-           "check_framework", "check_name", "code_text", "describe_cases", "needs_of", "plan", "prepare", "stand_in",
-           "tail", "template_env", "workload_refs", "write_list", "write_manifest"]
+__all__ = ["COMPILED_WRITERS", "INTERFACES", "MANIFEST", "OUTPUT_TAIL", "WRITERS", "Checked", "Kernel", "Writer",
+           "case_rows", "check", "check_framework", "check_name", "code_text", "describe_cases", "needs_of", "plan",
+           "prepare", "stand_in", "tail", "template_env", "workload_refs", "write_list", "write_manifest"]
 
 #: The frameworks dltrace writes a skeleton for, each with its writer.
 WRITERS: dict[str, Writer] = {w.framework: w for w in (torch.WRITER, tensorflow.WRITER, jax.WRITER)}
+#: The frameworks dltrace writes a compiled door's skeleton for (``--door compiled``):
+#: a torch.compile backend lowering the graphs' ops.
+COMPILED_WRITERS: dict[str, Writer] = {w.framework: w for w in (torch_compiled.WRITER,)}
 
 #: The frameworks whose backend interface dltrace does not stand in: what a new device
 #: would implement instead.

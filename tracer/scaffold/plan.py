@@ -25,12 +25,15 @@ def plan(fw: Framework, workloads: list[str], api: str | None,
 
 
 def stand_in(fw: Framework, specs: list[CaseSpec], timeout: float = DEFAULT_TIMEOUT,
-             command: str = "") -> list[Trace]:
-    """The cases run on the stand-in device, in one probe process; their traces."""
+             command: str = "", door: str = "eager") -> list[Trace]:
+    """The cases run on the stand-in device (``door`` "compiled": under torch.compile on
+    the CPU, tracer.probes.torch_compiled), in one probe process; their traces."""
+    where = "on the stand-in device" if door == "eager" else "under torch.compile"
     with tempdirs.owned("dltrace-scaffold-") as tmp:
-        results = run_probe(fw, specs, tmp, device="standin", timeout=timeout, command=command)
+        results = run_probe(fw, specs, tmp, device="standin" if door == "eager" else "cpu", timeout=timeout,
+                            command=command, door=door)
         failed = [r for r in results if r.error]
         if failed:
             r = failed[0]
-            raise ProbeFailed(f"{fw.name} {r.spec.primitive} ({r.spec.api}) on the stand-in device: {r.error}")
+            raise ProbeFailed(f"{fw.name} {r.spec.primitive} ({r.spec.api}) {where}: {r.error}")
         return [r.load() for r in results]

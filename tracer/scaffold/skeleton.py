@@ -99,11 +99,18 @@ class Writer:
     manifest: Callable[[str], dict[str, str]] = _no_manifest
     #: A stricter rule for the backend's name than a Python identifier's, and why.
     name_rule: tuple[str, str] | None = field(default=None)
+    #: The list the kernels are made from, read off the run's traces (the stand-in's;
+    #: the compiled door's graphs: tracer.scaffold.torch_compiled).
+    needs: Callable[[list[Trace]], StandinNeeds] = field(default=lambda traces: _stand_in_needs(traces))
+    #: How the cases are run for the list: "eager" (the stand-in device) or "compiled".
+    door: str = "eager"
+    #: Where the list came from, as ops.txt says.
+    source: str = "a run on the stand-in device"
 
     def write(self, folder: Path, name: str, specs: list[CaseSpec], traces: list[Trace],
               command: str) -> list[Kernel]:
         """Write the skeleton into ``folder`` (made by :func:`prepare`); its kernels."""
-        needs = needs_of(traces)
+        needs = self.needs(traces)
         ks = self.kernels(needs)
         version = str(traces[0].info.framework_version or "?")
         what = describe_cases(specs)
@@ -111,7 +118,9 @@ class Writer:
                                "command": code_text(command), self.version_key: code_text(version),
                                "folder": code_text(folder.name or str(folder)), "steps": 2,
                                "models": any(s.primitive in MODELS or s.user is not None for s in specs),
-                               "cases": case_rows(specs, traces), **self.context(name, traces, ks)}
+                               "cases": case_rows(specs, traces) if self.door == "eager"
+                               else case_rows(specs, traces, self.needs),
+                               **self.context(name, traces, ks)}
         env = template_env()
         pkg = own_folder(folder / name)
         # each file written to a new name and renamed over what is there: a link there is replaced, never followed
@@ -121,10 +130,14 @@ class Writer:
             write_bytes(pkg / file, source.read_bytes())
         write_text(folder / "check.py", env.get_template(self.check_template).render(ctx))
         write_text(folder / "README.md", env.get_template(self.readme_template).render(ctx))
-        write_list(folder, self.framework, version, what, self.must, ks)
+        write_list(folder, self.framework, version, what, self.must, ks, self.source)
         write_manifest(folder, self.framework, version, name, what, specs, ks, needs.evidence, command,
                        **self.manifest(name))
         return ks
+
+
+def _stand_in_needs(traces: list[Trace]) -> StandinNeeds:
+    return needs_of(traces)  # looked up when called: the eager door's list
 
 
 def needs_of(traces: list[Trace]) -> StandinNeeds:
@@ -169,22 +182,24 @@ def template_env() -> jinja2.Environment:
                               keep_trailing_newline=True)
 
 
-def case_rows(specs: list[CaseSpec], traces: list[Trace]) -> list[dict[str, str]]:
+def case_rows(specs: list[CaseSpec], traces: list[Trace],
+              needs: Callable[[list[Trace]], StandinNeeds] | None = None) -> list[dict[str, str]]:
     """Per case, how many ops each pass reached (a README's table)."""
     rows = []
     for spec, trace in zip(specs, traces):
-        one = needs_of([trace])
+        one = (needs or needs_of)([trace])
         rows.append({"label": f"{spec.primitive} ({spec.api})",
                      **{p: str(len(one.by_pass.get(p, []))) + " ops" for p in PASS_ORDER}})
     return rows
 
 
-def write_list(folder: Path, framework: str, version: str, what: str, must: str, ks: list[Kernel]) -> None:
+def write_list(folder: Path, framework: str, version: str, what: str, must: str, ks: list[Kernel],
+               source: str = "a run on the stand-in device") -> None:
     """ops.txt: the must-implement list, each op with the passes that reached it."""
     width = max(len(k.op) for k in ks)
     write_text(folder / "ops.txt", "".join(
         [f"# what {must} for {what}: op, then the passes that reached it\n",
-         f"# (dltrace {__version__}, {framework} {version}, a run on the stand-in device)\n",
+         f"# (dltrace {__version__}, {framework} {version}, {source})\n",
          *(f"{k.op:<{width}}  {','.join(k.passes)}\n" for k in ks)]))
 
 
