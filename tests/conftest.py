@@ -159,9 +159,9 @@ def survey_root(frameworks, tmp_path_factory) -> Path:
 
 
 def standin_gap(gap) -> bool:
-    """A case TensorFlow's stand-in cannot run because its step takes a resource-taking op
-    (the functional embedding's ResourceGather, Adam's ResourceApplyAdam): a gap that says
-    so, by design (tracer/probes/tensorflow_standin.py)."""
+    """A case TensorFlow's stand-in cannot run because its step takes an op on a resource
+    that is no variable (a hash table, a dataset; a variable's ops it runs): a gap that
+    says so, by design (tracer/probes/tensorflow_standin.py)."""
     return gap.device == "standin" and "takes a resource" in gap.error
 
 

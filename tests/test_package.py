@@ -85,7 +85,7 @@ def test_the_wheel_holds_one_package_with_its_registry_templates_and_probes(whee
     assert sorted(zipfile.ZipFile(wheel).read(top_level).decode().split()) == ["dltrace", "tracer"]
     assert {"tracer/frameworks.yaml", "tracer/templates/base.html", "tracer/templates/index.html",
             "tracer/templates/framework.html", "tracer/templates/scaffold/kernels.py.j2", "tracer/probes/base.py",
-            "tracer/probes/torch.py",
+            "tracer/probes/torch.py", "tracer/probes/tensorflow_standin.cc", "tracer/probes/tensorflow_standin_vars.cc",
             "tracer/collect/harness.py", "tracer/probes/jax_xplane.py",
             # the real GPU profiles every survey imports, with their provenance and licenses
             "tracer/reference/imported/PROVENANCE.md", "tracer/reference/imported/alexnet-a100.kineto.json.gz",

@@ -72,7 +72,7 @@ def test_the_tensorflow_skeleton_takes_no_line_from_the_command():
            "tf_version": sc.code_text(HOSTILE), "folder": sc.code_text(HOSTILE), "steps": 2, "models": True,
            "registrations": [{"op": "MatMul", "function": "MatMul_kernel", "attr": "T", "type": 1},
                              {"op": "Cast", "function": "Cast_kernel", "attr": "", "type": 0}],
-           "cases": [{"label": "net (user)", "setup": "1 ops", "forward": "1 ops", "backward": "0 ops"}]}
+           "cases": [{"label": "net (user)", "setup": "1 ops", "forward": "1 ops", "backward": "0 ops"}], "host": {}}
     env = sc.template_env()
     text = env.get_template("tensorflow_kernels.cc.j2").render(ctx)
     assert not [line for line in text.splitlines() if "__attribute__" in line and not line.lstrip().startswith("//")]

@@ -4,7 +4,10 @@ each op and re-runs it on TensorFlow's CPU kernels; the skeleton is a PluggableD
 of its own registering exactly what reached it, and its check builds it and proves it.
 One session-scoped LeNet skeleton, written and checked by the real command; the tests
 read it, check edited copies of it, and compare its list with a stand-in probe of
-their own."""
+their own. Then a variable's ops (an embedding's gather, Adam's update) run on the
+stand-in, and a tf.function's graph (a Keras train_step) whose vocabulary lookup it
+places on the host: one session-scoped skeleton of it, not checked whole (its check
+runs a process per op), built once and run without one kernel."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import dltrace, edited_skeleton, one_line_error, skeleton_ops
+from tests.test_ctrace import runner_env
+from tracer import envs
 from tracer.contract import STANDIN_LIB, Exit
 from tracer.paths import PACKAGE
 from tracer.trace import load
@@ -109,10 +114,85 @@ def test_a_skeleton_that_does_not_build_is_one_line(tf_lenet_skeleton, tmp_path)
 
 
 def test_a_pass_the_standin_cannot_place_fails_the_probe_naming_the_op(frameworks, tmp_path):
-    """An op with no kernel on the stand-in device (a resource variable's gather) fails the
-    forward pass there: exit 1 naming the pass and the op, never a list without it."""
-    workload = Path(__file__).parent / "workloads" / "tf_resource_gather.py"
+    """An op with no kernel on the stand-in device (a hash table: a resource that is no
+    variable) fails the forward pass there: exit 1 naming the pass and the op, never a
+    list without it."""
+    workload = Path(__file__).parent / "workloads" / "tf_hash_table.py"
     line = one_line_error(dltrace("probe", "tensorflow", "--workload", str(workload), "--device", "standin",
                                   "--layers", "op", "-o", str(tmp_path / "t.json"), timeout=600), Exit.ERROR)
-    assert "running forward()" in line and "ResourceGather" in line and "STANDIN" in line, line
+    assert "running forward()" in line and "HashTableV2" in line and "STANDIN" in line, line
     assert not (tmp_path / "t.json").exists()
+
+
+WORKLOADS = Path(__file__).parent / "workloads"
+
+
+def test_a_variables_ops_run_on_the_standin_as_on_the_cpu(frameworks, tmp_path):
+    """An embedding's gather and Adam's updates take a variable (a resource): the stand-in
+    runs them on its own variables (tensorflow_standin_vars.cc), so they are on the list
+    from a run, the first step's slot initialisation (Fill) with them; and two steps give
+    the CPU's loss, gradients and parameters (the skeleton check's comparison, on
+    dltrace's own stand-in)."""
+    workload = WORKLOADS / "tf_embedding_adam.py"
+    out = tmp_path / "t.json"
+    proc = dltrace("probe", "tensorflow", "--workload", str(workload), "--device", "standin", "--layers", "op",
+                   "-o", str(out), timeout=600)
+    assert proc.returncode == Exit.OK, proc.stderr
+    standin = load(out).info.standin
+    assert standin is not None
+    assert "ResourceGather" in standin.reached["forward"]
+    assert {"ResourceApplyAdam", "ResourceScatterAdd", "Fill"} <= set(standin.reached["backward"])
+    script = ("from tracer.probes import tensorflow_skeleton as sk, tensorflow_standin\n"
+              "from tracer.probes.skeleton_check import Spec\n"
+              f"user = {{'name': 'tf_embedding_adam', 'file': {str(workload)!r}, 'function': 'workload'}}\n"
+              "device = tensorflow_standin.install()\n"
+              "print(sk.check_case(Spec('tf_embedding_adam', 'user', (), user), device, set()))\n")
+    fw = frameworks["tensorflow"]
+    ran = subprocess.run([str(envs.python_for(fw)), "-c", script], capture_output=True, text=True, timeout=600,
+                         env=runner_env(fw), stdin=subprocess.DEVNULL)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "tf_embedding_adam (user): 2 steps match the CPU: the loss, 2 gradients and the parameters after the " \
+           "update" in ran.stdout, ran.stdout
+
+
+@pytest.fixture(scope="session")
+def tf_graph_skeleton(frameworks, tmp_path_factory) -> Path:
+    """A skeleton of a Keras train_step run as a graph (tests/workloads/tf_graph_train_step.py),
+    written by the real command, unchecked."""
+    folder = tmp_path_factory.mktemp("scaffold-tf-graph") / "graph"
+    proc = dltrace("scaffold", "tensorflow", "--workload", str(WORKLOADS / "tf_graph_train_step.py"),
+                   "-o", str(folder), timeout=900)
+    assert proc.returncode == Exit.OK, proc.stderr
+    return folder
+
+
+def test_a_graphs_host_placements_are_on_its_list(tf_graph_skeleton):
+    """The graph ran on the stand-in: its ops reached the device, and the ops it placed on
+    the host (the vocabulary's table lookup, beside its CPU table) are recorded per pass,
+    in the trace's meta and the skeleton's README, never registered as its kernels."""
+    ops = skeleton_ops(tf_graph_skeleton)
+    assert {"MatMul", "BiasAddGrad", "SparseSoftmaxCrossEntropyWithLogits"} <= set(ops)
+    assert not {"LookupTableFindV2", "HashTableV2"} & set(ops)
+    readme = (tf_graph_skeleton / "README.md").read_text()
+    assert "| LookupTableFindV2 | forward |" in readme and "| HashTableV2 | setup |" in readme, readme
+
+
+def test_a_graph_skeleton_without_a_kernel_fails_naming_the_op_it_put_on_the_host(frameworks, tf_graph_skeleton):
+    """In a graph an op with no kernel on the device is no error: the placer puts it on the
+    host. A build without MatMul's registration fails the step all the same, naming it
+    (the check's own run of one left-out op: what --check's minimality runs per op)."""
+    fw = frameworks["tensorflow"]
+    script = ("import sys\nfrom pathlib import Path\n"
+              "from tracer.probes import tensorflow_skeleton as sk\n"
+              "manifest, _ = sk.read_manifest(Path(sys.argv[1]))\n"
+              "sk.build(Path(sys.argv[1]), manifest['package'], manifest['device_type'])\n")
+    built = subprocess.run([str(envs.python_for(fw)), "-c", script, str(tf_graph_skeleton)], capture_output=True,
+                           text=True, timeout=600, env=runner_env(fw), stdin=subprocess.DEVNULL)
+    assert built.returncode == 0, built.stderr[-2000:]
+    ran = subprocess.run([str(envs.python_for(fw)), str(tf_graph_skeleton / "check.py"), "--without", "MatMul"],
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+                         env={**runner_env(fw), "DLTRACE_SKELETON_WITHOUT": "MatMul"})
+    assert ran.returncode == Exit.ERROR, ran.stderr[-2000:]
+    said = ran.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"tf_graph_train_step \(user\): (\w+, )*MatMul(, \w+)* ran on the host: a graph placed "
+                        r"(it|them) there, for want of a kernel on /device:MYDEVICE:0", said), said

@@ -34,6 +34,9 @@ def gpu_available() -> bool:
 
 #: The device selector of the stand-in backend (frameworks.yaml devices: standin).
 STANDIN = "standin"
+#: The library tag of an op-layer frame a graph placed on the host on the stand-in's run
+#: (no kernel on the device, or pinned there: tracer.probes.tensorflow_placement).
+HOST_LIB = "host: placed by the graph"
 
 
 def device_available(device: str) -> bool:
@@ -48,21 +51,24 @@ def _placed(device: str, build: Callable[[str], base.Case]) -> base.Case:
     if device != STANDIN:
         return build(device)
     placed = tensorflow_standin.install()
-    tensorflow_standin.RECORDER.types.clear()  # this case's own
+    tensorflow_standin.RECORDER.clear()  # this case's own
     tensorflow_standin.RECORDER.start()
     try:
         case = build(placed)
     finally:
         setup = tensorflow_standin.RECORDER.stop()
+        tensorflow_standin.RECORDER.placed("setup")
+        setup = tensorflow_standin.RECORDER.of_pass("setup", setup)
     case.info["standin"] = tensorflow_standin.describe()
     case.info["standin"]["reached"]["setup"] = setup
+    case.info["standin"]["host"] = tensorflow_standin.RECORDER.host_of()
     case.info["device_string"] = placed
     forward, backward = case.forward, case.backward
 
-    def said(run: Callable[..., Any]) -> Callable[..., Any]:
+    def said(run: Callable[..., Any], pass_: str) -> Callable[..., Any]:
         def guarded(*args: Any) -> Any:
             try:
-                return run(*args)
+                return tensorflow_standin.RECORDER.during(pass_, run, *args)
             except tf.errors.InvalidArgumentError as exc:
                 op = tensorflow_standin.unplaced(str(exc))
                 if op is None:
@@ -70,7 +76,7 @@ def _placed(device: str, build: Callable[[str], base.Case]) -> base.Case:
                 raise base.ProbeError(tensorflow_standin.no_kernel(op)) from None
         return guarded
 
-    case.forward, case.backward = said(forward), said(backward)
+    case.forward, case.backward = said(forward, "forward"), said(backward, "backward")
     return case
 
 
@@ -271,8 +277,10 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
         finally:
             tf.profiler.experimental.stop()
             if standin is not None:
-                standin["reached"][pass_] = tensorflow_standin.RECORDER.stop()
+                standin["reached"][pass_] = tensorflow_standin.RECORDER.of_pass(
+                    pass_, tensorflow_standin.RECORDER.stop())
                 standin["registrations"] = tensorflow_standin.RECORDER.registrations()
+                standin["host"] = tensorflow_standin.RECORDER.host_of()
         space = xplane_pb2.XSpace()
         for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
             with open(path, "rb") as fh:
@@ -280,6 +288,8 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
     host, devices = [], []
+    # a graph's node the placer put on the host runs as "its/name:Op" on the executor's thread
+    placed_on_host = set((standin or {}).get("host", {}).get(pass_, []))
     for plane in space.planes:
         meta = plane.event_metadata
         on_host = plane.name.startswith("/host:")
@@ -292,7 +302,8 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
                 op = name.split(": ", 1)[1] if name.startswith("EagerLocalExecute: ") else name
                 module = "tensorflow" if op != name or not on_host else "tensorflow.eager"
                 start = line.timestamp_ns * 1000 + ev.offset_ps
-                lib = STANDIN_LIB if standin is not None and op != name and op in standin["reached"][pass_] else ""
+                lib = STANDIN_LIB if standin is not None and op != name and op in standin["reached"][pass_] else \
+                    HOST_LIB if on_host and name.rpartition(":")[2] in placed_on_host else ""
                 events.append(base.OpEvent(op, start, start + ev.duration_ps, module, lib, line.id))
         if on_host:
             host.extend(events)

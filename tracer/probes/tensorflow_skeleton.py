@@ -4,17 +4,23 @@ network (or run the primitives) as the CPU does, and is each of those ops needed
 
 Run inside TensorFlow's environment by the skeleton's own check.py (``dltrace scaffold
 tensorflow --check`` starts it there). It builds the skeleton's library with g++
-(its device.cc and kernels.cc, against the wheel's headers), loads it as the stand-in
-device's library (tracer.probes.tensorflow_standin.use), and runs dltrace's own
-probes' steps (the models' training steps, the primitives' forward and backward, a
-user's workload), eagerly, soft placement off, on the CPU and on the skeleton's device
-from the same seeds. A registered kernel cannot be unregistered in a process, so each
-op's need is shown by a process of its own whose build leaves that op out
-(``--without OP``: the skeleton's TF_InitKernel reads DLTRACE_SKELETON_WITHOUT).
+(its device.cc, variables.cc and kernels.cc, against the wheel's headers), loads it as
+the stand-in device's library (tracer.probes.tensorflow_standin.use), and runs
+dltrace's own probes' steps (the models' training steps, the primitives' forward and
+backward, a user's workload), as written (eager ops with soft placement off), on the
+CPU and on the skeleton's device from the same seeds. A registered kernel cannot be
+unregistered in a process, so each op's need is shown by a process of its own whose
+build leaves that op out (``--without OP``: the skeleton's TF_InitKernel reads
+DLTRACE_SKELETON_WITHOUT).
+
+A step that is a ``tf.function`` runs as a graph, as ``model.fit`` runs one: there an
+op with no kernel on the device is no error but a silent fall back to the host, so each
+graph's placement is read (tracer.probes.tensorflow_placement, through the stand-in's
+recorder) and an op of the list placed on the host fails the step, naming it.
 
 Exit status (tracer.contract.Exit): OK when every case matches the CPU in two steps,
-no op outside the list was reached, and each registered op is needed; ERROR
-otherwise, with the reason on one line of stderr.
+no op outside the list was reached, none of it fell back to the host, and each
+registered op is needed; ERROR otherwise, with the reason on one line of stderr.
 """
 
 from __future__ import annotations
@@ -44,13 +50,11 @@ def build(folder: Path, package: str, device_type: str) -> Path:
     compiler = shutil.which("g++")
     if compiler is None:
         raise CheckFailed("no g++ to build the skeleton with (the set-up installs it: make setup)")
-    tf_dir = Path(tf.__file__).parent
     out = folder / "build" / f"lib{package}.so"
     out.parent.mkdir(exist_ok=True)
-    sources = [folder / package / "device.cc", folder / package / "kernels.cc"]
-    cmd = [compiler, "-std=c++17", "-shared", "-fPIC", "-O1", "-DDLTRACE_SKELETON",
-           f'-DDLTRACE_DEVICE_TYPE="{device_type}"', f"-I{tf_dir / 'include'}", *map(str, sources), "-o", str(out),
-           f"-L{tf_dir}", "-l:libtensorflow_framework.so.2", "-l:libtensorflow_cc.so.2", f"-Wl,-rpath,{tf_dir}"]
+    sources = [folder / package / name for name in ("device.cc", "variables.cc", "kernels.cc")]
+    cmd = tensorflow_standin.compile_command(compiler, sources, out, "-DDLTRACE_SKELETON",
+                                             f'-DDLTRACE_DEVICE_TYPE="{device_type}"')
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         said = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.splitlines() or ["?"]
@@ -96,25 +100,46 @@ def _params(case: base.Case) -> list[Any]:
     return list(case.private.get("parameters") or [])
 
 
-def _steps(spec: Spec, device: str) -> list[dict[str, list[np.ndarray]]]:
+class FellToHost(Exception):
+    """An op the skeleton must run on its device that a graph placed on the host."""
+
+
+def _steps(spec: Spec, device: str, must: set[str] | None = None) -> list[dict[str, list[np.ndarray]]]:
     """``STEPS`` steps of the case on ``device``: each step's output (loss), gradients and
-    parameters after it."""
-    case = _case(spec, device)
+    parameters after it. With ``must`` (the skeleton's list, on its device): an op of it
+    that a graph (a tf.function) placed on the host fails the step, naming it, since in a
+    graph a missing kernel is no error, only a silent fall back to the host."""
+    case = _case(spec, device)  # on the device, what the CPU's run placed is forgotten first
     single = bool(case.private.get("single_step"))
     passes = ("forward",) if single else \
         tuple(workload_passes(spec.workload)) if spec.user is None else ("forward", "backward")
     out = []
     for _ in range(STEPS):
         state = case.forward()
+        _on_device(must)
         grads = case.backward(state) if "backward" in passes else None
+        _on_device(must)
         out.append({"output": _host(state), "gradients": _host(grads),
                     "parameters": [np.array(p) for p in _params(case)]})
     return out
 
 
+def _on_device(must: set[str] | None) -> None:
+    """Raise FellToHost for the first op of ``must`` a graph of the case placed on the host
+    (the stand-in's recorder keeps each pass's placements: tensorflow_standin.Recorder)."""
+    if must is None:
+        return
+    fell = list(dict.fromkeys(op for ops in tensorflow_standin.RECORDER.host.values() for op in ops if op in must))
+    if fell:
+        raise FellToHost(f"{', '.join(fell)} ran on the host: a graph placed {'them' if len(fell) > 1 else 'it'} "
+                         f"there, for want of a kernel on {tensorflow_standin.device()}")
+
+
 def _first_line(exc: BaseException) -> str:
     """One line of a step's failure; TensorFlow's placement error said as what it means
     here (the device has no kernel of that op)."""
+    if isinstance(exc, FellToHost):
+        return str(exc)
     chain: list[str] = []
     seen: BaseException | None = exc  # a layer that re-raises hides the placement error in its context (keras)
     while seen is not None and len(chain) < 8:
@@ -125,6 +150,10 @@ def _first_line(exc: BaseException) -> str:
     if unplaced:
         return f"{unplaced.group(2)} has no kernel on {unplaced.group(1).rsplit('/', 1)[-1]} (TensorFlow could not " \
                "place it there)"
+    rewritten = re.search(r"No registered '(\w+)' OpKernel for '(\w+)' devices", said)
+    if rewritten:  # a graph rewrite (grappler's AddN) put it on the device after the placement
+        return f"{rewritten.group(1)} has no kernel on device:{rewritten.group(2)}:0 (a graph's node TensorFlow " \
+               "made after placing it there)"
     return first_line(exc)
 
 
@@ -160,13 +189,13 @@ def _update_differs(got: list[np.ndarray], want: list[np.ndarray], grads: list[n
     return ""
 
 
-def check_case(spec: Spec, device: str) -> str:
+def check_case(spec: Spec, device: str, must: set[str]) -> str:
     try:
         want = _steps(spec, "/CPU:0")
     except Exception as exc:  # noqa: BLE001 - a workload that does not run on the CPU proves nothing
         raise CheckFailed(f"{spec.label}: the step fails on the CPU too: {_first_line(exc)}") from None
     try:
-        got = _steps(spec, tf_probe.STANDIN)
+        got = _steps(spec, tf_probe.STANDIN, must)
     except Exception as exc:  # noqa: BLE001 - any failure of the step is the check's answer
         raise CheckFailed(f"{spec.label}: {_first_line(exc)}") from None
     lr = _adaptive_lr(spec)
@@ -177,8 +206,11 @@ def check_case(spec: Spec, device: str) -> str:
             if wrong:
                 raise CheckFailed(f"{spec.label}: the {what} of step {n} differ from the CPU's ({wrong})")
     model = spec.workload in MODELS or spec.user is not None
+    placed = list(dict.fromkeys(op for ops in tensorflow_standin.RECORDER.host.values() for op in ops))
+    host = f"; placed on the host by its graphs, as on the stand-in: {', '.join(placed)}" if placed else ""
     return (f"{spec.label}: {STEPS} steps match the CPU: the {'loss' if model else 'output'}, "
-            f"{len(want[0]['gradients'])} gradients" + (" and the parameters after the update" if model else ""))
+            f"{len(want[0]['gradients'])} gradients" + (" and the parameters after the update" if model else "")
+            + host)
 
 
 def _without(folder: Path, op: str) -> str:
@@ -217,10 +249,10 @@ def main(folder: Path, argv: list[str] | None = None) -> int:
     that leaves OP out); print the summary, or the reason on stderr."""
     if (argv or [])[:1] == ["--without"]:
         try:
-            _, specs, _ = _load(folder, built=True)
+            manifest, specs, _ = _load(folder, built=True)
             for spec in specs:
                 try:
-                    _steps(spec, tf_probe.STANDIN)
+                    _steps(spec, tf_probe.STANDIN, set(manifest["ops"]))
                 except Exception as exc:  # noqa: BLE001 - the failure is the answer
                     print(f"{spec.label}: {_first_line(exc)}", file=sys.stderr)
                     return Exit.ERROR
@@ -233,6 +265,6 @@ def main(folder: Path, argv: list[str] | None = None) -> int:
         manifest, specs, device = _load(folder, built=False)
         ops = list(manifest["ops"])
         return [f"{device}: {len(ops)} op kernels registered ({manifest['package']}/kernels.cc), every other op fails",
-                *(check_case(s, device) for s in specs), check_minimal(folder, ops)]
+                *(check_case(s, device, set(ops)) for s in specs), check_minimal(folder, ops)]
 
     return verdict(check, _first_line)

@@ -12,7 +12,13 @@
 // tensorflow) compiles this file as its device with DLTRACE_SKELETON defined and its
 // own device type: its kernels.cc registers its list, each kernel delegating to
 // dltrace_compute until the team replaces it.
+//
+// An op whose input is a variable's handle (ResourceGather, ResourceApplyAdam) is re-run
+// on a copy of the variable in the private context (VarHandleOp, AssignVariableOp), its
+// new value read back and stored in the device's variable: the variable itself is
+// reached through tensorflow_standin_vars.cc (dltrace_variables_open and the rest).
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -267,6 +273,76 @@ TFE_Context* cpu_context() {
   return context;
 }
 
+
+// ---------------------------------------------------------------- variables, on the CPU
+
+// The variable ops' route to a variable on this device (tensorflow_standin_vars.cc: what
+// kernels_experimental.h's TF_GetInputTensorFromVariable and TF_AssignUpdateVariable do,
+// which the wheel does not export).
+extern "C" {
+void* dltrace_variables_open(TF_OpKernelContext* ctx, const int* inputs, int n, TF_Status* status);
+TF_Tensor* dltrace_variable_value(void* variables, int k, TF_Status* status);
+void dltrace_variable_store(TF_OpKernelContext* ctx, void* variables, int k, TF_Tensor* value, TF_Status* status);
+void dltrace_variables_close(void* variables);
+}
+
+// One op on the private CPU context, with ``set`` setting its attributes; its outputs.
+std::vector<TFE_TensorHandle*> on_cpu(const char* name, const std::vector<TFE_TensorHandle*>& args, int n,
+                                      const std::function<void(TFE_Op*)>& set, TF_Status* status) {
+  std::vector<TFE_TensorHandle*> out(n > 0 ? n : 1, nullptr);
+  TFE_Op* op = TFE_NewOp(cpu_context(), name, status);
+  if (TF_GetCode(status) == TF_OK) TFE_OpSetDevice(op, kCpu, status);
+  if (TF_GetCode(status) == TF_OK) set(op);
+  for (auto* a : args) if (TF_GetCode(status) == TF_OK) TFE_OpAddInput(op, a, status);
+  if (TF_GetCode(status) == TF_OK) TFE_Execute(op, out.data(), &n, status);
+  if (op) TFE_DeleteOp(op);
+  out.resize(TF_GetCode(status) == TF_OK ? n : 0);
+  return out;
+}
+
+// A variable on the private CPU context holding ``value`` (a copy of the device's), for
+// the op to be re-run on TensorFlow's CPU kernel with; nullptr where it failed.
+TFE_TensorHandle* cpu_variable(TF_Tensor* value, TF_Status* status) {
+  static std::atomic<uint64_t> made{0};
+  std::string name = "dltrace_standin_variable_" + std::to_string(made++);
+  TF_DataType dtype = TF_TensorType(value);
+  std::vector<int64_t> dims(TF_NumDims(value));
+  for (size_t d = 0; d < dims.size(); ++d) dims[d] = TF_Dim(value, static_cast<int>(d));
+  auto handle = on_cpu("VarHandleOp", {}, 1, [&](TFE_Op* op) {
+    TFE_OpSetAttrType(op, "dtype", dtype);
+    TFE_OpSetAttrShape(op, "shape", dims.data(), static_cast<int>(dims.size()), status);
+    TFE_OpSetAttrString(op, "shared_name", name.data(), name.size());
+  }, status);
+  if (handle.empty()) return nullptr;
+  TFE_TensorHandle* given = TFE_NewTensorHandle(value, status);
+  if (TF_GetCode(status) == TF_OK) {
+    on_cpu("AssignVariableOp", {handle[0], given}, 0, [&](TFE_Op* op) { TFE_OpSetAttrType(op, "dtype", dtype); },
+           status);
+  }
+  if (given) TFE_DeleteTensorHandle(given);
+  return handle[0];
+}
+
+// The CPU variable's value after the op, as a host tensor (the caller's); nullptr where
+// it failed.
+TF_Tensor* cpu_variable_value(TFE_TensorHandle* variable, TF_DataType dtype, TF_Status* status) {
+  auto read = on_cpu("ReadVariableOp", {variable}, 1, [&](TFE_Op* op) { TFE_OpSetAttrType(op, "dtype", dtype); },
+                     status);
+  if (read.empty()) return nullptr;
+  TF_Tensor* out = TFE_TensorHandleResolve(read[0], status);
+  TFE_DeleteTensorHandle(read[0]);
+  return TF_GetCode(status) == TF_OK ? out : nullptr;
+}
+
+// Destroy the CPU variable (whatever the step's status: its own).
+void cpu_variable_delete(TFE_TensorHandle* variable) {
+  TF_Status* status = TF_NewStatus();
+  on_cpu("DestroyResourceOp", {variable}, 0, [&](TFE_Op* op) { TFE_OpSetAttrBool(op, "ignore_lookup_error", 1); },
+         status);
+  TFE_DeleteTensorHandle(variable);
+  TF_DeleteStatus(status);
+}
+
 }  // namespace
 
 extern "C" {
@@ -316,12 +392,33 @@ void dltrace_compute(void* k, TF_OpKernelContext* ctx) {
   TFE_Op* op = TFE_NewOp(cpu_context(), kernel->op.c_str(), status);
   std::vector<TFE_TensorHandle*> inputs;
   std::vector<TF_Tensor*> held;
+  std::vector<int> resources;  // the inputs that are a variable's handle (ResourceGather's, ResourceApplyAdam's)
+  std::vector<TFE_TensorHandle*> copies;  // each one's copy on the CPU, in resources' order
+  std::vector<TF_DataType> types;  // and its element type
+  for (int i = 0; i < TF_NumInputs(ctx); ++i) {
+    if (TF_InputDatatype(ctx, i) == TF_RESOURCE) resources.push_back(i);
+  }
+  void* variables = nullptr;
+  if (!resources.empty() && TF_GetCode(status) == TF_OK) {
+    variables = dltrace_variables_open(ctx, resources.data(), static_cast<int>(resources.size()), status);
+  }
   if (TF_GetCode(status) == TF_OK) TFE_OpSetDevice(op, kCpu, status);
   for (const auto& attr : kernel->attrs) {
     if (TF_GetCode(status) != TF_OK) break;
     TFE_OpSetAttrValueProto(op, attr.first.c_str(), attr.second.data(), attr.second.size(), status);
   }
   for (int i = 0; i < TF_NumInputs(ctx) && TF_GetCode(status) == TF_OK; ++i) {
+    if (TF_InputDatatype(ctx, i) == TF_RESOURCE) {
+      TF_Tensor* value = dltrace_variable_value(variables, static_cast<int>(copies.size()), status);
+      TFE_TensorHandle* copy = TF_GetCode(status) == TF_OK ? cpu_variable(value, status) : nullptr;
+      if (copy) {
+        copies.push_back(copy);
+        types.push_back(TF_TensorType(value));
+        TFE_OpAddInput(op, copy, status);
+      }
+      if (value) TF_DeleteTensor(value);
+      continue;
+    }
     TF_Tensor* tensor = nullptr;
     TF_GetInput(ctx, i, &tensor, status);  // its buffer is host memory: the device's memory is
     if (TF_GetCode(status) != TF_OK) break;
@@ -340,11 +437,18 @@ void dltrace_compute(void* k, TF_OpKernelContext* ctx) {
     TF_SetOutput(ctx, i, result, status);
     TF_DeleteTensor(result);
   }
+  for (size_t v = 0; v < copies.size() && TF_GetCode(status) == TF_OK; ++v) {  // what the op did to each variable
+    TF_Tensor* updated = cpu_variable_value(copies[v], types[v], status);
+    if (updated) dltrace_variable_store(ctx, variables, static_cast<int>(v), updated, status);
+    if (updated) TF_DeleteTensor(updated);
+  }
   if (TF_GetCode(status) != TF_OK) {
     std::string said = "dltrace stand-in: " + kernel->op + " on the CPU: " + TF_Message(status);
     TF_SetStatus(status, TF_GetCode(status), said.c_str());
     TF_OpKernelContext_Failure(ctx, status);
   }
+  for (auto* h : copies) cpu_variable_delete(h);
+  if (variables) dltrace_variables_close(variables);
   for (auto* h : outputs) if (h) TFE_DeleteTensorHandle(h);
   for (auto* h : inputs) TFE_DeleteTensorHandle(h);
   for (auto* t : held) TF_DeleteTensor(t);

@@ -3,7 +3,8 @@
 The list comes from running the cases on TensorFlow's stand-in PluggableDevice
 (tracer.probes.tensorflow_standin): the op kernels that reached it. The skeleton is a
 PluggableDevice of its own: its device is dltrace's (tracer/probes/tensorflow_standin.cc,
-copied as it is, compiled with the skeleton's device type), its kernels.cc registers
+copied as it is, compiled with the skeleton's device type, beside variables.cc, its route to a
+resource variable: tracer/probes/tensorflow_standin_vars.cc), its kernels.cc registers
 exactly the list (each op as the stand-in registered it: every type, or the types
 TensorFlow has no DEFAULT_DEVICE kernel for), each kernel delegating to the CPU until the
 team replaces it; its check (tracer/probes/tensorflow_skeleton.py) builds it and runs in
@@ -22,6 +23,8 @@ from tracer.scaffold.skeleton import Kernel, Writer
 from tracer.trace import Trace
 
 DEVICE_SOURCE = PACKAGE / "probes" / "tensorflow_standin.cc"
+#: The device's route to a resource variable (ResourceGather's, ResourceApplyAdam's).
+VARIABLES_SOURCE = PACKAGE / "probes" / "tensorflow_standin_vars.cc"
 #: What a TensorFlow op's or attribute's name must be to be written into C++.
 TF_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*", re.ASCII)
 
@@ -60,9 +63,23 @@ def registrations(traces: list[Trace], ks: list[Kernel]) -> list[dict[str, Any]]
     return out
 
 
+def host_placed(traces: list[Trace]) -> dict[str, list[str]]:
+    """op -> the passes in which a graph (a tf.function) of the stand-in's run placed it
+    on the host (the traces' meta: tracer.probes.tensorflow_placement): ops the port
+    would lose to the host unseen, which the skeleton cannot stand in for."""
+    out: dict[str, dict[str, None]] = {}
+    for t in traces:
+        found = (t.meta.get("standin") or {}).get("host")
+        for pass_, ops in (found.items() if isinstance(found, dict) else ()):
+            for op in ops if isinstance(ops, list) else ():
+                out.setdefault(str(op), {})[str(pass_)] = None
+    return {op: list(passes) for op, passes in out.items()}
+
+
 def context(name: str, traces: list[Trace], ks: list[Kernel]) -> dict[str, Any]:
-    """The device type (the name upper-cased) and each kernel's registrations."""
-    return {"device_type": name.upper(), "registrations": registrations(traces, ks)}
+    """The device type (the name upper-cased), each kernel's registrations, and the ops
+    the stand-in's graphs placed on the host."""
+    return {"device_type": name.upper(), "registrations": registrations(traces, ks), "host": host_placed(traces)}
 
 
 def manifest(name: str) -> dict[str, str]:
@@ -73,7 +90,7 @@ def manifest(name: str) -> dict[str, str]:
 WRITER = Writer(
     framework="tensorflow", title="TensorFlow", kernels=kernels, version_key="tf_version",
     rendered=(("kernels.cc", "tensorflow_kernels.cc.j2"),),
-    copied=(("device.cc", DEVICE_SOURCE),),
+    copied=(("device.cc", DEVICE_SOURCE), ("variables.cc", VARIABLES_SOURCE)),
     check_template="tensorflow_check.py.j2", readme_template="tensorflow_README.md.j2",
     must="a TensorFlow PluggableDevice must register", summary="{name}/kernels.cc registers {n} op kernels",
     context=context, manifest=manifest,
