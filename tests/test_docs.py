@@ -1,7 +1,8 @@
 """The documentation cannot drift from the code and the measurements: every relative
 link in README.md, CHANGELOG.md and docs/*.md resolves (file and heading), the README
 stays a five-minute read, the figures the docs quote match benchmarks/results.json, the
-survey record benchmarks/survey.json and the registry, and the trace format's version
+survey record benchmarks/survey.json and the registry, the recording costs
+benchmarks/workloads.json, and the trace format's version
 history matches tracer.trace.HISTORY (and the gap record's tracer.gap.HISTORY). Fast tier:
 no framework environment."""
 
@@ -199,6 +200,29 @@ def test_pipeline_table_is_results_json() -> None:
         assert got["ok"]
         _same(row[1], got["seconds"], 1)
         assert int(row[2]) == round(got["peak_mib"])
+
+
+def _workload_tables() -> dict[str, list[str]]:
+    """benchmarks/workloads.py's Markdown tables of benchmarks/workloads.json."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_workloads", ROOT / "benchmarks" / "workloads.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tables: dict[str, list[str]] = module.markdown(json.loads((ROOT / "benchmarks" / "workloads.json").read_text()))
+    return tables
+
+
+@pytest.mark.parametrize("page, tag", [("performance.md", "peers"), ("workloads.md", "costs")])
+def test_workload_cost_tables_are_workloads_json(page: str, tag: str) -> None:
+    """The recording costs on the examples, and beside the peers, are benchmarks/workloads.json's
+    (as benchmarks/workloads.py --show writes them)."""
+    want = _workload_tables()[tag]
+    lines = (ROOT / "docs" / page).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"<!-- figures: {tag} "))
+    got = lines[start + 1:start + 1 + len(want)]
+    assert got == want and not lines[start + 1 + len(want)].startswith("|")
 
 
 def test_reference_profile_counts() -> None:

@@ -193,22 +193,34 @@ def test_a_cost_is_a_paired_median_and_noise_is_never_a_cost():
     assert Cost(1.1, 0.97, 1.2).said == "within noise (×0.97–×1.20)" and not Cost(1.1, 1.02, 1.2).noise
 
 
-def test_paired_timing_alternates_and_reads_the_median_ratio():
+def test_paired_timing_alternates_its_order_and_reads_the_median_block_ratio():
+    """ABBA: the pairs' order alternates, each two pairs of opposite order are one block
+    whose ratio (the geometric mean of the two) cancels an order's bias; the cost is the
+    blocks' median, with their quartiles; the collector is off while timing."""
+    import gc
+
     from tracer.collect import costs
 
     calls: list[str] = []
+    gc_on: list[bool] = []
 
     def side(name: str, seconds: list[float]):
         def step() -> float:
             calls.append(name)
+            gc_on.append(gc.isenabled())
             return seconds[len([c for c in calls if c == name]) - 1]
         return step
 
-    got = costs.paired(side("u", [1.0, 1.0, 2.0, 1.0, 1.0]), side("t", [1.5, 3.0, 1.5, 9.0]), lambda: None,
-                       first=1.5, least=5, most=5)
-    assert calls == ["u", "u", "t", "u", "t", "u", "t", "u", "t"]  # the kept traced step's pair, then in turn
-    assert got["pairs"] == 5 and got["overhead"] == 1.5 and got["overhead_spread"] == [1.5, 1.5]
-    assert got["untraced_s"] == 1.0 and got["traced_s"] == 1.5
+    # the second side of each pair pays 1.2: the per-pair ratios swing, the blocks' do not
+    got = costs.paired(side("u", [1.2, 1.0, 1.2, 1.0, 1.2, 1.0]), side("t", [1.8, 1.5, 1.8, 1.5, 1.8]),
+                       lambda: None, first=1.5, least=5, most=5)
+    assert calls == ["u", "u", "t", "t", "u", "u", "t", "t", "u", "u", "t"]  # T(kept) U, U T, T U, U T, ...
+    assert got["pairs"] == 6 and got["overhead"] == pytest.approx(1.5) and got["overhead_spread"] == \
+        pytest.approx([1.5, 1.5])
+    assert not any(gc_on) and gc.isenabled()
+    calls.clear()
+    costs.paired(side("u", [1.0] * 9), side("t", [2.0] * 9), lambda: None, least=2, most=2, warmup=1)
+    assert calls == ["u", "t", "u", "t", "t", "u"]  # one untimed step of each side, then U T, T U
 
 
 def test_a_fleet_worker_runs_only_workloads_under_its_folders(tmp_path, monkeypatch):
@@ -241,3 +253,27 @@ def test_a_survey_plan_runs_workloads_where_models_run(tmp_path):
     assert [c.layers for j in no_native for c in j.cases if c.user] == [("python", "op", "library")]
     # a workload runs in a probe process of its own: it cannot change a built-in case's trace
     assert all(len(j.cases) == 1 for j in jobs + no_native if any(c.user for c in j.cases))
+
+
+def test_the_probe_prints_each_cost_as_the_audit_words_it():
+    """dltrace probe's trees (tracer.render.console) word each layer's cost as Cost.said: no bare factor."""
+    import io
+
+    from rich.console import Console
+
+    from tracer.knowledge import knowledge
+    from tracer.render.console import print_trace
+
+    stats = {"untraced_s": 0.01, "traced_s": 0.0143, "overhead": 1.43, "overhead_spread": [1.3, 1.6], "pairs": 6,
+             "layers": {"op": {"seconds": 0.5, "overhead": 0.79, "overhead_spread": [0.7, 0.9]},
+                        "native": {"slowdown": 0.64, "sampled": True}}}
+    t = _trace("net", "cpu", {"forward": ["aten::relu"]}, stats=stats)
+    run = t.runs[0]
+    run.layers["python"] = run.layers["native"] = Node(Frame("root", "", "net.forward"), 1, 0)
+    out = io.StringIO()
+    print_trace(t, Console(file=out, width=300, color_system=None), layers=("python", "op", "native"), k=knowledge())
+    text = " ".join(out.getvalue().split())
+    assert "medians of 6 paired steps; recording cost (quartiles): ×1.43 (×1.30–×1.60)" in text
+    assert "(the step under the profiler, median of paired steps, quartiles): within noise (×0.70–×0.90)" in text
+    assert "recording cost within noise (the sampled loop over the unsampled)" in text
+    assert "×0.79" not in text and "×0.6" not in text  # a factor under 1 is never shown as a cost
