@@ -137,3 +137,19 @@ def test_registry_names_an_unknown_arm_primitive_or_variant(tmp_path, line, bad)
     path.write_text(text.replace(line, bad))
     with pytest.raises(RegistryError, match=r"field 'aarch64\.(primitives|variants)' names no"):
         registry.load(path)
+
+
+def test_an_emulated_trace_is_shown_without_times(tf_conv2d):
+    """QEMU's clock says nothing of the chip: an emulated run is not timed, and its tree
+    is printed without the times the libraries reported under emulation."""
+    from rich.console import Console
+
+    from tracer.render.console import print_trace
+
+    _, a64fx = tf_conv2d
+    assert all(r.info.untraced_s is None for r in a64fx.runs if r.phase == "warm")
+    console = Console(record=True, width=200)
+    print_trace(a64fx, console, layers=("op", "library"), k=K)
+    text = console.export_text()
+    assert "its times are not shown" in text and "convolution" in text
+    assert " ms" not in text and " µs" not in text, text

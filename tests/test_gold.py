@@ -87,28 +87,54 @@ STEP = {"forward": [("conv2d", "conv2d"), ("relu", "relu"), ("max_pool2d", "max_
                      ("backward", "convolution_backward"), ("sgd_step", "add_")]}
 
 
-def _step(model: str, api: str, shape: list[int], about: Mapping[str, object]) -> Trace:
+#: What the libraries reported per op of the workload's step, on this machine and on an
+#: emulated ARM CPU (stats.layers.library.per_op): the ARM columns of its coverage table
+PER_OP = {
+    "x86": ("AVX512", {"conv2d": ["oneDNN: convolution jit:avx512_core (forward_training)"], "addmm": ["MKL: SGEMM"],
+                       "convolution_backward": ["oneDNN: convolution jit:avx512_core (backward_data)"]}),
+    "neoverse-n1": ("DEFAULT", {"conv2d": ["oneDNN: convolution indirect_gemm:acl (forward_training)"],
+                                "addmm": ["NVPL: SGEMM"],
+                                "convolution_backward": ["oneDNN: convolution gemm:ref (backward_data)"]}),
+}
+
+
+def _step(model: str, api: str, shape: list[int], about: Mapping[str, object], on: str = "") -> Trace:
     """A whole training step of ``model`` (tracer.contract.MODELS' name, or a workload's)
-    at level ``api``: both passes, a Python layer and an op layer, timed."""
+    at level ``api``: both passes, a Python layer and an op layer, timed; with ``on`` (a
+    PER_OP key) its library layer told apart per op too, on that machine."""
     runs = []
+    isa, calls_of = PER_OP.get(on, ("", {}))
     for pass_, calls in STEP.items():
         root = Frame("root", "", f"{model}.{pass_}")
         python = Node(root, 1, 10000, children=[
             Node(Frame("python", "samplefw.nn", fn, "samplefw/nn.py", 30 + 10 * i), 1, 1500,
                  children=[Node(Frame("c", "samplefw._C", op), 1, 1200)]) for i, (fn, op) in enumerate(calls)])
         ops = Node(root, 1, 10000, children=[_op(op, ns=1200) for _, op in calls])
-        runs.append(Run(pass_, "warm", {"python": python, "op": ops}, {"untraced_s": 2e-3, "traced_s": 5e-3}))
-    meta = {**META, "primitive": model, "api": api, "shape": shape, "passes": list(STEP),
+        stats: dict = {"untraced_s": 2e-3, "traced_s": 5e-3}
+        layers = {"python": python, "op": ops}
+        if on:
+            per_op = {op: {"count": 1, "calls": {c: 1 for c in calls_of.get(op, [])}} for _, op in calls}
+            layers["library"] = Node(root, 1, 0, children=[
+                Node(Frame("library", c.split(": ")[0], c.split(": ")[1], "", 0, c.split(": ")[0]), 1, 0)
+                for _, op in calls for c in calls_of.get(op, [])])
+            stats = {"layers": {"library": {"source": "vendor verbose logs", "per_op": per_op}}} if on != "x86" \
+                else {**stats, "layers": {"library": {"source": "vendor verbose logs", "per_op": per_op}}}
+        runs.append(Run(pass_, "warm", layers, stats))
+    meta = {**META, "primitive": model, "api": api, "shape": shape, "passes": list(STEP), "cpu_capability": isa,
             "model": {"name": model, "api": api, "defaults": {}, "built_from_primitives": {}, **about}}
+    if on and on != "x86":
+        meta["machine"] = {"arch": "aarch64", "cpu": "Arm Neoverse-N1 (emulated)", "cores": 2,
+                           "emulated": {"cpu": on, "model": "Arm Neoverse-N1"}}
+        meta["emulated"] = {"cpu": on, "model": "Arm Neoverse-N1"}
     return Trace(meta, runs)
 
 
 A, B = _trace("default", True), _trace("onednn-off", False)
 LENET = {"title": "LeNet-5", "layers": [], "loss": "softmax cross-entropy", "optimizer": "SGD"}
 NETS = [_step("lenet", "functional", [8, 1, 28, 28], LENET), _step("lenet", "layer", [8, 1, 28, 28], LENET),
-        _step("mynet", "user", [4, 8], {"title": "mynet", "layers": [], "loss": "x", "optimizer": "y",
-                                        "workload": {"file": "mynet.py", "function": "workload",
-                                                     "single_step": False}})]
+        *(_step("mynet", "user", [4, 8], {"title": "mynet", "layers": [], "loss": "x", "optimizer": "y",
+                                          "workload": {"file": "mynet.py", "function": "workload",
+                                                       "single_step": False}}, on) for on in ("x86", "neoverse-n1"))]
 
 
 def _console() -> Console:
@@ -182,6 +208,11 @@ def test_gold_files_show_what_they_are_for(tmp_path: Path, fixed_time: None) -> 
     models = (folder / "models.html").read_text()
     assert 'data-model="lenet" data-framework="samplefw"' in models and "mynet.py" in models
     assert (folder / "survey.json").exists() and list((folder / "workloads").glob("*.coverage.csv"))
+    # the workload on an emulated ARM CPU: a column per machine, its reference code counted by the verdict
+    (table,) = (folder / "workloads").glob("*.coverage.csv")
+    assert '"on neoverse-n1 (emulated)"' in table.read_text() and "reference code (oneDNN: convolution gemm:ref" \
+        in table.read_text()
+    assert "mynet on neoverse-n1 (emulated): 1 op(s) on reference code" in index.read_text()
     page = (folder / "samplefw.html").read_text()
     assert "graph not drawn" not in page or shutil.which("dot") is None, "a drawing failed: see samplefw.html"
 

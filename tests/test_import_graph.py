@@ -29,7 +29,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracer.analysis",),
     ("tracer.render",),
     ("tracer.envs", "tracer.fleet_credentials"),
-    ("tracer.emulation",),
+    ("tracer.emulation", "tracer.env_add"),
     ("tracer.runner",),
     ("tracer.importers", "tracer.elf_code"),
     ("tracer.survey",),
@@ -156,6 +156,8 @@ LOCAL_ALLOWED = {
     ("tracer.importers.op_timeline", "tracer.registry"): "importers' owner",
     ("tracer.importers.source", "tracer.importers"): "importers' owner",
     ("tracer.probes.torch", "tracer.probes.torch_standin"): "probes' owner",
+    ("tracer.probes.torch", "tracer.probes.torch_compiled"): "probes' owner",
+    ("tracer.probes.torch", "tracer.probes.torch_op_hooks"): "probes' owner",
     ("tracer.probes.torch_standin", "tracer.probes.base"): "probes' owner",
     ("tracer.analysis.backend_needs", "tracer.processing.pairs"): "process' owner",
 }

@@ -17,13 +17,15 @@ import enum
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
 
 #: Trace layers: Python frames, the framework's own op records, what the vendor
 #: libraries report they ran (oneDNN, MKL), sampled native stacks.
 LAYERS = ("python", "op", "library", "native")
 #: Layers recorded on every call: the diff compares them exactly. The rest are sampled.
 EXACT_LAYERS = ("python", "op", "library")
+#: What an emulated CPU records: the exact layers (py-spy cannot attach under QEMU).
+EMULATED_LAYERS = EXACT_LAYERS
 PASSES = ("forward", "backward")
 PHASES = ("cold", "warm")
 APIS = ("functional", "layer")
@@ -379,6 +381,9 @@ class ProbeRequest:
     native: NativeRequest | None = None  # None: no case asks for native stacks
     native_env: dict[str, str] = field(default_factory=dict)
     kind: str = "trace"  # one of REQUEST_KINDS
+    #: how the step reaches the backend: "eager" (as written), "compiled" (under torch.compile:
+    #: CompiledDoor) or "both" (eager, with a model's or workload's compiled record beside it)
+    door: str = "eager"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -507,6 +512,21 @@ class DeviceInfo(Protocol):
     def device_info(self, device: str) -> dict[str, str]: ...
 
 
+#: The doors a backend reaches a framework by: eager (each op dispatched to it) and
+#: compiled (torch.compile hands its backend graphs; docs/standin.md).
+DOORS = ("eager", "compiled")
+
+
+@runtime_checkable
+class CompiledDoor(Protocol):
+    """A probe module whose framework has a compiled door beside its eager one (torch:
+    ``torch.compile``): ``compile_case(case, passes)`` makes the case's passes run
+    compiled from then on, with a backend that records the graphs it is handed into
+    ``case.info["compiled"]`` (the trace's meta)."""
+
+    def compile_case(self, case: Any, passes: tuple[str, ...]) -> None: ...
+
+
 @runtime_checkable
 class DispatchTable(Protocol):
     """A probe module that can say, from its framework's own tables, what each op a
@@ -523,6 +543,16 @@ class OpRecorder(Protocol):
     traces; it returns a tracer.probes.base.OpRecord."""
 
     def record_ops(self, case: Any, pass_: str, run: Callable[[], Any]) -> Any: ...
+
+
+@runtime_checkable
+class OpHooks(Protocol):
+    """A probe module that can call back as each op its framework runs returns (torch: a
+    dispatch mode, below autograd), so that the library layer's calls can be told apart
+    per op: ``op_hooks(after)`` is a context manager under which ``after(op name)`` is
+    called once each op has run. What a port must replace is said per op of a model."""
+
+    def op_hooks(self, after: Callable[[str], None]) -> ContextManager[None]: ...
 
 
 @runtime_checkable

@@ -361,6 +361,22 @@ def error_lines(output: str, most: int = 3) -> list[str]:
     return [line if len(line) <= 300 else line[:299] + "…" for line in keep]
 
 
+def refusal(log_path: Path) -> str:
+    """Why pip would not add a package, in words a user acts on: the dependency that
+    would replace something installed (pip's "conflict is caused by" lines: ``The user
+    requested (constraint) torch==2.13.0; torchvision 0.27.0 depends on torch==2.12.0``),
+    or pip's error lines, and where the full log is."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    _, found, rest = text.partition("The conflict is caused by:")
+    conflicts = [line.strip() for line in rest.strip().split("\n\n")[0].splitlines() if found and line.strip()]
+    why = (f"it needs another release of what is installed ({'; '.join(conflicts[:4])})" if conflicts else
+           " | ".join(error_lines(text)) or "pip failed")
+    return f"{why} (full log: {log_path})"
+
+
 def use(fw: Framework, python: str | None) -> EnvStatus:
     """Run fw from an existing interpreter (None: go back to dltrace's own env)."""
     ext = _externals()

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
 from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_regular
-from tracer.contract import CNN_PRIMITIVES, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES, USER_API, UserWorkload
+from tracer.contract import (CNN_PRIMITIVES, EMULATED_LAYERS, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES, USER_API,
+                             UserWorkload)
 from tracer.errors import DltraceError, ProbeFailed
 from tracer.files import REPORT_KEY, SURVEY_JSON, read_json_object, write_bytes, write_text
 from tracer.gap import GAP_SUFFIX, Gap, load_gap, write_gap
@@ -55,6 +56,9 @@ class Job:
     cases: tuple[CaseSpec, ...]
     cpu: str = ""  # an emulated CPU model (tracer.emulation), "" for this machine
     arch: str = ""  # run natively on this architecture (a fleet worker's), "" for this machine's
+    #: "both": each model's and workload's compiled door recorded beside its eager run (a
+    #: stand-in job of a framework with a compiled door: tracer.contract.CompiledDoor)
+    door: str = "eager"
 
     @property
     def folder(self) -> str:
@@ -74,7 +78,8 @@ class SurveyEvent:
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
          arm: bool = False, arm_all: bool = False, models: Iterable[str] = (),
-         all_variants: bool = False, workloads: dict[str, list[UserWorkload]] | None = None) -> list[Job]:
+         all_variants: bool = False, workloads: dict[str, list[UserWorkload]] | None = None,
+         doors: bool = False) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -108,7 +113,10 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     that switch was asked of (which library a switch moves); a reduced-precision one
     every primitive at the first API level and the default shapes (which kernels the
     type reaches: the library layer names them; the layer API adds Python, not kernels).
-    Every variant of everything would double a survey past its 15 minutes."""
+    Every variant of everything would double a survey past its 15 minutes.
+
+    ``doors``: each stand-in job also records its models' and workloads' compiled door
+    (torch.compile's graphs, beside the eager list; a framework without one ignores it)."""
     prims = list(primitives or PRIMITIVES)
     jobs = []
     for fw in frameworks:
@@ -124,15 +132,18 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
                 if device == "standin" else cases
             nets = tuple(CaseSpec(m, api, layers=("python", "op") if device == "standin" else EXACT_LAYERS)
                          for m in models if m in fw.models for api in MODELS[m].apis)
+            door = "both" if doors and device == "standin" else "eager"
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + nets if variant == "default"
-                                else mine if all_variants else _variant_cases(fw, variant, mine)))
+                                else mine if all_variants else _variant_cases(fw, variant, mine),
+                                door=door if variant == "default" else "eager"))
             # each workload in a probe process of its own: the user's code may set the
             # framework's global state (torch.backends.mkldnn.enabled = False), exit, or
             # take the process down, and no built-in case may pay for it
             on_cpu = LAYERS if native else EXACT_LAYERS
             jobs += [Job(fw, device, "default", (CaseSpec(w.name, USER_API, user=w,
-                                                          layers=("python", "op") if device == "standin" else on_cpu),))
+                                                          layers=("python", "op") if device == "standin" else on_cpu),),
+                         door=door)
                      for w in (workloads or {}).get(fw.name, [])]
         if arm and fw.aarch64 is not None:
             some = fw.aarch64.primitives or CNN_PRIMITIVES
@@ -140,6 +151,13 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             listed = fw.variants if arm_all else fw.aarch64.variants
             on_arm = ["default", *(listed if variants else ())]
             jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
+            # the workloads (the examples among them) on each CPU, each in a process of its
+            # own: which library call computed each of their ops there (tracer.analysis.arm_ops)
+            examples = {str(ex.path.resolve()) for ex in fw.examples.values()}
+            arm_workloads = [w for w in (workloads or {}).get(fw.name, []) if arm_all or fw.aarch64.examples
+                             or str(Path(w.file).resolve()) not in examples]
+            jobs += [Job(fw, "cpu", "default", (CaseSpec(w.name, USER_API, user=w, layers=EMULATED_LAYERS),), cpu)
+                     for cpu in fw.aarch64.cpus for w in arm_workloads]
     return jobs
 
 
@@ -206,7 +224,7 @@ def _run_job(job: Job, root: Path, fresh: bool, timeout: float, threads: int | N
         try:
             results = run_probe(fw, todo, out_dir, job.device, job.variant, timeout=timeout, command="dltrace survey",
                                 threads=threads,
-                                cpu=job.cpu)
+                                cpu=job.cpu, door=job.door)
         except ProbeFailed as exc:
             if exc.kind == "interrupted":
                 break

@@ -345,6 +345,8 @@ class LayerStats:
     errors: int = 0
     slowdown: float | None = None
     jit_code: tuple[tuple[str, int, int], ...] = ()  # (kernel, bytes, start) of generated code reached
+    #: the library layer told apart per op (``per_op``): op -> (times it ran, {call: times reported})
+    per_op: Mapping[str, tuple[int, Mapping[str, int]]] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True)
@@ -371,7 +373,21 @@ def _layer_stats(value: Mapping[str, Any]) -> LayerStats:
     slowdown = value.get("slowdown")
     return LayerStats(bool(value.get("sampled")), value.get("source") if isinstance(value.get("source"), str) else None,
                       value.get("rate"), errors if type(errors) is int else 0,
-                      slowdown if type(slowdown) in (int, float) else None, jit)
+                      slowdown if type(slowdown) in (int, float) else None, jit, _per_op(value.get("per_op")))
+
+
+def _per_op(value: Any) -> Mapping[str, tuple[int, Mapping[str, int]]]:
+    """``per_op`` as written by the harness; what is not of its shape is left out (a
+    trace from elsewhere is read, never trusted)."""
+    if not isinstance(value, dict):
+        return MappingProxyType({})
+    out = {}
+    for op, rec in list(value.items())[:100_000]:
+        if not isinstance(rec, dict) or type(rec.get("count")) is not int or not isinstance(rec.get("calls"), dict):
+            continue
+        calls = {str(c): n for c, n in rec["calls"].items() if type(n) is int}
+        out[str(op)] = (rec["count"], MappingProxyType(calls))
+    return MappingProxyType(out)
 
 
 def parse_stats(stats: Any) -> RunStats:

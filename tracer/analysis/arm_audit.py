@@ -22,7 +22,7 @@ from tracer.trace import Trace
 
 #: oneDNN's implementations that are its reference code: no ISA-specific kernel exists
 #: for this CPU (what a port must write, or accept as slow).
-_REFERENCE = re.compile(r"(?:^|[\s:])(?:ref|simple)(?:[\s:_)]|$)")
+REFERENCE = re.compile(r"(?:^|[\s:])(?:ref|simple)(?:[\s:_)]|$)")
 
 
 @dataclass
@@ -64,7 +64,7 @@ def on_arm(trace: Trace) -> str:
     return "native" if _arch(trace) in ARM_ARCHES else ""
 
 
-def _label(trace: Trace) -> str:
+def machine_label(trace: Trace) -> str:
     """The column: the machine, and the variant where it is not the default (TensorFlow
     runs onednn-on there too: oneDNN is off by default on ARM)."""
     emulated = trace.info.emulated
@@ -89,7 +89,7 @@ def _gap_label(gap: Gap) -> str:
 
 def _by_variant(traces: list[Trace]) -> list[Trace]:
     """Each machine's columns together, its default path before its variants."""
-    return sorted(traces, key=lambda t: (_label(t).split(",")[0], t.info.variant != "default"))
+    return sorted(traces, key=lambda t: (machine_label(t).split(",")[0], t.info.variant != "default"))
 
 
 def _compiled(trace: Trace, pass_: str) -> list[str]:
@@ -122,15 +122,15 @@ def _cell(trace: Trace, k: Knowledge) -> ArmCell:
         layer = trace.layer(pass_, "library")
         if layer is None:
             continue
-        names = list(dict.fromkeys(_call_name(n.frame.name, n.frame.module, trace) for n in layer.children))
+        names = list(dict.fromkeys(call_name(n.frame.name, n.frame.module, trace) for n in layer.children))
         cell.calls[pass_] = names
         if _compiled(trace, pass_):
             cell.compiled[pass_] = _compiled(trace, pass_)
-        cell.reference += [n for n in names if _REFERENCE.search(n) and n not in cell.reference]
+        cell.reference += [n for n in names if REFERENCE.search(n) and n not in cell.reference]
     return cell
 
 
-def _call_name(name: str, library: str, trace: Trace) -> str:
+def call_name(name: str, library: str, trace: Trace) -> str:
     """A library call as the audit names it: NVPL's BLAS calls carry the platform it chose
     its kernels for (its verbose log says it once: "Generic ASIMD", "Neoverse V2")."""
     facts = trace.info.library.get(library) if library == "NVPL" else None
@@ -158,14 +158,14 @@ def arm_audit(traces: list[Trace], gaps: list[Gap], k: Knowledge) -> ArmAudit | 
     host = [t for t in chosen if not on_arm(t) and t.info.shape == shapes.get(t.info.primitive)]
     arm = [t for t in arm if t.info.shape == shapes.get(t.info.primitive)]
     gap_label = {id(g): _gap_label(g) for g in arm_gaps}
-    machines = list(dict.fromkeys([*map(_label, _by_variant(host)), *map(_label, _by_variant(arm)),
+    machines = list(dict.fromkeys([*map(machine_label, _by_variant(host)), *map(machine_label, _by_variant(arm)),
                                    *gap_label.values()]))
     rows: dict[str, dict[str, ArmCell]] = {}
     linked: dict[str, str] = {}
     for t in host + arm:
-        rows.setdefault(t.info.primitive, {})[_label(t)] = _cell(t, k)
+        rows.setdefault(t.info.primitive, {})[machine_label(t)] = _cell(t, k)
         if t.info.blas:
-            linked.setdefault(_label(t), _BLAS_NAMES.get(t.info.blas, t.info.blas))
+            linked.setdefault(machine_label(t), _BLAS_NAMES.get(t.info.blas, t.info.blas))
     for g in arm_gaps:
         rows.setdefault(g.primitive or "(all)", {}).setdefault(gap_label[id(g)], ArmCell()).failed = g.error
     return ArmAudit(machines, rows, linked)

@@ -20,6 +20,9 @@ from tracer.contract import MODELS, PASSES, USER_API
 from tracer.evidence_classes import EVIDENCE
 from tracer.gap import Gap
 from tracer.knowledge import Knowledge
+from tracer.analysis.arm_ops import ArmOpTable, arm_op_table
+from tracer.analysis.compiled_needs import CompiledNeeds, beside, compiled_needs
+from tracer.analysis.standin_needs import standin_needs
 from tracer.processing.evidence_class import evidence_class
 from tracer.processing.pairs import reference_cpus
 from tracer.analysis.decisions import decisions
@@ -79,6 +82,10 @@ class ModelRow:
     gpu: list[GpuStep] = field(default_factory=list)
     #: a user's workload: its list op by op against the built-in cases, and each layer's cost
     coverage: WorkloadCoverage | None = None
+    #: the compiled door (torch.compile's graphs), set beside the stand-in's list, where recorded
+    compiled: CompiledNeeds | None = None
+    #: what computed each op on this machine and on each ARM CPU the step ran on
+    arm_ops: ArmOpTable | None = None
 
     @property
     def ran(self) -> bool:
@@ -159,7 +166,19 @@ def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Gap],
     libraries = list(dict.fromkeys(lib for side, found in rep.libraries.items() if side == "cpu" for lib in found))
     versions = sorted({t.info.framework_version or "" for t in cpu} - {""})
     return ModelRow(model, framework, ", ".join(versions), implement, beyond, sites, libraries, levels,
-                    [f"{g.api} on {g.device}: {g.error}" for g in gaps], gpu_steps(traces, k))
+                    [f"{g.api} on {g.device}: {g.error}" for g in gaps], gpu_steps(traces, k),
+                    compiled=compiled_door(traces), arm_ops=arm_op_table(traces))
+
+
+def compiled_door(traces: list[Trace]) -> CompiledNeeds | None:
+    """The compiled door's list of a model's traces (a survey records it beside the
+    stand-in run), set beside the stand-in's eager list where there is one."""
+    got = compiled_needs(traces)
+    if got is not None:
+        eager = standin_needs([t for t in traces if t.info.standin is not None], [], None)
+        if eager is not None:
+            beside(got, eager)
+    return got
 
 
 def gpu_steps(traces: list[Trace], k: Knowledge) -> list[GpuStep]:

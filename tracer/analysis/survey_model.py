@@ -18,7 +18,8 @@ from tracer.analysis.models import Level, ModelReport, is_model_trace, model_rep
 from tracer.analysis.portability import FrameworkReport, survey_reports
 from tracer.analysis.code_bytes import Measure
 from tracer.analysis.scorecard import ScoreRow, scorecard
-from tracer.analysis.verdict import ArmVerdict, FrameworkVerdict, GridCell, arm_verdicts, grid, verdicts
+from tracer.analysis.verdict import (ArmVerdict, FrameworkVerdict, GridCell, arm_model_lines, arm_verdicts, grid,
+                                     verdicts)
 from tracer.contract import MODELS, USER_API
 from tracer.gap import Gap
 from tracer.knowledge import Knowledge
@@ -89,7 +90,11 @@ def assemble(reports: list[FrameworkReport], cards: list[ScoreRow], models: list
     ``decided``: each framework's decisions where the caller has them."""
     arm = _arm_cross(reports)
     decided = decided if decided is not None else {r.name: decisions(r, k) for r in reports}
-    return SurveyModel(reports, models, cards, decided, verdicts(reports, cards, decided),
+    said = verdicts(reports, cards, decided)
+    for v in said:  # the ARM verdict counts the models' and examples' steps beside the primitives
+        v.arm_models = [line for m in models for r in m.rows if r.framework == v.framework and r.arm_ops is not None
+                        for line in arm_model_lines(r.arm_ops)]
+    return SurveyModel(reports, models, cards, decided, said,
                        grid(reports, k), _cross(reports, k), arm,
                        sorted({(e["framework"], *e["builds"]) for entries in arm.values() for e in entries
                                if e["builds"]}),

@@ -22,6 +22,7 @@ from typing import Final
 from tracer.contract import PASSES, PRIMITIVES
 from tracer.knowledge import Knowledge
 from tracer.analysis.arm_audit import ArmCell
+from tracer.analysis.arm_ops import ArmOpTable
 from tracer.analysis.decisions import (DECISIONS, Decisions, device_branches, is_compilation_pair,
                                       is_device_branch)
 from tracer.evidence_classes import CHECKED_EVIDENCE
@@ -80,6 +81,9 @@ class FrameworkVerdict:
     by_kind: str = ""  # "3 op code; 1 registry (23 ops); 5 library"
     rank: int = 0
     thin: list[str] = field(default_factory=list)
+    #: the models' and examples' steps on each ARM CPU, per op (tracer.analysis.arm_ops):
+    #: "resnet18 on neoverse-n1 (emulated): 1 op on reference code, ..."
+    arm_models: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -139,7 +143,7 @@ def _arm_summary(arm: list[ArmVerdict]) -> str:
     """Counts per verdict over primitive x pass x CPU cells, the reference fallbacks named
     (the finding a porter needs first), two at most."""
     if not arm:
-        return "no ARM trace"
+        return "no primitive traced on ARM"
     counts = Counter(a.verdict for a in arm)
     refs = list(dict.fromkeys(f"{a.primitive} {a.pass_} on {a.cpu.split(' (')[0]}: {a.name}" for a in arm
                               if a.verdict == "reference fallback"))
@@ -182,6 +186,13 @@ def framework_verdict(rep: FrameworkReport, card: ScoreRow, found: Decisions) ->
         len([s for s in sites if not s.startswith(("kernel registry", "library"))]),
         by_kind=figs["decisions"].explain, thin=[f"{k}: {f.thin}" for k, f in figs.items() if f.thin]
         + [f"{k}: incomplete, {f.incomplete}" for k, f in figs.items() if f.incomplete])
+
+
+def arm_model_lines(table: ArmOpTable) -> list[str]:
+    """One line per ARM machine of a model's per-op table, the counts a port reads first."""
+    return [f"{table.workload} on {m}: {table.count(m, 'reference code')} op(s) on reference code, "
+            f"{table.count(m, 'no library')} calling no library where x86 called one, of {len(table.rows)} ops"
+            for m in table.machines[1:]]
 
 
 def _order_key(v: FrameworkVerdict) -> tuple[int, int, int, str]:

@@ -12,11 +12,13 @@ run, a CPU path against a CPU path) names it in its op layer. Pure: reads traces
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracer.analysis.arm_ops import arm_op_table
 from tracer.contract import PASSES, STANDIN
-from tracer.trace import Node, Trace
+from tracer.trace import Node, Run, Trace
 
 #: The passes of a stand-in run's list: putting the inputs and parameters on the device first.
 _PASSES = ("setup", *PASSES)
@@ -32,6 +34,9 @@ class CoverageRow:
     also_in: list[str]  # built-in cases (primitives, models) whose traces name it too
     #: on no built-in case's list (in the framework's unit): what the workload adds
     beyond: bool = False
+    #: machine (this one, each ARM CPU) -> what computed the op there and what a port must
+    #: care about (tracer.analysis.arm_ops), where the workload ran on an ARM CPU
+    arm: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,6 +75,20 @@ class LayerCost:
     op: Cost  # the framework's profiler's step (its start, stop and events' processing left out) / the untraced step
     native: Cost  # py-spy's sampled loop / the unsampled loop
 
+    @classmethod
+    def of(cls, r: Run) -> "LayerCost":
+        """What recording each layer cost on one run (its stats), as every output words it
+        (a method, so that a renderer reads it without computing an analysis of its own)."""
+        untraced = _number(r.stats, "untraced_s")
+        layers = _mapping(r.stats, "layers")
+        op = _mapping(layers, "op")
+        op_s = _number(op, "seconds")
+        if "pairs" in r.stats or "overhead" in op:  # paired (collect.costs): a record that timed no step has none
+            op_cost = _cost(op)
+        else:  # a trace of before the pairs: the record's seconds over the untraced step
+            op_cost = Cost(op_s / untraced if op_s is not None and untraced else None)
+        return cls(r.pass_, untraced, _cost(r.stats), op_cost, Cost(_number(_mapping(layers, "native"), "slowdown")))
+
 
 @dataclass
 class WorkloadCoverage:
@@ -78,6 +97,8 @@ class WorkloadCoverage:
     device: str  # where the list's trace ran (the stand-in device, or the CPU)
     rows: list[CoverageRow] = field(default_factory=list)
     costs: list[LayerCost] = field(default_factory=list)
+    #: the machines of the rows' ``arm`` cells, in order (none where it ran on no ARM CPU)
+    machines: list[str] = field(default_factory=list)
     #: why the list the rows are is not whole (figure.Figure.incomplete); "" when it is
     incomplete: str = ""
 
@@ -157,21 +178,7 @@ def _cost(stats: Any, key: str = "overhead") -> Cost:
 def layer_costs(trace: Trace) -> list[LayerCost]:
     """Each pass's cost of each layer on the workload's CPU trace. A trace recorded before
     costs were paired has one timing of each side: its factor is read, without a spread."""
-    out = []
-    for r in trace.runs:
-        if r.phase != "warm":
-            continue
-        untraced = _number(r.stats, "untraced_s")
-        layers = _mapping(r.stats, "layers")
-        op = _mapping(layers, "op")
-        op_s = _number(op, "seconds")
-        if "pairs" in r.stats or "overhead" in op:  # paired (collect.costs): a record that timed no step has none
-            op_cost = _cost(op)
-        else:  # a trace of before the pairs: the record's seconds over the untraced step
-            op_cost = Cost(op_s / untraced if op_s is not None and untraced else None)
-        out.append(LayerCost(r.pass_, untraced, _cost(r.stats), op_cost,
-                             Cost(_number(_mapping(layers, "native"), "slowdown"))))
-    return out
+    return [LayerCost.of(r) for r in trace.runs if r.phase == "warm"]
 
 
 def coverage(framework: str, workload: str, items: list[str], traces: list[Trace], builtin: list[Trace],
@@ -210,4 +217,22 @@ def coverage(framework: str, workload: str, items: list[str], traces: list[Trace
         also = [case for case, names in others.get(device, {}).items() if bare in names]
         cov.rows.append(CoverageRow(op, name, overload, passes, calls, also,
                                     op in outside if outside is not None else not also))
+    table = arm_op_table(traces)
+    if table is not None:
+        cov.machines = table.machines
+        by_op = {r.op: r for r in table.rows}
+        for row in cov.rows:
+            found = next((by_op[n] for n in cpu_op_names(row.name) if n in by_op), None)
+            if found is not None:
+                row.arm = {m: "; ".join([c.said, *found.flags.get(m, [])]) for m, c in found.cells.items()}
     return cov
+
+
+def cpu_op_names(entry: str) -> list[str]:
+    """The names the CPU path may run a list entry under, likeliest first. The stand-in's
+    list names an op as a new backend gets it: ``aten::convolution_overrideable`` (torch's
+    hook for a device without a convolution of its own) where the CPU runs
+    ``aten::convolution``, and an out= form (``aten::add.out``) where the CPU ran the
+    in-place op (``aten::add_``) the out= kernel serves."""
+    base = re.sub(r"_overrideable$", "", entry.split(".")[0].split(" (")[0])
+    return list(dict.fromkeys([base, base + "_", base.rstrip("_")]))

@@ -7,10 +7,10 @@ from typing import Callable
 import click
 from rich.markup import escape
 
-from tracer import emulation, envs
+from tracer import emulation, env_add, envs
 from tracer.registry_entries import Framework, gpu_build_env
 from tracer.cli.common import err, frameworks, main, out
-from tracer.contract import MODELS, PASSES, PRIMITIVES
+from tracer.contract import GPU_BUILD, MODELS, PASSES, PRIMITIVES
 from tracer.errors import DltraceError
 from tracer.render.terminal import message, table_or_records
 from tracer.runner import check
@@ -80,6 +80,7 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
             try:
                 with err.status(f"setting up {name}…"):
                     st = envs.setup(fw, force=force, log=log)
+                    env_add.reapply(fw, name.removesuffix(GPU_BUILD), log)
                 out.print(message("✓", "green", f"{name} {st.version} ready"), highlight=False)
             except DltraceError as exc:
                 failed.append(name)
@@ -108,6 +109,7 @@ def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Cal
         with err.status(f"setting up {name} (aarch64, emulated)…"):
             emulation.setup(name, list(spec.requirements), log=log, force=force, sdists=list(spec.sdists),
                             build=list(spec.build))
+            env_add.equip_emulated(fw, tuple(fw.extras), log)  # the examples run there as on x86
         versions = (emulation.status(name) or {}).get("versions", {})
         out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
                                          f"{', '.join(spec.cpus)})"), highlight=False)
@@ -115,6 +117,21 @@ def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Cal
     except DltraceError as exc:
         err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
         return False
+
+
+@env.command("add")
+@click.argument("name")
+@click.argument("requirements", nargs=-1, required=True)
+def env_add_cmd(name: str, requirements: tuple[str, ...]) -> None:
+    """Add REQUIREMENTS (pip's form, pinned: transformers==5.23.0) to every environment of
+    framework NAME (x86_64, its GPU build, its emulated aarch64 one), with what each has
+    pinned so that nothing the framework brought is replaced; kept for rebuilt ones."""
+    fw = check(frameworks(), name)
+    reqs = env_add.parse(fw, requirements)
+    log = lambda s: err.print(f"  {s}", style="dim", highlight=False, markup=False)  # noqa: E731
+    with err.status(f"adding {' '.join(reqs)} to {name}'s environments…"):
+        done = env_add.add(fw, reqs, log)
+    out.print(message("✓", "green", f"{' '.join(reqs)} in {', '.join(done)}"), highlight=False, soft_wrap=True)
 
 
 @env.command("list")

@@ -12,17 +12,18 @@ import click
 
 from tracer import fleet, pipeline
 from tracer import survey as sv
-from tracer.cli.common import (DEVICE_LIST, FRAMEWORK, FRAMEWORKS, MODEL_LIST, PRIMITIVE_LIST, OutPath, Seconds,
-                               command_line, err, flat, frameworks, main, out)
+from tracer.cli.common import (CPU_MODEL, DEVICE_LIST, FRAMEWORK, FRAMEWORKS, MODEL_LIST, PRIMITIVE_LIST, WORKLOAD,
+                               OutPath, Seconds, command_line, err, flat, frameworks, main, out)
 from tracer import tempdirs
+from tracer.cli.doors import audit_compiled, check_door, door_option
 from tracer.cli.workloads import distinct, equip, parse, verbose_failure, workload_options
-from tracer.contract import MODELS, UserWorkload
+from tracer.contract import MODELS, PASSES, USER_API, UserWorkload, workload_passes
 from tracer.errors import UsageError
 from tracer.files import ensure_file_parent
 from tracer.render import coverage_export
 from tracer.render.audit_console import print_workload_audit
 from tracer.registry_entries import Framework
-from tracer.runner import check, check_workload
+from tracer.runner import CaseSpec, check, check_workload
 from tracer.workload_record import record as record_workload
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir, write_text
@@ -103,6 +104,9 @@ SURVEY_TIMEOUT = 2 * DEFAULT_TIMEOUT
 @click.option("--timeout", type=Seconds(), default=SURVEY_TIMEOUT, show_default=True,
               help="Seconds per probe subprocess (one runs every case of a framework, device and variant: on a "
                    "busy 2-core machine JAX's CPU job with its examples and native stacks took 10 minutes).")
+@click.option("--door", "door", type=click.Choice(["both", "eager"]), default="both", show_default=True,
+              help="both: each torch model's and example's compiled door (torch.compile's graphs) is recorded beside "
+                   "its stand-in run, and the models page shows the two lists; eager: the stand-in only.")
 @click.option("--scheduler", default=None, metavar="tls://HOST:PORT",
               help="Run the jobs on the workers of this Dask scheduler (dltrace worker) instead of here: "
                    "tls:// with certificates, or tcp:// on this machine only (docs/fleet.md).")
@@ -111,7 +115,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
            no_models: bool, workloads: tuple[str, ...], examples: bool, devices: tuple[tuple[str, ...], ...],
            output: Path, jobs: int, with_traces: tuple[Path, ...], fresh: bool, no_variants: bool, native: bool,
            arm: bool, arm_all: bool, all_variants: bool, imports: bool, derived: bool, timeout: float,
-           scheduler: str | None,
+           door: str, scheduler: str | None,
            tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, trust_local_users: bool) -> None:
     """Probe every primitive of NAMES (default: all frameworks) on every device and
     variant, diff the pairs, and write the HTML report to OUTPUT; OUTPUT/survey.json
@@ -137,11 +141,12 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
     for fw in chosen:
         if fw in ready and users.get(fw.name):
             try:
-                equip(fw, users[fw.name])
+                equip(fw, users[fw.name], emulated=arm and fw.aarch64 is not None)
             except DltraceError as exc:  # its workloads' cases then say what is missing: a gap each
                 err.print(message("!", "yellow", f"{fw.name}: {exc}"), highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
-                        arm_all=arm_all, models=nets, all_variants=all_variants, workloads=users)
+                        arm_all=arm_all, models=nets, all_variants=all_variants, workloads=users,
+                        doors=door == "both")
     plan = pipeline.SurveyPlan(chosen, jobs_list, output, command_line(), ready, prims, nets, users,
                                list(with_traces), jobs, fresh, timeout, imports, derived, fleet_at)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -225,35 +230,74 @@ def _survey_workloads(chosen: list[Framework], given: tuple[str, ...], examples:
               help="With --workload: write its per-op table here too (.csv or .json).")
 @click.option("--timeout", type=Seconds(), default=DEFAULT_TIMEOUT, show_default=True,
               help="With --workload: seconds per probe subprocess.")
+@door_option
+@click.option("--case", "case", type=WORKLOAD, default=None,
+              help="With --door compiled: a built-in case (a model or primitive) run through both doors.")
+@click.option("--cpu", "cpus", type=CPU_MODEL, multiple=True,
+              help="With --workload: run it on this emulated ARM CPU too (repeat for more: --cpu a64fx --cpu "
+                   "neoverse-n1), and say per op what computed it there and what a port must replace.")
 def audit(framework: str, folders: tuple[Path, ...], workload: str | None, name: str | None, verbose: bool,
-          output: Path | None, timeout: float) -> None:
+          output: Path | None, timeout: float, door: str, case: str | None, cpus: tuple[str, ...]) -> None:
     """The porting audit of FRAMEWORK from its traces: the dispatch points a new
     backend must hook into, and what each primitive needs from it. With --workload:
     your own training step, run here (the CPU, the stand-in device, the GPU path
-    derived), its must-implement list and decision sites, op by op."""
-    if workload is not None:
-        _audit_workload(framework, list(folders), parse(workload, name), verbose, output, timeout)
+    derived), its must-implement list and decision sites, op by op. With --door
+    compiled (torch): the step (--workload or --case) through both doors, what a
+    torch.compile backend must lower beside what an eager backend must implement."""
+    check_door(framework, door)
+    if door == "compiled":
+        _audit_doors(framework, workload, name, case, verbose, output, timeout)
         return
-    if output is not None or name is not None:
-        raise UsageError("-o and --name go with --workload")
+    if case is not None:
+        raise UsageError("--case goes with --door compiled (the eager door's built-in cases are read from --traces)")
+    if workload is not None:
+        _audit_workload(framework, list(folders), parse(workload, name), verbose, output, timeout,
+                        tuple(dict.fromkeys(cpus)))
+        return
+    if output is not None or name is not None or cpus:
+        raise UsageError("-o, --name and --cpu go with --workload (a survey's traces already hold its ARM CPUs)")
     rep = pipeline.audit(framework, list(folders), progress=Said())
     print_audit(rep, out)
     print_pass_needs(rep, out)
 
 
+def _audit_doors(framework: str, workload: str | None, name: str | None, case: str | None, verbose: bool,
+                 output: Path | None, timeout: float) -> None:
+    """``audit --door compiled``: one step (a workload or a built-in case) through both doors."""
+    if (workload is None) == (case is None):
+        raise UsageError("--door compiled audits one step: give --workload FILE.py or --case NAME")
+    if output is not None and output.suffix not in (".csv", ".json"):
+        raise UsageError(f"-o {output}: name a .csv or .json file")
+    user = parse(workload, name) if workload is not None else None
+    primitive = user.name if user is not None else str(case)
+    api = USER_API if user is not None else (MODELS[primitive].apis[0] if primitive in MODELS else "functional")
+    fw = check(frameworks(), framework, None if user else primitive, "cpu", None, None if user else api, user)
+    if user is not None:
+        equip(fw, [user])
+    if output is not None:
+        ensure_file_parent(output)
+    spec = CaseSpec(primitive, api, (), PASSES if user else workload_passes(primitive), user=user)
+    with verbose_failure(verbose):
+        audit_compiled(fw, spec, primitive, output, timeout)
+
+
 def _audit_workload(framework: str, folders: list[Path], user: UserWorkload, verbose: bool, output: Path | None,
-                    timeout: float) -> None:
-    """The audit of one user workload: recorded here, set against the built-in cases'
-    traces in ``folders`` where there are any."""
+                    timeout: float, cpus: tuple[str, ...] = ()) -> None:
+    """The audit of one user workload: recorded here (and on the emulated ``cpus``), set
+    against the built-in cases' traces in ``folders`` where there are any."""
     fw = check(frameworks(), framework, device="cpu", user=user)
-    equip(fw, [user])
+    if cpus and (fw.aarch64 is None or fw.aarch64.unavailable):
+        why = fw.aarch64.unavailable if fw.aarch64 is not None else "no aarch64 entry in frameworks.yaml"
+        raise UsageError(f"{framework} cannot run on {', '.join(cpus)} (emulated): {why}")
+    equip(fw, [user], emulated=bool(cpus))
     if output is not None:
         if output.suffix not in (".csv", ".json"):
             raise UsageError(f"-o {output}: name a .csv or .json file")
         ensure_file_parent(output)  # before running: a result must not be lost to a bad path
     with tempdirs.owned("dltrace-audit-") as tmp, verbose_failure(verbose):
         with err.status(f"running {user.name} under {framework}…") as status:
-            traces, gaps = record_workload(fw, user, tmp, timeout, command_line(), lambda s: status.update(s + "…"))
+            traces, gaps = record_workload(fw, user, tmp, timeout, command_line(), lambda s: status.update(s + "…"),
+                                           cpus)
     for g in gaps:
         err.print(message("!", "yellow", f"{g.device}: {g.error}"), highlight=False, soft_wrap=True)
     audited = pipeline.audit_workload(framework, user.name, traces, gaps, folders, progress=Said())

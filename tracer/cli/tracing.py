@@ -6,8 +6,10 @@ from pathlib import Path
 
 import click
 
+from tracer import pipeline
 from tracer.cli.common import (API, CPU_MODEL, DEVICE, FRAMEWORK, LAYER_LIST, LAYERS_HELP, WORKLOAD, OutPath,
                                Seconds, Shape, command_line, err, flat, frameworks, layers_in_order, main, out)
+from tracer.cli.doors import check_door, door_option
 from tracer.cli.workloads import equip, user_workload, verbose_failure, workload_options
 from tracer.contract import LAYERS, MODELS, PASSES, PHASES, USER_API, workload_passes
 from tracer.contract import check_shape
@@ -21,6 +23,7 @@ from tracer.processing.ran_kernels import split_kernels
 from tracer.processing.sampling import DEFAULT_THRESHOLD
 from tracer.processing.standin_record import lost_passes
 from tracer.render import EXPORTS
+from tracer.render.compiled_console import print_compiled
 from tracer.render.console import print_trace
 from tracer.render.diff_console import print_candidates, print_diff
 from tracer.render.export import select_trees
@@ -36,6 +39,7 @@ from tracer.trace import Trace, load, save
 @workload_options
 @click.option("--device", type=DEVICE, default="cpu", show_default=True,
               help="cpu, gpu, or standin (torch's and JAX's stand-in backend); the framework must declare it.")
+@door_option
 @click.option("--variant", default="default", show_default=True,
               help="A variant from frameworks.yaml (see dltrace list).")
 @click.option("--pass", "pass_", type=click.Choice([*PASSES, "both"]), default="both", show_default=True)
@@ -59,12 +63,17 @@ from tracer.trace import Trace, load, save
               help="Run on this emulated aarch64 CPU (see dltrace list): the framework's aarch64 wheels under QEMU; "
                    "no native layer there.")
 def probe(framework: str, primitive: str | None, workload: str | None, name: str | None, verbose: bool,
-          device: str, variant: str, pass_: str, api: str | None,
+          device: str, door: str, variant: str, pass_: str, api: str | None,
           shape: tuple[int, ...] | None, phase: str, output: Path | None, timeout: float, max_depth: int,
           max_nodes: int, layers: tuple[tuple[str, ...], ...], cpu: str | None) -> None:
     """Trace PRIMITIVE (or a model's training step: lenet, cifar, transformer), or your
     own training step (--workload FILE.py[:FUNCTION], docs/workloads.md), under
-    FRAMEWORK and print the call tree of its warm path."""
+    FRAMEWORK and print the call tree of its warm path. With --door compiled (torch):
+    the step under torch.compile, and what its backend must lower."""
+    check_door(framework, door)
+    if door == "compiled" and device != "cpu":
+        raise UsageError("--door compiled runs the graphs on the cpu device (it is the backend's list, not a "
+                         "device's): leave --device out")
     user = user_workload(primitive, workload, name, api, shape)
     if user is not None:
         primitive, api = user.name, USER_API
@@ -75,7 +84,7 @@ def probe(framework: str, primitive: str | None, workload: str | None, name: str
         raise UsageError(f"{primitive} is written at the {' and '.join(MODELS[primitive].apis)} level only, not {api}")
     fw = check(frameworks(), framework, None if user else primitive, device, variant, None if user else api, user)
     if user is not None:
-        equip(fw, [user])
+        equip(fw, [user], emulated=cpu is not None)
     if shape:  # the rank before anything: a wrong one must not first meet the file system (the trace's name)
 
         wrong = check_shape(primitive, shape)
@@ -101,7 +110,7 @@ def probe(framework: str, primitive: str | None, workload: str | None, name: str
     if output:
         ensure_file_parent(output)  # before probing: a probe's result must not be lost to a bad path
     with err.status(f"tracing {framework} {primitive} ({api}, {device}, {variant})…"), verbose_failure(verbose):
-        trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu or "")
+        trace = probe_one(fw, spec, device, variant, timeout, command=command_line(), cpu=cpu or "", door=door)
     if user is not None and nothing_on_device(trace):
         raise DltraceError(f"workload {Path(user.file).name}: its step put nothing on the {device} device (no op "
                            f"reached it): it computes elsewhere, so there is no list of what a backend needs; move "
@@ -111,11 +120,25 @@ def probe(framework: str, primitive: str | None, workload: str | None, name: str
     if output:
         save(trace, output)
         err.print(f"trace written to {output}", style="dim", highlight=False, markup=False)
+    if door == "compiled":
+        show_compiled([trace], primitive)
     lost = lost_passes(trace) if trace.info.standin is not None else {}
     if lost:  # the trace is kept (it says what was lost); the list it holds is no must-implement list
         what, why = next(iter(lost.items()))
         raise DltraceError(f"the {device} device's list is incomplete, not a must-implement list: {what} did not "
                            f"run whole there: {clip(why, 300)}")
+
+
+def show_compiled(traces: list[Trace], title: str) -> None:
+    """Print the compiled door's list of ``traces``; a compile that failed or made no
+    graph is then one line (after what was printed: the eager run is still there)."""
+    _, needs = pipeline.doors(traces)
+    if needs is None:
+        raise DltraceError(f"{title}: the trace holds no compiled door's record")
+    print_compiled(needs, out, title)
+    problem = needs.problem()
+    if problem:
+        raise DltraceError(f"{title}: {clip(problem, 400)}")
 
 
 def nothing_on_device(trace: Trace) -> bool:

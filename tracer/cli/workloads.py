@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tracer import envs
+from tracer import emulation, env_add, envs
 from tracer.cli.common import err
 from tracer.contract import UserWorkload, WorkloadError
 from tracer.errors import ProbeFailed, UsageError
@@ -63,10 +63,10 @@ def distinct(users: list[UserWorkload], framework: str) -> list[UserWorkload]:
     return users
 
 
-def equip(fw: Framework, users: list[UserWorkload]) -> None:
+def equip(fw: Framework, users: list[UserWorkload], emulated: bool = False) -> None:
     """Install the extras the workloads need (an example's, frameworks.yaml) where missing:
-    in the framework's environment, and in its GPU build's where that is set up (the GPU
-    path of a workload is derived there)."""
+    in the framework's environment, in its GPU build's where that is set up (the GPU
+    path of a workload is derived there), and with ``emulated`` in its aarch64 one."""
     needed = tuple(dict.fromkeys(x for u in users for x in fw.extras_for(u.file)))
     build = gpu_build_env(fw)
     for target in (fw, *([build] if build is not None and envs.status(build).ready else [])):
@@ -74,6 +74,9 @@ def equip(fw: Framework, users: list[UserWorkload]) -> None:
         if missing:
             with err.status(f"installing {target.name}'s {', '.join(missing)} (the examples' extras)…"):
                 envs.install_extras(target, tuple(missing))
+    if emulated and fw.aarch64 is not None and not fw.aarch64.unavailable and emulation.status(fw.name) is not None:
+        with err.status(f"equipping {fw.name}'s aarch64 environment…"):
+            env_add.equip_emulated(fw, needed)
 
 
 @contextlib.contextmanager

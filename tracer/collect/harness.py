@@ -35,9 +35,9 @@ from tracer.collect.library import StdoutLog
 from tracer.collect.maps import perfmap_path
 from tracer.collect.pytrace import PythonTracer
 from tracer.probes.user_workload import WorkloadFailed
-from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, THREAD_ENV, CaseError, CaseRequest, DeviceCheck,
-                             DeviceInfo, DispatchTable, EmulatedCpu, Exit, GpuEvidence, NativeRequest, OpRecorder,
-                             Probe, ProbeRequest, UserWorkload)
+from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, MODELS, THREAD_ENV, CaseError, CaseRequest,
+                             CompiledDoor, DeviceCheck, DeviceInfo, DispatchTable, EmulatedCpu, Exit, GpuEvidence,
+                             NativeRequest, OpHooks, OpRecorder, Probe, ProbeRequest, UserWorkload)
 from tracer.trace import Frame, Node, Run, Trace, save
 from tracer.trace_meta import native_not_finished
 
@@ -187,8 +187,10 @@ def _step(case: Case, pass_: str) -> Callable[[], Any]:
 
 
 #: Pairs of untraced and profiled steps an op layer's cost is read from (the first profiled
-#: step is the recorded one; each more is a whole record, its processing included, untimed).
-OP_PAIRS = 3
+#: step is the recorded one; each more is a whole record, its processing included, untimed):
+#: two ABBA blocks (tracer.collect.costs), so that the step after a record's processing is
+#: as often an untraced one as a profiled one.
+OP_PAIRS = 4
 
 
 def _profiled(probe: OpRecorder, case: Case, pass_: str) -> tuple[Any, list[float]]:
@@ -242,16 +244,22 @@ class _NotTimed(Exception):
     """A record that ran no step of its own to time."""
 
 
-def _library_layer(log: StdoutLog, case: Case, pass_: str, label: str) -> tuple[Node, dict[str, Any]]:
-    """What the vendor libraries reported of one warm step (see tracer.collect.library)."""
+def _library_layer(log: StdoutLog, case: Case, pass_: str, label: str,
+                   probe: Probe | None = None) -> tuple[Node, dict[str, Any]]:
+    """What the vendor libraries reported of one warm step (see tracer.collect.library),
+    told apart per op where the probe can call back after each op (OpHooks)."""
     run = _step(case, pass_)
 
     def step() -> None:
         run()
         case.sync()
 
-    calls = log.between(step)
-    info = {"source": "vendor verbose logs", "calls": len(calls.calls)}
+    info: dict[str, Any] = {"source": "vendor verbose logs"}
+    if isinstance(probe, OpHooks):
+        calls, info["per_op"] = log.per_op(step, probe.op_hooks)
+    else:
+        calls = log.between(step)
+    info["calls"] = len(calls.calls)
     if calls.unreadable:
         info["unreadable_lines"] = calls.unreadable
     return library.tree(calls, label), info
@@ -286,8 +294,13 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     user = UserWorkload.from_json(case_req.workload)
     case = make_case(probe, case_req.primitive, case_req.api, req.device_select, shape, user)
     passes = case_passes(case, case_req.passes)
+    if req.door == "compiled":  # the passes run under torch.compile from here on (tracer.probes.torch_compiled)
+        if not isinstance(probe, CompiledDoor):
+            raise RuntimeError(f"{req.framework}'s probe has no compiled door (it lacks compile_case)")
+        probe.compile_case(case, passes)
     layers = case_req.layers
     runs: list[Run] = []
+    emulated = bool(os.environ.get(EMULATED_ENV))
 
     who = f"{os.path.basename(user.file)}: running {{}}()" if user else f"{case_req.primitive}'s {{}} pass"
 
@@ -324,19 +337,20 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     for pass_ in passes:
         tree, secs = traced(pass_)
         case.sync()
-        stats: dict[str, Any] = costs.paired(lambda: untraced(pass_), lambda: traced(pass_)[1], case.sync,
-                                             first=secs)
+        # under emulation nothing is timed: QEMU's clock says nothing of the chip
+        stats: dict[str, Any] = {} if emulated else costs.paired(lambda: untraced(pass_), lambda: traced(pass_)[1],
+                                                                 case.sync, first=secs)
         run = Run(pass_, "warm", {"python": tree}, stats)
         if "op" in layers and isinstance(probe, OpRecorder):
             ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}",
-                                  (lambda: untraced(pass_)) if user is not None else None)
+                                  (lambda: untraced(pass_)) if user is not None and not emulated else None)
             if ops is None:
                 stats.update(info)
             else:
                 run.layers["op"] = ops
                 stats.setdefault("layers", {})["op"] = info
         if "library" in layers and log is not None:
-            run.layers["library"], info = _library_layer(log, case, pass_, f"{case_req.primitive}.{pass_}")
+            run.layers["library"], info = _library_layer(log, case, pass_, f"{case_req.primitive}.{pass_}", probe)
             stats.setdefault("layers", {})["library"] = info
         runs.append(run)
 
@@ -360,6 +374,10 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         "layers_requested": [layer for layer in LAYERS if layer in layers],
         "collector": dict(tracer.collector),  # which Python-level collector ran (C core or its fallback)
     }
+    if req.door == "compiled":  # an eager trace says nothing of doors (its format is as it was)
+        meta["door"] = req.door
+    if req.door == "both" and isinstance(probe, CompiledDoor) and (user is not None or case_req.primitive in MODELS):
+        case.info["compiled"] = _compiled_beside(probe, case_req, shape, user, passes)
     if "emulated" in meta["machine"]:  # the runner's account of the emulated CPU, read by _machine
         meta["emulated"] = meta["machine"]["emulated"]
     if req.native_env:  # set for this whole process (before the import), so every case says so
@@ -381,6 +399,21 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     used = {(n.frame.file, n.frame.line) for r in runs for tree in r.layers.values() for _, n in tree.walk()
             if n.frame.kind == "python"}
     return Trace(meta, runs, {k: v for k, v in tracer.sources.items() if k in used}), case
+
+
+def _compiled_beside(probe: CompiledDoor, case_req: CaseRequest, shape: tuple[int, ...], user: UserWorkload | None,
+                     passes: tuple[str, ...]) -> dict[str, Any]:
+    """The compiled door's record of a whole step, beside its eager run (a survey's
+    stand-in job, ``door`` "both"): the same step built again on the CPU and run under
+    torch.compile with the recording backend (tracer.probes.torch_compiled). A failure is
+    the record's ``error``, one line: the eager trace is still written."""
+    try:
+        other = make_case(probe, case_req.primitive, case_req.api, "cpu", shape, user)  # type: ignore[arg-type]
+        probe.compile_case(other, passes)
+        return dict(other.info["compiled"])
+    except Exception as exc:  # noqa: BLE001 - the eager run's trace is worth writing without it
+        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        return {"error": f"{type(exc).__name__}: {text}", "graphs": [], "ops": {}, "graph_breaks": []}
 
 
 def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, Any]]) -> None:
@@ -499,6 +532,9 @@ def main(argv: list[str]) -> int:
     # the libraries' own reports go to fd 1: into a file while the cases run
     log = StdoutLog(os.path.join(tempfile.gettempdir(), f"dltrace-stdout-{os.getpid()}.log")) \
         if any("library" in c.layers for c in req.cases) else None
+    if log is not None and callable(getattr(probe, "library_verbose", None)):
+        log.switch = probe.library_verbose  # type: ignore[attr-defined]  # the logs on in the library step only
+        log.switch(False)
     for i, case_req in enumerate(req.cases):
         out = case_req.out
         note(f"case {i}")

@@ -401,6 +401,13 @@ def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -
 _PROFILER_OWN = frozenset({"Activity Buffer Request"})
 
 
+def op_hooks(after: Callable[[str], None]) -> Any:
+    """tracer.contract.OpHooks: ``after(op)`` as each ATen op returns (tracer.probes.torch_op_hooks)."""
+    from tracer.probes import torch_op_hooks
+
+    return torch_op_hooks.op_hooks(after)
+
+
 def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
     """The dispatcher's op hierarchy from torch.profiler (CPU events nested by time),
     which names the backend op that was chosen: aten::_convolution >
@@ -440,6 +447,13 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
         module = "aten" if e.name.startswith("aten::") else "torch"
         events.append(base.OpEvent(e.name, e.time_range.start, e.time_range.end, module, "", e.thread, kernels))
     return base.OpRecord(base.nest(events, scale_ns=1000.0), "torch.profiler")
+
+
+def library_verbose(on: bool) -> None:
+    """oneDNN's and MKL's verbose logs on or off from now (the library layer's step only:
+    tracer.collect.library.StdoutLog.switch); the variables that ask for them are read once."""
+    torch._C._verbose.mkldnn_set_verbose(1 if on else 0)
+    torch._C._verbose.mkl_set_verbose(1 if on else 0)
 
 
 #: Dispatch keys asked about: the backends torch ships, the key an out-of-tree backend
@@ -813,3 +827,11 @@ def gpu_evidence(case: base.Case, pass_: str, run: Callable[[], object]) -> dict
                      "runtime_choices": {"convolution": _CUDNN_RULE_CONV, "batch norm": _CUDNN_RULE_BN,
                                          "scaled dot product attention": _SDP_RULE,
                                          "adam": _ADAM_RULE}}}
+
+
+def compile_case(case: base.Case, passes: tuple[str, ...]) -> None:
+    """The compiled door (tracer.contract.CompiledDoor): the case's passes under
+    torch.compile with a recording backend (tracer/probes/torch_compiled.py)."""
+    from tracer.probes import torch_compiled
+
+    torch_compiled.compile_case(case, passes)

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracer.analysis.arm_ops import ArmOpTable
 from tracer.analysis.audit_model import WorkloadAudit
 from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
 from tracer.analysis.figure import Figure
@@ -134,6 +135,33 @@ def print_workload_audit(audited: WorkloadAudit, console: Console) -> None:
                   highlight=False, soft_wrap=True)
     if row.coverage is not None:
         print_coverage(row.coverage, row.implement, console)
+    if audited.arm_ops is not None:
+        print_arm_ops(audited.arm_ops, console)
+
+
+def print_arm_ops(table: ArmOpTable, console: Console) -> None:
+    """Per op of a workload, what computed it on this machine and on each ARM CPU, and
+    what a port must care about there (tracer.analysis.arm_ops)."""
+    view = Table(title=f"{table.workload} on ARM: what computed each op (library calls, or the framework's own "
+                       f"kernel and its ISA); emulated CPUs are QEMU's, never timed", title_justify="left")
+    view.add_column("op", overflow="fold")
+    view.add_column("passes")
+    for machine in table.machines:
+        view.add_column(machine, overflow="fold")
+    for r in table.rows:
+        cells = []
+        for m in table.machines:
+            cell = r.cells.get(m)
+            text = Text(clip(cell.said, 200) if cell is not None else "did not run")
+            for flag in (f for f in r.flags.get(m, []) if not f.startswith("DEFAULT build")):  # the cell says it
+                text.append("\n" + clip(flag, 200), style="yellow")
+            cells.append(text)
+        view.add_row(Text(clip(r.op)), ", ".join(r.passes), *cells)
+    console.print(view)
+    for m in table.machines[1:]:
+        console.print(Text(f"{m}: {table.count(m, 'reference code')} ops ran reference code, "
+                           f"{table.count(m, 'no library')} called no library where this machine called one, "
+                           f"{table.count(m, 'DEFAULT build')} ran the framework's DEFAULT build"), highlight=False)
 
 
 def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -> None:

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from tracer.analysis.workload_coverage import LayerCost
 from tracer.knowledge import Knowledge
 from tracer.processing.compact import hide_plumbing, prune, short_symbol
 from tracer.processing.summary import summarize
@@ -60,6 +61,11 @@ def node_label(node: Node, total: int = 0, *, k: Knowledge) -> Text:
     return text
 
 
+def untimed(node: Node) -> Node:
+    """``node``'s tree without its times (an emulated run's: they are QEMU's, not the chip's)."""
+    return Node(node.frame, node.count, 0, node.call_lines, node.lines, [untimed(c) for c in node.children])
+
+
 def tree_view(root: Node, title: Text | str | None = None, max_depth: int = 40, max_nodes: int = 400,
               total: int = 0, *, k: Knowledge) -> Tree:
     """A rich Tree; deeper or further nodes are summarised, not silently dropped."""
@@ -92,9 +98,11 @@ def _python_layer(run: Run, tree: Node, console: Console, max_depth: int, max_no
     console.print(tree_view(tree, title, max_depth, max_nodes, k=k))
     st = run.info
     if st.untraced_s and st.traced_s is not None and st.overhead is not None:
+        pairs = run.stats.get("pairs")
+        medians = f", medians of {pairs} paired steps" if type(pairs) is int else ""
         console.print(Text(
-            f"  per call: {st.untraced_s * 1e6:.1f} µs untraced, {st.traced_s * 1e6:.1f} µs traced "
-            f"(×{st.overhead:.2f})", style="dim"))
+            f"  per call: {st.untraced_s * 1e6:.1f} µs untraced, {st.traced_s * 1e6:.1f} µs traced{medians}; "
+            f"recording cost (quartiles): {LayerCost.of(run).python.said}", style="dim"))
 
 
 def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int, k: Knowledge) -> None:
@@ -103,6 +111,10 @@ def _op_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes:
     ops = sum(1 for _, n in tree.walk() if n.frame.kind == "op")
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [op]  ", (f"{ops} op records, from {source}", "dim"))
     console.print(tree_view(tree, title, max_depth, max_nodes, k=k))
+    cost = LayerCost.of(run).op
+    if cost.factor is not None:
+        console.print(Text(f"  recording cost (the step under the profiler, median of paired steps, quartiles): "
+                           f"{cost.said}", style="dim"))
 
 
 def _library_layer(run: Run, tree: Node, console: Console, max_depth: int, max_nodes: int, k: Knowledge) -> None:
@@ -117,7 +129,8 @@ def _native_layer(run: Run, tree: Node, console: Console, max_depth: int, max_no
     st = run.info.layers.get("native") or LayerStats()
     total = tree.count or sum(c.count for c in tree.children)
     compact, dropped = prune(hide_plumbing(tree, k=k), NATIVE_MIN_SHARE)
-    slow = f", loop time ×{st.slowdown:.1f} of unsampled" if st.slowdown else ""
+    slow = f", recording cost {LayerCost.of(run).native.said} (the sampled loop over the unsampled)" \
+        if st.slowdown else ""
     title = Text.assemble((f"{run.pass_}", "bold underline"), "  [native]  ", (
         f"{total} samples at {'?' if st.rate is None else st.rate}/s, {st.errors} unwinding errors{slow}; "
         f"libc/libstdc++/libpython frames hidden, {dropped} frames under {NATIVE_MIN_SHARE:.0%} not shown", "dim"))
@@ -144,9 +157,15 @@ def print_trace(trace: Trace, console: Console, phase: str = "warm", layers: tup
     if "python" in layers and collector is not None and collector.python == "python" and collector.why:
         # the C core did not run: the tree is the same, the overhead figures are not
         console.print(Text(clip(f"  python layer: pure-Python collector ({collector.why})"), style="dim"))
+    if m.emulated is not None:  # QEMU's clock says nothing of the chip: no time is shown as one
+        console.print(Text(f"  emulated ({m.emulated.cpu or 'aarch64'}, QEMU user mode): which code ran is real; "
+                           "its times are not shown", style="dim"))
     for run in trace.runs:
         if run.phase != phase:
             continue
+        if m.emulated is not None:
+            run = Run(run.pass_, run.phase, {name: untimed(tree) for name, tree in run.layers.items()},
+                      {key: why for key, why in run.stats.items() if key.endswith("_error")})
         for layer in layers:
             tree = run.layers.get(layer)
             if tree is None:

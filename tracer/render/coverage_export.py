@@ -18,18 +18,23 @@ from tracer.analysis.workload_coverage import WorkloadCoverage
 
 #: The CSV's columns, in order; ``also_in`` lists the built-in cases, ``;``-separated;
 #: ``incomplete``, on every row, why the list is not whole ("" when it is: then it is the
-#: must-implement list).
+#: must-implement list). Then one column per machine where the workload ran on an ARM CPU
+#: ("on x86_64 (this machine)", "on a64fx (emulated)"): what computed the op there.
 COLUMNS = ("op", "name", "overload", "passes", "calls", "also_in", "beyond_built_in", "incomplete")
 #: Bumped when a column or field changes meaning (2: ``incomplete``, and each layer cost as its factor
-#: and the quartiles of its paired steps: {"factor", "low", "high"}).
-COVERAGE_VERSION = 2
+#: and the quartiles of its paired steps: {"factor", "low", "high"}; 3: a column per machine, ``arm``
+#: and ``machines``).
+COVERAGE_VERSION = 3
+#: An ARM cell whose entry the CPU path ran under no name of its own (a view, an op the
+#: CPU composes of others, a device set-up op)
+NO_CPU_OP = "no CPU op of this name"
 #: A cell a spreadsheet would run as a formula (=, +, -, @) is written with a leading quote.
 _FORMULA = ("=", "+", "-", "@")
 #: Control characters (a bare CR starts a row in some readers, a tab a cell): shown as U+FFFD.
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
-def _cell(value: str) -> str:
+def inert(value: str) -> str:
     """A text cell as a spreadsheet may open it: no control character (the names come
     from traces written elsewhere), and no formula at its start."""
     value = _CONTROL.sub("\ufffd", value)
@@ -38,19 +43,20 @@ def _cell(value: str) -> str:
 
 def to_csv(cov: WorkloadCoverage) -> str:
     """RFC 4180 (CRLF rows, every text cell quoted), each text cell made inert by
-    :func:`_cell`."""
+    :func:`inert`."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_NONNUMERIC)
-    w.writerow(COLUMNS)
+    w.writerow([*COLUMNS, *(inert(f"on {m}") for m in cov.machines)])
     for r in cov.rows:
-        w.writerow([_cell(r.op), _cell(r.name), _cell(r.overload), _cell(";".join(r.passes)), r.calls,
-                    _cell(";".join(r.also_in)), "yes" if r.beyond else "no", _cell(cov.incomplete)])
+        w.writerow([inert(r.op), inert(r.name), inert(r.overload), inert(";".join(r.passes)), r.calls,
+                    inert(";".join(r.also_in)), "yes" if r.beyond else "no", inert(cov.incomplete),
+                    *(inert(r.arm.get(m, NO_CPU_OP)) for m in cov.machines)])
     return buf.getvalue()
 
 
 def to_json(cov: WorkloadCoverage) -> dict[str, Any]:
     return {"coverage_version": COVERAGE_VERSION, "framework": cov.framework, "workload": cov.workload,
-            "device": cov.device, "incomplete": cov.incomplete,
+            "device": cov.device, "incomplete": cov.incomplete, "machines": cov.machines,
             "rows": [{**dataclasses.asdict(r), "beyond_built_in": r.beyond} for r in cov.rows],
             "layer_costs": [dataclasses.asdict(c) for c in cov.costs]}
 
@@ -70,20 +76,31 @@ def _part(text: str) -> str:
 
 
 def file_stem(cov: WorkloadCoverage) -> str:
+    """NAME-FRAMEWORK (:func:`stem_of`)."""
+    return stem_of(cov.workload, cov.framework)
+
+
+def stem_of(name: str, framework: str) -> str:
     """NAME-FRAMEWORK: ``-`` joins two parts that hold none, so no two pairs of names join
     into one file name (``a-b`` with ``c``, ``a`` with ``b-c``)."""
-    return f"{_part(cov.workload)}-{_part(cov.framework)}"
+    return f"{_part(name)}-{_part(framework)}"
+
+
+def free_stem(first: str, kind: str, taken: set[str] | None) -> str:
+    """``first``, or with a number where this report already wrote a ``kind`` table of
+    that stem (``taken``), so that one table never replaces another."""
+    stem, n = first, 1
+    while taken is not None and f"{stem}.{kind}" in taken:
+        n += 1
+        stem = f"{first}-{n}"
+    if taken is not None:
+        taken.add(f"{stem}.{kind}")
+    return stem
 
 
 def write(cov: WorkloadCoverage, folder: Path, taken: set[str] | None = None) -> tuple[Path, Path]:
-    """``folder``/NAME-FRAMEWORK.coverage.csv and .json; a stem already in ``taken`` (the
-    stems this report wrote) gets a number, so that one table never replaces another."""
-    stem, n = file_stem(cov), 1
-    while taken is not None and stem in taken:
-        n += 1
-        stem = f"{file_stem(cov)}-{n}"
-    if taken is not None:
-        taken.add(stem)
+    """``folder``/NAME-FRAMEWORK.coverage.csv and .json (:func:`free_stem`)."""
+    stem = free_stem(file_stem(cov), "coverage", taken)
     csv_path, json_path = folder / f"{stem}.coverage.csv", folder / f"{stem}.coverage.json"
     write_text(csv_path, to_csv(cov))
     write_text(json_path, json.dumps(to_json(cov), indent=1) + "\n")

@@ -31,7 +31,7 @@ from tracer.processing.diff.result import Fragment, LayerDiff
 from tracer.processing.graph import focused_graph, merged_walk
 from tracer.analysis.models import Level, ModelReport
 from tracer.analysis.survey_model import SurveyModel
-from tracer.render import coverage_export
+from tracer.render import compiled_export, coverage_export
 from tracer.processing.pairs import KIND_NAMES
 from tracer.processing.evidence_class import EVIDENCE_MEANING
 from tracer.analysis.portability import LAYER_NAMES, FrameworkReport
@@ -331,7 +331,8 @@ def _write_report(model: SurveyModel, out: Path, env: jinja2.Environment, drawer
     if models:
         exports = _coverage_files(models, out)
         write_text(out / "models.html", env.get_template("models.html").render(
-            **common, overhead=model.overhead, overhead_plots=_overhead_plots(model.overhead), exports=exports))
+            **common, overhead=model.overhead, overhead_plots=_overhead_plots(model.overhead), exports=exports,
+            no_cpu_op=coverage_export.NO_CPU_OP))
     index = out / "index.html"
     write_text(index, env.get_template("index.html").render(**common, cross=model.cross,
                                                             arm_cross=model.arm_cross, arm_builds=model.arm_builds,
@@ -368,18 +369,24 @@ def _start_drawings(drawer: _Graphs, rep: FrameworkReport) -> list[tuple[tuple[A
 COVERAGE_FOLDER = "workloads"
 
 
-def _coverage_files(models: list[ModelReport], out: Path) -> dict[tuple[str, str], tuple[str, str]]:
-    """Each user workload's coverage table as CSV and JSON in ``out``/workloads/; (workload,
-    framework) -> their paths relative to the pages."""
+def _coverage_files(models: list[ModelReport], out: Path) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """Each user workload's coverage table as CSV and JSON in ``out``/workloads/, and each
+    model's compiled door list (one row per op and input variation) beside them where it
+    was recorded (``.compiled.csv``); (workload or model, framework, kind) -> their paths
+    relative to the pages, kind "coverage" or "compiled"."""
     files = {}
     taken: set[str] = set()
     for m in models:
         for r in m.rows:
-            if r.coverage is None or not r.coverage.rows:
-                continue
-            csv_path, json_path = coverage_export.write(r.coverage, own_folder(out / COVERAGE_FOLDER), taken)
-            files[(m.model, r.framework)] = (f"{COVERAGE_FOLDER}/{csv_path.name}",
-                                             f"{COVERAGE_FOLDER}/{json_path.name}")
+            if r.coverage is not None and r.coverage.rows:
+                csv_path, json_path = coverage_export.write(r.coverage, own_folder(out / COVERAGE_FOLDER), taken)
+                files[(m.model, r.framework, "coverage")] = (f"{COVERAGE_FOLDER}/{csv_path.name}",
+                                                             f"{COVERAGE_FOLDER}/{json_path.name}")
+            if r.compiled is not None:
+                csv_path, json_path = compiled_export.write(r.compiled, m.model, own_folder(out / COVERAGE_FOLDER),
+                                                            taken)
+                files[(m.model, r.framework, "compiled")] = (f"{COVERAGE_FOLDER}/{csv_path.name}",
+                                                             f"{COVERAGE_FOLDER}/{json_path.name}")
     return files
 
 

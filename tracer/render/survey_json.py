@@ -18,7 +18,7 @@ from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.scorecard import COLUMNS, EXPLAIN, HEADLINE, ScoreRow
 from tracer.analysis.survey_model import SurveyModel
 from tracer.analysis.verdict import RULE, FrameworkVerdict
-from tracer.render import coverage_export
+from tracer.render import compiled_export, coverage_export
 
 #: Bumped when a field changes meaning or is removed (adding one is compatible).
 SCHEMA_VERSION = 1
@@ -43,6 +43,7 @@ def _framework(rep: FrameworkReport, found: Decisions, card: ScoreRow,
         "splits_apart": found.apart,
         "decision_splits": found.decision_splits,
         "arm_verdicts": [dataclasses.asdict(a) for a in verdict.arm] if verdict else [],
+        "arm_models": verdict.arm_models if verdict else [],
         "kernels": cells,
         "rank": verdict.rank if verdict else None,
     }
@@ -59,7 +60,8 @@ def _models(models: list[ModelReport]) -> dict[str, Any]:
         "beyond_primitives": r.beyond, "decision_sites": r.decisions.items, "libraries": r.libraries,
         "levels": [dataclasses.asdict(lv) for lv in r.levels], "gaps": r.gaps,
         "gpu": [dataclasses.asdict(g) for g in r.gpu],
-        **({"coverage": coverage_export.to_json(r.coverage)} if r.coverage is not None else {})}
+        **({"coverage": coverage_export.to_json(r.coverage)} if r.coverage is not None else {}),
+        **({"compiled": compiled_export.to_json(r.compiled)} if r.compiled is not None else {})}
         for r in m.rows}, **({"workload": m.workload} if m.workload is not None else {})} for m in models}
 
 
