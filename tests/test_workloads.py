@@ -94,7 +94,7 @@ def test_a_single_step_callable_is_one_pass(frameworks, tmp_path):
 
 @pytest.mark.parametrize("framework, name", [("torch", "resnet18"), ("tensorflow", "mobilenet_v2"),
                                              ("mxnet", "resnet18_v1"), ("chainer", "resnet50"),
-                                             ("jax", "mobilenet_v2")])
+                                             ("jax", "mobilenet_v2"), ("jax", "flax_cnn")])
 def test_every_example_runs_in_its_framework(frameworks, framework, name, tmp_path):
     """Each example, a real model from its framework's own zoo, with what it needs
     installed (frameworks.yaml extras), gives both passes' Python and op layers."""
