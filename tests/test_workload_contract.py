@@ -277,3 +277,19 @@ def test_the_probe_prints_each_cost_as_the_audit_words_it():
     assert "(the step under the profiler, median of paired steps, quartiles): within noise (×0.70–×0.90)" in text
     assert "recording cost within noise (the sampled loop over the unsampled)" in text
     assert "×0.79" not in text and "×0.6" not in text  # a factor under 1 is never shown as a cost
+
+
+def test_ops_a_graph_placed_on_the_host_are_said_beside_the_list():
+    """A TensorFlow stand-in run whose tf.function placed ops on the host (meta.standin.host):
+    the coverage says which, by pass, in the audit's model and the JSON export; they are not
+    on the list (the device never ran them)."""
+    root = Frame("root", "", "net.forward")
+    ops = Node(root, 1, 0, children=[Node(Frame("op", "tf", "MatMul"), 1, 0)])
+    meta = {"framework": "tensorflow", "primitive": "net", "api": USER_API, "device": "standin", "variant": "default",
+            "shape": [], "passes": ["forward"], "standin": {"host": {"setup": ["HashTableV2"],
+                                                                   "forward": ["LookupTableFindV2"]}}}
+    standin = Trace(meta, [Run("forward", "warm", {"python": Node(root), "op": ops}, {})])
+    cov = coverage("tensorflow", "net", ["MatMul"], [standin], [])
+    assert cov.host == {"HashTableV2": ["setup"], "LookupTableFindV2": ["forward"]}
+    assert [r.op for r in cov.rows] == ["MatMul"]
+    assert coverage_export.to_json(cov)["placed_on_host"] == cov.host

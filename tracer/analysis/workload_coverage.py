@@ -18,6 +18,7 @@ from typing import Any
 
 from tracer.analysis.arm_ops import arm_op_table
 from tracer.contract import PASSES, STANDIN
+from tracer.processing.standin_record import host_placed
 from tracer.trace import Node, Run, Trace
 
 #: The passes of a stand-in run's list: putting the inputs and parameters on the device first.
@@ -99,6 +100,9 @@ class WorkloadCoverage:
     costs: list[LayerCost] = field(default_factory=list)
     #: the machines of the rows' ``arm`` cells, in order (none where it ran on no ARM CPU)
     machines: list[str] = field(default_factory=list)
+    #: op -> passes, for the ops the stand-in's graphs placed on the host (TensorFlow's
+    #: tf.function: a port would lose them to the host unseen); not on the list
+    host: dict[str, list[str]] = field(default_factory=dict)
     #: why the list the rows are is not whole (figure.Figure.incomplete); "" when it is
     incomplete: str = ""
 
@@ -193,7 +197,8 @@ def coverage(framework: str, workload: str, items: list[str], traces: list[Trace
     cpu = next((t for t in traces if _default(t, "cpu")), None)
     gpu = [t for t in traces if t.info.device == "gpu" and t.info.emulated is None]
     sources = [t for t in (standin, cpu, *gpu) if t is not None]
-    cov = WorkloadCoverage(framework, workload, sources[0].info.device if sources else "", incomplete=incomplete)
+    cov = WorkloadCoverage(framework, workload, sources[0].info.device if sources else "", incomplete=incomplete,
+                           host=host_placed([standin]) if standin is not None else {})
     if cpu is not None:
         cov.costs = layer_costs(cpu)
     if not sources:

@@ -1,4 +1,5 @@
-"""What a stand-in run's trace says of itself beyond its list: the passes it lost. Pure:
+"""What a stand-in run's trace says of itself beyond its list: the passes it lost, and
+the ops its graphs placed on the host. Pure:
 reads one trace. The analysis (tracer.analysis.standin_needs) and the probe command
 read it alike, so that a list missing a pass is called incomplete wherever it shows."""
 
@@ -19,3 +20,16 @@ def lost_passes(trace: Trace) -> dict[str, str]:
         if r.phase == "warm" and "op" not in r.layers and why:
             out.setdefault(f"{trace.info.primitive} ({trace.info.api}) {r.pass_}", why)
     return out
+
+
+def host_placed(traces: list[Trace]) -> dict[str, list[str]]:
+    """op -> the passes in which a graph (a tf.function) of the stand-in's run placed it
+    on the host (``meta.standin.host``, tracer.probes.tensorflow_placement): ops a port
+    would lose to the host unseen, which no skeleton can stand in for."""
+    out: dict[str, dict[str, None]] = {}
+    for t in traces:
+        found = (t.meta.get("standin") or {}).get("host")
+        for pass_, ops in (found.items() if isinstance(found, dict) else ()):
+            for op in ops if isinstance(ops, list) else ():
+                out.setdefault(str(op), {})[str(pass_)] = None
+    return {op: list(passes) for op, passes in out.items()}

@@ -179,6 +179,10 @@ def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -
     console.print(table)
     if cov.incomplete:
         console.print(Text(clip(f"incomplete: {cov.incomplete}", 2000), style="yellow"), highlight=False)
+    if cov.host:
+        console.print(Text(clip("placed on the host by its graphs (a port would lose them to the host unseen): "
+                                + "; ".join(f"{op} ({', '.join(p)})" for op, p in cov.host.items()), 2000),
+                           style="yellow"), highlight=False)
     known = "built-in traces given" if any(r.also_in for r in cov.rows) else "no built-in trace to compare with"
     console.print(Text(f"{len(cov.beyond)} of {len(cov.rows)} reached by no built-in case ({known})"), highlight=False)
     for c in cov.costs:

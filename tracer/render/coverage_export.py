@@ -23,7 +23,7 @@ from tracer.analysis.workload_coverage import WorkloadCoverage
 COLUMNS = ("op", "name", "overload", "passes", "calls", "also_in", "beyond_built_in", "incomplete")
 #: Bumped when a column or field changes meaning (2: ``incomplete``, and each layer cost as its factor
 #: and the quartiles of its paired steps: {"factor", "low", "high"}; 3: a column per machine, ``arm``
-#: and ``machines``).
+#: and ``machines``, and ``placed_on_host``: the ops a graph put on the host, by pass).
 COVERAGE_VERSION = 3
 #: An ARM cell whose entry the CPU path ran under no name of its own (a view, an op the
 #: CPU composes of others, a device set-up op)
@@ -56,7 +56,7 @@ def to_csv(cov: WorkloadCoverage) -> str:
 
 def to_json(cov: WorkloadCoverage) -> dict[str, Any]:
     return {"coverage_version": COVERAGE_VERSION, "framework": cov.framework, "workload": cov.workload,
-            "device": cov.device, "incomplete": cov.incomplete, "machines": cov.machines,
+            "device": cov.device, "incomplete": cov.incomplete, "machines": cov.machines, "placed_on_host": cov.host,
             "rows": [{**dataclasses.asdict(r), "beyond_built_in": r.beyond} for r in cov.rows],
             "layer_costs": [dataclasses.asdict(c) for c in cov.costs]}
 

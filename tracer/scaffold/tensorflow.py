@@ -20,6 +20,7 @@ from tracer.analysis.standin_needs import StandinNeeds
 from tracer.errors import DltraceError
 from tracer.paths import PACKAGE
 from tracer.scaffold.skeleton import Kernel, Writer
+from tracer.processing.standin_record import host_placed
 from tracer.trace import Trace
 
 DEVICE_SOURCE = PACKAGE / "probes" / "tensorflow_standin.cc"
@@ -61,19 +62,6 @@ def registrations(traces: list[Trace], ks: list[Kernel]) -> list[dict[str, Any]]
         out += [{"op": k.op, "function": k.function, "attr": str(a), "type": int(d)} for a, d in rows] or \
             [{"op": k.op, "function": k.function, "attr": "", "type": 0}]
     return out
-
-
-def host_placed(traces: list[Trace]) -> dict[str, list[str]]:
-    """op -> the passes in which a graph (a tf.function) of the stand-in's run placed it
-    on the host (the traces' meta: tracer.probes.tensorflow_placement): ops the port
-    would lose to the host unseen, which the skeleton cannot stand in for."""
-    out: dict[str, dict[str, None]] = {}
-    for t in traces:
-        found = (t.meta.get("standin") or {}).get("host")
-        for pass_, ops in (found.items() if isinstance(found, dict) else ()):
-            for op in ops if isinstance(ops, list) else ():
-                out.setdefault(str(op), {})[str(pass_)] = None
-    return {op: list(passes) for op, passes in out.items()}
 
 
 def context(name: str, traces: list[Trace], ks: list[Kernel]) -> dict[str, Any]:
