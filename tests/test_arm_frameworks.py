@@ -153,3 +153,13 @@ def test_an_emulated_trace_is_shown_without_times(tf_conv2d):
     text = console.export_text()
     assert "its times are not shown" in text and "convolution" in text
     assert " ms" not in text and " µs" not in text, text
+
+
+def test_tensorflow_tells_the_library_calls_apart_per_op(tf_conv2d):
+    """TensorFlow's eager op callbacks give the library layer per op (tracer.contract.OpHooks):
+    Conv2D's own oneDNN convolution, on this machine and on A64FX."""
+    for trace, isa in zip(tf_conv2d, ("", "sve_512")):
+        (run,) = [r for r in trace.runs if r.pass_ == "forward" and r.phase == "warm"]
+        per_op = run.info.layers["library"].per_op
+        calls = [c for c in per_op["Conv2D"][1] if c.startswith("oneDNN: convolution")]
+        assert calls and all(isa in c for c in calls), dict(per_op)

@@ -10,8 +10,10 @@ a constant tensor that the tape is told to watch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -251,6 +253,28 @@ def make_model_case(model: str, api: str, device: str, shape: tuple[int, ...]) -
 #: Eager-runtime bookkeeping in the profiler's host trace, not part of the op path.
 _TF_NOISE = ("TFE_DeleteTensorHandle", "ValidateInputTypeAndPlacement", "EagerCopyToDevice", "EagerExecute",
              "EagerKernelExecute", "TFE_Py_FastPathExecute_C", "ThreadpoolListener::Record", "convert_to_tensor")
+
+
+def op_hooks(after: Callable[[str], None]) -> Any:
+    """tracer.contract.OpHooks: ``after(op)`` as each eager op returns (TensorFlow's op
+    callbacks, called once an eager op has run; a tf.function's graph runs as one call, its
+    ops not told apart)."""
+    from tensorflow.python.framework import op_callbacks
+
+    @contextlib.contextmanager
+    def hooked() -> Iterator[None]:
+        def called(op_type: str, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
+                   graph: Any = None) -> None:
+            if graph is None:  # an eager op that ran (a graph's ops are only being built)
+                after(op_type.decode() if isinstance(op_type, bytes) else str(op_type))
+
+        op_callbacks.add_op_callback(called)
+        try:
+            yield
+        finally:
+            op_callbacks.remove_op_callback(called)
+
+    return hooked()
 
 
 def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.OpRecord:
