@@ -556,6 +556,15 @@ class OpHooks(Protocol):
 
 
 @runtime_checkable
+class LibraryVerbose(Protocol):
+    """A probe module that can turn its vendor libraries' verbose logs on and off at run
+    time (torch: oneDNN's and MKL's): ``library_verbose(on)``. The logs are then on for the
+    library layer's step only, and no other timed step pays for writing them."""
+
+    def library_verbose(self, on: bool) -> None: ...
+
+
+@runtime_checkable
 class GpuEvidence(Protocol):
     """A probe module that can say, without a GPU, what its framework's GPU path runs
     for a step: ``gpu_evidence(case, pass_, run)`` (``run()`` is the step, as for

@@ -21,7 +21,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from tracer import emulation, envs
 from tracer.emulation import added as emulated_added
 from tracer.errors import DltraceError, UsageError
-from tracer.files import write_text
+from tracer.files import read_json_object, write_text
 from tracer.registry_entries import Framework, gpu_build_env
 
 Log = Callable[[str], None]
@@ -35,20 +35,12 @@ def _file() -> Path:
 
 def recorded(framework: str) -> list[str]:
     """The requirements `env add` gave ``framework``, in the order given."""
-    try:
-        doc = json.loads(_file().read_text())
-    except (OSError, ValueError, RecursionError):
-        return []
-    reqs = doc.get(framework, []) if isinstance(doc, dict) else []
+    reqs = read_json_object(_file()).get(framework, [])
     return [r for r in reqs if isinstance(r, str)] if isinstance(reqs, list) else []
 
 
 def _record(framework: str, requirements: list[str]) -> None:
-    try:
-        doc = json.loads(_file().read_text())
-    except (OSError, ValueError, RecursionError):
-        doc = {}
-    doc = doc if isinstance(doc, dict) else {}
+    doc = read_json_object(_file())
     doc[framework] = list(dict.fromkeys([*recorded(framework), *requirements]))
     envs.home().mkdir(parents=True, exist_ok=True)
     write_text(_file(), json.dumps(doc, indent=1))
@@ -80,17 +72,17 @@ def _frozen(python: Path) -> str:
     return "".join(line + "\n" for line in proc.stdout.splitlines() if "==" in line)
 
 
-def _venv_done(target: Framework) -> list[str]:
-    try:
-        done = json.loads((envs.env_dir(target) / emulated_added.MARKER).read_text())
-    except (OSError, ValueError, RecursionError):
-        return []
-    return [r for r in done if isinstance(r, str)] if isinstance(done, list) else []
+def emulated_ready(fw: Framework) -> bool:
+    """Whether ``fw`` has an emulated aarch64 environment here to give packages to."""
+    return fw.aarch64 is not None and not fw.aarch64.unavailable and emulation.status(fw.name) is not None
 
 
 def add_to_venv(target: Framework, requirements: list[str], log: Log = lambda s: None) -> None:
-    """Install ``requirements`` into one x86 environment with everything it has pinned."""
-    done = _venv_done(target)
+    """Install ``requirements`` into one x86 environment with everything it has pinned;
+    its marker (the emulated one's name and shape: requirement -> what it added, here
+    left to pip) says which it has."""
+    marker = envs.env_dir(target) / emulated_added.MARKER
+    done = read_json_object(marker)
     requirements = [r for r in requirements if r not in done]
     if not requirements:
         return
@@ -112,7 +104,7 @@ def add_to_venv(target: Framework, requirements: list[str], log: Log = lambda s:
         except DltraceError:
             raise DltraceError(f"cannot add {' '.join(requirements)} to {target.name}'s x86_64 environment: "
                                f"{envs.refusal(log_path)}") from None
-    write_text(envs.env_dir(target) / emulated_added.MARKER, json.dumps([*done, *requirements], indent=1))
+    write_text(marker, json.dumps({**done, **dict.fromkeys(requirements, [])}, indent=1))
 
 
 def add(fw: Framework, requirements: list[str], log: Log = lambda s: None) -> list[str]:
@@ -121,7 +113,7 @@ def add(fw: Framework, requirements: list[str], log: Log = lambda s: None) -> li
     done = []
     # the emulated environment first: a package without an aarch64 wheel is refused
     # before any environment has changed
-    if fw.aarch64 is not None and not fw.aarch64.unavailable and emulation.status(fw.name) is not None:
+    if emulated_ready(fw):
         emulated_added.add(fw.name, requirements, log)
         done.append(f"{fw.name} (aarch64)")
     build = gpu_build_env(fw)

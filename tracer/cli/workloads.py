@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tracer import emulation, env_add, envs
+from tracer import env_add, envs
 from tracer.cli.common import err
 from tracer.contract import UserWorkload, WorkloadError
 from tracer.errors import ProbeFailed, UsageError
@@ -74,7 +74,7 @@ def equip(fw: Framework, users: list[UserWorkload], emulated: bool = False) -> N
         if missing:
             with err.status(f"installing {target.name}'s {', '.join(missing)} (the examples' extras)…"):
                 envs.install_extras(target, tuple(missing))
-    if emulated and fw.aarch64 is not None and not fw.aarch64.unavailable and emulation.status(fw.name) is not None:
+    if emulated and env_add.emulated_ready(fw):
         with err.status(f"equipping {fw.name}'s aarch64 environment…"):
             env_add.equip_emulated(fw, needed)
 

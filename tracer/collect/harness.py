@@ -37,7 +37,7 @@ from tracer.collect.pytrace import PythonTracer
 from tracer.probes.user_workload import WorkloadFailed
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, MODELS, THREAD_ENV, CaseError, CaseRequest,
                              CompiledDoor, DeviceCheck, DeviceInfo, DispatchTable, EmulatedCpu, Exit, GpuEvidence,
-                             NativeRequest, OpHooks, OpRecorder, Probe, ProbeRequest, UserWorkload)
+                             LibraryVerbose, NativeRequest, OpHooks, OpRecorder, Probe, ProbeRequest, UserWorkload)
 from tracer.trace import Frame, Node, Run, Trace, save
 from tracer.trace_meta import native_not_finished
 
@@ -532,8 +532,8 @@ def main(argv: list[str]) -> int:
     # the libraries' own reports go to fd 1: into a file while the cases run
     log = StdoutLog(os.path.join(tempfile.gettempdir(), f"dltrace-stdout-{os.getpid()}.log")) \
         if any("library" in c.layers for c in req.cases) else None
-    if log is not None and callable(getattr(probe, "library_verbose", None)):
-        log.switch = probe.library_verbose  # type: ignore[attr-defined]  # the logs on in the library step only
+    if log is not None and isinstance(probe, LibraryVerbose):  # the logs on in the library step only
+        log.switch = probe.library_verbose
         log.switch(False)
     for i, case_req in enumerate(req.cases):
         out = case_req.out

@@ -88,7 +88,7 @@ class StdoutLog:
         "calls": {"LIBRARY: call": times}}; an op that reported nothing has no calls (the framework's
         own kernel)."""
         ops: dict[str, dict[str, Any]] = {}
-        mark = [0]
+        mark = [self._mark()]  # where :meth:`between` starts the step: nothing is written in between
 
         def after(op: str) -> None:
             end = self._mark()
@@ -100,21 +100,11 @@ class StdoutLog:
                 key = f"{call.library}: {call.name}"
                 rec["calls"][key] = rec["calls"].get(key, 0) + 1
 
-        start = self._mark()
-        if start > self._read:
-            parse(self._text(self._read, start), VendorLog(info=self.log.info))
-        mark[0] = start
-        with hooks(after):
-            if self.switch is not None:
-                self.switch(True)
-            try:
+        def hooked() -> None:
+            with hooks(after):
                 run()
-            finally:
-                if self.switch is not None:
-                    self.switch(False)
-        end = self._mark()
-        self._read = end
-        return parse(self._text(start, end), VendorLog(info=self.log.info)), ops
+
+        return self.between(hooked), ops
 
     def mute(self) -> None:
         self._flush()

@@ -24,7 +24,7 @@ from tracer import envs
 from tracer.emulation.layout import PYTHON_VERSION, Log, site_dir
 from tracer.emulation.wheels import installed_versions, pip_command, status
 from tracer.errors import DltraceError
-from tracer.files import write_text
+from tracer.files import read_json_object, write_text
 
 #: requirement -> the distributions (name==version) it added, in the environment's folder
 MARKER = "dltrace-added.json"
@@ -35,11 +35,7 @@ def _installed(site: Path) -> dict[str, str]:
 
 
 def _marker(name: str) -> dict[str, list[str]]:
-    try:
-        done = json.loads((site_dir(name).parent / MARKER).read_text())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return done if isinstance(done, dict) else {}
+    return read_json_object(site_dir(name).parent / MARKER)
 
 
 def missing(name: str, requirements: list[str]) -> list[str]:
