@@ -14,8 +14,12 @@ SURVEY ?= reports/survey
 survey: setup
 	$(BIN)/dltrace survey -o $(SURVEY)
 
+# Two pytest-xdist workers (at most four on a bigger machine), each test file on one
+# worker (its session fixtures run once); the shared survey is built once per run
+# (tests/conftest.py once_per_run). Probes wait on subprocesses and QEMU runs one
+# thread: two workers keep both cores busy where one left one idle.
 test: setup lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n logical --maxprocesses 4 --dist loadfile --durations 25
 
 # Style and types, checked before the tests (pyproject.toml holds their settings).
 lint: tool

@@ -9,11 +9,13 @@ part, so no test re-runs a probe that the survey already ran.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -147,15 +149,36 @@ def with_native(jobs: list[sv.Job]) -> list[sv.Job]:
     return out
 
 
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """A folder ``build`` fills once per test run. Under pytest-xdist (`make test` runs
+    two workers) each worker has its own session, so a session fixture would run once
+    per worker: the first worker that asks builds the folder, in the run's shared base
+    folder, and the others wait on a lock, then read it."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    base = tmp_path_factory.getbasetemp().parent  # popen-gw0's parent: one per run
+    folder, done = base / name, base / f"{name}.done"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes, by an assertion's exception too
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def survey_root(frameworks, tmp_path_factory) -> Path:
     """A CPU survey of all five frameworks with their variants (traces only), with the
     op layer everywhere and the native layer in the cases :func:`native_case` names."""
-    root = tmp_path_factory.mktemp("survey")
-    gaps = sv.run(with_native(sv.plan(frameworks.values(), models=MODELS)), root, workers=2, timeout=900)
-    unexpected = [g for g in gaps if not precision_gap(frameworks, g) and not standin_gap(g)]
-    assert not unexpected, [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in unexpected]
-    return root
+    def build(root: Path) -> None:
+        gaps = sv.run(with_native(sv.plan(frameworks.values(), models=MODELS)), root, workers=2, timeout=900)
+        unexpected = [g for g in gaps if not precision_gap(frameworks, g) and not standin_gap(g)]
+        assert not unexpected, [f"{g.framework} {g.variant} {g.primitive} {g.api}: {g.error}" for g in unexpected]
+
+    return once_per_run(tmp_path_factory, "survey", build)
 
 
 def standin_gap(gap) -> bool:
@@ -202,14 +225,17 @@ def native_traces(frameworks, survey_root) -> dict[tuple[str, str], CaseResult]:
 
 
 @pytest.fixture(scope="session")
-def survey_report(frameworks, survey_root) -> Path:
+def survey_report(frameworks, survey_root, tmp_path_factory) -> Path:
     """`dltrace survey` over the finished survey: every case is reused, then the report is
     rendered (--no-native: the session survey samples native stacks only where tests read them)."""
-    # the emulated ARM jobs, the stand-in device, the derived evidence and the report: minutes
-    proc = dltrace("survey", "--no-native", "--no-examples", "-o", str(survey_root), timeout=2400)
-    assert proc.returncode == 0, proc.stderr
-    cases = 2 * len(PRIMITIVES) + sum(len(MODELS[m].apis) for m in frameworks["torch"].models)  # two levels
-    assert f"torch/cpu-default: {cases} cases, {cases} reused" in proc.stderr
+    def build(_: Path) -> None:
+        # the emulated ARM jobs, the stand-in device, the derived evidence and the report: minutes
+        proc = dltrace("survey", "--no-native", "--no-examples", "-o", str(survey_root), timeout=2400)
+        assert proc.returncode == 0, proc.stderr
+        cases = 2 * len(PRIMITIVES) + sum(len(MODELS[m].apis) for m in frameworks["torch"].models)  # two levels
+        assert f"torch/cpu-default: {cases} cases, {cases} reused" in proc.stderr
+
+    once_per_run(tmp_path_factory, "survey-report", build)
     return survey_root / "index.html"
 
 

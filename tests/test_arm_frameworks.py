@@ -11,8 +11,9 @@ import pytest
 
 from tracer import registry
 from tracer import survey as sv
-from tracer.contract import PRIMITIVES
+from tracer.contract import PRIMITIVES, UserWorkload
 from tracer.analysis.arm_audit import arm_audit
+from tracer.analysis.arm_ops import arm_op_table
 from tracer.processing.diff import diff_traces
 from tracer.analysis.portability import survey_reports
 from tracer.analysis.survey_model import assemble
@@ -71,6 +72,14 @@ def test_jax_on_neoverse_n1_records_what_xla_compiled(frameworks, tmp_path_facto
     # XLA:CPU hands the matrix product to YNNPACK, named by the custom fusion's kind
     assert any(k.endswith(":__ynn_fusion") for k in cell.compiled["forward"]), cell.compiled
     assert cell.compiled["backward"]
+    # per op of the program (the per-op ARM table a workload gets): what XLA:CPU made of it
+    table = arm_op_table([t])
+    assert table is not None and table.machines == ["neoverse-n1 (emulated)"]
+    cells = {r.op: r.cells["neoverse-n1 (emulated)"] for r in table.rows}
+    assert "YNNPACK: __ynn_fusion" in cells["stablehlo.dot_general"].calls, cells["stablehlo.dot_general"]
+    assert cells["stablehlo.dot_general"].library_calls  # a library: no "own kernel"
+    fused = [op for op, c in cells.items() if c.calls == ["XLA: fusion(kLoop)"]]
+    assert fused and all(cells[op].said == "XLA: fusion(kLoop)" and not cells[op].library_calls for op in fused)
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +98,13 @@ def test_chainer_on_a64fx_names_openblas_kernels(chainer_dense):
     assert blas["core"] != x86.meta["library"]["OpenBLAS"]["core"]
     cell = arm_audit([x86, t], [], k=K).rows["dense"]["a64fx (emulated)"]
     assert blas["core"] in cell.blas and not cell.failed
+    # per op (a FunctionHook): no vendor library reports a call; NumPy's kernels, with the
+    # OpenBLAS kernels each CPU got
+    table = arm_op_table([x86, t], K.pure_python)
+    assert table is not None and table.machines[1] == "a64fx (emulated)"
+    row = next(r for r in table.rows if r.op == "LinearFunction.forward")
+    assert row.cells["a64fx (emulated)"].said == f"own kernel (NumPy; OpenBLAS {blas['core']} kernels)"
+    assert row.cells[table.machines[0]].said != row.cells["a64fx (emulated)"].said and not row.flags
 
 
 def test_report_has_the_arm_audit_and_the_x86_vs_arm_column(chainer_dense, tmp_path):
@@ -118,6 +134,17 @@ def test_survey_runs_the_arm_variants(frameworks):
                 if j.cpu and j.variant != "default"]
 
 
+def test_the_default_survey_runs_the_examples_on_arm_but_those_it_skips(frameworks):
+    jax = frameworks["jax"]
+    examples = [UserWorkload.parse(str(ex.path)) for ex in jax.examples.values()]
+    jobs = [j for j in sv.plan([jax], [], arm=True, workloads={"jax": examples})
+            if j.cpu and j.cases and j.cases[0].user]
+    assert {(j.cpu, j.cases[0].primitive) for j in jobs} == {(c, "flax_cnn") for c in jax.aarch64.cpus}
+    every = [j for j in sv.plan([jax], [], arm=True, arm_all=True, workloads={"jax": examples}) if j.cpu
+             and j.cases and j.cases[0].user]
+    assert {j.cases[0].primitive for j in every} == {"flax_cnn", "mobilenet_v2"}
+
+
 def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):
     jax = frameworks["jax"]
     jobs = [j for j in sv.plan([jax], arm=True) if j.cpu]
@@ -129,13 +156,14 @@ def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):
 
 
 @pytest.mark.parametrize("line, bad", [("primitives: [conv2d, dense]", "primitives: [conv3d]"),
-                                       ("variants: [onednn-on]", "variants: [onednn-maybe]")])
+                                       ("variants: [onednn-on]", "variants: [onednn-maybe]"),
+                                       ("skip_examples: [mobilenet_v2]", "skip_examples: [mobilenet_v9]")])
 def test_registry_names_an_unknown_arm_primitive_or_variant(tmp_path, line, bad):
     text = registry.registry_path().read_text()
     assert line in text
     path = tmp_path / "frameworks.yaml"
     path.write_text(text.replace(line, bad))
-    with pytest.raises(RegistryError, match=r"field 'aarch64\.(primitives|variants)' names no"):
+    with pytest.raises(RegistryError, match=r"field 'aarch64\.(primitives|variants|skip_examples)' names no"):
         registry.load(path)
 
 

@@ -62,3 +62,18 @@ def test_env_add_refuses_a_package_without_an_aarch64_wheel_before_changing_anyt
     assert "PyQt5==5.15.11" in line and "torch's aarch64 environment" in line and "no aarch64 wheel" in line
     proc = subprocess.run([str(envs.python_for(frameworks["torch"])), "-c", "import PyQt5"], capture_output=True)
     assert proc.returncode != 0  # the x86 environment was not given it either
+
+
+def test_a_numpy_framework_says_per_op_which_openblas_kernels_each_cpu_got(frameworks, tmp_path):
+    """Chainer computes with NumPy: its ops call no vendor library, and the table says whose
+    kernels ran, per CPU; the coverage CSV joins its list (the GPU code each FunctionNode
+    runs: Convolution2DFunction.forward_gpu) to the node the CPU ran."""
+    proc = dltrace("audit", "chainer", "--workload", "tests/workloads/chainer_cnn.py", "--cpu", "neoverse-n1",
+                   "--traces", str(tmp_path / "none"), "-o", str(tmp_path / "cnn.csv"), env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO((tmp_path / "cnn.csv").read_text()))}
+    conv = rows["Convolution2DFunction.forward_gpu"]
+    here, arm = conv["on x86_64 (this machine)"], conv["on neoverse-n1 (emulated)"]
+    assert arm.startswith("own kernel (NumPy; OpenBLAS") and "neoversen1" in arm.lower(), conv
+    assert here.startswith("own kernel (NumPy; OpenBLAS") and here != arm, conv
+    assert "neoverse-n1 (emulated): 0 ops ran reference code" in proc.stdout

@@ -23,9 +23,12 @@ from tracer.trace import load
 K = knowledge()
 
 
-def test_resumed_survey_reuses_every_trace(survey_root, survey_report):
+def test_resumed_survey_reuses_every_trace(survey_root, survey_report, tmp_path):
+    # a copy of torch's traces: the session survey's own report stays the whole survey's
+    # (another test worker may be reading it)
+    shutil.copytree(survey_root / "traces" / "torch", tmp_path / "traces" / "torch")
     proc = dltrace("survey", "torch", "--primitives", "conv2d,relu", "--no-native", "--no-examples", "-o",
-                   str(survey_root))
+                   str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     # conv2d and relu at two levels, and torch's models' steps, which the session survey ran too
     assert "torch/cpu-default: 8 cases, 8 reused" in proc.stderr

@@ -15,6 +15,7 @@ import pytest
 from tracer import fleet, registry
 from tracer import survey as sv
 from tracer.contract import USER_API, UserWorkload, WorkloadError
+from tracer.analysis.arm_ops import arm_op_table
 from tracer.analysis.workload_coverage import CoverageRow, WorkloadCoverage, coverage, layer_costs
 from tracer.registry import RegistryError
 from tracer.render import coverage_export
@@ -163,6 +164,34 @@ def test_coverage_names_the_builtin_cases_that_name_each_entry():
     # the lists set apart upstream (the same unit) decide what is beyond, where given
     given = coverage("torch", "net", items, [net], [dense], beyond=["aten::addmm.out"])
     assert given.beyond == ["aten::addmm.out"]
+
+
+def test_a_compilers_per_op_record_fills_the_arm_columns_and_its_own_code_calls_no_library():
+    """JAX's per-op record is the op layer's (what XLA:CPU compiled each StableHLO op
+    into): XLA's own fusions are the framework's own code, a library fusion a library."""
+    def compiled(per_op: dict[str, list[str]], emulated: bool) -> Trace:
+        doc = {op: {"count": 1, "calls": {c: 1 for c in calls}} for op, calls in per_op.items()}
+        t = _trace("net", "cpu", {"forward": list(per_op)}, stats={"layers": {"op": {"per_op": doc}}})
+        t.set_meta("framework", "jax")
+        t.set_meta("machine", {"arch": "aarch64" if emulated else "x86_64"})
+        if emulated:
+            t.set_meta("emulated", {"cpu": "neoverse-n1", "model": "Neoverse-N1"})
+        return t
+
+    host = compiled({"stablehlo.dot_general": ["YNNPACK: __ynn_fusion"], "stablehlo.add": ["XLA: fusion(kLoop)"]},
+                    False)
+    arm = compiled({"stablehlo.dot_general": ["XLA: fusion(kLoop)"], "stablehlo.add": ["XLA: fusion(kLoop)"]}, True)
+    table = arm_op_table([host, arm])
+    assert table is not None and table.machines == ["x86_64 (this machine)", "neoverse-n1 (emulated)"]
+    flags = {r.op: r.flags for r in table.rows}
+    assert flags["stablehlo.dot_general"] == {"neoverse-n1 (emulated)": [
+        "no library (this machine: YNNPACK: __ynn_fusion)"]} and flags["stablehlo.add"] == {}
+    cov = coverage("jax", "net", ["stablehlo.add", "stablehlo.dot_general", "stablehlo.constant"], [host], [],
+                   arm=table)
+    by = {r.op: r.arm for r in cov.rows}
+    assert by["stablehlo.add"] == {m: "XLA: fusion(kLoop)" for m in table.machines}
+    assert by["stablehlo.dot_general"]["neoverse-n1 (emulated)"].startswith("XLA: fusion(kLoop); no library")
+    assert by["stablehlo.constant"] == {}  # folded into the program: no CPU op of its name
 
 
 def test_layer_costs_read_each_layers_factor_and_tolerate_odd_stats():

@@ -380,6 +380,8 @@ _CHECKS: dict[tuple[type, str], Check] = {
     (Aarch64Spec, "primitives"): _known("primitive", lambda e: PRIMITIVES, problem="names no {what}: {all}"),
     (Aarch64Spec, "variants"): _known("variant of the framework", lambda e: e.data.get("variants") or {},
                                       problem="names no {what}: {all}"),
+    (Aarch64Spec, "skip_examples"): _known("example of the framework", lambda e: e.data.get("examples") or {},
+                                           problem="names no {what}: {all}"),
     (GpuEvidenceSpec, "evidence"): _known("evidence class", lambda e: DERIVED_EVIDENCE, one=True),
 }
 

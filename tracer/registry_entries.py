@@ -199,9 +199,9 @@ class Aarch64Spec:
     #: the primitives the default survey emulates, where not all (JAX: XLA compiles
     #: each pass under emulation); `dltrace survey --arm-all` runs every primitive
     primitives: tuple[str, ...] = ()
-    #: whether the default survey runs the framework's examples there too (JAX's
-    #: MobileNetV2 compiles past the probe's time-out under emulation); `--arm-all` does
-    examples: bool = True
+    #: the examples the default survey leaves out there (JAX's MobileNetV2 compiles past
+    #: the probe's time-out under emulation); `--arm-all` runs them too
+    skip_examples: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

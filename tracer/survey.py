@@ -153,9 +153,9 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
             # the workloads (the examples among them) on each CPU, each in a process of its
             # own: which library call computed each of their ops there (tracer.analysis.arm_ops)
-            examples = {str(ex.path.resolve()) for ex in fw.examples.values()}
-            arm_workloads = [w for w in (workloads or {}).get(fw.name, []) if arm_all or fw.aarch64.examples
-                             or str(Path(w.file).resolve()) not in examples]
+            skipped = {str(ex.path.resolve()) for name, ex in fw.examples.items() if name in fw.aarch64.skip_examples}
+            arm_workloads = [w for w in (workloads or {}).get(fw.name, [])
+                             if arm_all or str(Path(w.file).resolve()) not in skipped]
             jobs += [Job(fw, "cpu", "default", (CaseSpec(w.name, USER_API, user=w, layers=EMULATED_LAYERS),), cpu)
                      for cpu in fw.aarch64.cpus for w in arm_workloads]
     return jobs

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracer.analysis.arm_ops import ArmOpTable, arm_op_table
+from tracer.analysis.arm_ops import ArmOpTable
 from tracer.analysis.decisions import decisions
 from tracer.analysis.models import ModelRow, is_model_trace, model_reports, workload_reports
 from tracer.analysis.portability import FrameworkReport, framework_report, survey_reports
@@ -55,4 +55,4 @@ def workload_audit(framework: str, workload: str, traces: list[Trace], gaps: lis
     row = next((r for m in mine for r in m.rows if m.model == workload and r.framework == framework), None)
     if row is None:
         raise DltraceError(f"{workload}: no trace or gap of it in {framework}: nothing to audit")
-    return WorkloadAudit(rep, row, arm_op_table(traces))
+    return WorkloadAudit(rep, row, row.arm_ops)

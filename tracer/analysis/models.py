@@ -167,7 +167,7 @@ def model_row(model: str, framework: str, traces: list[Trace], gaps: list[Gap],
     versions = sorted({t.info.framework_version or "" for t in cpu} - {""})
     return ModelRow(model, framework, ", ".join(versions), implement, beyond, sites, libraries, levels,
                     [f"{g.api} on {g.device}: {g.error}" for g in gaps], gpu_steps(traces, k),
-                    compiled=compiled_door(traces), arm_ops=arm_op_table(traces))
+                    compiled=compiled_door(traces), arm_ops=arm_op_table(traces, k.pure_python))
 
 
 def compiled_door(traces: list[Trace]) -> CompiledNeeds | None:
@@ -241,7 +241,7 @@ def workload_reports(traces: list[Trace], gaps: list[Gap], cards: list[ScoreRow]
             row.beyond = [e for e in row.implement.items if e not in known]
             row.coverage = coverage(fw, name, row.implement.items, [t for t in mine if t.info.framework == fw],
                                     [t for t in builtin_traces if t.info.framework == fw], row.beyond,
-                                    row.implement.incomplete)
+                                    row.implement.incomplete, row.arm_ops)
             rows.append(row)
         about = next((dict(t.info.model["workload"]) for t in mine if isinstance(t.info.model.get("workload"), dict)),
                      {})

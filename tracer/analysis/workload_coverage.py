@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer.analysis.arm_ops import arm_op_table
+from tracer.analysis.arm_ops import ArmOpTable
 from tracer.contract import PASSES, STANDIN
 from tracer.processing.standin_record import host_placed
 from tracer.trace import Node, Run, Trace
@@ -186,13 +186,14 @@ def layer_costs(trace: Trace) -> list[LayerCost]:
 
 
 def coverage(framework: str, workload: str, items: list[str], traces: list[Trace], builtin: list[Trace],
-             beyond: list[str] | None = None, incomplete: str = "") -> WorkloadCoverage:
+             beyond: list[str] | None = None, incomplete: str = "", arm: ArmOpTable | None = None) -> WorkloadCoverage:
     """``items``: the workload's must-implement list in its framework's unit;
     ``traces``: the workload's traces in that framework; ``builtin``: the framework's
     traces of its built-in primitives and models; ``beyond``: the entries on no built-in
     case's list (tracer.analysis.models sets the lists apart; without it, the entries no
     built-in trace names). An entry is counted and placed in its passes from the first of
-    the workload's stand-in run, CPU path and derived GPU path that names it."""
+    the workload's stand-in run, CPU path and derived GPU path that names it; ``arm``:
+    the workload's per-op ARM table (tracer.analysis.arm_ops), each entry's cells."""
     standin = next((t for t in traces if _default(t, STANDIN)), None)
     cpu = next((t for t in traces if _default(t, "cpu")), None)
     gpu = [t for t in traces if t.info.device == "gpu" and t.info.emulated is None]
@@ -222,10 +223,9 @@ def coverage(framework: str, workload: str, items: list[str], traces: list[Trace
         also = [case for case, names in others.get(device, {}).items() if bare in names]
         cov.rows.append(CoverageRow(op, name, overload, passes, calls, also,
                                     op in outside if outside is not None else not also))
-    table = arm_op_table(traces)
-    if table is not None:
-        cov.machines = table.machines
-        by_op = {r.op: r for r in table.rows}
+    if arm is not None:
+        cov.machines = arm.machines
+        by_op = {r.op: r for r in arm.rows}
         for row in cov.rows:
             found = next((by_op[n] for n in cpu_op_names(row.name) if n in by_op), None)
             if found is not None:
@@ -238,6 +238,14 @@ def cpu_op_names(entry: str) -> list[str]:
     list names an op as a new backend gets it: ``aten::convolution_overrideable`` (torch's
     hook for a device without a convolution of its own) where the CPU runs
     ``aten::convolution``, and an out= form (``aten::add.out``) where the CPU ran the
-    in-place op (``aten::add_``) the out= kernel serves."""
+    in-place op (``aten::add_``) the out= kernel serves. A StableHLO op (``stablehlo.add``)
+    is its own name on every path. Chainer's list names the GPU code a FunctionNode runs
+    (``Convolution2DFunction.forward_gpu``, ``._forward_gpu_core``) where the CPU ran the
+    node's forward or backward."""
+    if entry.startswith(("stablehlo.", "chlo.")):
+        return [entry.split(" (")[0]]
+    chainer = re.fullmatch(r"(\w+)\._?(forward|backward)_gpu\w*", entry.split(" (")[0])
+    if chainer:
+        return [f"{chainer.group(1)}.{chainer.group(2)}"]
     base = re.sub(r"_overrideable$", "", entry.split(".")[0].split(" (")[0])
     return list(dict.fromkeys([base, base + "_", base.rstrip("_")]))

@@ -335,6 +335,30 @@ class _OpHook(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to 
         self._post(function, "backward")
 
 
+class _After(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to mypy: an untyped base
+    """Calls back as each FunctionNode's forward or backward returns (tracer.contract.OpHooks)."""
+
+    name = "dltrace_after"
+
+    def __init__(self, after: Callable[[str], None]) -> None:
+        self._after = after
+
+    def forward_postprocess(self, function: chainer.FunctionNode, in_data: tuple[Any, ...]) -> None:
+        self._after(f"{type(function).__name__}.forward")
+
+    def backward_postprocess(self, function: chainer.FunctionNode, in_data: tuple[Any, ...],
+                             out_grad: tuple[Any, ...]) -> None:
+        self._after(f"{type(function).__name__}.backward")
+
+
+def op_hooks(after: Callable[[str], None]) -> Any:
+    """tracer.contract.OpHooks: ``after(op)`` as each FunctionNode's forward or backward
+    returns, named as the op layer names it (Convolution2DFunction.forward). Chainer's
+    kernels are NumPy's: what a vendor library reported while an op ran (iDeep's oneDNN,
+    where it is on) is that op's; OpenBLAS reports nothing per call."""
+    return _After(after)
+
+
 @contextlib.contextmanager
 def _optimizer_updates(events: list[base.OpEvent]) -> Iterator[None]:
     """The optimizer's work as op records: chainer runs an update as plain array code

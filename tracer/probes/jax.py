@@ -400,6 +400,61 @@ def _hlo_nodes(text: str, primitives: frozenset[str] | None = None) -> list[Node
                                              children=[n]) for prim, n in top])
 
 
+#: HLO opcodes whose StableHLO op has another name
+_STABLEHLO_NAMES = {"dot": "dot_general", "broadcast": "broadcast_in_dim"}
+#: XLA's own layout changes: no op of the program
+_HLO_LAYOUT = {"bitcast", "copy", "constant"}
+#: the instructions XLA:CPU's runtime hands to Eigen (its convolution and dot thunks)
+_EIGEN_THUNKS = {"convolution", "dot"}
+#: custom fusions and calls, by their target's prefix: the library XLA:CPU hands them to
+_CPU_LIBRARIES = (("__ynn", "YNNPACK"), ("__xnn", "XNNPACK"), ("__onednn", "oneDNN"))
+
+
+def _cpu_call(opcode: str) -> str:
+    """What computes an instruction of a compiled CPU program, as a library call
+    ("YNNPACK: __ynn_fusion", "Eigen: convolution (XLA:CPU runtime)"); XLA's own emitted
+    code is a call of "XLA" (tracer.analysis.arm_ops: the framework's own kernel)."""
+    target = opcode.split(":", 1)[1] if ":" in opcode else ""
+    lib = next((name for prefix, name in _CPU_LIBRARIES if target.startswith(prefix)), "")
+    if lib:
+        return f"{lib}: {target}"
+    if opcode in _EIGEN_THUNKS:
+        return f"Eigen: {opcode} (XLA:CPU runtime)"
+    return f"XLA: {opcode}"
+
+
+def _compiled_per_op(texts: list[str]) -> dict[str, dict[str, Any]]:
+    """The per-op record of compiled CPU programs (tracer.analysis.arm_ops): for each
+    StableHLO op of the program (XLA's own layout changes left out), the instructions it
+    became and what computes them: the library a fusion or call is handed to, Eigen's
+    thunks, or XLA's own emitted code."""
+    ops: dict[str, dict[str, Any]] = {}
+
+    def add(comps: dict[str, list[str]], comp: str, call: str, depth: int) -> None:
+        for instr in comps.get(comp, []):
+            opcode, calls = _hlo_opcode(instr)
+            here = call or _cpu_call(opcode)
+            if opcode.startswith("fusion") and calls and depth < 4:
+                add(comps, calls, here, depth + 1)
+                continue
+            # inside a fusion, what XLA made itself (a layout transpose, a constant's
+            # broadcast) keeps no op_name; an instruction of its own is a kernel either way
+            if opcode in _HLO_STRUCTURAL or opcode in _HLO_LAYOUT or (depth and 'op_name="' not in instr):
+                continue
+            bare = opcode.split(":", 1)[0]
+            name = "stablehlo." + _STABLEHLO_NAMES.get(bare, bare).replace("-", "_")
+            if bare == "custom-call" and ":" in opcode:
+                name = f"stablehlo.custom_call @{opcode.split(':', 1)[1]}"
+            rec = ops.setdefault(name, {"count": 0, "calls": {}})
+            rec["count"] += 1
+            rec["calls"][here] = rec["calls"].get(here, 0) + 1
+
+    for text in texts:
+        comps, entry = _hlo_computations(text)
+        add(comps, entry, "", 0)
+    return ops
+
+
 def _jaxpr_nodes(jaxpr: Jaxpr) -> list[Node]:
     """A closed jaxpr's equations as op nodes; a pjit's inner jaxpr nests under it."""
     out = []
@@ -538,8 +593,11 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
     platform = case.private["device"].platform
     info = {"platform": platform, "jit": not jax.config.jax_disable_jit}
     if not jax.config.jax_disable_jit:
-        hlo = [n for fn, fargs in programs for n in _hlo_nodes(jax.jit(fn).lower(*fargs).compile().as_text())]
+        texts = [jax.jit(fn).lower(*fargs).compile().as_text() for fn, fargs in programs]
+        hlo = [n for text in texts for n in _hlo_nodes(text)]
         ops.append(base.op_node(f"XLA:{platform}", "xla", "XLA", children=base.merge_siblings(hlo)))
+        if platform == "cpu":  # what computes each op here: the per-op ARM table's evidence
+            info["per_op"] = _compiled_per_op(texts)
         if len(programs) > 1:
             info["programs"] = len(programs)
     return base.OpRecord(ops, "jax (jaxpr, compiled HLO)", info)
