@@ -480,36 +480,55 @@ def _held(value: Any, aval: Any) -> np.ndarray:
     return np.array(value, dtype=aval.dtype)
 
 
-def _ran_programs(run: Callable[[], object], values: bool = False) -> list[tuple[Callable[..., Any], Sequence[Any]]]:
+def _ran_programs(run: Callable[[], object], values: bool = False
+                  ) -> tuple[list[tuple[Callable[..., Any], Sequence[Any]]], list[str]]:
     """The programs ``run()`` (a user's pass, whose programs dltrace cannot name in
     advance) dispatches, as (function, argument shapes), or with ``values`` the
     arguments themselves (host copies, taken before the call: a donated buffer is gone
-    after it): JAX's caches are cleared first, so that each jitted program (a
-    ``jax.jit``, a pullback, an eager primitive's own little program) passes once
-    through JAX's Python dispatch, where its closed jaxpr is read. The pass runs once
-    more for it (one more step of the user's training)."""
+    after it); and, where each was compiled for this CPU, its compiled HLO text. JAX's
+    dispatch caches are cleared first, so that each jitted program (a ``jax.jit``, a
+    pullback, an eager primitive's own little program) passes once through JAX's Python
+    dispatch, where its closed jaxpr is read; its lowering and compiled executable stay
+    cached, so nothing is compiled again (under QEMU a compile takes minutes). The pass
+    runs once more for it (one more step of the user's training)."""
     from jax._src import core as jcore
     from jax._src import pjit as jpjit
+    from jax._src.lib import _jax
 
     seen: list[tuple[Any, Any]] = []
-    original = jpjit._pjit_call_impl_python
+    lowered: list[Any] = []
+    original, resolve = jpjit._pjit_call_impl_python, jpjit._resolve_and_lower
 
     def capture(*args: Any, jaxpr: Any, **params: Any) -> Any:
         seen.append((jaxpr, [_held(a, aval) for a, aval in zip(args, jaxpr.in_avals)] if values else None))
         return original(*args, jaxpr=jaxpr, **params)
 
-    jax.clear_caches()
-    jpjit._pjit_call_impl_python = capture
+    def lower(*args: Any, **params: Any) -> Any:
+        computation = resolve(*args, **params)
+        lowered.append(computation)
+        return computation
+
+    # what jax.clear_caches clears of the C++ dispatch, not its lowering and compilation caches
+    jpjit._cpp_pjit_cache_fun_only.clear()
+    jpjit._cpp_pjit_cache_explicit_attributes.clear()
+    _jax.PjitFunctionCache.clear_all()
+    jpjit._pjit_call_impl_python, jpjit._resolve_and_lower = capture, lower
     try:
         jax.block_until_ready(run())
     finally:
-        jpjit._pjit_call_impl_python = original
+        jpjit._pjit_call_impl_python, jpjit._resolve_and_lower = original, resolve
     out: list[tuple[Callable[..., Any], Sequence[Any]]] = []
     for closed, held in seen:
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
         # curried: a function of the arguments
         out.append((jcore.jaxpr_as_fun(closed), structs if held is None else held))
-    return out
+    texts: list[str] = []
+    if len(lowered) == len(seen):  # one lowering per program dispatched: each one's executable
+        try:
+            texts = [computation.compile().as_text() for computation in lowered]
+        except Exception:  # noqa: BLE001 - the programs are compiled again where they are read
+            texts = []
+    return out, texts
 
 
 def _pass_programs(case: base.Case, pass_: str,
@@ -532,7 +551,8 @@ def _pass_programs(case: base.Case, pass_: str,
             if run is None:
                 raise base.ProbeError("a workload's programs are read from a run of its pass")
             # the stand-in (and a skeleton's check) runs them on their arguments' values
-            p[key] = _ran_programs(run, values=case.info.get("standin") is not None or bool(p.get("values")))
+            p[key], p[f"compiled:{pass_}"] = _ran_programs(
+                run, values=case.info.get("standin") is not None or bool(p.get("values")))
         ran: list[tuple[Callable[..., Any], Sequence[Any]]] = p[key]
         return ran
     f = p["f"]
@@ -593,7 +613,9 @@ def record_ops(case: base.Case, pass_: str, run: Callable[[], object]) -> base.O
     platform = case.private["device"].platform
     info = {"platform": platform, "jit": not jax.config.jax_disable_jit}
     if not jax.config.jax_disable_jit:
-        texts = [jax.jit(fn).lower(*fargs).compile().as_text() for fn, fargs in programs]
+        # a workload's programs as they were compiled for its run, else compiled here
+        texts = case.private.get(f"compiled:{pass_}") or \
+            [jax.jit(fn).lower(*fargs).compile().as_text() for fn, fargs in programs]
         hlo = [n for text in texts for n in _hlo_nodes(text)]
         ops.append(base.op_node(f"XLA:{platform}", "xla", "XLA", children=base.merge_siblings(hlo)))
         if platform == "cpu":  # what computes each op here: the per-op ARM table's evidence
