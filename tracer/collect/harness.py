@@ -188,9 +188,10 @@ def _step(case: Case, pass_: str) -> Callable[[], Any]:
 
 #: Pairs of untraced and profiled steps an op layer's cost is read from (the first profiled
 #: step is the recorded one; each more is a whole record, its processing included, untimed):
-#: two ABBA blocks (tracer.collect.costs), so that the step after a record's processing is
-#: as often an untraced one as a profiled one.
-OP_PAIRS = 4
+#: four ABBA blocks (tracer.collect.costs), so that the step after a record's processing is
+#: as often an untraced one as a profiled one, and the spread is the quartiles of four
+#: blocks, not the two values of two (which made two runs' spreads miss each other).
+OP_PAIRS = 8
 
 
 def _profiled(probe: OpRecorder, case: Case, pass_: str) -> tuple[Any, list[float]]:
