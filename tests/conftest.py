@@ -249,6 +249,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.frameworks)
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With DLTRACE_TEST_TIMELINE=FILE, one JSON line per test phase (worker, test, phase,
+    start and stop, epoch seconds): where each worker spent the run and where it waited
+    (docs/development.md). Written by the controller, which hears every worker's reports."""
+    path = os.environ.get("DLTRACE_TEST_TIMELINE")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    line = {"worker": getattr(gateway, "id", "main"), "test": report.nodeid, "phase": report.when,
+            "start": round(report.start, 3), "stop": round(report.stop, 3), "outcome": report.outcome}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def stop_processes(procs: list[subprocess.Popen]) -> None:
     """End a test's helper processes (a fleet's scheduler and workers), last started first:
     asked to stop, then killed after 20 s."""

@@ -9,7 +9,7 @@ import pytest
 from tracer import survey as sv
 from tracer.processing.diff import diff_traces
 from tracer.knowledge import knowledge
-from tracer.runner import CaseSpec, run_probe
+from tracer.trace import load
 
 K = knowledge()
 
@@ -17,16 +17,19 @@ CPUS = ("a64fx", "neoverse-n1")
 
 
 @pytest.fixture(scope="session")
-def emulated(frameworks, tmp_path_factory):
+def emulated(frameworks, survey_report):
     """cpu -> {primitive: trace} of torch's conv2d and dense, forward and backward, on
-    each emulated CPU (python, op and library layers: py-spy cannot attach under QEMU)."""
-    out = {}
-    for cpu in CPUS:
-        results = run_probe(frameworks["torch"], [CaseSpec("conv2d"), CaseSpec("dense")],
-                            tmp_path_factory.mktemp(f"arm-{cpu}"), timeout=900, command="ARM test", cpu=cpu)
-        for res in results:
-            assert res.error is None, f"{cpu} {res.spec.primitive}: {res.error}"
-        out[cpu] = {res.spec.primitive: res.load() for res in results}
+    each emulated CPU (python, op and library layers: py-spy cannot attach under QEMU):
+    the shared survey's own emulated jobs, which its report's build ran."""
+    out: dict = {}
+    for job in sv.plan([frameworks["torch"]], arm=True):
+        if job.cpu in CPUS and job.variant == "default":
+            for spec in job.cases:
+                if spec.primitive in ("conv2d", "dense"):
+                    path = sv.case_path(survey_report.parent, job, spec)
+                    assert path.exists(), f"{job.cpu} {spec.primitive}: the survey has no trace"
+                    out.setdefault(job.cpu, {})[spec.primitive] = load(path)
+    assert set(out) == set(CPUS) and all(len(v) == 2 for v in out.values()), out
     return out
 
 

@@ -143,6 +143,11 @@ def test_the_default_survey_runs_the_examples_on_arm_but_those_it_skips(framewor
     every = [j for j in sv.plan([jax], [], arm=True, arm_all=True, workloads={"jax": examples}) if j.cpu
              and j.cases and j.cases[0].user]
     assert {j.cases[0].primitive for j in every} == {"flax_cnn", "mobilenet_v2"}
+    # survey.json times an example's job apart from the primitives' job that shares its folder
+    (a64fx,) = [j for j in jobs if j.cpu == "a64fx"]
+    (prims,) = [j for j in sv.plan([jax], ["dense"], arm=True) if j.cpu == "a64fx"]
+    assert a64fx.folder == prims.folder == "jax/aarch64-a64fx-default"
+    assert (a64fx.label, prims.label) == ("jax/aarch64-a64fx-default flax_cnn", "jax/aarch64-a64fx-default")
 
 
 def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):

@@ -47,6 +47,7 @@ def test_each_op_says_what_computed_it_here_and_on_the_arm_cpu(mlp_on_n1):
     # a set-up op the CPU runs under no name of its own is said so, never left blank
     assert all(r[arm] for r in rows)
     assert "on ARM: what computed each op" in stdout and "neoverse-n1 (emulated): 0 ops ran reference code" in stdout
+    assert "ran the framework's DEFAULT build" in stdout  # torch says which ISA its own kernels dispatched to
 
 
 def test_env_add_refuses_in_one_line(frameworks):
@@ -76,4 +77,8 @@ def test_a_numpy_framework_says_per_op_which_openblas_kernels_each_cpu_got(frame
     here, arm = conv["on x86_64 (this machine)"], conv["on neoverse-n1 (emulated)"]
     assert arm.startswith("own kernel (NumPy; OpenBLAS") and "neoversen1" in arm.lower(), conv
     assert here.startswith("own kernel (NumPy; OpenBLAS") and here != arm, conv
+    # the optimizer's update rule is array code, no FunctionNode: its row is the rule's update
+    rule = rows["MomentumSGDRule.update_core_gpu"]
+    assert rule["on neoverse-n1 (emulated)"].startswith("own kernel (NumPy; OpenBLAS"), rule
     assert "neoverse-n1 (emulated): 0 ops ran reference code" in proc.stdout
+    assert "DEFAULT build" not in proc.stdout  # NumPy's kernels have no DEFAULT build to fall to

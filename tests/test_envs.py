@@ -122,3 +122,39 @@ def test_a_damaged_external_json_is_one_line(tmp_path):
 def test_env_use_of_a_folder_is_one_line(tmp_path):
     line = one_line_error(dltrace("env", "use", "torch", str(tmp_path), env={"DLTRACE_HOME": str(tmp_path)}))
     assert f"torch: {tmp_path} is not an executable Python interpreter" in line
+
+
+def test_set_up_runs_two_environments_at_once_and_one_emulated_at_a_time(frameworks):
+    """`env setup`'s two lanes: an x86 environment is set up while an emulated one is, the
+    emulated ones (one shared Debian root) never side by side, and a failed step is named
+    while every other runs."""
+    import threading
+
+    from tracer.cli.environments import _in_two_lanes
+
+    x86 = [frameworks[n] for n in ("torch", "tensorflow", "chainer")]
+    emulated = [frameworks[n] for n in ("torch", "jax", "chainer")]
+    emulated_started, lock = threading.Event(), threading.Lock()
+    now: set[str] = set()
+    ran: list[str] = []
+    overlaps: list[set[str]] = []
+
+    def step(kind: str, fw) -> bool:
+        with lock:
+            now.add(f"{kind}:{fw.name}")
+            overlaps.append(set(now))
+        if kind == "x86" and fw.name == "torch":
+            assert emulated_started.wait(30), "no emulated step ran beside the first x86 one"
+        if kind == "aarch64":
+            emulated_started.set()
+        time.sleep(0.05)
+        with lock:
+            now.discard(f"{kind}:{fw.name}")
+            ran.append(f"{kind}:{fw.name}")
+        return not (kind == "x86" and fw.name == "tensorflow")
+
+    failed = _in_two_lanes(x86, emulated, lambda fw: step("x86", fw), lambda fw: step("aarch64", fw))
+    assert failed == ["tensorflow"]
+    assert sorted(ran) == sorted([f"x86:{fw.name}" for fw in x86] + [f"aarch64:{fw.name}" for fw in emulated])
+    assert any(len(s) == 2 for s in overlaps)
+    assert all(sum(x.startswith("aarch64:") for x in s) <= 1 for s in overlaps)

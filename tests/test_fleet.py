@@ -7,11 +7,11 @@ peers, clients without a certificate, a scheduler lost mid-survey."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import distributed
@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import assert_tls_refused, dltrace, one_line_error, stop_processes
 from tracer import fleet, envs, fleet_credentials, fleet_routing
 from tracer import survey as sv
-from tracer.contract import Exit
+from tracer.contract import MODELS, Exit
 from tracer.gap import Gap, gap_json, load_gap
 from tracer.knowledge import knowledge
 from tracer.trace import Frame, Node, Run, Trace, load
@@ -215,10 +215,12 @@ SURVEY = ("survey", "torch", "--primitives", "relu,conv2d", "--devices", "cpu", 
 
 
 @pytest.fixture(scope="module")
-def two_workers(frameworks, tmp_path_factory):
+def two_workers(frameworks, survey_report, tmp_path_factory):
     """A fleet survey on two `dltrace worker` processes, and the same survey run here.
     Yields (fleet folder, local folder, each worker's declared resources by name, the
-    fleet survey's stderr, the scheduler's address)."""
+    fleet survey's stderr, the scheduler's address). The survey here reuses the shared
+    survey's traces of the same cases (it probed them here, on this machine's CPU and
+    the emulated ones): it only renders its report."""
     from tests.conftest import dltrace
 
     fw = frameworks["torch"]
@@ -232,13 +234,20 @@ def two_workers(frameworks, tmp_path_factory):
         with procs.client() as client:
             client.wait_for_workers(2, timeout=120)
             declared = {w["name"]: w["resources"] for w in client.scheduler_info()["workers"].values()}
-        # side by side: the emulated probes are most of the time, and neither survey alone fills both cores
-        with ThreadPoolExecutor(2) as pool:
-            remote = pool.submit(dltrace, *SURVEY, "--scheduler", procs.address, "-o", str(tmp / "fleet"), timeout=900)
-            local = pool.submit(dltrace, *SURVEY, "-o", str(tmp / "local"), timeout=900)
-            remote, local = remote.result(), local.result()
+        jobs = sv.plan([fw], ["relu", "conv2d"], ["cpu"], variants=False, arm=True, models=list(MODELS))
+        for job in jobs:
+            for spec in job.cases:
+                shared = sv.case_path(survey_report.parent, job, spec)
+                assert shared.exists(), shared
+                mine = sv.case_path(tmp / "local", job, spec)
+                mine.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(shared, mine)
+        remote = dltrace(*SURVEY, "--scheduler", procs.address, "-o", str(tmp / "fleet"), timeout=900)
+        local = dltrace(*SURVEY, "-o", str(tmp / "local"), timeout=900)
         assert remote.returncode == 0, remote.stderr[-2000:]
         assert local.returncode == 0, local.stderr[-2000:]
+        for job in jobs:  # every case is the shared survey's
+            assert f"{job.folder}: {len(job.cases)} cases, {len(job.cases)} reused" in local.stderr, local.stderr
         yield tmp / "fleet", tmp / "local", declared, remote.stderr, procs.address
     finally:
         procs.stop()

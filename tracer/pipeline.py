@@ -192,7 +192,7 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
 
     def job_done(event: sv.SurveyEvent) -> None:
         if event.seconds:
-            where = str(event.job.folder)
+            where = event.job.label
             record.job_seconds[where] = round(record.job_seconds.get(where, 0.0) + event.seconds, 2)
         said.job_done(event)
 

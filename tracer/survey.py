@@ -65,6 +65,13 @@ class Job:
         where = f"aarch64-{self.cpu}" if self.cpu else f"{self.arch}-native" if self.arch else self.device
         return f"{self.framework.name}/{where}-{self.variant}"
 
+    @property
+    def label(self) -> str:
+        """The job as survey.json times it: its folder, and the workload where the job is one
+        (an example's job shares its folder with the primitives' job)."""
+        users = [c.user.name for c in self.cases if c.user is not None]
+        return f"{self.folder} {users[0]}" if len(users) == 1 == len(self.cases) else self.folder
+
 
 @dataclass
 class SurveyEvent:
@@ -494,7 +501,8 @@ class SurveyRecord:
     cases: int
     gaps: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-    #: each job's wall time, by its folder (framework/device-variant[-cpu]), where it ran here
+    #: each job's wall time where it ran here, by its folder (framework/device-variant), with
+    #: the workload's name after it for a workload's own job (torch/aarch64-a64fx-default resnet18)
     job_seconds: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -69,6 +69,9 @@ class ArmOpTable:
     framework: str
     machines: list[str]  # this machine first, then each ARM CPU
     rows: list[ArmOpRow]
+    #: whether the framework says which ISA its own kernels dispatched to (torch's
+    #: cpu_capability): only then can an op run an unvectorised DEFAULT build
+    isa_dispatch: bool = False
 
     def count(self, machine: str, flag: str) -> int:
         """How many ops carry ``flag`` (its start: "reference code", "no library") on ``machine``."""
@@ -161,4 +164,5 @@ def arm_op_table(traces: list[Trace], pure_python: frozenset[str] = frozenset())
         flags = {m: _flags(host_cell, cell, bool(host) and m == machines[0]) for m, cell in cells.items()}
         rows.append(ArmOpRow(op, [p for p in PASSES if p in passes], cells, {m: f for m, f in flags.items() if f}))
     first = ordered[0].info
-    return ArmOpTable(first.primitive, first.framework, machines, rows)
+    return ArmOpTable(first.primitive, first.framework, machines, rows,
+                      isa_dispatch=any(t.info.cpu_capability for t in ordered))

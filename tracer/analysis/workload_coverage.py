@@ -241,11 +241,15 @@ def cpu_op_names(entry: str) -> list[str]:
     in-place op (``aten::add_``) the out= kernel serves. A StableHLO op (``stablehlo.add``)
     is its own name on every path. Chainer's list names the GPU code a FunctionNode runs
     (``Convolution2DFunction.forward_gpu``, ``._forward_gpu_core``) where the CPU ran the
-    node's forward or backward."""
+    node's forward or backward, and an update rule's (``MomentumSGDRule.update_core_gpu``)
+    where the CPU ran the rule's update."""
     if entry.startswith(("stablehlo.", "chlo.")):
         return [entry.split(" (")[0]]
     chainer = re.fullmatch(r"(\w+)\._?(forward|backward)_gpu\w*", entry.split(" (")[0])
     if chainer:
         return [f"{chainer.group(1)}.{chainer.group(2)}"]
+    rule = re.fullmatch(r"(\w+)\.update_core_gpu", entry.split(" (")[0])
+    if rule:
+        return [f"{rule.group(1)}.update"]
     base = re.sub(r"_overrideable$", "", entry.split(".")[0].split(" (")[0])
     return list(dict.fromkeys([base, base + "_", base.rstrip("_")]))

@@ -72,23 +72,85 @@ def env_setup(names: tuple[str, ...], force: bool, arch: str) -> None:
     for name in names:
         if name not in builds:
             check(fws, name)
-    failed = []
     log = lambda s: err.print(f"  {s}", style="dim", highlight=False, markup=False)  # noqa: E731
-    for name in names or (*fws, *builds):
-        fw = builds.get(name) or fws[name]
-        if arch in ("all", "x86_64"):
-            try:
-                with err.status(f"setting up {name}…"):
-                    st = envs.setup(fw, force=force, log=log)
-                    env_add.reapply(fw, name.removesuffix(GPU_BUILD), log)
-                out.print(message("✓", "green", f"{name} {st.version} ready"), highlight=False)
-            except DltraceError as exc:
-                failed.append(name)
-                err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
-        if arch in ("all", "aarch64") and not _setup_emulated(fw, arch, force, bool(names), log):
-            failed.append(f"{name} (aarch64)")
+    chosen = [builds.get(name) or fws[name] for name in names or (*fws, *builds)]
+    x86 = [fw for fw in chosen if arch in ("all", "x86_64")]
+    emulated = [fw for fw in chosen if arch in ("all", "aarch64")]
+    failed = _in_two_lanes(x86, emulated, lambda fw: _setup_x86(fw, force, log),
+                           lambda fw: _setup_emulated(fw, arch, force, bool(names), log))
     if failed:
         raise DltraceError(f"environment set-up failed for: {', '.join(failed)}")
+
+
+def _in_two_lanes(x86: list[Framework], emulated: list[Framework], x86_step: Callable[[Framework], bool],
+                  emulated_step: Callable[[Framework], bool]) -> list[str]:
+    """Run the set-up steps two at a time; return the names of those that failed.
+
+    Why two lanes: each step is one pip (unpacking and compiling wheels) on one core,
+    and a fresh machine has eleven of them; the x86 environments follow each other
+    in one lane, the emulated ones (their shared Debian root first) in the other,
+    and whichever lane ends first takes the other's next environment. The emulated
+    steps never run side by side: they share the root the first one builds."""
+    import threading
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    queues = {"x86": deque(x86), "aarch64": deque(emulated)}
+    guard, one_emulated = threading.Lock(), threading.Lock()
+    running: list[str] = []
+    failed: list[str] = []
+
+    def take(lane: str) -> tuple[str, Framework] | None:
+        with guard:
+            for kind in (lane, *(k for k in queues if k != lane)):
+                if queues[kind] and (kind == "x86" or not one_emulated.locked()):
+                    return kind, queues[kind].popleft()
+            return None
+
+    def work(lane: str) -> None:
+        while (job := take(lane)) is not None:
+            kind, fw = job
+            label = fw.name if kind == "x86" else f"{fw.name} (aarch64)"
+            with guard:
+                running.append(label)
+                status.update(f"setting up {', '.join(running)}…")
+            try:
+                if kind == "x86":
+                    ok = x86_step(fw)
+                else:
+                    with one_emulated:
+                        ok = emulated_step(fw)
+            finally:
+                with guard:
+                    running.remove(label)
+            if not ok:
+                with guard:
+                    failed.append(label)
+
+    with err.status("setting up…") as status, ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(work, lane) for lane in queues]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:  # Ctrl-C: the step running ends with its pip, no other starts
+            with guard:
+                for queue in queues.values():
+                    queue.clear()
+            raise
+    return failed
+
+
+def _setup_x86(fw: Framework, force: bool, log: Callable[[str], None]) -> bool:
+    """fw's environment on this machine (and what `env add` gave the framework); False
+    if that failed (said on one line)."""
+    try:
+        st = envs.setup(fw, force=force, log=log)
+        env_add.reapply(fw, fw.name.removesuffix(GPU_BUILD), log)
+    except DltraceError as exc:
+        err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
+        return False
+    out.print(message("✓", "green", f"{fw.name} {st.version} ready"), highlight=False)
+    return True
 
 
 def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Callable[[str], None]) -> bool:
@@ -106,10 +168,9 @@ def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Cal
             out.print(message("–", "yellow", f"{name}: no aarch64 environment ({spec.unavailable})"), highlight=False)
             return True
 
-        with err.status(f"setting up {name} (aarch64, emulated)…"):
-            emulation.setup(name, list(spec.requirements), log=log, force=force, sdists=list(spec.sdists),
-                            build=list(spec.build))
-            env_add.equip_emulated(fw, tuple(fw.extras), log)  # the examples run there as on x86
+        emulation.setup(name, list(spec.requirements), log=log, force=force, sdists=list(spec.sdists),
+                        build=list(spec.build))
+        env_add.equip_emulated(fw, tuple(fw.extras), log)  # the examples run there as on x86
         versions = (emulation.status(name) or {}).get("versions", {})
         out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
                                          f"{', '.join(spec.cpus)})"), highlight=False)

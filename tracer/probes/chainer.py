@@ -351,12 +351,30 @@ class _After(chainer.FunctionHook):  # type: ignore[misc]  # chainer is Any to m
         self._after(f"{type(function).__name__}.backward")
 
 
-def op_hooks(after: Callable[[str], None]) -> Any:
+@contextlib.contextmanager
+def op_hooks(after: Callable[[str], None]) -> Iterator[None]:
     """tracer.contract.OpHooks: ``after(op)`` as each FunctionNode's forward or backward
-    returns, named as the op layer names it (Convolution2DFunction.forward). Chainer's
-    kernels are NumPy's: what a vendor library reported while an op ran (iDeep's oneDNN,
-    where it is on) is that op's; OpenBLAS reports nothing per call."""
-    return _After(after)
+    returns, and as each parameter's update rule returns, named as the op layer names
+    them (Convolution2DFunction.forward, MomentumSGDRule.update: a rule's update is array
+    code, never a FunctionNode, so the FunctionHook alone would leave the optimizer out
+    of the per-op table). Chainer's kernels are NumPy's: what a vendor library reported
+    while an op ran (iDeep's oneDNN, where it is on) is that op's; OpenBLAS reports
+    nothing per call."""
+    method = vars(chainer.optimizer.UpdateRule)["update"]
+
+    @functools.wraps(method)
+    def update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            after(f"{type(self).__name__}.update")
+
+    chainer.optimizer.UpdateRule.update = update
+    try:
+        with _After(after):
+            yield
+    finally:
+        chainer.optimizer.UpdateRule.update = method
 
 
 @contextlib.contextmanager

@@ -159,9 +159,10 @@ def print_arm_ops(table: ArmOpTable, console: Console) -> None:
         view.add_row(Text(clip(r.op)), ", ".join(r.passes), *cells)
     console.print(view)
     for m in table.machines[1:]:
+        default = f", {table.count(m, 'DEFAULT build')} ran the framework's DEFAULT build" if table.isa_dispatch else ""
         console.print(Text(f"{m}: {table.count(m, 'reference code')} ops ran reference code, "
-                           f"{table.count(m, 'no library')} called no library where this machine called one, "
-                           f"{table.count(m, 'DEFAULT build')} ran the framework's DEFAULT build"), highlight=False)
+                           f"{table.count(m, 'no library')} called no library where this machine called one"
+                           f"{default}"), highlight=False)
 
 
 def print_coverage(cov: WorkloadCoverage, implement: Figure, console: Console) -> None:
