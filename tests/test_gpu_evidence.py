@@ -182,3 +182,37 @@ def test_the_registry_rejects_an_unknown_evidence_class(tmp_path):
     path.write_text(text)
     with pytest.raises(RegistryError, match="gpu_evidence.evidence"):
         registry.load(path)
+
+
+def test_a_survey_derives_two_frameworks_at_a_time(frameworks, tmp_path, monkeypatch):
+    """The derive stage runs each framework's evidence probe beside another's (one probe
+    process per framework, one core each), and a failed one is its framework's gap while
+    the others are derived."""
+    import threading
+    import time
+
+    from tracer import derive as derive_module
+    from tracer.errors import DltraceError
+    from tracer.runner import CaseResult
+
+    chosen = [fw for fw in frameworks.values() if fw.gpu_evidence]
+    assert len(chosen) >= 3
+    lock, now, most = threading.Lock(), set(), [0]
+
+    def fake(fw, primitives, out_dir, **kwargs):
+        with lock:
+            now.add(fw.name)
+            most[0] = max(most[0], len(now))
+        time.sleep(0.2)
+        with lock:
+            now.discard(fw.name)
+        if fw.name == chosen[1].name:
+            raise DltraceError(f"{fw.name}: its GPU build's environment is not set up")
+        return [CaseResult(CaseSpec(p, fw.apis[0]), None, None) for p in primitives]
+
+    monkeypatch.setattr(derive_module, "derive", fake)
+    said: list[tuple[str, int, str]] = []
+    gaps = derive_module.survey_evidence(chosen, tmp_path, ["relu"], on_done=lambda *a: said.append(a), workers=2)
+    assert most[0] == 2
+    assert [g.framework for g in gaps] == [chosen[1].name] and "not set up" in gaps[0].error
+    assert sorted(n for n, _, _ in said) == sorted(f"{fw.name}/gpu-derived" for fw in chosen)

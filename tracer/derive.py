@@ -72,43 +72,53 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
                     timeout: float = DEFAULT_TIMEOUT,
                     on_done: Callable[[str, int, str], None] = lambda name, n, error: None,
                     models: list[str] | None = None,
-                    workloads: dict[str, list[UserWorkload]] | None = None) -> list[Gap]:
+                    workloads: dict[str, list[UserWorkload]] | None = None, workers: int = 2) -> list[Gap]:
     """Every survey's derived GPU evidence, beside its traces (``traces/<framework>/
     gpu-derived/``), reused unless ``fresh``; what cannot be derived is a gap (a GPU
     build not set up, a case that failed), never a stop. ``models``: also their
     training steps (their GPU path on the models page, and, beside a stand-in's run of
-    the step, the list the registry or the compiler gives)."""
+    the step, the list the registry or the compiler gives). ``workers`` frameworks at a
+    time, as the survey probes: each framework's evidence is one probe process on one
+    core, and one after another they left the other core idle for minutes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = [fw for fw in frameworks if fw.gpu_evidence]
+    with ThreadPoolExecutor(max(1, min(workers, len(chosen) or 1))) as pool:
+        done = list(pool.map(lambda fw: _framework_evidence(fw, root, primitives, fresh, timeout, on_done, models,
+                                                            (workloads or {}).get(fw.name, [])), chosen))
+    return [gap for gaps in done for gap in gaps]
+
+
+def _framework_evidence(fw: Framework, root: Path, primitives: list[str] | None, fresh: bool, timeout: float,
+                        on_done: Callable[[str, int, str], None], models: list[str] | None,
+                        mine: list[UserWorkload]) -> list[Gap]:
+    """One framework's share of :func:`survey_evidence`."""
     gaps: list[Gap] = []
-    for fw in frameworks:
-        if not fw.gpu_evidence:
-            continue
-        folder = root / "traces" / fw.name / "gpu-derived"
-        name = f"{fw.name}/{folder.name}"
-        mine = [w for w in (workloads or {}).get(fw.name, [])]
-        if mine:  # a user's workload is derived again each time: its code may have changed
-            gaps += _derive_workloads(fw, mine, folder, timeout)
-        mark = f"-{USER_API}-gpu-evidence.json"  # a workload's, derived above
-        done = [p for p in folder.glob("*-gpu-evidence.json") if not p.name.endswith(mark)] if folder.is_dir() else []
-        if done and not fresh:
-            on_done(name, len(done), "")
-            continue
-        for stale in folder.glob(f"*{GAP_SUFFIX}") if folder.is_dir() else ():
-            if not stale.name.endswith(f"-{USER_API}{GAP_SUFFIX}"):
-                stale.unlink()
-        try:
-            nets = [m for m in models or [] if m in fw.models]
-            results = derive(fw, list(primitives or PRIMITIVES), folder, timeout=timeout, command="dltrace survey",
-                             models=nets)
-        except DltraceError as exc:
-            gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
-            write_gap(folder / "derive.json", gap)
+    folder = root / "traces" / fw.name / "gpu-derived"
+    name = f"{fw.name}/{folder.name}"
+    if mine:  # a user's workload is derived again each time: its code may have changed
+        gaps += _derive_workloads(fw, mine, folder, timeout)
+    mark = f"-{USER_API}-gpu-evidence.json"  # a workload's, derived above
+    done = [p for p in folder.glob("*-gpu-evidence.json") if not p.name.endswith(mark)] if folder.is_dir() else []
+    if done and not fresh:
+        on_done(name, len(done), "")
+        return gaps
+    for stale in folder.glob(f"*{GAP_SUFFIX}") if folder.is_dir() else ():
+        if not stale.name.endswith(f"-{USER_API}{GAP_SUFFIX}"):
+            stale.unlink()
+    try:
+        nets = [m for m in models or [] if m in fw.models]
+        results = derive(fw, list(primitives or PRIMITIVES), folder, timeout=timeout, command="dltrace survey",
+                         models=nets)
+    except DltraceError as exc:
+        gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
+        write_gap(folder / "derive.json", gap)
+        on_done(name, 0, str(exc))
+        return [*gaps, gap]
+    for r in results:
+        if r.error:
+            gap = Gap(fw.name, "gpu", fw.gpu_evidence, r.spec.primitive, r.spec.api, r.error, "derive")
+            write_gap(folder / f"{r.spec.slug()}.json", gap)
             gaps.append(gap)
-            on_done(name, 0, str(exc))
-            continue
-        for r in results:
-            if r.error:
-                gap = Gap(fw.name, "gpu", fw.gpu_evidence, r.spec.primitive, r.spec.api, r.error, "derive")
-                write_gap(folder / f"{r.spec.slug()}.json", gap)
-                gaps.append(gap)
-        on_done(name, sum(1 for r in results if not r.error), "")
+    on_done(name, sum(1 for r in results if not r.error), "")
     return gaps

@@ -219,7 +219,7 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
         said.stage("deriving the GPU evidence")
         gaps += survey_evidence(plan.ready, output, plan.primitives, plan.fresh, plan.timeout,
                                 _said_per_folder(said, "cases' GPU evidence derived"), plan.models,
-                                dict(plan.workloads))
+                                dict(plan.workloads), workers=plan.workers)
         record.seconds["derive"] = round(time.monotonic() - t1, 1)
         said.note(f"GPU evidence derived in {record.seconds['derive']:.0f} s", "result")
     _keep_inputs(plan, recorded, said)
