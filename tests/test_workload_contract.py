@@ -222,6 +222,29 @@ def test_a_cost_is_a_paired_median_and_noise_is_never_a_cost():
     assert Cost(1.1, 0.97, 1.2).said == "within noise (×0.97–×1.20)" and not Cost(1.1, 1.02, 1.2).noise
 
 
+def test_the_native_cost_has_the_spread_of_its_windows_over_both_unsampled_timings():
+    """py-spy's slowdown: each sampled window's time per iteration over the unsampled loop's
+    time before py-spy attached and after it left, both halves' windows together; the
+    quartiles are its spread, and a spread reaching 1 is within noise."""
+    from tracer.collect.attribution import merge_stats
+
+    halves = [{"slowdown": 1.5, "slowdowns": [1.2, 1.6, 1.4, 1.9]},
+              {"slowdown": 1.7, "slowdowns": [1.5, 1.8, 1.3, 2.0]}]
+    merged = merge_stats(halves)
+    assert merged["slowdowns"] == [1.2, 1.6, 1.4, 1.9, 1.5, 1.8, 1.3, 2.0]
+    assert (merged["slowdown_low"], merged["slowdown_high"]) == (1.375, 1.825)
+    t = _trace("net", "cpu", {"forward": ["aten::relu"]},
+               stats={"untraced_s": 0.01, "layers": {"native": {"slowdown": merged["slowdown"],
+                                                               "slowdown_low": merged["slowdown_low"],
+                                                               "slowdown_high": merged["slowdown_high"]}}})
+    (c,) = layer_costs(t)
+    assert c.native.said == "×1.60 (×1.38–×1.82)"
+    drifted = merge_stats([{"slowdown": 1.2, "slowdowns": [0.9, 1.5]}, {"slowdown": 1.3, "slowdowns": [0.95, 1.6]}])
+    t = _trace("net", "cpu", {"forward": ["x"]}, stats={"layers": {"native": drifted}})
+    assert layer_costs(t)[0].native.said.startswith("within noise (×0.")
+    assert "slowdown_low" not in merge_stats([{"slowdown": 2.0}])  # a trace of before: no spread
+
+
 def test_paired_timing_alternates_its_order_and_reads_the_median_block_ratio():
     """ABBA: the pairs' order alternates, each two pairs of opposite order are one block
     whose ratio (the geometric mean of the two) cancels an order's bias; the cost is the

@@ -74,7 +74,7 @@ class LayerCost:
     untraced_s: float | None
     python: Cost  # the Python tracer's traced step / the untraced step
     op: Cost  # the framework's profiler's step (its start, stop and events' processing left out) / the untraced step
-    native: Cost  # py-spy's sampled loop / the unsampled loop
+    native: Cost  # py-spy's sampled loop / the unsampled loop (spread: each window over the timings before and after)
 
     @classmethod
     def of(cls, r: Run) -> "LayerCost":
@@ -88,7 +88,9 @@ class LayerCost:
             op_cost = _cost(op)
         else:  # a trace of before the pairs: the record's seconds over the untraced step
             op_cost = Cost(op_s / untraced if op_s is not None and untraced else None)
-        return cls(r.pass_, untraced, _cost(r.stats), op_cost, Cost(_number(_mapping(layers, "native"), "slowdown")))
+        native = _mapping(layers, "native")
+        return cls(r.pass_, untraced, _cost(r.stats), op_cost,
+                   Cost(_number(native, "slowdown"), _number(native, "slowdown_low"), _number(native, "slowdown_high")))
 
 
 @dataclass

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from tracer.collect.costs import quartiles
 from tracer.collect.maps import JIT_LIB, UNKNOWN_NAME, Maps
 from tracer.collect.pyspy_format import RawFrame
 from tracer.trace import Frame, Node
@@ -219,5 +220,10 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out["jit_code"] = [instances[k] for k in sorted(instances)]
     slow = [p["slowdown"] for p in parts if p.get("slowdown")]
     out["slowdown"] = round(sum(slow) / len(slow), 3) if slow else None
+    ratios = [r for p in parts for r in p.get("slowdowns") or []]
+    out["slowdowns"] = ratios
+    if len(ratios) >= 2:  # the spread a cost is said with (tracer.analysis.workload_coverage.Cost)
+        low, high = quartiles(ratios)
+        out["slowdown_low"], out["slowdown_high"] = round(low, 3), round(high, 3)
     out["replicas"] = len(parts)
     return out
