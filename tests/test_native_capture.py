@@ -28,6 +28,8 @@ def test_capture_attributes_samples_to_their_loop(tmp_path):
     assert session["startup_s"] > 0 and session["pyspy_samples"] >= sum(r[1]["samples"] for r in results.values())
     for marker, (tree, stats) in results.items():
         assert stats["sampled"] and stats["samples"] > 5 and stats["iterations"] > 0 and stats["slowdown"] > 0
+        # the slowdown's spread: the window over the unsampled loop timed before and after py-spy
+        assert len(stats["slowdowns"]) == 2 and all(r > 0 for r in stats["slowdowns"])
         assert tree.count == stats["samples"]
         assert {c.frame.name for c in tree.children} == {"_busy"}  # the loop and the marker are cut off
     # the backward loop's prepare() ran outside the marker: its samples are not attributed
