@@ -146,12 +146,14 @@ def test_torch_native_kernel_is_onednn(native_traces):
     names = {f.name for f, _ in frames}
     assert "at::native::mkldnn_convolution" in names
     kernel = [(f, n) for f, n in frames if re.match(r"dnnl::impl::cpu::\w+::\w*convolution\w*_t::execute", f.name)]
-    assert kernel, sorted(names)[:50]
     assert all(f.lib == "libtorch_cpu.so" and library_of(f, k=K) == "oneDNN" for f, _ in kernel)
     # oneDNN's generated code is kept and named from the perf map oneDNN writes when asked
     # (which kernels are sampled varies: jit_t, jit_avx2_conv_bwd_weights_kernel_f32_t...)
     jit = {f.name for f, _ in frames if f.lib == "[jit]"}
     assert any(name.startswith("jit_") for name in jit), jit
+    # the convolution ran in oneDNN: its primitive's execute in libtorch_cpu.so, or its generated
+    # convolution kernel (a second's samples in the JIT code do not always unwind to execute)
+    assert kernel or any(name.startswith("jit_") and "conv" in name for name in jit), (sorted(names)[:50], jit)
     assert all(library_of(Frame("native", "", n, lib="[jit]"), k=K) == "oneDNN" for n in jit if n.startswith("jit_"))
     assert t.meta["native"]["jit_named"] > 0
 
