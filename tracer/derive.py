@@ -83,7 +83,7 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
     from concurrent.futures import ThreadPoolExecutor
 
     chosen = [fw for fw in frameworks if fw.gpu_evidence]
-    with ThreadPoolExecutor(max(1, min(workers, len(chosen) or 1))) as pool:
+    with ThreadPoolExecutor(max(1, min(workers, len(chosen)))) as pool:
         done = list(pool.map(lambda fw: _framework_evidence(fw, root, primitives, fresh, timeout, on_done, models,
                                                             (workloads or {}).get(fw.name, [])), chosen))
     return [gap for gaps in done for gap in gaps]

@@ -245,13 +245,14 @@ def cpu_op_names(entry: str) -> list[str]:
     (``Convolution2DFunction.forward_gpu``, ``._forward_gpu_core``) where the CPU ran the
     node's forward or backward, and an update rule's (``MomentumSGDRule.update_core_gpu``)
     where the CPU ran the rule's update."""
-    if entry.startswith(("stablehlo.", "chlo.")):
-        return [entry.split(" (")[0]]
-    chainer = re.fullmatch(r"(\w+)\._?(forward|backward)_gpu\w*", entry.split(" (")[0])
+    name = entry.split(" (")[0]
+    if name.startswith(("stablehlo.", "chlo.")):
+        return [name]
+    chainer = re.fullmatch(r"(\w+)\._?(forward|backward)_gpu\w*", name)
     if chainer:
         return [f"{chainer.group(1)}.{chainer.group(2)}"]
-    rule = re.fullmatch(r"(\w+)\.update_core_gpu", entry.split(" (")[0])
+    rule = re.fullmatch(r"(\w+)\.update_core_gpu", name)
     if rule:
         return [f"{rule.group(1)}.update"]
-    base = re.sub(r"_overrideable$", "", entry.split(".")[0].split(" (")[0])
+    base = re.sub(r"_overrideable$", "", name.split(".")[0])
     return list(dict.fromkeys([base, base + "_", base.rstrip("_")]))

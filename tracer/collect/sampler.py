@@ -322,12 +322,9 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
             sampler.loop(j.marker, j.step, j.seconds, baselines[j.marker])
     finally:
         raw = sampler.stop()
-    before = dict(baselines)
-    for m, step in steps.items():  # again after: other load on the machine drifts
-        baselines[m] = (baselines[m] + step.time(baseline_s)) / 2
-    # the slowdown's spread: each window's time per iteration over each of the two
-    # unsampled timings (before py-spy attached, after it left)
-    after = {m: 2 * baselines[m] - before[m] for m in steps}
+    before = baselines
+    after = {m: step.time(baseline_s) for m, step in steps.items()}  # again: other load on the machine drifts
+    baselines = {m: (before[m] + after[m]) / 2 for m in steps}
     kernels = PerfMap.read(perfmap) if perfmap else PerfMap()
     namer = FrameNamer(Maps.read(perfmap=kernels), sys.path)  # read while the JIT code is still mapped
     groups, outside = split_by_marker(parse_raw(raw), list(steps), namer)
@@ -337,6 +334,8 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
     out = {}
     for m in steps:
         acc = groups[m]
+        # the slowdown's spread: each window's time per iteration over each of the two
+        # unsampled timings (before py-spy attached, after it left)
         ratios = [w.per_iter_s / b for w in sampler.windows if w.marker == m and w.per_iter_s
                   for b in (before[m], after[m]) if b > 0]
         out[m] = (build_tree(acc.stacks, roots[m]), {**layer_stats(acc, windows[m], errors[m], rate),
