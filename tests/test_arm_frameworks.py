@@ -137,17 +137,25 @@ def test_survey_runs_the_arm_variants(frameworks):
 def test_the_default_survey_runs_the_examples_on_arm_but_those_it_skips(frameworks):
     jax = frameworks["jax"]
     examples = [UserWorkload.parse(str(ex.path)) for ex in jax.examples.values()]
-    jobs = [j for j in sv.plan([jax], [], arm=True, workloads={"jax": examples})
-            if j.cpu and j.cases and j.cases[0].user]
-    assert {(j.cpu, j.cases[0].primitive) for j in jobs} == {(c, "flax_cnn") for c in jax.aarch64.cpus}
-    every = [j for j in sv.plan([jax], [], arm=True, arm_all=True, workloads={"jax": examples}) if j.cpu
-             and j.cases and j.cases[0].user]
-    assert {j.cases[0].primitive for j in every} == {"flax_cnn", "mobilenet_v2"}
-    # survey.json times an example's job apart from the primitives' job that shares its folder
+    jobs = [j for j in sv.plan([jax], ["dense"], arm=True, workloads={"jax": examples}) if j.cpu]
+    users = [(j.cpu, c.primitive) for j in jobs for c in j.cases if c.user]
+    assert sorted(users) == sorted((c, "flax_cnn") for c in jax.aarch64.cpus)
+    # the example runs last in the process of its CPU's primitives: one import under QEMU, and
+    # every built-in case is written before the workload runs
+    assert all([c.user is not None for c in j.cases] == [False, True] for j in jobs)
+    every = [j for j in sv.plan([jax], ["dense"], arm=True, arm_all=True, workloads={"jax": examples}) if j.cpu]
+    assert sorted(c.primitive for j in every for c in j.cases if c.user) == sorted(
+        ["flax_cnn", "mobilenet_v2"] * len(jax.aarch64.cpus))
+    # no two workloads share a process: the second has one of its own
+    assert all(sum(c.user is not None for c in j.cases) <= 1 for j in every)
+    assert any(len(j.cases) == 1 and j.cases[0].user for j in every)
+    # survey.json says what each job timed, apart from the primitives-only jobs of the same folder
     (a64fx,) = [j for j in jobs if j.cpu == "a64fx"]
     (prims,) = [j for j in sv.plan([jax], ["dense"], arm=True) if j.cpu == "a64fx"]
     assert a64fx.folder == prims.folder == "jax/aarch64-a64fx-default"
-    assert (a64fx.label, prims.label) == ("jax/aarch64-a64fx-default flax_cnn", "jax/aarch64-a64fx-default")
+    assert (a64fx.label, prims.label) == ("jax/aarch64-a64fx-default + flax_cnn", "jax/aarch64-a64fx-default")
+    (alone,) = [j for j in every if j.cpu == "a64fx" and j.cases[0].user]
+    assert alone.label == f"jax/aarch64-a64fx-default {alone.cases[0].primitive}"
 
 
 def test_the_default_survey_emulates_jax_on_conv2d_and_dense_only(frameworks):

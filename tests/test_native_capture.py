@@ -81,3 +81,24 @@ def test_a_crash_during_native_capture_is_a_gap_and_the_trace_says_why(fake_fram
     assert "SIGSEGV" in kernel.meta["native"]["error"] and kernel.layer("forward", "native") is None
     assert "SIGSEGV" in kernel.run("forward", "warm").stats["native_error"]
     assert "1 gaps" in proc.stdout
+
+
+def test_each_step_is_timed_unsampled_once_whatever_its_windows():
+    """The replicas of a pass are markers of one step: its unsampled time is measured once
+    for all of them (it was once per marker: a third of a survey's native capture)."""
+    runs = {"a": 0, "b": 0}
+
+    def counted(name):
+        def call(_state=None):
+            runs[name] += 1
+        return sampler.Step(call)
+
+    a, b = counted("a"), counted("b")
+    steps = {"m_a_0": a, "m_a_1": a, "m_b_0": b}
+    seen = []
+    for step in (a, b):
+        timed = step.time
+        step.time = lambda seconds, least=3, _t=timed: seen.append(seconds) or _t(seconds, least)
+    out = sampler._unsampled(steps, 0.02)
+    assert len(seen) == 2 and out["m_a_0"] == out["m_a_1"] > 0 and out["m_b_0"] > 0
+    assert runs["a"] >= 3 and runs["b"] >= 3

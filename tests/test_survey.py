@@ -337,3 +337,23 @@ def test_a_workload_that_exits_early_leaves_no_case_unexplained(fake_frameworks,
     assert why["gelu"].startswith("native layer lost: ") and "workload quits.py" in why["gelu"], why
     native = load(sv.case_path(tmp_path / "s", job, job.cases[0])).info.native
     assert native is not None and "exit status 0 while running workload quits.py" in native.error
+
+
+def test_a_workload_after_the_built_in_cases_of_its_process_leaves_them_whole(fake_frameworks, tmp_path,
+                                                                              monkeypatch):
+    """An emulated CPU's job runs its first workload after the primitives, in their process
+    (tracer.survey.plan: one framework import under QEMU): a workload that ends the process
+    costs only its own case."""
+    for key, value in fake_frameworks.items():
+        monkeypatch.setenv(key, value)
+    fw = registry.load(Path(fake_frameworks["DLTRACE_REGISTRY"]))["crashy"]
+    (tmp_path / "quits.py").write_text("import os\n\ndef workload(device):\n    os._exit(0)\n")
+    w = UserWorkload.parse(str(tmp_path / "quits.py"))
+    job = sv.Job(fw, "cpu", "default", (CaseSpec("gelu", layers=EXACT_LAYERS),
+                                        CaseSpec(w.name, USER_API, user=w, layers=EXACT_LAYERS)))
+    event = sv.run_job(job, tmp_path / "s")
+    assert [(g.primitive, g.kind) for g in event.gaps] == [("quits", "crashed")], event.gaps
+    assert "ended early with exit status 0 while running workload quits.py" in event.gaps[0].error
+    gelu = load(sv.case_path(tmp_path / "s", job, job.cases[0]))
+    assert gelu.info.primitive == "gelu" and gelu.run("forward", "warm") is not None
+    assert job.label == f"{job.folder} + quits"

@@ -68,9 +68,12 @@ class Job:
     @property
     def label(self) -> str:
         """The job as survey.json times it: its folder, and the workload where the job is one
-        (an example's job shares its folder with the primitives' job)."""
+        (an example's job shares its folder with the primitives' job), or ``+ NAME`` where
+        the workload ran after the primitives in their process (an emulated CPU's)."""
         users = [c.user.name for c in self.cases if c.user is not None]
-        return f"{self.folder} {users[0]}" if len(users) == 1 == len(self.cases) else self.folder
+        if len(users) != 1:
+            return self.folder
+        return f"{self.folder} {users[0]}" if len(self.cases) == 1 else f"{self.folder} + {users[0]}"
 
 
 @dataclass
@@ -157,14 +160,21 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             emulated = tuple(CaseSpec(p, fw.apis[0]) for p in prims if arm_all or p in some)
             listed = fw.variants if arm_all else fw.aarch64.variants
             on_arm = ["default", *(listed if variants else ())]
-            jobs += [Job(fw, "cpu", v, emulated, cpu) for cpu in fw.aarch64.cpus for v in on_arm]
-            # the workloads (the examples among them) on each CPU, each in a process of its
-            # own: which library call computed each of their ops there (tracer.analysis.arm_ops)
+            # the workloads (the examples among them) on each CPU: which library call computed
+            # each of their ops there (tracer.analysis.arm_ops). The first one runs after the
+            # default variant's primitives, in their process: importing a framework under QEMU
+            # takes 9 s (Chainer) to 45 s (TensorFlow), and a workload that runs last can
+            # change no built-in case's trace (each is written when traced; one that ends the
+            # process leaves them, tracer.survey.run_job). Each other one has a process of its
+            # own, so that no workload changes another's.
             skipped = {str(ex.path.resolve()) for name, ex in fw.examples.items() if name in fw.aarch64.skip_examples}
-            arm_workloads = [w for w in (workloads or {}).get(fw.name, [])
+            arm_workloads = [CaseSpec(w.name, USER_API, user=w, layers=EMULATED_LAYERS)
+                             for w in (workloads or {}).get(fw.name, [])
                              if arm_all or str(Path(w.file).resolve()) not in skipped]
-            jobs += [Job(fw, "cpu", "default", (CaseSpec(w.name, USER_API, user=w, layers=EMULATED_LAYERS),), cpu)
-                     for cpu in fw.aarch64.cpus for w in arm_workloads]
+            for cpu in fw.aarch64.cpus:
+                jobs += [Job(fw, "cpu", v, emulated + tuple(arm_workloads[:1]) if v == "default" else emulated, cpu)
+                         for v in on_arm]
+                jobs += [Job(fw, "cpu", "default", (w,), cpu) for w in arm_workloads[1:]]
     return jobs
 
 
