@@ -199,8 +199,11 @@ def test_a_survey_derives_two_frameworks_at_a_time(frameworks, tmp_path, monkeyp
     assert len(chosen) >= 3
     lock, now, most = threading.Lock(), set(), [0]
 
+    started: list[str] = []
+
     def fake(fw, primitives, out_dir, **kwargs):
         with lock:
+            started.append(fw.name)
             now.add(fw.name)
             most[0] = max(most[0], len(now))
         time.sleep(0.2)
@@ -216,3 +219,5 @@ def test_a_survey_derives_two_frameworks_at_a_time(frameworks, tmp_path, monkeyp
     assert most[0] == 2
     assert [g.framework for g in gaps] == [chosen[1].name] and "not set up" in gaps[0].error
     assert sorted(n for n, _, _ in said) == sorted(f"{fw.name}/gpu-derived" for fw in chosen)
+    # a compiler's evidence (JAX's XLA), the slowest to derive, starts first, not last alone
+    assert frameworks["jax"].gpu_evidence in derive_module.COMPILERS and started[0] == "jax"
