@@ -215,6 +215,8 @@ def test_a_survey_records_itself_in_survey_json(fake_frameworks, tmp_path):
     jobs = rec["job_seconds"]
     assert jobs and all(k.startswith("crashy/") and v > 0 for k, v in jobs.items()), jobs
     assert sum(jobs.values()) <= seconds["probing"] * 2 + 1  # two at a time at most
+    # crashy's probe leaves no readable trace to say where its seconds went: no phases, no guess
+    assert rec["job_phases"] == {}
 
 
 @pytest.mark.slow
@@ -357,3 +359,21 @@ def test_a_workload_after_the_built_in_cases_of_its_process_leaves_them_whole(fa
     gelu = load(sv.case_path(tmp_path / "s", job, job.cases[0]))
     assert gelu.info.primitive == "gelu" and gelu.run("forward", "warm") is not None
     assert job.label == f"{job.folder} + quits"
+
+
+def test_survey_json_says_where_each_jobs_seconds_went(survey_report, survey_root, native_traces):
+    """Per job, by phase (tracer.collect.harness.Spent): the framework's import, each
+    layer's steps, the native capture; what the probe measured, within the job's seconds."""
+    import json
+
+    rec = json.loads((survey_root / sv.RECORD).read_text())
+    phases, jobs = rec["job_phases"], rec["job_seconds"]
+    emulated = phases["torch/aarch64-a64fx-default"]  # probed by the report's survey: QEMU's import
+    assert {"import", "setup", "python", "warm-up", "op", "library", "other"} <= set(emulated), emulated
+    assert emulated["import"] > 1 and all(v >= 0 for v in emulated.values())
+    for job, spent in phases.items():
+        assert sum(spent.values()) <= jobs[job] + 0.5, (job, spent, jobs[job])
+    # a trace keeps its own case's share, the native capture's included
+    (res,) = [r for (fw, variant), r in native_traces.items() if (fw, variant) == ("torch", "default")]
+    spent = load(res.path).meta["spent_s"]
+    assert spent["native"] > 0 and spent["python"] > 0 and spent["op"] > 0

@@ -194,6 +194,10 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
         if event.seconds:
             where = event.job.label
             record.job_seconds[where] = round(record.job_seconds.get(where, 0.0) + event.seconds, 2)
+            if event.spent:  # none where the probe ended before it could say (a crash, a hang)
+                phases = record.job_phases.setdefault(where, {})
+                for phase, secs in sorted(event.spent.items()):
+                    phases[phase] = round(phases.get(phase, 0.0) + secs, 2)
         said.job_done(event)
 
     if plan.scheduler is not None:

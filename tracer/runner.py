@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 from pathlib import Path
 
@@ -89,6 +89,8 @@ class CaseResult:
     path: Path | None = None
     error: str | None = None
     detail: str = ""  # the traceback, for logs; never printed by default
+    #: where the probe's seconds went for this case, by phase (tracer.collect.harness.Spent)
+    spent: dict[str, float] = field(default_factory=dict)
 
     def load(self) -> Trace:
         if self.path is None:
@@ -568,11 +570,13 @@ def _result(spec: CaseSpec, out: Path) -> CaseResult:
     if not out.exists():
         return CaseResult(spec, None, "the probe wrote no trace")
     try:
-        load(out)
+        trace = load(out)
     except TraceFormatError as exc:
         out.unlink(missing_ok=True)
         return CaseResult(spec, None, f"the probe wrote an unreadable trace: {exc}")
-    return CaseResult(spec, out)
+    spent = trace.meta.get("spent_s")
+    return CaseResult(spec, out, spent={k: float(v) for k, v in spent.items() if isinstance(v, (int, float))}
+                      if isinstance(spent, dict) else {})
 
 
 def probe_one(fw: Framework, spec: CaseSpec, device: str = "cpu", variant: str = "default",

@@ -83,6 +83,8 @@ class SurveyEvent:
     gaps: list[Gap] = field(default_factory=list)
     reused: int = 0
     seconds: float = 0.0  # the job's wall time where it ran here (0: not timed, a fleet's)
+    #: the seconds of the cases it probed, by phase (tracer.collect.harness.Spent)
+    spent: dict[str, float] = field(default_factory=dict)
 
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
@@ -267,6 +269,8 @@ def _run_job(job: Job, root: Path, fresh: bool, timeout: float, threads: int | N
         for res in results:
             if res.error:
                 gap(res.spec, res.error)
+            for phase, secs in res.spent.items():
+                event.spent[phase] = event.spent.get(phase, 0.0) + secs
         break
     event.done = len(job.cases)
     return event
@@ -514,6 +518,10 @@ class SurveyRecord:
     #: each job's wall time where it ran here, by its folder (framework/device-variant), with
     #: the workload's name after it for a workload's own job (torch/aarch64-a64fx-default resnet18)
     job_seconds: dict[str, float] = field(default_factory=dict)
+    #: where those seconds went, per job, by phase: the framework's import, each layer's
+    #: steps, the native capture... (tracer.collect.harness.Spent; what the probe process
+    #: measured of its cases; the job's seconds beyond them are its start and its end)
+    job_phases: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"format": RECORD_FORMAT, "version": 1, "tool_version": __version__, **self.__dict__},

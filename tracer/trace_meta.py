@@ -41,7 +41,7 @@ OPTIONAL_META: dict[str, tuple[type, ...]] = {
     "native_env": (dict,), "variant_env": (dict,), "variant_set": (dict,), "layers_requested": (list,),
     "provenance": (dict,), "emulated": (dict, bool), "library": (dict,), "dispatch": (dict,),
     "evidence": (str,), "backend": (dict,), "gpu_evidence": (dict,), "recorded_by": (dict,), "collector": (dict,),
-    "model": (dict,), "thread_env": (dict,),
+    "model": (dict,), "thread_env": (dict,), "spent_s": (dict,),
 }
 #: Run stats that are numbers where present.
 NUMERIC_STATS = ("untraced_s", "traced_s", "overhead", "seconds")

@@ -9,6 +9,7 @@ the traces) and the exit status (tracer.contract.Exit).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import faulthandler
@@ -23,7 +24,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tracer import __version__, machine
 from tracer.collect import costs, library, sampler
@@ -177,6 +178,33 @@ def set_dotted(dotted: str, value: Any) -> Any:
     return getattr(obj, parts[-1])
 
 
+class Spent:
+    """Where a case's seconds went, by phase (its trace's meta ``spent_s``, which a survey
+    adds up per job in survey.json): ``setup`` (building the case: the model, its inputs),
+    ``python`` (the traced steps and their timing pairs), ``warm-up``, ``op`` and ``library``
+    (each layer's step, the op layer's pairs included), ``compiled`` (a compiled door's record
+    beside the eager one), ``other`` (the rest of the case: dispatch tables, the trace's meta);
+    and, added by :func:`main`, ``import`` (the framework's, on a process's first case) and
+    ``native`` (the capture's seconds, shared equally by the cases it sampled)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
+
+    def total(self, seconds: float) -> dict[str, float]:
+        """The phases, with the rest of ``seconds`` as ``other``; rounded to milliseconds."""
+        out = {k: round(v, 3) for k, v in self.seconds.items()}
+        out["other"] = round(max(0.0, seconds - sum(self.seconds.values())), 3)
+        return out
+
+
 def _step(case: Case, pass_: str) -> Callable[[], Any]:
     """Exactly the step the Python layer traces: the forward call, or the backward call
     on a fresh forward's state (run here, before the step)."""
@@ -293,14 +321,17 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
                 tracer: PythonTracer, log: StdoutLog | None) -> tuple[Trace, Any]:
     """``tracer`` is shared by the cases of one request, so that each function is
     classified once per process, not once per case."""
+    began = time.perf_counter()
+    spent = Spent()
     shape = tuple(case_req.shape)
     user = UserWorkload.from_json(case_req.workload)
-    case = make_case(probe, case_req.primitive, case_req.api, req.device_select, shape, user)
-    passes = case_passes(case, case_req.passes)
-    if req.door == "compiled":  # the passes run under torch.compile from here on (tracer.probes.torch_compiled)
-        if not isinstance(probe, CompiledDoor):
-            raise RuntimeError(f"{req.framework}'s probe has no compiled door (it lacks compile_case)")
-        probe.compile_case(case, passes)
+    with spent("setup"):
+        case = make_case(probe, case_req.primitive, case_req.api, req.device_select, shape, user)
+        passes = case_passes(case, case_req.passes)
+        if req.door == "compiled":  # the passes run under torch.compile from here on (tracer.probes.torch_compiled)
+            if not isinstance(probe, CompiledDoor):
+                raise RuntimeError(f"{req.framework}'s probe has no compiled door (it lacks compile_case)")
+            probe.compile_case(case, passes)
     layers = case_req.layers
     runs: list[Run] = []
     emulated = bool(os.environ.get(EMULATED_ENV))
@@ -331,32 +362,37 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
 
     # Cold: the very first call of each pass, with its one-time initialisation.
     for pass_ in passes:
-        tree, secs = traced(pass_)
-        case.sync()
+        with spent("python"):
+            tree, secs = traced(pass_)
+            case.sync()
         runs.append(Run(pass_, "cold", {"python": tree}, {"seconds": secs}))
     # Under emulation nothing is timed, so the warm call needs only to be past the first
     # call's initialisation and the second's (caches filled on reuse): one more step, not
     # the timings' three (a ResNet-50 step is 13 s under QEMU: 27 s per example job).
-    for _ in range(min(req.warmup, EMULATED_WARMUP) if emulated else req.warmup):
-        case.backward(case.forward()) if "backward" in passes else case.forward()
-        case.sync()
+    with spent("warm-up"):
+        for _ in range(min(req.warmup, EMULATED_WARMUP) if emulated else req.warmup):
+            case.backward(case.forward()) if "backward" in passes else case.forward()
+            case.sync()
     for pass_ in passes:
-        tree, secs = traced(pass_)
-        case.sync()
-        # under emulation nothing is timed: QEMU's clock says nothing of the chip
-        stats: dict[str, Any] = {} if emulated else costs.paired(lambda: untraced(pass_), lambda: traced(pass_)[1],
-                                                                 case.sync, first=secs)
+        with spent("python"):
+            tree, secs = traced(pass_)
+            case.sync()
+            # under emulation nothing is timed: QEMU's clock says nothing of the chip
+            stats: dict[str, Any] = {} if emulated else costs.paired(lambda: untraced(pass_),
+                                                                     lambda: traced(pass_)[1], case.sync, first=secs)
         run = Run(pass_, "warm", {"python": tree}, stats)
         if "op" in layers and isinstance(probe, OpRecorder):
-            ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}",
-                                  (lambda: untraced(pass_)) if user is not None and not emulated else None)
+            with spent("op"):
+                ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}",
+                                      (lambda: untraced(pass_)) if user is not None and not emulated else None)
             if ops is None:
                 stats.update(info)
             else:
                 run.layers["op"] = ops
                 stats.setdefault("layers", {})["op"] = info
         if "library" in layers and log is not None:
-            run.layers["library"], info = _library_layer(log, case, pass_, f"{case_req.primitive}.{pass_}", probe)
+            with spent("library"):
+                run.layers["library"], info = _library_layer(log, case, pass_, f"{case_req.primitive}.{pass_}", probe)
             stats.setdefault("layers", {})["library"] = info
         runs.append(run)
 
@@ -383,7 +419,8 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     if req.door == "compiled":  # an eager trace says nothing of doors (its format is as it was)
         meta["door"] = req.door
     if req.door == "both" and isinstance(probe, CompiledDoor) and (user is not None or case_req.primitive in MODELS):
-        case.info["compiled"] = _compiled_beside(probe, case_req, shape, user, passes)
+        with spent("compiled"):
+            case.info["compiled"] = _compiled_beside(probe, case_req, shape, user, passes)
     if "emulated" in meta["machine"]:  # the runner's account of the emulated CPU, read by _machine
         meta["emulated"] = meta["machine"]["emulated"]
     if req.native_env:  # set for this whole process (before the import), so every case says so
@@ -402,6 +439,7 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
         blas = library.openblas()
         meta["library"] = {**log.log.info, **({"OpenBLAS": blas} if blas else {})}
     meta.update(case.info)
+    meta["spent_s"] = spent.total(time.perf_counter() - began)
     used = {(n.frame.file, n.frame.line) for r in runs for tree in r.layers.values() for _, n in tree.walk()
             if n.frame.kind == "python"}
     return Trace(meta, runs, {k: v for k, v in tracer.sources.items() if k in used}), case
@@ -497,6 +535,7 @@ def _list_own_perfmap() -> None:
 
 
 def main(argv: list[str]) -> int:
+    began = time.perf_counter()
     die_with_parent()
     adopt_orphans()
     bound_files()
@@ -541,11 +580,14 @@ def main(argv: list[str]) -> int:
     if log is not None and isinstance(probe, LibraryVerbose):  # the logs on in the library step only
         log.switch = probe.library_verbose
         log.switch(False)
+    imported = time.perf_counter() - began  # the framework's import, the probe's, the collector's
     for i, case_req in enumerate(req.cases):
         out = case_req.out
         note(f"case {i}")
         try:
             trace, case = _trace_case(req, case_req, probe, version, applied, tracer, log)
+            if i == 0:  # the process's start, once: on its first case
+                trace.meta["spent_s"]["import"] = round(imported, 3)
             if "native" in case_req.layers:  # until it has them: a probe that ends first leaves it said
                 trace.set_meta("native", dict(NATIVE_PENDING))
             save(trace, out)
@@ -559,8 +601,11 @@ def main(argv: list[str]) -> int:
         log.mute()  # the sampled loops would write megabytes of lines nobody reads
     if pending:
         note("native")
+        t0 = time.perf_counter()
         _native_layers(req, pending)
+        share = round((time.perf_counter() - t0) / len(pending), 3)
         for case_req, trace, _ in pending:
+            trace.meta.setdefault("spent_s", {})["native"] = share
             save(trace, case_req.out)
         say(f"done native ({len(pending)} cases)")
     note("end")
