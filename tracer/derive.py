@@ -14,7 +14,7 @@ from typing import Callable
 from tracer import envs
 from tracer.contract import MODELS, PASSES, PRIMITIVES, USER_API, UserWorkload
 from tracer.errors import DltraceError, EnvNotReady
-from tracer.evidence_classes import EVIDENCE
+from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.gap import GAP_SUFFIX, Gap, write_gap
 from tracer.registry_entries import Framework, gpu_build_env
 from tracer.runner import DEFAULT_TIMEOUT, CaseResult, CaseSpec, run_probe
@@ -83,11 +83,12 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
     core, and one after another they left the other core idle for minutes."""
     from concurrent.futures import ThreadPoolExecutor
 
-    # The strongest evidence first (EVIDENCE is by rank): a compiler's, which is also the
-    # slowest to derive: JAX's (XLA compiling each case and workload for the GPU) took 75 s
-    # of a survey's 105 s of deriving, and started last, alone on one core.
-    chosen = sorted((fw for fw in frameworks if fw.gpu_evidence), key=lambda fw: EVIDENCE.index(fw.gpu_evidence)
-                    if fw.gpu_evidence in EVIDENCE else len(EVIDENCE))
+    # The strongest evidence first (the registry allows only DERIVED_EVIDENCE, strongest
+    # first): a compiler's, which is also the slowest to derive: JAX's (XLA compiling each
+    # case and workload for the GPU) took 75 s of a survey's 105 s of deriving, and started
+    # last, alone on one core.
+    chosen = sorted((fw for fw in frameworks if fw.gpu_evidence),
+                    key=lambda fw: DERIVED_EVIDENCE.index(fw.gpu_evidence))
     with ThreadPoolExecutor(max(1, min(workers, len(chosen)))) as pool:
         done = list(pool.map(lambda fw: _framework_evidence(fw, root, primitives, fresh, timeout, on_done, models,
                                                             (workloads or {}).get(fw.name, [])), chosen))

@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,9 +196,9 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
             where = event.job.label
             record.job_seconds[where] = round(record.job_seconds.get(where, 0.0) + event.seconds, 2)
             if event.spent:  # none where the probe ended before it could say (a crash, a hang)
-                phases = record.job_phases.setdefault(where, {})
-                for phase, secs in sorted(event.spent.items()):
-                    phases[phase] = round(phases.get(phase, 0.0) + secs, 2)
+                phases = Counter(record.job_phases.get(where, {}))
+                phases.update(event.spent)
+                record.job_phases[where] = {k: round(v, 2) for k, v in sorted(phases.items())}
         said.job_done(event)
 
     if plan.scheduler is not None:

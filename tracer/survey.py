@@ -20,6 +20,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
@@ -84,7 +85,7 @@ class SurveyEvent:
     reused: int = 0
     seconds: float = 0.0  # the job's wall time where it ran here (0: not timed, a fleet's)
     #: the seconds of the cases it probed, by phase (tracer.collect.harness.Spent)
-    spent: dict[str, float] = field(default_factory=dict)
+    spent: Counter[str] = field(default_factory=Counter)
 
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
@@ -269,8 +270,7 @@ def _run_job(job: Job, root: Path, fresh: bool, timeout: float, threads: int | N
         for res in results:
             if res.error:
                 gap(res.spec, res.error)
-            for phase, secs in res.spent.items():
-                event.spent[phase] = event.spent.get(phase, 0.0) + secs
+            event.spent.update(res.spent)
         break
     event.done = len(job.cases)
     return event

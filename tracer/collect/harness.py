@@ -605,7 +605,7 @@ def main(argv: list[str]) -> int:
         _native_layers(req, pending)
         share = round((time.perf_counter() - t0) / len(pending), 3)
         for case_req, trace, _ in pending:
-            trace.meta.setdefault("spent_s", {})["native"] = share
+            trace.meta["spent_s"]["native"] = share
             save(trace, case_req.out)
         say(f"done native ({len(pending)} cases)")
     note("end")
