@@ -219,5 +219,6 @@ def test_a_survey_derives_two_frameworks_at_a_time(frameworks, tmp_path, monkeyp
     assert most[0] == 2
     assert [g.framework for g in gaps] == [chosen[1].name] and "not set up" in gaps[0].error
     assert sorted(n for n, _, _ in said) == sorted(f"{fw.name}/gpu-derived" for fw in chosen)
-    # a compiler's evidence (JAX's XLA), the slowest to derive, starts first, not last alone
-    assert frameworks["jax"].gpu_evidence == "compiled" and started[0] == "jax"
+    # a compiler's evidence (JAX's XLA), the slowest to derive, starts in the first wave,
+    # not last alone; which of the first wave's threads logs first is the scheduler's call
+    assert frameworks["jax"].gpu_evidence == "compiled" and "jax" in started[:2]
