@@ -331,7 +331,7 @@ def _unsampled(steps: dict[str, Step], seconds: float) -> dict[str, float]:
 
 
 def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bool = False,
-            baseline_s: float = 0.3, startup_timeout: float = 60.0, prime: bool = True,
+            baseline_s: float = 0.15, startup_timeout: float = 60.0, prime: bool = True,
             perfmap: str = "") -> tuple[dict[str, tuple[Node, dict[str, Any]]], dict[str, Any]]:
     """Sample every job's loop in one py-spy session, in the order given; a marker that
     several jobs share is one loop sampled in several windows.
@@ -341,6 +341,10 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
     ``perfmap`` names JIT code (see :class:`PerfMap`). NativeUnavailable when
     py-spy cannot run or attach; the caller records why and keeps the rest."""
     steps = {j.marker: j.step for j in jobs}  # a marker may be sampled in several windows
+    # ``baseline_s`` per step, before and after: three BLOCK_S blocks at least. At 0.3 s the
+    # two timings were 15 to 19 s of each survey job's capture (about 30 steps); three
+    # audits of ResNet-18 at 0.15 s gave native x1.52 to x1.75 forward, x1.95 to x2.02
+    # backward, within the spreads of those at 0.3 s (x1.37, x2.89).
     baselines = _unsampled(steps, baseline_s)  # before py-spy attaches
     sampler = Sampler(pyspy, workdir, rate, idle, startup_timeout)
     sampler.start()
