@@ -66,6 +66,15 @@ def test_elf_code_bytes_come_from_the_real_shared_objects(native_traces):
     assert len(code.sizes) >= 0.7 * len(names), code.missing[:5]
     changed = ElfCode().sizes(info["path"], info["bytes"] + 1, names)
     assert changed.error.startswith("changed since the capture") and not changed.sizes
+    # read ahead in another process (as a report does, while it makes the framework
+    # reports): the same answers, and the file is not read again here
+    with ElfCode() as elf:
+        elf.read_ahead({(info["path"], info["bytes"]): names, (info["path"], info["bytes"] + 1): names})
+        assert len(elf._ahead) == 2
+        again, stale = elf.sizes(info["path"], info["bytes"], names), elf.sizes(info["path"], info["bytes"] + 1, names)
+        assert not elf._ahead and elf._pool is not None
+    assert again.sizes == code.sizes and again.missing == code.missing
+    assert stale.error == changed.error and elf._pool is None
 
 
 def test_tensorflow_onednn_split_names_the_kernels_each_side_ran(native_traces, cpu_traces):

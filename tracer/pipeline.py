@@ -109,7 +109,8 @@ def model(folders: Folders, k: Knowledge, progress: Progress | None = None) -> S
     traces, gaps, skipped = read(folders, said)
     if not traces and not gaps:
         raise DltraceError(f"no traces found in {', '.join(map(str, folders))}")
-    return build(traces, gaps, k, ElfCode().sizes, skipped, on_stage=said.stage)
+    with ElfCode() as elf:
+        return build(traces, gaps, k, elf.sizes, skipped, on_stage=said.stage, read_ahead=elf.read_ahead)
 
 
 def report(folders: Folders, output: "str | os.PathLike[str]", progress: Progress | None = None,

@@ -73,6 +73,20 @@ def _side_paths(traces: list[Trace]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def reads(traces: list[Trace], k: Knowledge) -> dict[tuple[str, int | None], frozenset[str]]:
+    """(shared object's path, its size at capture) -> the sampled names :func:`bytes_figure`
+    asks ``measure`` of, for these traces: what can be read before the figure is made."""
+    names, paths = _native_names(traces), _side_paths(traces)
+    out: dict[tuple[str, int | None], frozenset[str]] = {}
+    for side, by_lib in names.items():
+        for lib in by_lib:
+            info = paths.get(side, {}).get(lib)
+            if is_system_lib(library_of(_frame(lib, ""), k), k) or not isinstance(info, dict) or not info.get("path"):
+                continue
+            out[(str(info["path"]), info.get("bytes"))] = frozenset(n for by in names.values() for n in by.get(lib, ()))
+    return out
+
+
 def bytes_figure(rep: FrameworkReport, traces: list[Trace], measure: Measure | None, k: Knowledge) -> Figure:
     """The machine code of each path, read from that path's own shared objects (their
     size at capture checked); a path with any of its objects unreadable here (a GPU path
@@ -90,6 +104,7 @@ def bytes_figure(rep: FrameworkReport, traces: list[Trace], measure: Measure | N
         fig.thin = "the traces name no shared-object paths (captured before they were recorded): not measured"
         return fig
     jit = _jit_bytes(traces)
+    wanted = reads(traces, k)
     cache: dict[tuple[str, Any], LibraryCodeLike] = {}
     best, measured_sides = 0, []
     for side, by_lib in names.items():
@@ -105,7 +120,7 @@ def bytes_figure(rep: FrameworkReport, traces: list[Trace], measure: Measure | N
                 continue
             key = (str(info["path"]), info.get("bytes"))
             if key not in cache:  # every path's names at once would be smaller; one file is read per path
-                cache[key] = measure(key[0], key[1], {n for by in names.values() for n in by.get(lib, ())})
+                cache[key] = measure(key[0], key[1], wanted[key])
             code = cache[key]
             if code.error:
                 problems.append(f"{lib}: {code.error}")

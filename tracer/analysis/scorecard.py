@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from tracer.analysis.arm_audit import on_arm
-from tracer.analysis.code_bytes import Measure, bytes_figure, path_kind
+from tracer.analysis.code_bytes import Measure, bytes_figure, path_kind, reads
 from tracer.analysis.decisions import Decisions, decisions, device_branches, is_device_branch
 from tracer.analysis.figure import Figure, page
 from tracer.analysis.needs_figures import needs_figures
@@ -210,18 +210,35 @@ def _coverage(rep: FrameworkReport, traces: list[Trace]) -> Figure:
                   page(rep, "primitives"), details, "; ".join(thin))
 
 
+def _measured(traces: list[Trace]) -> dict[str, list[Trace]]:
+    """framework -> the traces its row measures: a GPU machine's CPU path is its GPU
+    path's baseline only."""
+    refs = {id(t) for t in reference_cpus(traces)}
+    by_fw: dict[str, list[Trace]] = defaultdict(list)
+    for t in traces:
+        if id(t) not in refs:
+            by_fw[t.info.framework].append(t)
+    return by_fw
+
+
+def elf_reads(traces: list[Trace], k: Knowledge) -> dict[tuple[str, int | None], frozenset[str]]:
+    """Every shared object the scorecard's code column will read, with the names it asks
+    of each (tracer.analysis.code_bytes.reads): read ahead, while the reports are made."""
+    out: dict[tuple[str, int | None], frozenset[str]] = {}
+    for mine in _measured(traces).values():
+        out.update(reads(mine, k))
+    return out
+
+
 def scorecard(reports: list[FrameworkReport], traces: list[Trace], measure: Measure | None,
               k: Knowledge, decided: Mapping[str, Decisions] | None = None) -> list[ScoreRow]:
     """One row per framework; ``measure`` reads a shared object's symbol sizes
     (tracer.elf_code.ElfCode().sizes), None where they cannot be read; ``k``: the
     knowledge the caller loaded."""
-    by_fw: dict[str, list[Trace]] = defaultdict(list)
-    for t in traces:
-        by_fw[t.info.framework].append(t)
+    by_fw = _measured(traces)
     rows = []
-    refs = {id(t) for t in reference_cpus(traces)}  # a GPU machine's CPU path: its GPU path's baseline only
     for rep in reports:
-        mine = [t for t in by_fw.get(rep.name, []) if id(t) not in refs]
+        mine = by_fw.get(rep.name, [])
         sites, apart = decision_figures(rep, decided[rep.name] if decided is not None else decisions(rep, k))
         implement, free = needs_figures(rep, k)
         rows.append(ScoreRow(rep.name, {

@@ -17,7 +17,7 @@ from tracer.analysis.decisions import Decisions, decisions, pair_splits
 from tracer.analysis.models import Level, ModelReport, is_model_trace, model_reports
 from tracer.analysis.portability import FrameworkReport, survey_reports
 from tracer.analysis.code_bytes import Measure
-from tracer.analysis.scorecard import ScoreRow, scorecard
+from tracer.analysis.scorecard import ScoreRow, elf_reads, scorecard
 from tracer.analysis.verdict import (ArmVerdict, FrameworkVerdict, GridCell, arm_model_lines, arm_verdicts, grid,
                                      verdicts)
 from tracer.contract import MODELS, USER_API
@@ -63,14 +63,18 @@ class SurveyModel:
 
 
 def build(traces: list[Trace], gaps: list[Gap], k: Knowledge, measure: Measure | None = None,
-          skipped: list[str] | None = None, on_stage: Callable[[str], None] | None = None) -> SurveyModel:
+          skipped: list[str] | None = None, on_stage: Callable[[str], None] | None = None,
+          read_ahead: Callable[[dict[tuple[str, int | None], frozenset[str]]], None] | None = None) -> SurveyModel:
     """The survey model of ``traces`` and ``gaps``: the primitives make the portability
     reports, the models' and workloads' steps their own rows. ``measure`` reads a shared
-    object's symbol sizes (tracer.elf_code.ElfCode().sizes); ``on_stage`` hears each
-    stage's name as it starts (the command line's progress)."""
+    object's symbol sizes (tracer.elf_code.ElfCode().sizes), ``read_ahead`` starts reading
+    the ones it will be asked while the reports are made (ElfCode().read_ahead);
+    ``on_stage`` hears each stage's name as it starts (the command line's progress)."""
     say = on_stage or (lambda _: None)
     nets = [t for t in traces if is_model_trace(t)]
     prims = [t for t in traces if not is_model_trace(t)]
+    if measure is not None and read_ahead is not None:
+        read_ahead(elf_reads(prims, k))
     whole = [g for g in gaps if g.primitive in MODELS or g.api == USER_API]  # a model's or a workload's step
     say("portability reports")
     reports = survey_reports(prims, [g for g in gaps if g not in whole], k=k)
