@@ -222,3 +222,45 @@ def test_a_survey_derives_two_frameworks_at_a_time(frameworks, tmp_path, monkeyp
     # a compiler's evidence (JAX's XLA), the slowest to derive, starts in the first wave,
     # not last alone; which of the first wave's threads logs first is the scheduler's call
     assert frameworks["jax"].gpu_evidence == "compiled" and "jax" in started[:2]
+
+
+def test_a_surveys_gpu_evidence_takes_the_workers_its_last_jobs_leave(frameworks, tmp_path, monkeypatch):
+    """Probing here, each framework's GPU evidence is queued behind the probing jobs on
+    the same workers (it needs none of their traces): it starts as soon as a worker has no
+    job left to take, while the longest job still runs, not after it on an idle core."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tracer import derive as derive_module
+    from tracer import survey as sv
+    from tracer.runner import CaseResult
+
+    clock, lock = time.monotonic, threading.Lock()
+    seen: dict[str, float] = {}
+
+    def job(job, root, fresh, timeout, threads):
+        time.sleep(1.0 if job is jobs[0] else 0.1)
+        if job is jobs[0]:
+            with lock:
+                seen["end of the long job"] = clock()
+        return sv.SurveyEvent(job, 0)
+
+    def fake(fw, primitives, out_dir, **kwargs):
+        with lock:
+            seen.setdefault("first derive", clock())
+        time.sleep(0.1)
+        return [CaseResult(CaseSpec(p, fw.apis[0]), None, None) for p in primitives]
+
+    monkeypatch.setattr(sv, "run_job", job)
+    monkeypatch.setattr(derive_module, "derive", fake)
+    jobs = sv.plan([frameworks["torch"]], variants=False)[:3]
+    chosen = [fw for fw in frameworks.values() if fw.gpu_evidence]
+    with ThreadPoolExecutor(2) as pool:
+        deriving: list = []
+        gaps = sv.run(jobs, tmp_path, workers=2, pool=pool, queued=lambda: deriving.extend(
+            derive_module.start_evidence(pool, chosen, tmp_path, ["relu"])))
+        assert gaps == [] and len(deriving) == len(chosen)
+        assert [g for fut in deriving for g in fut.result()] == []
+    # the long job (1 s) on one worker; the two short ones, then the evidence, on the other
+    assert seen["first derive"] < seen["end of the long job"]

@@ -8,6 +8,7 @@ it runs in that build's environment, NAME-gpu-build.
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Callable
 
@@ -83,16 +84,27 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
     core, and one after another they left the other core idle for minutes."""
     from concurrent.futures import ThreadPoolExecutor
 
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        started = start_evidence(pool, frameworks, root, primitives, fresh, timeout, on_done, models, workloads)
+        return [gap for fut in started for gap in fut.result()]
+
+
+def start_evidence(pool: Executor, frameworks: list[Framework], root: Path, primitives: list[str] | None = None,
+                   fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
+                   on_done: Callable[[str, int, str], None] = lambda name, n, error: None,
+                   models: list[str] | None = None,
+                   workloads: dict[str, list[UserWorkload]] | None = None) -> list[Future[list[Gap]]]:
+    """:func:`survey_evidence`, each framework's share queued on ``pool``: a survey queues
+    them behind its probing jobs, so that they take the workers the last jobs leave (the
+    stage after probing left one core idle while JAX's evidence was derived alone)."""
     # The strongest evidence first (the registry allows only DERIVED_EVIDENCE, strongest
     # first): a compiler's, which is also the slowest to derive: JAX's (XLA compiling each
     # case and workload for the GPU) took 75 s of a survey's 105 s of deriving, and started
     # last, alone on one core.
     chosen = sorted((fw for fw in frameworks if fw.gpu_evidence),
                     key=lambda fw: DERIVED_EVIDENCE.index(fw.gpu_evidence))
-    with ThreadPoolExecutor(max(1, min(workers, len(chosen)))) as pool:
-        done = list(pool.map(lambda fw: _framework_evidence(fw, root, primitives, fresh, timeout, on_done, models,
-                                                            (workloads or {}).get(fw.name, [])), chosen))
-    return [gap for gaps in done for gap in gaps]
+    return [pool.submit(_framework_evidence, fw, root, primitives, fresh, timeout, on_done, models,
+                        (workloads or {}).get(fw.name, [])) for fw in chosen]
 
 
 def _framework_evidence(fw: Framework, root: Path, primitives: list[str] | None, fresh: bool, timeout: float,

@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from tracer.analysis.standin_needs import StandinNeeds, standin_needs
 from tracer.analysis.portability import FrameworkReport
 from tracer.analysis.survey_model import SurveyModel, build
 from tracer.contract import UserWorkload
-from tracer.derive import survey_evidence
+from tracer.derive import start_evidence, survey_evidence
 from tracer.elf_code import ElfCode
 from tracer.errors import DltraceError
 from tracer.files import ensure_dir, write_text
@@ -37,7 +38,7 @@ from tracer.knowledge import Knowledge, knowledge
 from tracer.machine import describe as describe_machine
 from tracer.registry_entries import Framework
 from tracer.render.report import render
-from tracer.runner import DEFAULT_TIMEOUT
+from tracer.runner import DEFAULT_TIMEOUT, stop_all
 from tracer.trace import Trace
 
 
@@ -202,32 +203,45 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
                 record.job_phases[where] = {k: round(v, 2) for k, v in sorted(phases.items())}
         said.job_done(event)
 
-    if plan.scheduler is not None:
-        gaps = fleet.run(plan.jobs, output, plan.scheduler, fresh=plan.fresh, timeout=plan.timeout,
-                         on_event=job_done)
-    else:
-        gaps = sv.run(plan.jobs, output, workers=plan.workers, fresh=plan.fresh, timeout=plan.timeout,
-                      on_event=job_done)
-    record.seconds["probing"] = round(time.monotonic() - t0, 1)
-    said.note(f"probed in {record.seconds['probing']:.0f} s; {len(gaps)} gaps", "result")
-    if plan.imports:
-        t1 = time.monotonic()
-        said.stage("importing the reference GPU profiles")
-        gaps += sv.import_references(plan.frameworks, output, fresh=plan.fresh, on_file=_said_per_folder(
-            said, "primitives imported"))
-        record.seconds["imports"] = round(time.monotonic() - t1, 1)
+    derive_said = _said_per_folder(said, "cases' GPU evidence derived")
+    # Probing here, each framework's GPU evidence is queued behind the probing jobs, on
+    # their workers: it needs none of their traces, and derived after them it left a core
+    # idle while JAX's, the longest, ran alone. On a fleet it is derived here, after.
+    pool = ThreadPoolExecutor(max(1, plan.workers)) if plan.scheduler is None else None
+    deriving: list[Future[list[Gap]]] = []
+
+    def queue_derive() -> None:
+        if plan.derive and pool is not None:
+            deriving.extend(start_evidence(pool, plan.ready, output, plan.primitives, plan.fresh, plan.timeout,
+                                           derive_said, plan.models, dict(plan.workloads)))
+
+    try:
+        if plan.scheduler is not None:
+            gaps = fleet.run(plan.jobs, output, plan.scheduler, fresh=plan.fresh, timeout=plan.timeout,
+                             on_event=job_done)
+        else:
+            gaps = sv.run(plan.jobs, output, workers=plan.workers, fresh=plan.fresh, timeout=plan.timeout,
+                          on_event=job_done, pool=pool, queued=queue_derive)
+        record.seconds["probing"] = round(time.monotonic() - t0, 1)
+        said.note(f"probed in {record.seconds['probing']:.0f} s; {len(gaps)} gaps", "result")
+        gaps += _imports(plan, said, record)
+        if plan.derive:
+            t1 = time.monotonic()
+            said.stage("deriving the GPU evidence")
+            if pool is not None:  # queued behind the probing jobs: what is left of it
+                gaps += [gap for fut in deriving for gap in fut.result()]
+            else:
+                gaps += survey_evidence(plan.ready, output, plan.primitives, plan.fresh, plan.timeout, derive_said,
+                                        plan.models, dict(plan.workloads), workers=plan.workers)
+            record.seconds["derive"] = round(time.monotonic() - t1, 1)
+            said.note(f"GPU evidence derived in {record.seconds['derive']:.0f} s after probing", "result")
+    except BaseException:  # Ctrl-C, SIGTERM: the evidence still being derived stops too
+        stop_all()
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     recorded = _recorded(plan) if plan.imports else []
-    for name, folder in recorded:
-        n = sum(1 for _ in sv.trace_files([folder]))
-        said.note(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})")
-    if plan.derive:
-        t1 = time.monotonic()
-        said.stage("deriving the GPU evidence")
-        gaps += survey_evidence(plan.ready, output, plan.primitives, plan.fresh, plan.timeout,
-                                _said_per_folder(said, "cases' GPU evidence derived"), plan.models,
-                                dict(plan.workloads), workers=plan.workers)
-        record.seconds["derive"] = round(time.monotonic() - t1, 1)
-        said.note(f"GPU evidence derived in {record.seconds['derive']:.0f} s", "result")
     _keep_inputs(plan, recorded, said)
     t1 = time.monotonic()
     index = report([output / "traces"], output, said)
@@ -236,6 +250,21 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
     record.gaps = len(gaps)
     sv.write_record(output, record)
     return index
+
+
+def _imports(plan: SurveyPlan, said: Progress, record: sv.SurveyRecord) -> list[Gap]:
+    """The reference GPU profiles imported, and the GPU machines' recorded folders named."""
+    gaps: list[Gap] = []
+    if plan.imports:
+        t1 = time.monotonic()
+        said.stage("importing the reference GPU profiles")
+        gaps = sv.import_references(plan.frameworks, plan.output, fresh=plan.fresh, on_file=_said_per_folder(
+            said, "primitives imported"))
+        record.seconds["imports"] = round(time.monotonic() - t1, 1)
+        for name, folder in _recorded(plan):
+            n = sum(1 for _ in sv.trace_files([folder]))
+            said.note(f"  {name}: {n} traces recorded by dltrace on a GPU machine ({folder.name})")
+    return gaps
 
 
 def _said_per_folder(said: Progress, done: str) -> Callable[[str, int, str], None]:

@@ -300,15 +300,21 @@ def _mark_native_lost(path: Path, why: str) -> bool:
 
 
 def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
-        timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None) -> list[Gap]:
+        timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None,
+        pool: ThreadPoolExecutor | None = None, queued: Callable[[], None] = lambda: None) -> list[Gap]:
     """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps. With
     several at once, each probe's libraries get an equal share of the cores (at least
-    one thread): oversubscribed OpenMP pools time a step hundreds of times slower."""
+    one thread): oversubscribed OpenMP pools time a step hundreds of times slower.
+
+    ``pool``: the caller's, of ``workers`` threads (kept open); ``queued`` is called once
+    every job is queued on it, for the caller to queue more work behind them."""
     gaps: list[Gap] = []
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    own = pool is None
+    pool = pool or ThreadPoolExecutor(max_workers=max(1, workers))
     threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
     try:
         futures = [pool.submit(run_job, job, root, fresh, timeout, threads) for job in jobs]
+        queued()
         for fut in as_completed(futures):
             event = fut.result()
             gaps.extend(event.gaps)
@@ -317,7 +323,8 @@ def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
         stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
-    pool.shutdown()
+    if own:
+        pool.shutdown()
     return gaps
 
 
