@@ -38,28 +38,31 @@ def environment(fw: Framework) -> Framework:
 
 def derive(fw: Framework, primitives: list[str], out_dir: Path, apis: tuple[str, ...] | None = None,
            timeout: float = DEFAULT_TIMEOUT, command: str = "", models: list[str] | None = None,
-           workloads: list[UserWorkload] | None = None) -> list[CaseResult]:
+           workloads: list[UserWorkload] | None = None, threads: int | None = None) -> list[CaseResult]:
     """One gpu-evidence trace per primitive and API level (``SLUG-gpu-evidence.json``
     in ``out_dir``), per model at each level it is written at, and per user workload,
     all from one probe process. ``primitives`` empty and neither ``models`` nor
-    ``workloads``: every primitive."""
+    ``workloads``: every primitive. ``threads``: the libraries' share of the cores
+    (tracer.contract.THREAD_ENV), where probing jobs run beside it."""
     prims = primitives or ([] if models or workloads else list(PRIMITIVES))
     cases = [CaseSpec(p, api, (), PASSES, ("op",)) for p in prims for api in (apis or fw.apis)]
     cases += [CaseSpec(m, api, (), PASSES, ("op",)) for m in models or [] for api in MODELS[m].apis
               if apis is None or api in apis]
     cases += [CaseSpec(w.name, USER_API, (), PASSES, ("op",), user=w) for w in workloads or []]
     return run_probe(environment(fw), cases, out_dir, "cpu", "default", timeout, command=command,
-                     kind="gpu-evidence")
+                     kind="gpu-evidence", threads=threads)
 
 
-def _derive_workloads(fw: Framework, workloads: list[UserWorkload], folder: Path, timeout: float) -> list[Gap]:
+def _derive_workloads(fw: Framework, workloads: list[UserWorkload], folder: Path, timeout: float,
+                      threads: int | None = None) -> list[Gap]:
     """The user's workloads' derived GPU paths, in the framework's gpu-derived folder; a gap each that failed."""
     gaps = []
     for w in workloads:
         for old in folder.glob(f"{w.name}-{USER_API}*") if folder.is_dir() else ():
             old.unlink()
     try:
-        results = derive(fw, [], folder, timeout=timeout, command="dltrace survey", workloads=workloads)
+        results = derive(fw, [], folder, timeout=timeout, command="dltrace survey", workloads=workloads,
+                         threads=threads)
     except DltraceError as exc:
         results = [CaseResult(CaseSpec(w.name, USER_API, user=w), None, str(exc)) for w in workloads]
     for r in results:
@@ -93,10 +96,12 @@ def start_evidence(pool: Executor, frameworks: list[Framework], root: Path, prim
                    fresh: bool = False, timeout: float = DEFAULT_TIMEOUT,
                    on_done: Callable[[str, int, str], None] = lambda name, n, error: None,
                    models: list[str] | None = None,
-                   workloads: dict[str, list[UserWorkload]] | None = None) -> list[Future[list[Gap]]]:
+                   workloads: dict[str, list[UserWorkload]] | None = None,
+                   threads: int | None = None) -> list[Future[list[Gap]]]:
     """:func:`survey_evidence`, each framework's share queued on ``pool``: a survey queues
     them behind its probing jobs, so that they take the workers the last jobs leave (the
-    stage after probing left one core idle while JAX's evidence was derived alone)."""
+    stage after probing left one core idle while JAX's evidence was derived alone), each
+    with ``threads`` (the probing jobs' share of the cores)."""
     # The strongest evidence first (the registry allows only DERIVED_EVIDENCE, strongest
     # first): a compiler's, which is also the slowest to derive: JAX's (XLA compiling each
     # case and workload for the GPU) took 75 s of a survey's 105 s of deriving, and started
@@ -104,18 +109,18 @@ def start_evidence(pool: Executor, frameworks: list[Framework], root: Path, prim
     chosen = sorted((fw for fw in frameworks if fw.gpu_evidence),
                     key=lambda fw: DERIVED_EVIDENCE.index(fw.gpu_evidence))
     return [pool.submit(_framework_evidence, fw, root, primitives, fresh, timeout, on_done, models,
-                        (workloads or {}).get(fw.name, [])) for fw in chosen]
+                        (workloads or {}).get(fw.name, []), threads) for fw in chosen]
 
 
 def _framework_evidence(fw: Framework, root: Path, primitives: list[str] | None, fresh: bool, timeout: float,
                         on_done: Callable[[str, int, str], None], models: list[str] | None,
-                        mine: list[UserWorkload]) -> list[Gap]:
+                        mine: list[UserWorkload], threads: int | None = None) -> list[Gap]:
     """One framework's share of :func:`survey_evidence`."""
     gaps: list[Gap] = []
     folder = root / "traces" / fw.name / "gpu-derived"
     name = f"{fw.name}/{folder.name}"
     if mine:  # a user's workload is derived again each time: its code may have changed
-        gaps += _derive_workloads(fw, mine, folder, timeout)
+        gaps += _derive_workloads(fw, mine, folder, timeout, threads)
     mark = f"-{USER_API}-gpu-evidence.json"  # a workload's, derived above
     done = [p for p in folder.glob("*-gpu-evidence.json") if not p.name.endswith(mark)] if folder.is_dir() else []
     if done and not fresh:
@@ -127,7 +132,7 @@ def _framework_evidence(fw: Framework, root: Path, primitives: list[str] | None,
     try:
         nets = [m for m in models or [] if m in fw.models]
         results = derive(fw, list(primitives or PRIMITIVES), folder, timeout=timeout, command="dltrace survey",
-                         models=nets)
+                         models=nets, threads=threads)
     except DltraceError as exc:
         gap = Gap(fw.name, "gpu", fw.gpu_evidence, "", "derived", str(exc), "derive")
         write_gap(folder / "derive.json", gap)

@@ -213,7 +213,8 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
     def queue_derive() -> None:
         if plan.derive and pool is not None:
             deriving.extend(start_evidence(pool, plan.ready, output, plan.primitives, plan.fresh, plan.timeout,
-                                           derive_said, plan.models, dict(plan.workloads)))
+                                           derive_said, plan.models, dict(plan.workloads),
+                                           sv.share_of_cores(plan.workers)))
 
     try:
         if plan.scheduler is not None:

@@ -299,6 +299,12 @@ def _mark_native_lost(path: Path, why: str) -> bool:
     return True
 
 
+def share_of_cores(workers: int) -> int | None:
+    """Each of ``workers`` probe processes' library threads (tracer.contract.THREAD_ENV);
+    None alone: the libraries' own choice."""
+    return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+
+
 def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
         timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None,
         pool: ThreadPoolExecutor | None = None, queued: Callable[[], None] = lambda: None) -> list[Gap]:
@@ -311,7 +317,7 @@ def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
     gaps: list[Gap] = []
     own = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=max(1, workers))
-    threads = max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+    threads = share_of_cores(workers)
     try:
         futures = [pool.submit(run_job, job, root, fresh, timeout, threads) for job in jobs]
         queued()
