@@ -135,26 +135,3 @@ def test_priming_runs_each_step_once_then_only_until_the_symbol_loads_stop(tmp_p
     x = step("x")
     quiet.prime([x, x, step("y")], quiet_s=0.01)
     assert order == ["x", "y"]
-
-
-def test_a_pass_slower_than_its_slices_ends_its_rounds_near_its_seconds(tmp_path):
-    """The replicas' slices are taken in rounds (A B A B A B); a round begins only while
-    the pass has had less than its seconds: a step whose one iteration outlasts its
-    slice under sampling no longer runs six slices of a whole iteration each."""
-    import time
-
-    from tracer.collect import harness
-
-    assert PYSPY, "py-spy is not installed: make test installs it with the tool"
-    step = sampler.Step(lambda _s=None: time.sleep(0.12))
-    root = Frame("root", "", "slow.forward")
-    markers = [f"_dltrace_native_0_forward_{h}" for h in range(harness.REPLICAS)]
-    pass_s = 0.3  # each slice 0.05 s: one iteration (0.12 s) outlasts it
-    jobs = [sampler.Job(m, step, root, pass_s / harness.REPLICAS / harness.ROUNDS, markers[0], pass_s)
-            for _ in range(harness.ROUNDS) for m in markers]
-    results, _ = sampler.capture(PYSPY, jobs, str(tmp_path), rate=100, prime=False, baseline_s=0.01)
-    assert harness.ROUNDS == 3
-    # round 1 (0.24 s) is under 0.3 s, round 2 begins; round 3 does not: two rounds, not three
-    for tree, stats in results.values():
-        assert stats["iterations"] == 2, stats
-        assert 0.2 < stats["duration_s"] < 0.4

@@ -53,8 +53,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 #: Each pass's native stacks are sampled in this many independent windows (kept as the
 #: layer's replicas): the diff accepts a sampled split only where every one shows it.
 REPLICAS = 2
-#: ...and each replica in up to this many slices (rounds begin while the pass has had
-#: less than its seconds: tracer.collect.sampler.Job), taken in turn with the other replica's
+#: ...and each replica in this many slices, taken in turn with the other replica's
 #: (A B A B ...): a stall of the whole process (py-spy stops it while it reads a
 #: large library's symbols, another job takes the cores) then costs each replica a
 #: slice, not one replica all of its samples (measured: TensorFlow's conv forward
@@ -477,9 +476,7 @@ def _native_layers(req: ProbeRequest, pending: list[tuple[CaseRequest, Trace, An
             # two independent halves: a difference that chance made shows in one at most
             markers = [f"_dltrace_native_{ci}_{pass_}_{h}" for h in range(REPLICAS)]
             root = Frame("root", "", f"{case_req.primitive}.{pass_}")
-            # a round begins only while the pass has had less than its seconds: the rounds
-            # of a step slower than its slice under sampling end near them, not at six of it
-            jobs += [sampler.Job(m, step, root, cfg.seconds / REPLICAS / ROUNDS, markers[0], cfg.seconds)
+            jobs += [sampler.Job(m, step, root, cfg.seconds / REPLICAS / ROUNDS)
                      for _ in range(ROUNDS) for m in markers]
             where[tuple(markers)] = (trace, pass_)
     error: str | None = None

@@ -302,20 +302,12 @@ def _lib_files(paths: dict[str, str]) -> dict[str, dict[str, Any]]:
 @dataclass
 class Job:
     """One loop to sample: ``step`` under ``marker``, for ``seconds``; its tree hangs
-    from ``root``.
-
-    ``within`` (with ``group``): the jobs of one group are slices taken in rounds (the
-    replicas of a pass, A B A B ...), and a round begins only while the group's sampled
-    seconds are below ``within``. A slice runs whole iterations, at least one, and
-    under sampling one iteration can outlast its slice (TensorFlow's batch-norm
-    backward: about 1 s): six slices of such a step took 5 to 8 s of a 3-s pass."""
+    from ``root``."""
 
     marker: str
     step: Step
     root: Frame
     seconds: float
-    group: str = ""
-    within: float = 0.0
 
 
 def _unsampled(steps: dict[str, Step], seconds: float) -> dict[str, float]:
@@ -351,18 +343,8 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
     try:
         if prime:
             sampler.prime(list(steps.values()))
-        spent: dict[str, float] = {}  # group -> its sampled seconds
-        first: dict[str, str] = {}  # group -> the marker that begins each of its rounds
-        skipping: dict[str, bool] = {}
         for j in jobs:
-            if j.group:
-                if first.setdefault(j.group, j.marker) == j.marker and j.group in spent:  # a new round
-                    skipping[j.group] = spent[j.group] >= j.within
-                if skipping.get(j.group):
-                    continue
-            w = sampler.loop(j.marker, j.step, j.seconds, baselines[j.marker])
-            if j.group:
-                spent[j.group] = spent.get(j.group, 0.0) + w.seconds
+            sampler.loop(j.marker, j.step, j.seconds, baselines[j.marker])
     finally:
         raw = sampler.stop()
     before = baselines
