@@ -102,36 +102,3 @@ def test_each_step_is_timed_unsampled_once_whatever_its_windows():
     out = sampler._unsampled(steps, 0.02)
     assert len(seen) == 2 and out["m_a_0"] == out["m_a_1"] > 0 and out["m_b_0"] > 0
     assert runs["a"] >= 3 and runs["b"] >= 3
-
-
-def test_priming_runs_each_step_once_then_only_until_the_symbol_loads_stop(tmp_path):
-    """Priming runs every step (a step that two replica markers share, once), then goes
-    on only while py-spy is still loading symbols, checked after each step: not another
-    whole round of every step, which under sampling is 30 to 100 times slower."""
-    import time
-
-    s = sampler.Sampler("", str(tmp_path))
-    order: list[str] = []
-
-    def step(name: str, loads: int = 0) -> sampler.Step:
-        def call(_state=None):
-            order.append(name)
-            if order.count(name) <= loads:  # py-spy's log line for a library a sample reached
-                with open(s.log, "a") as fh:
-                    fh.write(f"loading symbols for lib{name}.so\n")
-            time.sleep(0.02)
-        return sampler.Step(call)
-
-    # a and d reach libraries py-spy has not loaded yet in the first round, a once more in
-    # the second; each step takes longer than quiet_s, so priming ends on the step after
-    # the last load: mid-round, not at the end of another whole one
-    a, b, c, d = step("a", loads=2), step("b"), step("c"), step("d", loads=1)
-    s.prime([a, a, b, c, d], quiet_s=0.01)  # a twice: the two replicas of one pass
-    assert order == ["a", "b", "c", "d", "a", "b"]  # the shared step once a round
-    # no loads: one round and no more
-    (tmp_path / "q").mkdir()
-    quiet = sampler.Sampler("", str(tmp_path / "q"))
-    order.clear()
-    x = step("x")
-    quiet.prime([x, x, step("y")], quiet_s=0.01)
-    assert order == ["x", "y"]

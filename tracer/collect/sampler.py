@@ -211,34 +211,25 @@ class Sampler:
         """Run the steps, unattributed, until py-spy has loaded the symbols of every
         library they reach (no new "loading symbols" line for ``quiet_s``). py-spy
         loads symbols lazily, while this process is stopped: for TensorFlow's ~100
-        shared objects that took seconds, all inside the first sampled loop.
-
-        Each step runs once (a step that several markers share, the replicas of a pass,
-        once), then the steps go on in turn until the loads have stopped, checked after
-        each step: under sampling a step runs 30 to 100 times slower (TensorFlow, JAX),
-        and a second whole round of every step, each once per replica, made the priming
-        13 s of TensorFlow's capture and 19.5 s of JAX's."""
-        unique = list({id(step): step for step in steps}.values())
+        shared objects that took seconds, all inside the first sampled loop."""
         t0 = last = time.perf_counter()
-        size, loads, ran = -1, 0, 0
-        while unique:
-            for step in unique:
+        size, loads = -1, 0
+        while True:
+            for step in steps:
                 step.run()
-                ran += 1
-                now = time.perf_counter()
-                try:
-                    new_size = os.path.getsize(self.log)
-                except OSError:
-                    new_size = size
-                if new_size != size:
-                    size = new_size
-                    n = len(LOADING.findall(self._read_log()))
-                    if n != loads:
-                        loads, last = n, now
-                if ran >= len(unique) and (now - last >= quiet_s or now - t0 >= most_s):
-                    self.prime_s = now - t0
-                    return self.prime_s
-        return self.prime_s
+            now = time.perf_counter()
+            try:
+                new_size = os.path.getsize(self.log)
+            except OSError:
+                new_size = size
+            if new_size != size:
+                size = new_size
+                n = len(LOADING.findall(self._read_log()))
+                if n != loads:
+                    loads, last = n, now
+            if (now - last >= quiet_s and now - t0 >= quiet_s) or now - t0 >= most_s:
+                self.prime_s = now - t0
+                return self.prime_s
 
     def loop(self, marker: str, step: "Step", seconds: float, baseline_s: float) -> Window:
         """Run ``step`` for ``seconds``; only its ``call`` runs under ``marker``."""
