@@ -224,10 +224,10 @@ def test_a_survey_derives_two_frameworks_at_a_time(frameworks, tmp_path, monkeyp
     assert frameworks["jax"].gpu_evidence == "compiled" and "jax" in started[:2]
 
 
-def test_a_surveys_gpu_evidence_takes_the_workers_its_last_jobs_leave(frameworks, tmp_path, monkeypatch):
-    """Probing here, each framework's GPU evidence is queued behind the probing jobs on
-    the same workers (it needs none of their traces): it starts as soon as a worker has no
-    job left to take, while the longest job still runs, not after it on an idle core."""
+def test_a_surveys_gpu_evidence_shares_the_probing_jobs_workers(frameworks, tmp_path, monkeypatch):
+    """Probing here, each framework's GPU evidence is queued on the probing jobs' workers,
+    before them (it needs none of their traces): it is derived while the jobs run, never
+    more processes at once than workers, not afterwards on an idle core."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -236,31 +236,35 @@ def test_a_surveys_gpu_evidence_takes_the_workers_its_last_jobs_leave(frameworks
     from tracer import survey as sv
     from tracer.runner import CaseResult
 
-    clock, lock = time.monotonic, threading.Lock()
+    lock, now, most = threading.Lock(), [0], [0]
     seen: dict[str, float] = {}
 
+    def busy(seconds: float) -> None:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(seconds)
+        with lock:
+            now[0] -= 1
+
     def job(job, root, fresh, timeout, threads):
-        time.sleep(1.0 if job is jobs[0] else 0.1)
-        if job is jobs[0]:
-            with lock:
-                seen["end of the long job"] = clock()
+        busy(0.3)
+        with lock:
+            seen["last job"] = time.monotonic()
         return sv.SurveyEvent(job, 0)
 
     def fake(fw, primitives, out_dir, **kwargs):
         with lock:
-            seen.setdefault("first derive", clock())
-        time.sleep(0.1)
+            seen.setdefault("first derive", time.monotonic())
+        busy(0.1)
         return [CaseResult(CaseSpec(p, fw.apis[0]), None, None) for p in primitives]
 
     monkeypatch.setattr(sv, "run_job", job)
     monkeypatch.setattr(derive_module, "derive", fake)
-    jobs = sv.plan([frameworks["torch"]], variants=False)[:3]
+    jobs = sv.plan([frameworks["torch"]], variants=False)[:4]
     chosen = [fw for fw in frameworks.values() if fw.gpu_evidence]
     with ThreadPoolExecutor(2) as pool:
-        deriving: list = []
-        gaps = sv.run(jobs, tmp_path, workers=2, pool=pool, queued=lambda: deriving.extend(
-            derive_module.start_evidence(pool, chosen, tmp_path, ["relu"])))
-        assert gaps == [] and len(deriving) == len(chosen)
-        assert [g for fut in deriving for g in fut.result()] == []
-    # the long job (1 s) on one worker; the two short ones, then the evidence, on the other
-    assert seen["first derive"] < seen["end of the long job"]
+        deriving = derive_module.start_evidence(pool, chosen, tmp_path, ["relu"], threads=1)
+        assert sv.run(jobs, tmp_path, workers=2, pool=pool) == []
+        assert len(deriving) == len(chosen) and [g for fut in deriving for g in fut.result()] == []
+    assert most[0] == 2 and seen["first derive"] < seen["last job"]

@@ -99,9 +99,9 @@ def start_evidence(pool: Executor, frameworks: list[Framework], root: Path, prim
                    workloads: dict[str, list[UserWorkload]] | None = None,
                    threads: int | None = None) -> list[Future[list[Gap]]]:
     """:func:`survey_evidence`, each framework's share queued on ``pool``: a survey queues
-    them behind its probing jobs, so that they take the workers the last jobs leave (the
-    stage after probing left one core idle while JAX's evidence was derived alone), each
-    with ``threads`` (the probing jobs' share of the cores)."""
+    them with its probing jobs, on their workers (the stage after probing left one core
+    idle while JAX's evidence was derived alone), each with ``threads`` (the probing jobs'
+    share of the cores)."""
     # The strongest evidence first (the registry allows only DERIVED_EVIDENCE, strongest
     # first): a compiler's, which is also the slowest to derive: JAX's (XLA compiling each
     # case and workload for the GPU) took 75 s of a survey's 105 s of deriving, and started

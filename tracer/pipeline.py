@@ -204,17 +204,17 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
         said.job_done(event)
 
     derive_said = _said_per_folder(said, "cases' GPU evidence derived")
-    # Probing here, each framework's GPU evidence is queued behind the probing jobs, on
-    # their workers: it needs none of their traces, and derived after them it left a core
-    # idle while JAX's, the longest, ran alone. On a fleet it is derived here, after.
+    # Probing here, each framework's GPU evidence goes on the probing jobs' workers, queued
+    # first: it needs none of their traces, each framework's is shorter than the heaviest
+    # jobs (JAX's, the longest, 75 s), and the lighter jobs behind it still end together.
+    # Derived after probing, it left a core idle while JAX's ran alone; queued behind the
+    # jobs, JAX's began only as probing ended (a fresh survey at 13e831d). On a
+    # fleet it is derived here, after.
     pool = ThreadPoolExecutor(max(1, plan.workers)) if plan.scheduler is None else None
     deriving: list[Future[list[Gap]]] = []
-
-    def queue_derive() -> None:
-        if plan.derive and pool is not None:
-            deriving.extend(start_evidence(pool, plan.ready, output, plan.primitives, plan.fresh, plan.timeout,
-                                           derive_said, plan.models, dict(plan.workloads),
-                                           sv.share_of_cores(plan.workers)))
+    if pool is not None and plan.derive:
+        deriving = start_evidence(pool, plan.ready, output, plan.primitives, plan.fresh, plan.timeout, derive_said,
+                                  plan.models, dict(plan.workloads), sv.share_of_cores(plan.workers))
 
     try:
         if plan.scheduler is not None:
@@ -222,14 +222,14 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
                              on_event=job_done)
         else:
             gaps = sv.run(plan.jobs, output, workers=plan.workers, fresh=plan.fresh, timeout=plan.timeout,
-                          on_event=job_done, pool=pool, queued=queue_derive)
+                          on_event=job_done, pool=pool)
         record.seconds["probing"] = round(time.monotonic() - t0, 1)
         said.note(f"probed in {record.seconds['probing']:.0f} s; {len(gaps)} gaps", "result")
         gaps += _imports(plan, said, record)
         if plan.derive:
             t1 = time.monotonic()
             said.stage("deriving the GPU evidence")
-            if pool is not None:  # queued behind the probing jobs: what is left of it
+            if pool is not None:  # queued with the probing jobs: what is left of it
                 gaps += [gap for fut in deriving for gap in fut.result()]
             else:
                 gaps += survey_evidence(plan.ready, output, plan.primitives, plan.fresh, plan.timeout, derive_said,

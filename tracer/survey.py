@@ -307,20 +307,19 @@ def share_of_cores(workers: int) -> int | None:
 
 def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
         timeout: float = DEFAULT_TIMEOUT, on_event: Callable[[SurveyEvent], None] = lambda e: None,
-        pool: ThreadPoolExecutor | None = None, queued: Callable[[], None] = lambda: None) -> list[Gap]:
+        pool: ThreadPoolExecutor | None = None) -> list[Gap]:
     """Run the jobs, ``workers`` probe subprocesses at a time; return the gaps. With
     several at once, each probe's libraries get an equal share of the cores (at least
     one thread): oversubscribed OpenMP pools time a step hundreds of times slower.
 
-    ``pool``: the caller's, of ``workers`` threads (kept open); ``queued`` is called once
-    every job is queued on it, for the caller to queue more work behind them."""
+    ``pool``: the caller's, of ``workers`` threads (kept open), where it may have queued
+    other work (tracer.pipeline: the GPU evidence)."""
     gaps: list[Gap] = []
     own = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=max(1, workers))
     threads = share_of_cores(workers)
     try:
         futures = [pool.submit(run_job, job, root, fresh, timeout, threads) for job in jobs]
-        queued()
         for fut in as_completed(futures):
             event = fut.result()
             gaps.extend(event.gaps)
