@@ -325,9 +325,9 @@ def capture(pyspy: str, jobs: list[Job], workdir: str, rate: int = 100, idle: bo
     py-spy cannot run or attach; the caller records why and keeps the rest."""
     steps = {j.marker: j.step for j in jobs}  # a marker may be sampled in several windows
     # ``baseline_s`` per step, before and after: three BLOCK_S blocks at least. At 0.3 s the
-    # two timings were 15 to 19 s of each survey job's capture (about 30 steps); three
-    # audits of ResNet-18 at 0.15 s gave native x1.52 to x1.75 forward, x1.95 to x2.02
-    # backward, within the spreads of those at 0.3 s (x1.37, x2.89).
+    # two timings were 15 to 19 s of each survey job's capture (about 30 steps); two
+    # audits of ResNet-18 at 0.15 s gave native x1.52 and x1.75 forward, x1.95 and x2.02
+    # backward, their spreads meeting those of one at 0.3 s (x1.37, x2.89).
     baselines = _unsampled(steps, baseline_s)  # before py-spy attaches
     sampler = Sampler(pyspy, workdir, rate, idle, startup_timeout)
     sampler.start()
