@@ -8,7 +8,7 @@ it runs in that build's environment, NAME-gpu-build.
 
 from __future__ import annotations
 
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -85,8 +85,6 @@ def survey_evidence(frameworks: list[Framework], root: Path, primitives: list[st
     the step, the list the registry or the compiler gives). ``workers`` frameworks at a
     time, as the survey probes: each framework's evidence is one probe process on one
     core, and one after another they left the other core idle for minutes."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max(1, workers)) as pool:
         started = start_evidence(pool, frameworks, root, primitives, fresh, timeout, on_done, models, workloads)
         return [gap for fut in started for gap in fut.result()]

@@ -14,8 +14,8 @@ import json
 import os
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeAlias, Union

@@ -17,10 +17,10 @@ import hashlib
 import json
 import time
 import os
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
 from tracer import __version__, envs
