@@ -38,7 +38,8 @@ from tracer.collect.pytrace import PythonTracer
 from tracer.probes.user_workload import WorkloadFailed
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, LAYERS, MODELS, THREAD_ENV, CaseError, CaseRequest,
                              CompiledDoor, DeviceCheck, DeviceInfo, DispatchTable, EmulatedCpu, Exit, GpuEvidence,
-                             LibraryVerbose, NativeRequest, OpHooks, OpRecorder, Probe, ProbeRequest, UserWorkload)
+                             LibraryVerbose, NativeRequest, OpHooks, OpRecorder, Probe, ProbeRequest, UserWorkload,
+                             leave)
 from tracer.trace import Frame, Node, Run, Trace, save
 from tracer.trace_meta import native_not_finished
 
@@ -652,4 +653,4 @@ def run(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1:]))
+    leave(run(sys.argv[1:]))
