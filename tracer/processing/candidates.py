@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -161,29 +162,50 @@ def _calls(nodes: Sequence[ast.AST]) -> list[str]:
 
 
 def _analyse(fn: _Function, source: list[str]) -> list[Candidate]:
-    module = _parse(source)
-    if module is None or not module.body:
+    shape = _branches(tuple(source))
+    if shape is None:
         return []
-    frame = fn.node.frame
-    offset = frame.line - 1  # ast line L is file line L + offset
-    top = module.body[0]
-    if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return []
-    nodes = sorted(_own_nodes(top), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
-    following = _following(nodes)
+    branches, following = shape
+    offset = fn.node.frame.line - 1  # ast line L is file line L + offset
     out = []
-    for node in nodes:
+    for node, condition in branches:
         if isinstance(node, ast.If):
-            cand = _if(node, fn, source, offset, following.get(id(node)))
+            cand = _if(node, fn, source, offset, following.get(id(node)), condition)
         elif isinstance(node, ast.IfExp):
-            cand = _ifexp(node, fn, source, offset)
-        elif isinstance(node, ast.Try):
-            cand = _try(node, fn, source, offset)
+            cand = _ifexp(node, fn, source, offset, condition)
         else:
-            continue
+            cand = _try(node, fn, source, offset, condition)  # type: ignore[arg-type]
         if cand is not None:
             out.append(cand)
     return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _branches(source: tuple[str, ...]) -> tuple[list[tuple[ast.AST, str]], dict[int, ast.stmt]] | None:
+    """A function's branches on the device or backend (an if, conditional expression or
+    try whose condition names one), with their conditions, in source order, and the
+    statement after each statement: all from the source alone, so parsed once per source
+    (a survey's report met one function in hundreds of traces, and built the arms of
+    every branch it ran before asking whether its condition named a device: 34 s of 98).
+    None: not a function's source."""
+    module = _parse(list(source))
+    if module is None or not module.body:
+        return None
+    top = module.body[0]
+    if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    nodes = sorted(_own_nodes(top), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+    branches = []
+    for node in nodes:
+        if isinstance(node, (ast.If, ast.IfExp)):
+            condition = ast.unparse(node.test)
+        elif isinstance(node, ast.Try):
+            condition = _try_condition(node)
+        else:
+            continue
+        if DEVICE_CONDITION.search(condition):
+            branches.append((node, condition))
+    return branches, _following(nodes)
 
 
 def _following(nodes: list[ast.AST]) -> dict[int, ast.stmt]:
@@ -222,7 +244,8 @@ def _candidate(kind: str, node: ast.stmt | ast.expr, condition: str, arms: list[
     return Candidate(f.label, f.file, f.line, node.lineno + offset, kind, condition, matched, arms, fn.count)
 
 
-def _if(node: ast.If, fn: _Function, source: list[str], offset: int, after: ast.stmt | None) -> Candidate | None:
+def _if(node: ast.If, fn: _Function, source: list[str], offset: int, after: ast.stmt | None,
+        condition: str) -> Candidate | None:
     if node.lineno + offset not in fn.lines:
         return None  # the condition was not evaluated in this run
     first, last = _span(node.body)
@@ -241,10 +264,10 @@ def _if(node: ast.If, fn: _Function, source: list[str], offset: int, after: ast.
         arms.append(_arm("else (implicit)", [], 0, 0, fn, source, offset, ran=not arms[0].ran))
     label = "elif" if source[node.lineno - 1].lstrip().startswith("elif") else "if"
     arms[0].label = label
-    return _candidate("if", node, ast.unparse(node.test), arms, fn, offset)
+    return _candidate("if", node, condition, arms, fn, offset)
 
 
-def _ifexp(node: ast.IfExp, fn: _Function, source: list[str], offset: int) -> Candidate | None:
+def _ifexp(node: ast.IfExp, fn: _Function, source: list[str], offset: int, condition: str) -> Candidate | None:
     lines = range(node.lineno + offset, (node.end_lineno or node.lineno) + offset + 1)
     if not any(ln in fn.lines for ln in lines):
         return None
@@ -259,24 +282,27 @@ def _ifexp(node: ast.IfExp, fn: _Function, source: list[str], offset: int) -> Ca
         arms[1].ran = False
     elif arms[1].ran and arms[0].ran is None:
         arms[0].ran = False
-    return _candidate("ifexp", node, ast.unparse(node.test), arms, fn, offset)
+    return _candidate("ifexp", node, condition, arms, fn, offset)
 
 
-def _try(node: ast.Try, fn: _Function, source: list[str], offset: int) -> Candidate | None:
+def _try(node: ast.Try, fn: _Function, source: list[str], offset: int, condition: str) -> Candidate | None:
     if node.lineno + offset not in fn.lines and not any(s.lineno + offset in fn.lines for s in node.body):
         return None
     first, last = _span(node.body)
     arms = [_arm("try", node.body, first, last, fn, source, offset)]
-    types = []
     for h in node.handlers:
         t = ast.unparse(h.type) if h.type is not None else ""
-        types.append(t or "everything")
         h_first, h_last = h.lineno, _span(h.body)[1]
         arms.append(_arm(f"except {t}".strip(), h.body, h_first, h_last, fn, source, offset))
     if node.orelse:
         o_first, o_last = _span(node.orelse)
         arms.append(_arm("else", node.orelse, o_first, o_last, fn, source, offset))
+    return _candidate("try", node, condition, arms, fn, offset)
+
+
+def _try_condition(node: ast.Try) -> str:
+    """What a try stands for as a condition: its first statement and what it catches."""
+    types = [(ast.unparse(h.type) if h.type is not None else "") or "everything" for h in node.handlers]
     head = ast.unparse(node.body[0]).splitlines()[0]
     head = head if len(head) <= 80 else head[:77] + "…"
-    condition = f"try: {head} … except {', '.join(types) or '(finally only)'}"
-    return _candidate("try", node, condition, arms, fn, offset)
+    return f"try: {head} … except {', '.join(types) or '(finally only)'}"
