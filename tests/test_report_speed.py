@@ -7,7 +7,8 @@ from __future__ import annotations
 import gc
 import subprocess
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import networkx as nx
@@ -80,6 +81,77 @@ def test_real_dot_draws_a_repeated_graph_once(monkeypatch):
     assert first == again and first.startswith("<svg") and "mkldnn_convolution" in first
     assert titled != first  # another source: drawn
     assert len(dots) == 2
+
+
+def _chain(n: int, library: str = "") -> "nx.DiGraph[str]":
+    g: nx.DiGraph[str] = nx.DiGraph()
+    for i in range(n):
+        g.add_node(f"n{i}", label=f"at::native::kernel_{n}_{i}", side=graphs.SHARED,
+                   kind="native" if library else "op", library=library)
+        if i:
+            g.add_edge(f"n{i - 1}", f"n{i}", side=graphs.SHARED)
+    return g
+
+
+def _counting_runs(monkeypatch) -> list[str]:
+    """The input of each dot run from here on."""
+    inputs: list[str] = []
+    real_run = subprocess.run
+
+    def counting(cmd, *args, **kwargs):
+        inputs.append(kwargs.get("input", ""))
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(graphs.subprocess, "run", counting)
+    return inputs
+
+
+def test_graphs_drawn_together_are_the_text_each_gives_alone(monkeypatch):
+    """dot draws the graphs waiting in one run; each drawing is the text a run of its own
+    gives (dot names a later graph's group after a page: renamed), and a graph that
+    fails is its own gap, not its run's."""
+    exe = graphs.dot()
+    sources = [graphs.to_dot(_chain(n), f"t{n}").to_string() for n in range(1, 6)]
+    alone = [graphs._svg(exe, s, 60) for s in sources]
+    inputs = _counting_runs(monkeypatch)
+    dots = graphs.DotRuns(exe, workers=1)
+    gate = threading.Event()
+    run = dots._run
+
+    def held(taken):  # the first asker runs, and waits, while the others queue behind it
+        gate.wait(10)
+        run(taken)
+
+    monkeypatch.setattr(dots, "_run", held)
+    with ThreadPoolExecutor(len(sources) + 1) as pool:
+        first = pool.submit(dots.draw, sources[0])
+        while not dots._running:
+            time.sleep(0.01)
+        jobs = [first, *(pool.submit(dots.draw, s) for s in [*sources[1:], "digraph { a -> ; }"])]
+        while len(dots._waiting) < len(sources):
+            time.sleep(0.01)
+        gate.set()
+        got = [j.exception(timeout=30) or j.result() for j in jobs]
+    assert got[:-1] == alone
+    assert isinstance(got[-1], graphs.GraphError) and "syntax error" in str(got[-1])
+    # the first alone; the five waiting in one run, which failed on the broken one, so
+    # those five were drawn again one by one
+    assert [i.count("digraph") for i in inputs] == [1, 5, 1, 1, 1, 1, 1]
+
+
+def test_a_graph_with_clusters_is_drawn_alone(monkeypatch):
+    """dot orders a graph's clusters by what it drew before in the same run: such a graph
+    is always drawn alone, so that a report is the same text however its drawings queued."""
+    exe = graphs.dot()
+    clustered = graphs.to_dot(_chain(3, library="libdnnl.so"), "c").to_string()
+    plain = [graphs.to_dot(_chain(n), "p").to_string() for n in (2, 4)]
+    assert graphs._CLUSTER in clustered and not any(graphs._CLUSTER in p for p in plain)
+    inputs = _counting_runs(monkeypatch)
+    taken: list[tuple[str, Future[str]]] = [(s, Future()) for s in (plain[0], clustered, plain[1])]
+    graphs.DotRuns(exe)._run(taken)
+    assert [i.count("digraph") for i in inputs] == [2, 1]
+    assert taken[1][1].result() == graphs._svg(exe, clustered, 60)
+    assert "libdnnl.so" in taken[1][1].result()
 
 
 def _twice(folder: Path) -> None:

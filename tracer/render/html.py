@@ -216,8 +216,8 @@ _Drawn: TypeAlias = "tuple[Drawing, tuple[str, str] | None] | graphs.GraphvizMis
 
 class _Graphs:
     """Draws each diff layer once: a focused inline SVG, and the full graph as a file.
-    Drawings run on a thread pool, one per core: most of a drawing's time is Graphviz's
-    own process, and a survey's report draws over a thousand of them."""
+    Drawings run on a thread pool: most of a drawing's time is Graphviz's own process,
+    and a survey's report draws over a thousand of them."""
 
     def __init__(self, out: Path, pool: Executor, k: Knowledge):
         self.out, self.k = out, k
@@ -285,7 +285,9 @@ def write_report(model: SurveyModel, out: Path, threshold: float = DEFAULT_THRES
     out.mkdir(parents=True, exist_ok=True)
     env = _env()
     env.globals["skipped"] = model.skipped
-    pool = ThreadPoolExecutor(max_workers=graphs.WORKERS)
+    # threads enough for the drawings to queue while dot runs (graphs.DotRuns: each run
+    # draws every graph waiting, one run per core at a time)
+    pool = ThreadPoolExecutor(max_workers=graphs.WORKERS * graphs.BATCH)
     try:
         return _write_report(model, out, env, _Graphs(out, pool, model.knowledge), threshold)
     finally:  # after a failure, the drawings not started are not waited for
