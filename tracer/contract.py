@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import enum
+import functools
 import json
 import os
 import re
@@ -358,11 +359,22 @@ def leave(status: int) -> NoReturn:
             stream.flush()
         except (OSError, ValueError, AttributeError):  # closed or replaced by a workload
             pass
+    flush_c_stdio()  # a library's last lines
+    os._exit(status)
+
+
+def flush_c_stdio() -> None:
+    """Flush C's stdio buffers (``fflush(NULL)``): what the C libraries printed is in
+    its file descriptors then (the library layer reads their log between two of these)."""
     try:
-        ctypes.CDLL(None).fflush(None)  # C's stdio buffers too (a library's last lines)
+        _libc().fflush(None)
     except (OSError, AttributeError):
         pass
-    os._exit(status)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ import re
 from typing import Any, Callable
 
 from tracer.collect.vendor_log import VendorLog, parse
+from tracer.contract import flush_c_stdio
 from tracer.trace import Frame, Node
 
-_libc = ctypes.CDLL(None)
 _OPENBLAS = re.compile(r"/lib(?:scipy_)?openblas[^/]*\.so[^/]*$")
 
 
@@ -50,7 +50,7 @@ class StdoutLog:
 
     @staticmethod
     def _flush() -> None:
-        _libc.fflush(None)
+        flush_c_stdio()
 
     def _mark(self) -> int:
         self._flush()
