@@ -78,3 +78,31 @@ def test_the_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored(fake
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), capture_output=True,
                           text=True, timeout=300, cwd=Path(__file__).parent.parent, stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_an_interrupted_survey_leaves_its_callers_pool_to_its_caller(monkeypatch, tmp_path):
+    """The pool a caller lends the survey (tracer.pipeline: the GPU evidence queued on it)
+    is the caller's to shut: an interrupt cancels the survey's own jobs not yet started,
+    and the caller's work queued beside them still runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tracer import survey as sv
+
+    started: list[str] = []
+
+    def fake_job(job, root, fresh, timeout, threads):
+        started.append(job)
+        time.sleep(0.2)
+        return sv.SurveyEvent(job, 1)
+
+    monkeypatch.setattr(sv, "run_job", fake_job)
+    monkeypatch.setattr(sv, "stop_all", lambda: None)
+
+    def interrupt(event):
+        raise KeyboardInterrupt
+
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(KeyboardInterrupt):
+            sv.run(["a", "b", "c"], tmp_path, workers=1, pool=pool, on_event=interrupt)  # type: ignore[list-item]
+        assert pool.submit(lambda: "the caller's").result(timeout=10) == "the caller's"
+    assert started[0] == "a" and "c" not in started  # c was cancelled (b may have begun as a ended)

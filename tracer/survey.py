@@ -18,7 +18,7 @@ import json
 import time
 import os
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -318,15 +318,21 @@ def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
     own = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=max(1, workers))
     threads = share_of_cores(workers)
+    futures: list[Future[SurveyEvent]] = []
     try:
-        futures = [pool.submit(run_job, job, root, fresh, timeout, threads) for job in jobs]
+        for job in jobs:
+            futures.append(pool.submit(run_job, job, root, fresh, timeout, threads))
         for fut in as_completed(futures):
             event = fut.result()
             gaps.extend(event.gaps)
             on_event(event)
     except BaseException:  # Ctrl-C, SIGTERM: stop the probes now, keep what is written
         stop_all()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if own:
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:  # the caller's pool: only these jobs are ours to cancel (the caller shuts it)
+            for fut in futures:
+                fut.cancel()
         raise
     if own:
         pool.shutdown()
