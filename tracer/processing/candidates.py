@@ -173,8 +173,10 @@ def _analyse(fn: _Function, source: list[str]) -> list[Candidate]:
             cand = _if(node, fn, source, offset, following.get(id(node)), condition)
         elif isinstance(node, ast.IfExp):
             cand = _ifexp(node, fn, source, offset, condition)
+        elif isinstance(node, ast.Try):
+            cand = _try(node, fn, source, offset, condition)
         else:
-            cand = _try(node, fn, source, offset, condition)  # type: ignore[arg-type]
+            continue
         if cand is not None:
             out.append(cand)
     return out
@@ -195,7 +197,7 @@ def _branches(source: tuple[str, ...]) -> tuple[list[tuple[ast.AST, str]], dict[
     if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     nodes = sorted(_own_nodes(top), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
-    branches = []
+    branches: list[tuple[ast.AST, str]] = []
     for node in nodes:
         if isinstance(node, (ast.If, ast.IfExp)):
             condition = ast.unparse(node.test)
