@@ -194,3 +194,18 @@ def test_collecting_traces_leaves_the_collector_on(tmp_path):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_run_of_several_that_cannot_start_leaves_no_drawing_waiting(monkeypatch):
+    """dot gone or the disk full when a run of several starts: each graph is drawn alone,
+    and one that fails alone fails for its own caller; no thread waits for ever."""
+    exe = graphs.dot()
+    sources = [graphs.to_dot(_chain(n), "t").to_string() for n in (2, 3)]
+
+    def cannot_start(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(graphs, "_svgs", cannot_start)
+    taken: list[tuple[str, Future[str]]] = [(s, Future()) for s in sources]
+    graphs.DotRuns(exe)._run(taken)
+    assert [f.result(timeout=30) for _, f in taken] == [graphs._svg(exe, s, 60) for s in sources]

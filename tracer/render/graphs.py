@@ -210,7 +210,10 @@ class DotRuns:
 
     def _run(self, taken: list[tuple[str, Future[str]]]) -> None:
         together = [source for source, _ in taken if _CLUSTER not in source]
-        drawn = dict(zip(together, _svgs(self.exe, together, self.timeout) or ())) if len(together) > 1 else {}
+        try:
+            drawn = dict(zip(together, _svgs(self.exe, together, self.timeout) or ())) if len(together) > 1 else {}
+        except Exception:  # noqa: BLE001 - dot gone, a full disk: each is drawn alone below, and fails alone
+            drawn = {}
         for source, job in taken:
             try:
                 text = drawn[source] if source in drawn else _svg(self.exe, source, self.timeout)
