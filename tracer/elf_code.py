@@ -29,6 +29,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
+from tracer.machine import usable_cpus
+
 if TYPE_CHECKING:  # the annotations only (pyelftools is imported where a file is read)
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
@@ -234,8 +236,7 @@ class ElfCode:
         """Start reading what :meth:`sizes` will be asked ((path, size at capture) ->
         names), in processes beside this one."""
         if self._pool is None:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            self._pool = ProcessPoolExecutor(max(1, min(cores, len(wanted))),
+            self._pool = ProcessPoolExecutor(max(1, min(usable_cpus(), len(wanted))),
                                              mp_context=multiprocessing.get_context("fork"))
         for (path, expected), names in sorted(wanted.items(), key=lambda kv: -(kv[0][1] or 0)):
             names = frozenset(n for n in names if n)

@@ -33,6 +33,15 @@ def _cpuinfo() -> tuple[str, list[str]]:
     return model, [f for f in _ISA_FLAGS if f in flags]
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity; a container or taskset may allow
+    fewer than the machine has): how many processes of its own it should run at a time."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def describe() -> dict[str, Any]:
     model, flags = _cpuinfo()
     return {

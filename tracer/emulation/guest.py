@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tracer.emulation import layout, wheels
 from tracer.emulation.cpus import MODELS, CpuModel, cpuinfo_text, features_from_hwcaps, sysfs_files
+from tracer.machine import usable_cpus
 from tracer.errors import DltraceError, EnvNotReady, UsageError
 from tracer.files import write_text
 
@@ -72,10 +73,7 @@ def emulated_hwcaps(cpu: str, root: Path | None = None) -> tuple[int, int]:
 
 def host_cpus() -> int:
     """How many CPUs the guest can run on: qemu-user runs its threads on the host's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return usable_cpus()
 
 
 def cpu_files(cpu: str, ncpu: int | None = None) -> Path:

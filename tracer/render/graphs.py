@@ -9,7 +9,6 @@ are grouped by library.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from xml.etree import ElementTree
 import networkx as nx
 import pydot
 
+from tracer.machine import usable_cpus
 from tracer.processing.graph import A_ONLY, B_ONLY, SHARED
 
 #: a graph's node keys: the merged walk's indices, a call graph's paths (drawn the same way)
@@ -150,7 +150,7 @@ def inert(svg_text: str) -> bool:
 
 
 #: Drawings made at a time: one dot process per core this process may run on.
-WORKERS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+WORKERS = usable_cpus()
 
 
 def dot() -> str:
