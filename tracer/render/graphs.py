@@ -216,10 +216,7 @@ class DotRuns:
             drawn = {}
         for source, job in taken:
             try:
-                text = drawn[source] if source in drawn else _svg(self.exe, source, self.timeout)
-                if source in drawn and not inert(text):
-                    raise GraphError("the drawing held a link or script (from a frame name in the traces); not shown")
-                job.set_result(text)
+                job.set_result(_plain(drawn[source]) if source in drawn else _svg(self.exe, source, self.timeout))
             except BaseException as exc:  # noqa: BLE001 - handed to the thread that asked for it
                 job.set_exception(exc)
 
@@ -298,7 +295,11 @@ def _svg(exe: str, source: str, timeout: float) -> str:
         why = " ".join(proc.stderr.split())[:200] or f"exit status {proc.returncode}"
         raise GraphError(f"dot failed: {why}")
     text = proc.stdout
-    text = text[text.find("<svg"):]
-    if not inert(text):
+    return _plain(text[text.find("<svg"):])
+
+
+def _plain(svg_text: str) -> str:
+    """``svg_text``, or GraphError where the drawing holds anything active (:func:`inert`)."""
+    if not inert(svg_text):
         raise GraphError("the drawing held a link or script (from a frame name in the traces); not shown")
-    return text
+    return svg_text
