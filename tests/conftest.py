@@ -206,6 +206,8 @@ def cpu_traces(frameworks, survey_root) -> dict[tuple[str, str, str, str], CaseR
             if not path.exists() and gap.exists() and (precision_gap(frameworks, load_gap(gap))
                                                        or standin_gap(load_gap(gap))):
                 continue  # no kernel in that type, by design: the gap says so (test_transformer_prims_*)
+            if not path.exists() and job.repeats:
+                continue  # the default path on this CPU, not traced twice (sv.run; test_survey checks it)
             out[(job.framework.name, job.variant, spec.primitive, spec.api)] = CaseResult(
                 spec, path if path.exists() else None, None if path.exists() else "no trace")
     return out
@@ -219,6 +221,8 @@ def native_traces(frameworks, survey_root) -> dict[tuple[str, str], CaseResult]:
         spec = native_case(job)
         if spec is not None:
             path = sv.case_path(survey_root, job, spec)
+            if not path.exists() and job.repeats:
+                continue  # the default path on this CPU, not traced twice
             out[(job.framework.name, job.variant)] = CaseResult(spec, path if path.exists() else None,
                                                                 None if path.exists() else "no trace")
     return out

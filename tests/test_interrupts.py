@@ -88,10 +88,12 @@ def test_an_interrupted_survey_leaves_its_callers_pool_to_its_caller(monkeypatch
 
     from tracer import survey as sv
 
+    from tracer import registry
+
     started: list[str] = []
 
     def fake_job(job, root, fresh, timeout, threads):
-        started.append(job)
+        started.append(job.variant)
         time.sleep(0.2)
         return sv.SurveyEvent(job, 1)
 
@@ -103,6 +105,7 @@ def test_an_interrupted_survey_leaves_its_callers_pool_to_its_caller(monkeypatch
 
     with ThreadPoolExecutor(1) as pool:
         with pytest.raises(KeyboardInterrupt):
-            sv.run(["a", "b", "c"], tmp_path, workers=1, pool=pool, on_event=interrupt)  # type: ignore[list-item]
+            jobs = [sv.Job(registry.load()["torch"], "cpu", name, ()) for name in "abc"]
+            sv.run(jobs, tmp_path, workers=1, pool=pool, on_event=interrupt)
         assert pool.submit(lambda: "the caller's").result(timeout=10) == "the caller's"
     assert started[0] == "a" and "c" not in started  # c was cancelled (b may have begun as a ended)

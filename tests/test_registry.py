@@ -98,6 +98,12 @@ frameworks:
         (lambda s: s + "    variants: {fast: {description: x}}\n",
          "entry 'fw': field 'variants.fast' needs 'env' or 'set'"),
         (lambda s: s.replace("source_roots: [json]", "source_roots: []"), "entry 'fw': field 'source_roots'"),
+        (lambda s: s + "    variants: {fast: {env: {X: '1'}, default_on: {isa: [avx1024], recorded_as: on}}}\n",
+         "field 'variants.fast.default_on.isa' has unknown ISA feature flag 'avx1024'"),
+        (lambda s: s + "    variants: {fast: {env: {X: '1'}, default_on: {isa: [avx2], recorded_as: 'a b'}}}\n",
+         "field 'variants.fast.default_on.recorded_as' must name a trace meta field"),
+        (lambda s: s + "    variants: {fast: {env: {X: '1'}, default_on: {isa: [avx2]}}}\n",
+         "missing field 'variants.fast.default_on.recorded_as'"),
         (lambda s: "frameworks: [", "not valid YAML"),
         # wrong types are named, never coerced (a string is not split into characters)
         (lambda s: s.replace("install: [{requirements: [x]}]", "install: [{requirements: [x], options: 5}]"),

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import _limited, dltrace, write_pair
 from tests.test_trace_format import BAD_DEFLATE, _gzip_bomb
-from tracer import registry
+from tracer import machine, registry
 from tracer import survey as sv
 from tracer.knowledge import knowledge
 from tracer.contract import EXACT_LAYERS, LAYERS, PRIMITIVES, THREAD_ENV, USER_API, UserWorkload
@@ -377,3 +377,65 @@ def test_survey_json_says_where_each_jobs_seconds_went(survey_report, survey_roo
     (res,) = [r for (fw, variant), r in native_traces.items() if (fw, variant) == ("torch", "default")]
     spent = load(res.path).meta["spent_s"]
     assert spent["native"] > 0 and spent["python"] > 0 and spent["op"] > 0
+    # where TensorFlow's default is its oneDNN path, that path is traced once, and both the
+    # record and TensorFlow's page say why the onednn-on variant has no traces of its own
+    here = registry.load()["tensorflow"].variants["onednn-on"].repeats_default(machine.isa())
+    page = (survey_root / "tensorflow.html").read_text()
+    if here and load(native_traces[("tensorflow", "default")].path).meta["onednn_enabled"]:
+        assert rec["same_as_default"] == {"tensorflow/cpu-onednn-on": (
+            f"tensorflow's default path on this CPU ({here}): its tensorflow/cpu-default traces record "
+            "onednn_enabled: true")}
+        assert not (survey_root / "traces" / "tensorflow" / "cpu-onednn-on").exists()
+        assert "onednn-on is not traced on x86_64" in page
+    else:
+        assert rec["same_as_default"] == {} and "is not traced on" not in page
+
+
+@pytest.mark.parametrize("default_on", [True, False])
+def test_a_variant_that_is_the_default_path_here_is_checked_not_traced_twice(tmp_path, monkeypatch, default_on):
+    """On a CPU where TensorFlow turns oneDNN on by itself (frameworks.yaml ``default_on``),
+    its onednn-on job waits for the default job: not probed where the default's traces
+    record the switch on (its event and survey.json say why), probed where they record it off."""
+    from tests.conftest import META, op
+    from tracer.trace import Frame, Node, Run, Trace, save
+
+    tf = registry.load()["tensorflow"]
+    jobs = sv.plan([tf], ["conv2d"], isa=["avx2", "avx512_vnni"])
+    (held,) = [j for j in jobs if j.repeats]
+    assert (held.folder, held.repeats) == ("tensorflow/cpu-onednn-on", "avx512_vnni")
+    assert not [j for j in sv.plan([tf], ["conv2d"], isa=["avx2", "avx512f"]) if j.repeats]  # TF leaves it off there
+    assert not [j for j in sv.plan([tf], ["conv2d"], arm=True, isa=["avx512_vnni"]) if j.cpu and j.repeats]
+
+    probed: list[str] = []
+
+    def run_job(job, root, fresh, timeout, threads):  # the probe: its traces record what TF said
+        probed.append(job.folder)
+        for spec in job.cases:
+            tree = Node(Frame("root", "", "conv2d.forward"), 1, 10, children=[op("Conv2D")])
+            meta = {**META, "framework": "tensorflow", "variant": job.variant,
+                    "onednn_enabled": default_on or job.variant == "onednn-on"}
+            path = sv.case_path(root, job, spec)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save(Trace(meta, [Run("forward", "warm", {"op": tree})]), path)
+        return sv.SurveyEvent(job, len(job.cases))
+
+    monkeypatch.setattr(sv, "run_job", run_job)
+    events: list[sv.SurveyEvent] = []
+    sv.run(jobs, tmp_path, workers=2, on_event=events.append)
+    (event,) = [e for e in events if e.job == held]
+    assert probed.index("tensorflow/cpu-default") == 0
+    assert ("tensorflow/cpu-onednn-on" in probed) is not default_on
+    if default_on:
+        assert event.same_as_default == ("tensorflow's default path on this CPU (avx512_vnni): its "
+                                         "tensorflow/cpu-default traces record onednn_enabled: true")
+        assert event.done == len(held.cases) and not event.gaps
+    else:
+        assert not event.same_as_default
+    # the report says why the path has no traces of its own, from the traces alone
+    from tracer.analysis.portability import default_paths
+
+    traces, _, _ = sv.read_folders([tmp_path / "traces"])
+    notes = default_paths("tensorflow", traces, knowledge())
+    assert bool(notes) is default_on
+    if default_on:
+        assert notes[0].startswith("onednn-on is not traced on x86_64 test: there it is the default path")

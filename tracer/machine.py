@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 #: ISA feature flags that decide which kernels a library picks.
-_ISA_FLAGS = (
+ISA_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
     "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "avx_vnni",
     "asimd", "asimddp", "sve", "sve2", "bf16", "i8mm", "sme",
@@ -30,7 +30,13 @@ def _cpuinfo() -> tuple[str, list[str]]:
                     flags.update(value.split())
     except OSError:
         pass
-    return model, [f for f in _ISA_FLAGS if f in flags]
+    return model, [f for f in ISA_FLAGS if f in flags]
+
+
+def isa() -> list[str]:
+    """This machine's ISA feature flags (of :data:`ISA_FLAGS`): what decides a library's
+    or a framework's default path on it (TensorFlow's oneDNN, tracer.survey.plan)."""
+    return _cpuinfo()[1]
 
 
 def usable_cpus() -> int:

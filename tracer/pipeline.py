@@ -194,6 +194,8 @@ def survey(plan: SurveyPlan, progress: Progress | None = None) -> Path:
     said.stage("probing")
 
     def job_done(event: sv.SurveyEvent) -> None:
+        if event.same_as_default:
+            record.same_as_default[event.job.label] = event.same_as_default
         if event.seconds:
             where = event.job.label
             record.job_seconds[where] = round(record.job_seconds.get(where, 0.0) + event.seconds, 2)

@@ -19,9 +19,10 @@ from tracer.contract import APIS, DEVICES, MODELS, PRIMITIVES, PROFILE_FORMATS
 from tracer.data_file import RegistryError, read_text, safe_yaml
 from tracer.evidence_classes import DERIVED_EVIDENCE
 from tracer.paths import PACKAGE
-from tracer.registry_entries import (Aarch64Spec, Example, Framework, FrameworkKnowledge, GpuEvidenceSpec, GpuKernels,
-                                     InstallStep, NativeSpec, OpRule, ProfileVocab, TimelineDialect, Variant,
-                                     VARIANT_SWITCHES)
+from tracer.machine import ISA_FLAGS
+from tracer.registry_entries import (Aarch64Spec, DefaultOn, Example, Framework, FrameworkKnowledge, GpuEvidenceSpec,
+                                     GpuKernels, InstallStep, NativeSpec, OpRule, ProfileVocab, TimelineDialect,
+                                     Variant, VARIANT_SWITCHES)
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -358,6 +359,10 @@ _CHECKS: dict[tuple[type, str], Check] = {
                                                                   for k in v),
                             "must map dotted attribute names to values"),
     (Variant, "switches"): _known("switch", lambda e: VARIANT_SWITCHES, one=True), (Variant, "description"): _is_text,
+    (Variant, "default_on"): lambda e, key, value: _read(DefaultOn, e, value, key, closed=True),
+    (DefaultOn, "isa"): _non_empty(_known("ISA feature flag", lambda e: ISA_FLAGS)),
+    (DefaultOn, "recorded_as"): _must(lambda v: isinstance(v, str) and v.isidentifier(),
+                                      "must name a trace meta field (an identifier), not {value}"),
     **{(FrameworkKnowledge, f): _pattern for f in _KNOWLEDGE_PATTERNS},
     **{(FrameworkKnowledge, f.name): _patterns for f in fields(FrameworkKnowledge)
        if f.name not in ("core", "gpu_kernels", "compiled_ops", *_KNOWLEDGE_PATTERNS)},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from tracer.contract import GPU_BUILD, NativeRequest
@@ -37,6 +38,18 @@ class Example:
 
 
 @dataclass(frozen=True)
+class DefaultOn:
+    """Where a variant's path is already the framework's default (frameworks.yaml
+    ``variants.NAME.default_on``): on a CPU with any of the ``isa`` features (TensorFlow's
+    oneDNN on x86 CPUs with AVX512-VNNI, AVX-VNNI or AMX). There the variant repeats the
+    default path, so a survey traces it once; ``recorded_as`` names the trace meta field in
+    which the default's own traces say whether the switch was on (the check of that rule)."""
+
+    isa: tuple[str, ...]
+    recorded_as: str
+
+
+@dataclass(frozen=True)
 class Variant:
     name: str
     description: str = ""
@@ -48,6 +61,13 @@ class Variant:
     #: code in another element type: the kernels a reduced-precision path reaches, shown
     #: apart, never a device decision either)
     switches: str = "library"
+    default_on: DefaultOn | None = None
+
+    def repeats_default(self, isa: Iterable[str]) -> str:
+        """The feature of ``isa`` (a CPU's flags) on which this variant's path is the
+        framework's default, or "" where it is not (:class:`DefaultOn`)."""
+        have = set(isa)
+        return next((f for f in self.default_on.isa if f in have), "") if self.default_on else ""
 
 
 #: The kinds of thing a variant switches (frameworks.yaml ``variants.NAME.switches``).

@@ -18,12 +18,12 @@ import json
 import time
 import os
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from tracer import __version__, envs
+from tracer import __version__, envs, machine
 from tracer.bounded import NotRegular, TooLarge, limit_from_env, read_regular
 from tracer.contract import (CNN_PRIMITIVES, EMULATED_LAYERS, EXACT_LAYERS, LAYERS, MODELS, PRIMITIVES, USER_API,
                              UserWorkload)
@@ -60,6 +60,10 @@ class Job:
     #: "both": each model's and workload's compiled door recorded beside its eager run (a
     #: stand-in job of a framework with a compiled door: tracer.contract.CompiledDoor)
     door: str = "eager"
+    #: the feature of this machine's CPU on which this variant's path is the framework's
+    #: own default (frameworks.yaml ``default_on``): :func:`run` probes it only if the
+    #: default's traces say the switch was off after all
+    repeats: str = ""
 
     @property
     def folder(self) -> str:
@@ -86,13 +90,15 @@ class SurveyEvent:
     seconds: float = 0.0  # the job's wall time where it ran here (0: not timed, a fleet's)
     #: the seconds of the cases it probed, by phase (tracer.collect.harness.Spent)
     spent: Counter[str] = field(default_factory=Counter)
+    #: why the job was not probed: its variant repeats the default path here (Job.repeats)
+    same_as_default: str = ""
 
 
 def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = None,
          devices: Iterable[str] = ("cpu",), variants: bool = True, native: bool = False,
          arm: bool = False, arm_all: bool = False, models: Iterable[str] = (),
          all_variants: bool = False, workloads: dict[str, list[UserWorkload]] | None = None,
-         doors: bool = False) -> list[Job]:
+         doors: bool = False, isa: Iterable[str] | None = None) -> list[Job]:
     """The jobs of a survey, heaviest framework first so that parallel jobs end together.
 
     ``native`` adds, per primitive, a case of each framework's first API (functional)
@@ -129,8 +135,14 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
     Every variant of everything would double a survey past its 15 minutes.
 
     ``doors``: each stand-in job also records its models' and workloads' compiled door
-    (torch.compile's graphs, beside the eager list; a framework without one ignores it)."""
+    (torch.compile's graphs, beside the eager list; a framework without one ignores it).
+
+    ``isa``: the CPU features of the machine the CPU jobs run on (default: this one's). A
+    variant whose path is the framework's default on such a CPU (``default_on``:
+    TensorFlow's oneDNN on an AVX512-VNNI machine) is marked :attr:`Job.repeats`, which
+    :func:`run` checks against the default's traces instead of tracing the path twice."""
     prims = list(primitives or PRIMITIVES)
+    flags = machine.isa() if isa is None else list(isa)
     jobs = []
     for fw in frameworks:
         cases = tuple(CaseSpec(p, api) for p in prims for api in fw.apis)
@@ -149,7 +161,8 @@ def plan(frameworks: Iterable[Framework], primitives: Iterable[str] | None = Non
             for variant in ["default", *(fw.variants if variants and device == "cpu" else [])]:
                 jobs.append(Job(fw, device, variant, mine + nets if variant == "default"
                                 else mine if all_variants else _variant_cases(fw, variant, mine),
-                                door=door if variant == "default" else "eager"))
+                                door=door if variant == "default" else "eager",
+                                repeats="" if variant == "default" else fw.variants[variant].repeats_default(flags)))
             # each workload in a probe process of its own: the user's code may set the
             # framework's global state (torch.backends.mkldnn.enabled = False), exit, or
             # take the process down, and no built-in case may pay for it
@@ -312,20 +325,49 @@ def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
     several at once, each probe's libraries get an equal share of the cores (at least
     one thread): oversubscribed OpenMP pools time a step hundreds of times slower.
 
+    A job that repeats the default path here (:attr:`Job.repeats`) waits for its default
+    job: where the default's traces say the switch was on, it is not probed (its event
+    says why); where they say it was off, it is probed then.
+
     ``pool``: the caller's, of ``workers`` threads (kept open), where it may have queued
     other work (tracer.pipeline: the GPU evidence)."""
     gaps: list[Gap] = []
     own = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=max(1, workers))
     threads = share_of_cores(workers)
-    futures: list[Future[SurveyEvent]] = []
+    futures: dict[Future[SurveyEvent], Job] = {}
+    held = [j for j in jobs if j.repeats]
+    # each held job waits for the first job of its default folder (its primitives' job)
+    waits_for = {id(h): next((j for j in jobs if j.folder == _default_folder(h)), None) for h in held}
+
+    def start(job: Job) -> None:
+        futures[pool.submit(run_job, job, root, fresh, timeout, threads)] = job
+
+    def decide(ready: list[Job]) -> None:
+        for h in ready:
+            held.remove(h)
+            why = _same_as_default(h, root, waits_for[id(h)])
+            if why:
+                on_event(SurveyEvent(h, len(h.cases), same_as_default=why))
+            else:
+                start(h)
+
     try:
         for job in jobs:
-            futures.append(pool.submit(run_job, job, root, fresh, timeout, threads))
-        for fut in as_completed(futures):
-            event = fut.result()
-            gaps.extend(event.gaps)
-            on_event(event)
+            if not job.repeats:
+                start(job)
+        decide([h for h in held if waits_for[id(h)] is None])  # nothing to wait for: what is on disk says
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                event = fut.result()
+                gaps.extend(event.gaps)
+                on_event(event)
+            finished = {id(futures[f]) for f in done}
+            before = len(futures)
+            decide([h for h in held if id(waits_for[id(h)]) in finished])
+            pending |= set(list(futures)[before:])
     except BaseException:  # Ctrl-C, SIGTERM: stop the probes now, keep what is written
         stop_all()
         if own:
@@ -337,6 +379,36 @@ def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
     if own:
         pool.shutdown()
     return gaps
+
+
+def _default_folder(job: Job) -> str:
+    return replace(job, variant="default").folder
+
+
+def _same_as_default(job: Job, root: Path, default: Job | None) -> str:
+    """Why ``job`` (a variant marked :attr:`Job.repeats`) need not be probed: the default
+    path's traces on this machine record its switch on (``default_on.recorded_as``);
+    "" where they do not, or no trace of it can be read."""
+    rule = job.framework.variants[job.variant].default_on
+    if rule is None:
+        return ""
+    folder = root / "traces" / _default_folder(job)
+    paths = [case_path(root, default, spec) for spec in default.cases] if default is not None \
+        else sorted(folder.glob("*.json"))
+    for path in paths:
+        if not path.is_file() or path.name.endswith(GAP_SUFFIX):
+            continue
+        try:
+            said = load(path).meta.get(rule.recorded_as)
+        except TraceFormatError:
+            continue
+        if said is None:  # a case that does not record it (a model's)
+            continue
+        if said is not True:
+            return ""
+        return (f"{job.framework.name}'s default path on this CPU ({job.repeats}): its {_default_folder(job)} "
+                f"traces record {rule.recorded_as}: true")
+    return ""
 
 
 def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool = False,
@@ -540,6 +612,8 @@ class SurveyRecord:
     #: steps, the native capture... (tracer.collect.harness.Spent; what the probe process
     #: measured of its cases; the job's seconds beyond them are its start and its end)
     job_phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the jobs not probed because their variant's path is the default's on this CPU, and why
+    same_as_default: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"format": RECORD_FORMAT, "version": 1, "tool_version": __version__, **self.__dict__},

@@ -146,7 +146,7 @@ def survey(names: tuple[str, ...], primitives: tuple[tuple[str, ...], ...], mode
                 err.print(message("!", "yellow", f"{fw.name}: {exc}"), highlight=False, soft_wrap=True)
     jobs_list = sv.plan(chosen, prims, devs, variants=not no_variants, native=native, arm=arm,
                         arm_all=arm_all, models=nets, all_variants=all_variants, workloads=users,
-                        doors=door == "both")
+                        doors=door == "both", isa=() if fleet_at is not None else None)
     plan = pipeline.SurveyPlan(chosen, jobs_list, output, command_line(), ready, prims, nets, users,
                                list(with_traces), jobs, fresh, timeout, imports, derived, fleet_at)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -170,6 +170,10 @@ class Said:
         if self.progress is None:
             return
         self.progress.advance(self.task, e.done)
+        if e.same_as_default:
+            self.progress.console.print(f"  {e.job.folder}: not probed, the same path as the default "
+                                        f"({e.same_as_default})", style="dim", highlight=False)
+            return
         note = f", {len(e.gaps)} gaps" if e.gaps else ""
         reused = f", {e.reused} reused" if e.reused else ""
         self.progress.console.print(f"  {e.job.folder}: {e.done} cases{reused}{note}", style="dim", highlight=False)
