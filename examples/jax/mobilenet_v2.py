@@ -29,6 +29,9 @@ def workload(device):
     state = {"trainable": [v.value for v in model.trainable_variables],
              "other": [v.value for v in model.non_trainable_variables],
              "optimizer": [v.value for v in optimizer.variables]}
+    # committed to the device from the start, as the step's own outputs are: uncommitted
+    # arrays made the second and third steps compile the programs again (15 s of a run)
+    state = jax.device_put(state, device)
 
     def loss_of(trainable, other):
         scores, other = model.stateless_call(trainable, other, images, training=True)
