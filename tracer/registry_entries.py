@@ -6,9 +6,9 @@ what a type cannot say; every stage that takes a framework takes a :class:`Frame
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any
 
 from tracer.contract import GPU_BUILD, NativeRequest
