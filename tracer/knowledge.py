@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from tracer import libraries as vendor_libraries
 from tracer import registry
-from tracer.registry_entries import Framework
+from tracer.registry_entries import DefaultOn, Framework
 from tracer.libraries import QUALIFIED, Libraries
 
 _Table = tuple[tuple[re.Pattern[str], str], ...]
@@ -56,10 +56,9 @@ class Knowledge:
     op_frames: tuple[re.Pattern[str], ...] = ()
     #: a compiled program's instruction -> the framework op it comes from (XLA's exponential -> exp)
     compiled_ops: dict[str, str] = field(default_factory=dict)
-    #: "framework/variant" -> the trace meta field in which a default path's traces record
-    #: the variant's switch, for the variants whose path is the default on some CPUs
-    #: (frameworks.yaml ``default_on``: TensorFlow's oneDNN, ``onednn_enabled``)
-    default_on: dict[str, str] = field(default_factory=dict)
+    #: "framework/variant" -> where the variant's path is the default (frameworks.yaml
+    #: ``default_on``: TensorFlow's oneDNN), for the variants whose path is the default on some CPUs
+    default_on: dict[str, DefaultOn] = field(default_factory=dict)
     #: frameworks with no native code of their own (no core symbols or libraries): NumPy computes for them
     pure_python: frozenset[str] = frozenset()
     #: the vendor libraries' tables (libraries.yaml)
@@ -113,7 +112,7 @@ def from_frameworks(frameworks: dict[str, Framework], libraries: Libraries | Non
         computes=_either([p for k in facts for p in k.computes]),
         op_frames=tuple(re.compile(p) for k in facts for p in k.op_frames),
         compiled_ops={i: o for k in facts for i, o in k.compiled_ops.items()},
-        default_on={f"{name}/{v.name}": v.default_on.recorded_as for name, fw in frameworks.items()
+        default_on={f"{name}/{v.name}": v.default_on for name, fw in frameworks.items()
                     for v in fw.variants.values() if v.default_on is not None},
         pure_python=frozenset(name for name, fw in frameworks.items()
                               if not fw.knowledge.core_symbols and not fw.knowledge.core_libraries),

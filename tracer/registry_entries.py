@@ -48,6 +48,13 @@ class DefaultOn:
     isa: tuple[str, ...]
     recorded_as: str
 
+    def confirmed(self, recorded: Iterable[Any]) -> bool:
+        """Whether the values the default's traces hold in ``recorded_as`` (None: a trace
+        that does not say, a model's) say the switch was on: one at least, and every one
+        that says. The one rule the survey's check and the report's note apply."""
+        said = [v for v in recorded if v is not None]
+        return bool(said) and all(v is True for v in said)
+
 
 @dataclass(frozen=True)
 class Variant:

@@ -336,38 +336,40 @@ def run(jobs: list[Job], root: Path, workers: int = 2, fresh: bool = False,
     pool = pool or ThreadPoolExecutor(max_workers=max(1, workers))
     threads = share_of_cores(workers)
     futures: dict[Future[SurveyEvent], Job] = {}
-    held = [j for j in jobs if j.repeats]
-    # each held job waits for the first job of its default folder (its primitives' job)
-    waits_for = {id(h): next((j for j in jobs if j.folder == _default_folder(h)), None) for h in held}
+    # each held job with the first job of its default folder (its primitives' job), which it waits for
+    held = [(j, next((d for d in jobs if d.folder == _default_folder(j)), None)) for j in jobs if j.repeats]
 
-    def start(job: Job) -> None:
-        futures[pool.submit(run_job, job, root, fresh, timeout, threads)] = job
+    def start(job: Job) -> Future[SurveyEvent]:
+        fut = pool.submit(run_job, job, root, fresh, timeout, threads)
+        futures[fut] = job
+        return fut
 
-    def decide(ready: list[Job]) -> None:
-        for h in ready:
-            held.remove(h)
-            why = _same_as_default(h, root, waits_for[id(h)])
+    def decide(ended: list[Job | None]) -> set[Future[SurveyEvent]]:
+        """The held jobs whose default job is among ``ended``: each reported as the default's
+        path, or started (returned)."""
+        started = set()
+        for pair in [p for p in held if any(p[1] is e for e in ended)]:
+            held.remove(pair)
+            job, default = pair
+            why = _same_as_default(job, root, default)
             if why:
-                on_event(SurveyEvent(h, len(h.cases), same_as_default=why))
+                on_event(SurveyEvent(job, len(job.cases), same_as_default=why))
             else:
-                start(h)
+                started.add(start(job))
+        return started
 
     try:
         for job in jobs:
             if not job.repeats:
                 start(job)
-        decide([h for h in held if waits_for[id(h)] is None])  # nothing to wait for: what is on disk says
-        pending = set(futures)
+        pending = set(futures) | decide([None])  # no default job here: what is on disk says
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 event = fut.result()
                 gaps.extend(event.gaps)
                 on_event(event)
-            finished = {id(futures[f]) for f in done}
-            before = len(futures)
-            decide([h for h in held if id(waits_for[id(h)]) in finished])
-            pending |= set(list(futures)[before:])
+            pending |= decide([futures[f] for f in done])
     except BaseException:  # Ctrl-C, SIGTERM: stop the probes now, keep what is written
         stop_all()
         if own:
@@ -395,20 +397,19 @@ def _same_as_default(job: Job, root: Path, default: Job | None) -> str:
     folder = root / "traces" / _default_folder(job)
     paths = [case_path(root, default, spec) for spec in default.cases] if default is not None \
         else sorted(folder.glob("*.json"))
-    for path in paths:
-        if not path.is_file() or path.name.endswith(GAP_SUFFIX):
-            continue
-        try:
-            said = load(path).meta.get(rule.recorded_as)
-        except TraceFormatError:
-            continue
-        if said is None:  # a case that does not record it (a model's)
-            continue
-        if said is not True:
-            return ""
-        return (f"{job.framework.name}'s default path on this CPU ({job.repeats}): its {_default_folder(job)} "
-                f"traces record {rule.recorded_as}: true")
-    return ""
+
+    def recorded() -> Iterator[Any]:
+        for path in paths:
+            if path.is_file() and not path.name.endswith(GAP_SUFFIX):
+                try:
+                    yield load(path).meta.get(rule.recorded_as)
+                except TraceFormatError:
+                    continue
+
+    if not rule.confirmed(recorded()):
+        return ""
+    return (f"{job.framework.name}'s default path on this CPU ({job.repeats}): its {_default_folder(job)} "
+            f"traces record {rule.recorded_as}: true")
 
 
 def import_references(frameworks: Iterable[Framework], root: Path, fresh: bool = False,

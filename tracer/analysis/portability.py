@@ -313,22 +313,22 @@ def default_paths(name: str, traces: list[Trace], k: Knowledge) -> list[str]:
     """Each variant of ``name`` that was not traced on a machine because it is the default
     path there (frameworks.yaml ``default_on``: tracer.survey leaves it out), said with
     what the default's own traces record, so that its absence reads as a result, not a loss."""
+    defaults: dict[str, list[Trace]] = defaultdict(list)
+    for t in traces:
+        if is_default_cpu(t) and not t.info.imported:
+            defaults[machine_of(t)].append(t)
     notes = []
-    for key, recorded_as in k.default_on.items():
+    for key, rule in k.default_on.items():
         framework, _, variant = key.partition("/")
         if framework != name:
             continue
-        defaults: dict[str, list[Trace]] = defaultdict(list)
-        for t in traces:
-            if is_default_cpu(t) and not t.info.imported:
-                defaults[machine_of(t)].append(t)
         traced = {machine_of(t) for t in traces if t.info.device == "cpu" and t.info.variant == variant}
         for where, ts in sorted(defaults.items()):
-            said = [v for t in ts if (v := t.meta.get(recorded_as)) is not None]  # a model's trace may not say
-            if where not in traced and said and all(v is True for v in said):
+            said = [t.meta.get(rule.recorded_as) for t in ts]
+            if where not in traced and rule.confirmed(said):
                 notes.append(f"{variant} is not traced on {where}: there it is the default path (the "
-                             f"{len(said)} default CPU traces that record {recorded_as} say true), so the default's "
-                             f"splits against the other variants are its splits too")
+                             f"{len(said) - said.count(None)} default CPU traces that record {rule.recorded_as} "
+                             f"say true), so the default's splits against the other variants are its splits too")
     return notes
 
 
