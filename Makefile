@@ -36,11 +36,13 @@ setup: system tool envs
 # System packages, each installed only when its command (or, for a path, its file) is
 # missing (command:package): Graphviz (dot) draws the call graphs; Chromium and its
 # driver check the reports; QEMU user mode, proot, debootstrap and Debian's archive
-# keyring build and run the emulated aarch64 environments (the ARM audit); g++ parses the
-# backend skeletons dltrace scaffold writes (their test).
+# keyring build and run the emulated aarch64 environments (the ARM audit), and Debian's
+# aarch64 cross compiler builds the Python collector's C core for them (tracer/emulation/core.py);
+# g++ parses the backend skeletons dltrace scaffold writes (their test).
 SYSTEM_PACKAGES := dot:graphviz chromium:chromium chromedriver:chromium-driver \
 	qemu-aarch64-static:qemu-user-static proot:proot /usr/sbin/debootstrap:debootstrap \
-	/usr/share/keyrings/debian-archive-keyring.gpg:debian-archive-keyring g++:g++
+	/usr/share/keyrings/debian-archive-keyring.gpg:debian-archive-keyring g++:g++ \
+	aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu
 LOGS = $${DLTRACE_HOME:-$$HOME/.cache/dltrace}/logs
 
 # One package at a time, so that a failure names the package, with apt's own reason

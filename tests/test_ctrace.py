@@ -493,3 +493,65 @@ def test_the_c_core_build_on_a_full_disk_falls_back_with_the_path(tmp_path, monk
     monkeypatch.setenv("DLTRACE_HOME", str(tmp_path / "ro"))
     with pytest.raises(cbuild.Unavailable, match=r"cannot write .*ro/ext"):
         cbuild.build(force=True)
+
+
+# ----------------------------------------------------------------------------- the emulated guest's core
+
+
+def _guest_root(root: Path, cc: str = "aarch64-linux-gnu-gcc") -> Path:
+    """The two files of a Debian arm64 root the cross build reads, as Debian writes them."""
+    lib = root / "usr/lib/python3.11"
+    lib.mkdir(parents=True)
+    (lib / "_sysconfigdata__aarch64-linux-gnu.py").write_text(
+        f"# system configuration generated and used by the sysconfig module\n"
+        f"build_time_vars = {{'CC': '{cc}', 'EXT_SUFFIX': '.cpython-311-aarch64-linux-gnu.so', 'VERSION': '3.11'}}\n")
+    inc = root / "usr/include/python3.11"
+    inc.mkdir(parents=True)
+    (inc / "patchlevel.h").write_text('#define PY_MINOR_VERSION 11\n#define PY_VERSION "3.11.2"\n')
+    return root
+
+
+def test_the_guests_build_is_named_as_the_guest_names_it(tmp_path, monkeypatch):
+    from tracer.emulation import core as guest_core
+
+    monkeypatch.setenv("DLTRACE_HOME", str(tmp_path / "home"))
+    root = _guest_root(tmp_path / "root")
+    assert guest_core.guest_config(root) == {"CC": "aarch64-linux-gnu-gcc",
+                                             "EXT_SUFFIX": ".cpython-311-aarch64-linux-gnu.so", "version": "3.11.2"}
+    # what cbuild.target() gives inside the guest: its version and suffix, the same source hash
+    assert guest_core.target(root).name == f"_ctrace-{cbuild._digest()}-py3.11.2.cpython-311-aarch64-linux-gnu.so"
+    # no cross compiler: one line naming the Debian package; no headers: the package the root lacks
+    with pytest.raises(cbuild.Unavailable, match="no cross compiler for the guest: no-such-gcc not found"):
+        guest_core.build(_guest_root(tmp_path / "nocc", cc="no-such-gcc"))
+    (root / "usr/include/python3.11/patchlevel.h").unlink()
+    with pytest.raises(cbuild.Unavailable, match="no Python headers for the guest .*libpython3.11-dev"):
+        guest_core.build(root)
+    with pytest.raises(cbuild.Unavailable, match="build settings are missing"):
+        guest_core.build(tmp_path / "empty")
+
+
+@pytest.mark.frameworks
+def test_an_emulated_guest_records_with_the_cross_built_core(frameworks, tmp_path):
+    """Under QEMU the guest loads the core the host cross-compiled (it has no compiler),
+    and its trees are the pure-Python collector's, node by node."""
+    from tracer import emulation
+
+    fw = frameworks["chainer"]
+    if emulation.status(fw.name) is None:
+        pytest.fail("chainer: emulated environment not set up (dltrace env setup chainer --arch aarch64)")
+    specs = [runner.CaseSpec(p, layers=("python",)) for p in ("conv2d", "relu")]
+    traces = {}
+    for mode in ("c", "python"):
+        probe_fw = dataclasses.replace(fw, env={**fw.env, ENV: mode})
+        results = runner.run_probe(probe_fw, specs, tmp_path / mode, cpu="neoverse-n1")
+        assert all(r.error is None for r in results), [r.error for r in results]
+        traces[mode] = [load(r.path) for r in results]
+    assert all(t.meta["collector"] == {"python": "c"} for t in traces["c"])
+    assert all(t.meta["emulated"]["cpu"] == "neoverse-n1" for t in traces["c"])
+    nodes = 0
+    for a, b in zip(traces["c"], traces["python"]):
+        for ra, rb in zip(a.runs, b.runs):
+            assert (ra.pass_, ra.phase) == (rb.pass_, rb.phase)
+            assert rows(ra.layers["python"]) == rows(rb.layers["python"]), (a.meta.get("primitive"), ra.pass_)
+            nodes += len(rows(ra.layers["python"]))
+    assert nodes > 200

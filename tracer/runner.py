@@ -4,6 +4,7 @@ missing GPU in the probe becomes a ProbeFailed with one readable line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tracer import emulation, envs, tempdirs
 from tracer.emulation.layout import bindable, emulated_home
+from tracer.collect import cbuild
 from tracer.collect.maps import PERFMAP_ENV, perfmap_path
 from tracer.collect.vendor_log import VERBOSE_ENV
 from tracer.contract import (EMULATED_ENV, ERROR_SUFFIX, EXACT_LAYERS, MODELS, PASSES, WORKLOADS, CaseError,
@@ -169,7 +171,13 @@ def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], di
     if emulation.status(fw.name) is None:
         raise EnvNotReady(f"{fw.name}: emulated aarch64 environment not set up; run: dltrace env setup {fw.name} "
                           f"--arch aarch64")
-    argv, env = emulation.command(fw.name, cpu, binds)
+    # the C collector, cross-compiled for the guest where it is missing (a changed
+    # source); where it cannot be, the guest's trace says why and the Python collector runs
+    with contextlib.suppress(cbuild.Unavailable):
+        emulation.build_core()
+    ext = envs.home() / "ext"  # the guest loads it from the cache, at the same path
+    ext.mkdir(parents=True, exist_ok=True)
+    argv, env = emulation.command(fw.name, cpu, [*binds, ext])
     env[EMULATED_ENV] = EmulatedCpu(cpu, model.description, f"{model.midr:#x}", model.qemu_spec(),
                                     f"QEMU {emulation.qemu_version()} user mode, under proot").to_json()
     return argv, env

@@ -8,6 +8,7 @@ import click
 from rich.markup import escape
 
 from tracer import emulation, env_add, envs
+from tracer.collect import cbuild
 from tracer.registry_entries import Framework, gpu_build_env
 from tracer.cli.common import err, frameworks, main, out
 from tracer.contract import GPU_BUILD, MODELS, PASSES, PRIMITIVES
@@ -171,6 +172,10 @@ def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Cal
         emulation.setup(name, list(spec.requirements), log=log, force=force, sdists=list(spec.sdists),
                         build=list(spec.build))
         env_add.equip_emulated(fw, tuple(fw.extras), log)  # the examples run there as on x86
+        try:
+            log(f"{name} (aarch64): C collector ready: {emulation.build_core(force)}")
+        except cbuild.Unavailable as exc:  # the guest's probes run the Python collector and say why
+            log(f"{name} (aarch64): C collector not built, the Python collector will run: {exc}")
         versions = (emulation.status(name) or {}).get("versions", {})
         out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
                                          f"{', '.join(spec.cpus)})"), highlight=False)

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from tracer.contract import Exit
+from tracer.contract import EMULATED_ENV, Exit
 
 #: The C core's sources: every ``*.c`` there is compiled, with the headers beside them.
 SOURCES = Path(__file__).with_name("ctrace")
@@ -56,11 +56,12 @@ def home() -> Path:
     return Path(os.environ.get("DLTRACE_HOME") or Path.home() / ".cache" / "dltrace")
 
 
-def target() -> Path:
-    """Where this interpreter's build of the current source lives."""
+def target(version: str | None = None, suffix: str | None = None) -> Path:
+    """Where an interpreter's build of the current source lives: this one's, or (a
+    cross build) the one of that exact version and extension suffix."""
     digest = _digest()
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    version = ".".join(map(str, sys.version_info[:3]))
+    suffix = suffix or sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    version = version or ".".join(map(str, sys.version_info[:3]))
     return home() / "ext" / f"_ctrace-{digest}-py{version}{suffix}"
 
 
@@ -102,10 +103,15 @@ def build(force: bool = False) -> Path:
     out = target()
     if out.exists() and not force:
         return out
-    cc = _compiler()
-    include = sysconfig.get_paths()["include"]
-    if not (Path(include) / "Python.h").exists():
-        raise Unavailable(f"no Python headers (Python.h) in {include}")
+    return compile_core(_compiler(), [sysconfig.get_paths()["include"]], out)
+
+
+def compile_core(cc: list[str], includes: list[str], out: Path) -> Path:
+    """Compile the sources with ``cc`` against the Python headers in ``includes`` (the
+    first holds Python.h) into ``out``; shared by :func:`build` and the cross build
+    for an emulated guest (tracer.emulation.core). Raises :class:`Unavailable`."""
+    if not includes or not (Path(includes[0]) / "Python.h").exists():
+        raise Unavailable(f"no Python headers (Python.h) in {includes[0] if includes else '(none given)'}")
     sources = [str(p) for p in _files() if p.suffix == ".c"]
     if not sources:
         raise Unavailable(f"no C sources in {SOURCES}")
@@ -116,8 +122,8 @@ def build(force: bool = False) -> Path:
     except OSError as exc:
         raise Unavailable(f"cannot write to {out.parent}: {exc.strerror or exc}") from None
     # only PyInit__ctrace is exported (PyMODINIT_FUNC): the files' shared functions stay inside
-    cmd = [*cc, "-shared", "-fPIC", "-O2", "-fno-strict-aliasing", "-fwrapv", "-fvisibility=hidden", "-I", include,
-           "-I", str(SOURCES), *sources, "-o", tmp]
+    cmd = [*cc, "-shared", "-fPIC", "-O2", "-fno-strict-aliasing", "-fwrapv", "-fvisibility=hidden",
+           *(arg for folder in includes for arg in ("-I", folder)), "-I", str(SOURCES), *sources, "-o", tmp]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=_BUILD_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
@@ -151,6 +157,9 @@ def load(build_missing: bool = True) -> ModuleType:
     _supported()
     path = target()
     if not path.exists():
+        if os.environ.get(EMULATED_ENV):  # the guest has no compiler: the host cross-builds it
+            raise Unavailable(f"not built for this emulated guest ({path.name}); dltrace env setup FRAMEWORK "
+                              f"--arch aarch64 cross-compiles it (tracer.emulation.core)")
         if not build_missing:
             raise Unavailable(f"not built for this interpreter ({path.name}); dltrace env setup builds it")
         path = build()

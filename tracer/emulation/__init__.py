@@ -12,16 +12,26 @@ Timings under emulation say nothing about the chip; which code runs is real.
 - :func:`command` gives the argv prefix and environment that run its python3 as a
   CPU model (guest.py, launch.py);
 - :func:`cpu_models` lists the models, their QEMU spec, MIDR and features (cpus.py);
-- :func:`qemu_version` says which emulator that was.
+- :func:`qemu_version` says which emulator that was;
+- :func:`build_core` cross-compiles the Python collector's C core for the guest (core.py).
 
 Nothing here imports a framework on the host.
 """
 
+from pathlib import Path
+
+from tracer.emulation.core import build as _build_core
 from tracer.emulation.cpus import MODELS, CpuModel, cpu_models
 from tracer.emulation.debian import debian_mirror, ensure_base
 from tracer.emulation.guest import command, cpu_files, emulated_hwcaps, model, qemu_version
-from tracer.emulation.layout import HOST_PACKAGES
+from tracer.emulation.layout import HOST_PACKAGES, base_root
 from tracer.emulation.wheels import setup, status
 
-__all__ = ["HOST_PACKAGES", "MODELS", "CpuModel", "command", "cpu_files", "cpu_models", "debian_mirror",
+
+def build_core(force: bool = False) -> Path:
+    """The C collector built for the guest of the shared base root (core.build)."""
+    return _build_core(base_root(), force)
+
+
+__all__ = ["HOST_PACKAGES", "MODELS", "CpuModel", "build_core", "command", "cpu_files", "cpu_models", "debian_mirror",
            "emulated_hwcaps", "ensure_base", "model", "qemu_version", "setup", "status"]

@@ -41,8 +41,9 @@ from tracer.envs import dir_size
 from tracer.errors import DltraceError
 from tracer.files import write_text
 
-#: what the guest needs beyond minbase; python3 brings libpython3.11-stdlib
-PACKAGES = ("python3",)
+#: what the guest needs beyond minbase; python3 brings libpython3.11-stdlib; the
+#: headers are for the C collector the host cross-compiles for the guest (core.py)
+PACKAGES = ("python3", f"libpython{PYTHON_VERSION}-dev")
 #: bump when the way the base is assembled changes: existing bases are rebuilt
 BASE_RECIPE = 2
 FALLBACK_MIRROR = "http://deb.debian.org/debian"
