@@ -206,12 +206,53 @@ class Spent:
         return out
 
 
-def _step(case: Case, pass_: str) -> Callable[[], Any]:
-    """Exactly the step the Python layer traces: the forward call, or the backward call
-    on a fresh forward's state (run here, before the step)."""
+class _Forwards:
+    """The state of the forward just run, until a backward takes it.
+
+    A backward pass runs on a fresh forward's state, and a layer's recorded forward,
+    just run, is one: running another before each backward was a second forward per
+    layer.
+    Only a forward run as the user's code runs it is kept (the Python layer's, the
+    library log's, an untraced one); one run inside a framework's op recorder is not
+    (JAX's may run it on its own terms), and clears what was kept, so a backward
+    always runs on the forward run just before it. The warm passes are recorded layer
+    by layer (the Python layer's forward and backward, then the op layer's, then the
+    library log's), so only the op layer's backward needs a forward of its own: six
+    forwards a case where there were nine (a ResNet-50 forward is 4 s under QEMU)."""
+
+    def __init__(self, case: Case):
+        self.case = case
+        self.state: list[Any] = []
+
+    def keep(self, state: Any) -> Any:
+        self.state[:] = [state]
+        return state
+
+    def clear(self) -> None:
+        self.state.clear()
+
+    def take(self) -> Any:
+        """The kept state (once), else a fresh forward's."""
+        return self.state.pop() if self.state else self.case.forward()
+
+
+def _untraced_of(untraced: Callable[[str], float], pass_: str) -> Callable[[], float]:
+    return lambda: untraced(pass_)
+
+
+def _step(forwards: _Forwards, pass_: str, keep: bool) -> Callable[[], Any]:
+    """Exactly the step the Python layer traces: the forward call (its state kept for
+    the backward where ``keep``), or the backward call on the forward's state (taken
+    here, before the step)."""
+    case = forwards.case
     if pass_ == "forward":
-        return case.forward
-    state = case.forward()
+        def run() -> Any:
+            out = case.forward()
+            forwards.keep(out) if keep else forwards.clear()
+            return out
+
+        return run
+    state = forwards.take()
     return lambda: case.backward(state)
 
 
@@ -225,11 +266,12 @@ EMULATED_WARMUP = 1
 OP_PAIRS = 8
 
 
-def _profiled(probe: OpRecorder, case: Case, pass_: str) -> tuple[Any, list[float]]:
+def _profiled(probe: OpRecorder, forwards: _Forwards, pass_: str) -> tuple[Any, list[float]]:
     """One op-level record of a fresh step, and the seconds of the step itself under the
     profiler (what the profiler's start, its stop and dltrace's reading of its events
     take is outside: that is processing, not what recording costs the step)."""
-    run = _step(case, pass_)
+    case = forwards.case
+    run = _step(forwards, pass_, keep=False)
     steps: list[float] = []
 
     def timed() -> Any:
@@ -242,16 +284,17 @@ def _profiled(probe: OpRecorder, case: Case, pass_: str) -> tuple[Any, list[floa
     return probe.record_ops(case, pass_, timed), steps
 
 
-def _op_layer(probe: OpRecorder, case: Case, pass_: str, label: str,
+def _op_layer(probe: OpRecorder, forwards: _Forwards, pass_: str, label: str,
               untraced: Callable[[], float] | None = None) -> tuple[Node | None, dict[str, Any]]:
     """The probe's op-level record of one warm step, hung under a root like the
     Python layer's; (None, {"op_error": ...}) when the hook fails. With ``untraced``
     (a user's workload, whose costs its outputs show): its cost, the step under the
     profiler against the untraced step, in pairs (tracer.collect.costs), on a CPU path
     (on the stand-in, the device computes in Python: no cost to speak of)."""
+    case = forwards.case
     t0 = time.perf_counter()
     try:
-        rec, steps = _profiled(probe, case, pass_)
+        rec, steps = _profiled(probe, forwards, pass_)
     except Exception as exc:  # noqa: BLE001 - the other layers are still worth writing
         return None, {"op_error": f"{type(exc).__name__}: {exc}"}
     case.sync()
@@ -259,7 +302,7 @@ def _op_layer(probe: OpRecorder, case: Case, pass_: str, label: str,
     info = {"source": rec.source, "seconds": round(time.perf_counter() - t0, 4), **rec.info}
     if untraced is not None and len(steps) == 1 and case.info.get("standin") is None:
         def again() -> float:
-            more = _profiled(probe, case, pass_)[1]
+            more = _profiled(probe, forwards, pass_)[1]
             if len(more) != 1:
                 raise _NotTimed
             return more[0]
@@ -276,11 +319,12 @@ class _NotTimed(Exception):
     """A record that ran no step of its own to time."""
 
 
-def _library_layer(log: StdoutLog, case: Case, pass_: str, label: str,
+def _library_layer(log: StdoutLog, forwards: _Forwards, pass_: str, label: str,
                    probe: Probe | None = None) -> tuple[Node, dict[str, Any]]:
     """What the vendor libraries reported of one warm step (see tracer.collect.library),
     told apart per op where the probe can call back after each op (OpHooks)."""
-    run = _step(case, pass_)
+    case = forwards.case
+    run = _step(forwards, pass_, keep=True)
 
     def step() -> None:
         run()
@@ -339,14 +383,18 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
 
     who = f"{os.path.basename(user.file)}: running {{}}()" if user else f"{case_req.primitive}'s {{}} pass"
 
+    forwards = _Forwards(case)
+
     def traced(pass_: str) -> tuple[Node, float]:
         """One traced step: (tree, seconds). Backward traces only the backward call."""
         label = f"{case_req.primitive}.{pass_}"
         if pass_ == "forward":
             t0 = time.perf_counter()
-            tree, _ = tracer.record(watched(case.forward, who.format(pass_)), label)
-            return tree, time.perf_counter() - t0
-        state = case.forward()
+            tree, out = tracer.record(watched(case.forward, who.format(pass_)), label)
+            secs = time.perf_counter() - t0
+            forwards.keep(out)
+            return tree, secs
+        state = forwards.take()
         t0 = time.perf_counter()
         tree, _ = tracer.record(watched(lambda: case.backward(state), who.format(pass_)), label)
         return tree, time.perf_counter() - t0
@@ -354,9 +402,11 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     def untraced(pass_: str) -> float:
         if pass_ == "forward":
             t0 = time.perf_counter()
-            case.forward()
-            return time.perf_counter() - t0
-        state = case.forward()
+            out = case.forward()
+            secs = time.perf_counter() - t0
+            forwards.keep(out)
+            return secs
+        state = forwards.take()
         t0 = time.perf_counter()
         case.backward(state)
         return time.perf_counter() - t0
@@ -371,9 +421,12 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     # call's initialisation and the second's (caches filled on reuse): one more step, not
     # the timings' three (a ResNet-50 step is 13 s under QEMU: 27 s per example job).
     with spent("warm-up"):
+        forwards.clear()
         for _ in range(min(req.warmup, EMULATED_WARMUP) if emulated else req.warmup):
             case.backward(case.forward()) if "backward" in passes else case.forward()
             case.sync()
+    # layer by layer, each layer's forward then its backward on that forward's state
+    warm: list[Run] = []
     for pass_ in passes:
         with spent("python"):
             tree, secs = traced(pass_)
@@ -381,21 +434,26 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
             # under emulation nothing is timed: QEMU's clock says nothing of the chip
             stats: dict[str, Any] = {} if emulated else costs.paired(lambda: untraced(pass_),
                                                                      lambda: traced(pass_)[1], case.sync, first=secs)
-        run = Run(pass_, "warm", {"python": tree}, stats)
-        if "op" in layers and isinstance(probe, OpRecorder):
+        warm.append(Run(pass_, "warm", {"python": tree}, stats))
+    if "op" in layers and isinstance(probe, OpRecorder):
+        for run in warm:
             with spent("op"):
-                ops, info = _op_layer(probe, case, pass_, f"{case_req.primitive}.{pass_}",
-                                      (lambda: untraced(pass_)) if user is not None and not emulated else None)
+                ops, info = _op_layer(probe, forwards, run.pass_, f"{case_req.primitive}.{run.pass_}",
+                                      _untraced_of(untraced, run.pass_) if user is not None and not emulated else None)
             if ops is None:
-                stats.update(info)
+                run.stats.update(info)
             else:
                 run.layers["op"] = ops
-                stats.setdefault("layers", {})["op"] = info
-        if "library" in layers and log is not None:
+                run.stats.setdefault("layers", {})["op"] = info
+    if "library" in layers and log is not None:
+        forwards.clear()
+        for run in warm:
             with spent("library"):
-                run.layers["library"], info = _library_layer(log, case, pass_, f"{case_req.primitive}.{pass_}", probe)
-            stats.setdefault("layers", {})["library"] = info
-        runs.append(run)
+                run.layers["library"], info = _library_layer(log, forwards, run.pass_,
+                                                             f"{case_req.primitive}.{run.pass_}", probe)
+            run.stats.setdefault("layers", {})["library"] = info
+    forwards.clear()
+    runs.extend(warm)
 
     meta: dict[str, Any] = {
         "framework": req.framework,
