@@ -169,7 +169,7 @@ def test_survey_times_are_the_survey_record() -> None:
     assert (f"{seconds['probing']:.1f} s probing, {seconds['imports']:.1f} s imports, {seconds['derive']:.1f} s "
             f"derive, {seconds['report']:.1f} s report; {record.jobs} jobs, {record.cases} cases, "
             f"{record.gaps} gaps") in changelog
-    assert record.started.startswith("2026-12-02") and "(2026-12-02, its `survey.json`" in readme
+    assert f"({record.started[:10]}, its `survey.json`" in readme  # the day it ran
 
 
 def test_scaling_table_is_results_json() -> None:
