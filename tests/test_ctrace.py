@@ -519,7 +519,9 @@ def test_the_guests_build_is_named_as_the_guest_names_it(tmp_path, monkeypatch):
     assert guest_core.guest_config(root) == {"CC": "aarch64-linux-gnu-gcc",
                                              "EXT_SUFFIX": ".cpython-311-aarch64-linux-gnu.so", "version": "3.11.2"}
     # what cbuild.target() gives inside the guest: its version and suffix, the same source hash
-    assert guest_core.target(root).name == f"_ctrace-{cbuild._digest()}-py3.11.2.cpython-311-aarch64-linux-gnu.so"
+    cfg = guest_core.guest_config(root)
+    assert cbuild.target(cfg["version"], cfg["EXT_SUFFIX"]).name == \
+        f"_ctrace-{cbuild._digest()}-py3.11.2.cpython-311-aarch64-linux-gnu.so"
     # no cross compiler: one line naming the Debian package; no headers: the package the root lacks
     with pytest.raises(cbuild.Unavailable, match="no cross compiler for the guest: no-such-gcc not found"):
         guest_core.build(_guest_root(tmp_path / "nocc", cc="no-such-gcc"))

@@ -175,7 +175,7 @@ def _emulated(fw: Framework, cpu: str, binds: list[Bind]) -> tuple[list[str], di
     # source); where it cannot be, the guest's trace says why and the Python collector runs
     with contextlib.suppress(cbuild.Unavailable):
         emulation.build_core()
-    ext = envs.home() / "ext"  # the guest loads it from the cache, at the same path
+    ext = cbuild.cache_dir()  # the guest loads it from the cache, at the same path
     ext.mkdir(parents=True, exist_ok=True)
     argv, env = emulation.command(fw.name, cpu, [*binds, ext])
     env[EMULATED_ENV] = EmulatedCpu(cpu, model.description, f"{model.midr:#x}", model.qemu_spec(),

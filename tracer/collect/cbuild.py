@@ -56,13 +56,18 @@ def home() -> Path:
     return Path(os.environ.get("DLTRACE_HOME") or Path.home() / ".cache" / "dltrace")
 
 
+def cache_dir() -> Path:
+    """The folder of every interpreter's build (an emulated guest sees it bound)."""
+    return home() / "ext"
+
+
 def target(version: str | None = None, suffix: str | None = None) -> Path:
     """Where an interpreter's build of the current source lives: this one's, or (a
     cross build) the one of that exact version and extension suffix."""
     digest = _digest()
     suffix = suffix or sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     version = version or ".".join(map(str, sys.version_info[:3]))
-    return home() / "ext" / f"_ctrace-{digest}-py{version}{suffix}"
+    return cache_dir() / f"_ctrace-{digest}-py{version}{suffix}"
 
 
 def _files() -> list[Path]:

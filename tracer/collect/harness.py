@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import datetime
 import faulthandler
+import functools
 import gc
 import importlib
 import os
@@ -211,8 +212,7 @@ class _Forwards:
 
     A backward pass runs on a fresh forward's state, and a layer's recorded forward,
     just run, is one: running another before each backward was a second forward per
-    layer.
-    Only a forward run as the user's code runs it is kept (the Python layer's, the
+    layer. Only a forward run as the user's code runs it is kept (the Python layer's, the
     library log's, an untraced one); one run inside a framework's op recorder is not
     (JAX's may run it on its own terms), and clears what was kept, so a backward
     always runs on the forward run just before it. The warm passes are recorded layer
@@ -234,10 +234,6 @@ class _Forwards:
     def take(self) -> Any:
         """The kept state (once), else a fresh forward's."""
         return self.state.pop() if self.state else self.case.forward()
-
-
-def _untraced_of(untraced: Callable[[str], float], pass_: str) -> Callable[[], float]:
-    return lambda: untraced(pass_)
 
 
 def _step(forwards: _Forwards, pass_: str, keep: bool) -> Callable[[], Any]:
@@ -438,15 +434,15 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
     if "op" in layers and isinstance(probe, OpRecorder):
         for run in warm:
             with spent("op"):
+                timed = user is not None and not emulated  # a workload's op cost, against its untraced step
                 ops, info = _op_layer(probe, forwards, run.pass_, f"{case_req.primitive}.{run.pass_}",
-                                      _untraced_of(untraced, run.pass_) if user is not None and not emulated else None)
+                                      functools.partial(untraced, run.pass_) if timed else None)
             if ops is None:
                 run.stats.update(info)
             else:
                 run.layers["op"] = ops
                 run.stats.setdefault("layers", {})["op"] = info
     if "library" in layers and log is not None:
-        forwards.clear()
         for run in warm:
             with spent("library"):
                 run.layers["library"], info = _library_layer(log, forwards, run.pass_,

@@ -52,13 +52,6 @@ def guest_config(root: Path) -> dict[str, str]:
             "version": version.group(1)}
 
 
-def target(root: Path) -> Path:
-    """Where the guest's build of the current source lives (what the guest's
-    cbuild.target() names)."""
-    cfg = guest_config(root)
-    return cbuild.target(cfg["version"], cfg["EXT_SUFFIX"])
-
-
 def build(root: Path, force: bool = False) -> Path:
     """Cross-compile the core for the guest in ``root`` (nothing to do when it is
     built); its path, or :class:`tracer.collect.cbuild.Unavailable` saying why not."""
