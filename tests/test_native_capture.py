@@ -4,6 +4,8 @@ while it is sampled, whose case is a gap that says why."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.conftest import dltrace
@@ -102,3 +104,20 @@ def test_each_step_is_timed_unsampled_once_whatever_its_windows():
     out = sampler._unsampled(steps, 0.02)
     assert len(seen) == 2 and out["m_a_0"] == out["m_a_1"] > 0 and out["m_b_0"] > 0
     assert runs["a"] >= 3 and runs["b"] >= 3
+
+
+def test_priming_stops_at_its_limit_within_a_round_of_steps(tmp_path):
+    """py-spy that keeps loading symbols: priming ends at its limit, not after the round of
+    steps it is in (JAX's 26 steps: a round took 6 s, and a 10 s prime lasted 16.6 s)."""
+    session = sampler.Sampler("py-spy", str(tmp_path))
+    ran = []
+
+    def step(_state=None):
+        ran.append(1)
+        with open(session.log, "a") as fh:  # every step makes py-spy load another library
+            fh.write(f"loading symbols for lib{len(ran)}.so\n")
+        time.sleep(0.02)
+
+    steps = [sampler.Step(step) for _ in range(50)]
+    took = session.prime(steps, quiet_s=0.4, most_s=0.1)
+    assert took >= 0.1 and len(ran) < len(steps), "priming ran the whole round of steps past its limit"
