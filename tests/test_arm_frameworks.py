@@ -180,6 +180,39 @@ def test_registry_names_an_unknown_arm_primitive_or_variant(tmp_path, line, bad)
         registry.load(path)
 
 
+@pytest.mark.parametrize("bad", ["-1", "many", "true"])
+def test_registry_refuses_a_warmup_that_is_no_count_of_steps(tmp_path, bad):
+    text = registry.registry_path().read_text()
+    line = "      warmup: 1\n"
+    assert line in text
+    path = tmp_path / "frameworks.yaml"
+    path.write_text(text.replace(line, f"      warmup: {bad}\n"))
+    with pytest.raises(RegistryError, match=r"field 'aarch64\.warmup' must be a number of steps"):
+        registry.load(path)
+
+
+def test_an_emulated_probe_warms_up_as_its_framework_says(frameworks, tmp_path, monkeypatch):
+    """Nothing is timed under emulation: the cold call is the warm-up (a ResNet-50 step is
+    17 s under QEMU), but where the framework's entry asks for a step (JAX's second call
+    ran one Python call of its own), and never more than the caller asked."""
+    import json
+
+    from tracer import runner
+    from tracer.errors import ProbeFailed
+
+    asked = {}
+
+    def emulated(fw, cpu, binds):  # the request is written by now: read it and stop
+        asked[fw.name] = json.loads((binds[0] / "request.json").read_text())["warmup"]
+        raise ProbeFailed("not run", "failed")
+
+    monkeypatch.setattr(runner, "_emulated", emulated)
+    for name, warmup in (("chainer", 3), ("jax", 3), ("torch", 0)):
+        with pytest.raises(ProbeFailed):
+            run_probe(frameworks[name], [CaseSpec("dense")], tmp_path, cpu="neoverse-n1", warmup=warmup)
+    assert asked == {"chainer": 0, "jax": 1, "torch": 0}
+
+
 def test_an_emulated_trace_is_shown_without_times(tf_conv2d):
     """QEMU's clock says nothing of the chip: an emulated run is not timed, and its tree
     is printed without the times the libraries reported under emulation."""

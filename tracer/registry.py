@@ -387,6 +387,8 @@ _CHECKS: dict[tuple[type, str], Check] = {
                                       problem="names no {what}: {all}"),
     (Aarch64Spec, "skip_examples"): _known("example of the framework", lambda e: e.data.get("examples") or {},
                                            problem="names no {what}: {all}"),
+    (Aarch64Spec, "warmup"): _must(lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10,
+                                   "must be a number of steps from 0 to 10"),
     (GpuEvidenceSpec, "evidence"): _known("evidence class", lambda e: DERIVED_EVIDENCE, one=True),
 }
 

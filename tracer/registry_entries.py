@@ -229,6 +229,10 @@ class Aarch64Spec:
     #: the examples the default survey leaves out there (JAX's MobileNetV2 compiles past
     #: the probe's time-out under emulation); `--arm-all` runs them too
     skip_examples: tuple[str, ...] = ()
+    #: untimed steps between the cold call and the recorded warm ones: nothing is timed
+    #: under emulation, so the cold call is the warm-up (a step of ResNet-50 is 17 s under
+    #: QEMU), unless the warm trees show a second call's own work (JAX's: 1)
+    warmup: int = 0
 
 
 @dataclass(frozen=True)

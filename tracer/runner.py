@@ -214,6 +214,8 @@ def run_probe(
     ProbeFailed; a single case that fails comes back as a CaseResult with ``error``.
     """
     python = [str(envs.python_for(fw))] if not cpu else []
+    if cpu:  # nothing is timed under emulation: the framework's own count (frameworks.yaml aarch64.warmup)
+        warmup = min(warmup, fw.aarch64.warmup if fw.aarch64 is not None else 0)
     out_dir = Path(out_dir).resolve()  # the probe runs in a temporary working directory
     out_dir.mkdir(parents=True, exist_ok=True)
     var = fw.variants.get(variant)

@@ -252,8 +252,6 @@ def _step(forwards: _Forwards, pass_: str, keep: bool) -> Callable[[], Any]:
     return lambda: case.backward(state)
 
 
-#: Warm-up steps under emulation (see _trace_case).
-EMULATED_WARMUP = 1
 #: Pairs of untraced and profiled steps an op layer's cost is read from (the first profiled
 #: step is the recorded one; each more is a whole record, its processing included, untimed):
 #: four ABBA blocks (tracer.collect.costs), so that the step after a record's processing is
@@ -413,12 +411,12 @@ def _trace_case(req: ProbeRequest, case_req: CaseRequest, probe: Probe, version:
             tree, secs = traced(pass_)
             case.sync()
         runs.append(Run(pass_, "cold", {"python": tree}, {"seconds": secs}))
-    # Under emulation nothing is timed, so the warm call needs only to be past the first
-    # call's initialisation and the second's (caches filled on reuse): one more step, not
-    # the timings' three (a ResNet-50 step is 13 s under QEMU: 27 s per example job).
+    # The warm call comes after req.warmup more steps: the timings' three, and under
+    # emulation, where nothing is timed, the framework's own count, usually none: the cold
+    # call is the warm-up there (tracer.runner, frameworks.yaml aarch64.warmup).
     with spent("warm-up"):
         forwards.clear()
-        for _ in range(min(req.warmup, EMULATED_WARMUP) if emulated else req.warmup):
+        for _ in range(req.warmup):
             case.backward(case.forward()) if "backward" in passes else case.forward()
             case.sync()
     # layer by layer, each layer's forward then its backward on that forward's state
