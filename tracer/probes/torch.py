@@ -466,7 +466,8 @@ _KEYS = ("CPU", "CUDA", "MPS", "XPU", "Meta", "PrivateUse1", "CompositeImplicitA
 def _native_functions() -> dict[str, dict[str, Any]]:
     """torchgen's packaged native_functions.yaml: op name -> its declared dispatch and
     structured delegate (``addmm`` computes through ``addmm.out``). Read once per
-    probe process: parsing it takes about a second, and every case asks."""
+    probe process: every case asks. libyaml's safe loader where PyYAML has it: the same
+    entries in 0.15 s, where the pure-Python one took 1.0 s (6.5 s under QEMU)."""
     import os
 
     import torchgen
@@ -474,7 +475,7 @@ def _native_functions() -> dict[str, dict[str, Any]]:
 
     path = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native", "native_functions.yaml")
     with open(path) as fh:
-        entries = yaml.safe_load(fh)
+        entries = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     out = {}
     for e in entries:
         name = e["func"].split("(", 1)[0]
