@@ -217,7 +217,7 @@ class Sampler:
         while True:
             for step in steps:
                 step.run()
-                if time.perf_counter() - t0 >= most_s:  # a round of JAX's 26 steps took 6 s: 16.6 s, not 10
+                if time.perf_counter() - t0 >= most_s:  # mid-round too: JAX's 26 steps took 6 s a round
                     break
             now = time.perf_counter()
             try:
