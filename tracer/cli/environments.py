@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import click
@@ -144,20 +145,28 @@ def _in_two_lanes(x86: list[Framework], emulated: list[Framework], x86_step: Cal
 def _setup_x86(fw: Framework, force: bool, log: Callable[[str], None]) -> bool:
     """fw's environment on this machine (and what `env add` gave the framework); False
     if that failed (said on one line)."""
+    started = time.monotonic()
     try:
         st = envs.setup(fw, force=force, log=log)
         env_add.reapply(fw, fw.name.removesuffix(GPU_BUILD), log)
     except DltraceError as exc:
         err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
         return False
-    out.print(message("✓", "green", f"{fw.name} {st.version} ready"), highlight=False)
+    out.print(message("✓", "green", f"{fw.name} {st.version} ready in {_took(started)}"), highlight=False)
     return True
+
+
+def _took(started: float) -> str:
+    """The seconds one environment's set-up took, beside its ✓: where a fresh set-up's
+    minutes go, per environment (each lane's steps follow each other)."""
+    return f"{time.monotonic() - started:.0f} s"
 
 
 def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Callable[[str], None]) -> bool:
     """The framework's emulated aarch64 environment, where its registry entry has one;
     False if that failed (said on one line)."""
     name, spec = fw.name, fw.aarch64
+    started = time.monotonic()
     if spec is None and not (named and arch == "aarch64"):
         return True  # asked for all: the frameworks without an aarch64 entry are not asked for
     try:
@@ -177,8 +186,8 @@ def _setup_emulated(fw: Framework, arch: str, force: bool, named: bool, log: Cal
         except cbuild.Unavailable as exc:  # the guest's probes run the Python collector and say why
             log(f"{name} (aarch64): C collector not built, the Python collector will run: {exc}")
         versions = (emulation.status(name) or {}).get("versions", {})
-        out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready (aarch64, emulated: "
-                                         f"{', '.join(spec.cpus)})"), highlight=False)
+        out.print(message("✓", "green", f"{name} {versions.get(fw.import_name, '')} ready in {_took(started)} "
+                                         f"(aarch64, emulated: {', '.join(spec.cpus)})"), highlight=False)
         return True
     except DltraceError as exc:
         err.print(message("✗", "red", str(exc)), highlight=False, soft_wrap=True)
