@@ -656,7 +656,8 @@ def _standin_record(case: base.Case, pass_: str, run: Callable[[], object]) -> b
 
 
 def _reference(fn: Callable[..., Any], fargs: Sequence[Any]) -> Any:
-    """JAX's own run of a program, what the stand-in's run is checked against: the same
+    """JAX's own run of a program, what the stand-in's run (and a skeleton's check,
+    tracer.probes.jax_skeleton) is checked against: the same
     program compiled by XLA without LLVM's optimisation passes, as the stand-in's ops are
     (jax_standin._op_options). Compiled with them, CIFAR's three programs took 7.5 s of the
     stand-in's 23 s op layer; without them, 1.8 s. They schedule and vectorise; what the

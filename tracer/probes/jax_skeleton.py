@@ -81,7 +81,7 @@ def run_steps(spec: Spec, consumer: ModuleType, kernels: Mapping[str, Any], step
                 got = consumer.run_program(fn, args, consumer.Consumer(kernels), ctx)
                 ran += 1
                 if compare:
-                    wrong = consumer.differs(got, jax.tree_util.tree_leaves(jax.jit(fn)(*args)))
+                    wrong = consumer.differs(got, jax.tree_util.tree_leaves(jax_probe._reference(fn, args)))
                     if wrong:
                         raise CheckFailed(f"{spec.label}: step {n}, {pass_} program {i} "
                                           f"({getattr(fn, '__name__', 'program')}): {wrong}")
